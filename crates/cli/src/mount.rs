@@ -1,0 +1,244 @@
+//! Mounting, the background daemon, and unmounting.
+
+use fuser::{Config, MountOption, SessionACL};
+use scion_fs::{Fs, MountOptions};
+use scion_store::StoreLock;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::io::{FromRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const READY_FD: &str = "SCION_READY_FD";
+/// Changes older than this are checkpointed even without memory pressure.
+const CHECKPOINT_AFTER: Duration = Duration::from_secs(30);
+
+fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn canonical(p: &Path) -> Result<PathBuf, String> {
+    p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// Tells the parent of a background mount how it went, if there is one.
+fn report_ready(msg: &str) {
+    if let Some(fd) = std::env::var(READY_FD).ok().and_then(|v| v.parse::<RawFd>().ok()) {
+        let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+        let _ = writeln!(f, "{msg}");
+        std::env::remove_var(READY_FD);
+    }
+}
+
+fn mount_options(store: &Path, user: &[String]) -> Config {
+    let mut cfg = Config::default();
+    let mut opts = vec![
+        MountOption::FSName(format!("scion:{}", store.display())),
+        MountOption::Subtype("scion".into()),
+        MountOption::DefaultPermissions,
+    ];
+    let mut allow_other = is_root();
+    for o in user.iter().filter(|o| !o.is_empty()) {
+        match o.as_str() {
+            "allow_other" => allow_other = true,
+            "ro" => opts.push(MountOption::RO),
+            "rw" => opts.push(MountOption::RW),
+            "noexec" => opts.push(MountOption::NoExec),
+            "exec" => opts.push(MountOption::Exec),
+            "nosuid" => opts.push(MountOption::NoSuid),
+            "suid" => opts.push(MountOption::Suid),
+            "nodev" => opts.push(MountOption::NoDev),
+            "dev" => opts.push(MountOption::Dev),
+            "noatime" => opts.push(MountOption::NoAtime),
+            "default_permissions" => {}
+            other => opts.push(MountOption::CUSTOM(other.to_string())),
+        }
+    }
+    if allow_other {
+        cfg.acl = SessionACL::All;
+    }
+    cfg.mount_options = opts;
+    cfg.n_threads = Some(1);
+    cfg
+}
+
+pub fn foreground(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
+    let r = serve(store, mountpoint, options);
+    if let Err(e) = &r {
+        report_ready(&format!("error: {e}"));
+    }
+    r
+}
+
+fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
+    let store = canonical(store)?;
+    let mnt = canonical(mountpoint)?;
+    if !mnt.is_dir() {
+        return Err(format!("{} is not a directory", mnt.display()));
+    }
+    // Signals are taken by a dedicated thread; block them before any thread starts.
+    let sigs = block_signals();
+    let fs = Fs::open(&store, MountOptions { holder: format!("mounted at {}", mnt.display()) })
+        .map_err(|e| e.to_string())?;
+    let fs = Arc::new(Mutex::new(fs));
+    let cfg = mount_options(&store, options);
+    let session = fuser::Session::new(scion_fuse::ScionFuse::new(fs.clone()), &mnt, &cfg)
+        .map_err(|e| format!("mount of {} failed: {e}", mnt.display()))?;
+    log::info!("mounted {} at {}", store.display(), mnt.display());
+    report_ready("ok");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticker = {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(500));
+                let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = fs.tick(CHECKPOINT_AFTER) {
+                    log::error!("background checkpoint: {e}");
+                }
+            }
+        })
+    };
+    {
+        let mnt = mnt.clone();
+        std::thread::spawn(move || {
+            let mut sig = 0;
+            unsafe { libc::sigwait(&sigs, &mut sig) };
+            log::info!("signal {sig}: unmounting {}", mnt.display());
+            let _ = unmount_path(&mnt, true);
+        });
+    }
+    let r = session.run();
+    stop.store(true, Ordering::Relaxed);
+    let _ = ticker.join();
+    let fs = match Arc::try_unwrap(fs) {
+        Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
+        Err(_) => return Err("internal error: filesystem still referenced after unmount".into()),
+    };
+    fs.close().map_err(|e| format!("final checkpoint failed: {e}"))?;
+    log::info!("unmounted {}; store flushed", mnt.display());
+    r.map_err(|e| format!("FUSE session ended with an error: {e}"))
+}
+
+fn block_signals() -> libc::sigset_t {
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+pub fn background(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
+    let store = canonical(store)?;
+    let mnt = canonical(mountpoint)?;
+    // Refuse early, with the holder's name, rather than from inside the daemon.
+    if StoreLock::is_held(&store) {
+        if let Err(e) = StoreLock::acquire(&store, "probe") {
+            return Err(e.to_string());
+        }
+    }
+    let mut fds = [0 as RawFd; 2];
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    let (rfd, wfd) = (fds[0], fds[1]);
+    let log_path = store.join("daemon.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount").arg("--foreground").arg(&store).arg(&mnt);
+    if !options.is_empty() {
+        cmd.arg("-o").arg(options.join(","));
+    }
+    cmd.env(READY_FD, wfd.to_string())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log);
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::close(rfd);
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("could not start the daemon: {e}"))?;
+    unsafe { libc::close(wfd) };
+    let mut line = String::new();
+    let _ = BufReader::new(unsafe { std::fs::File::from_raw_fd(rfd) }).read_line(&mut line);
+    let line = line.trim();
+    if line == "ok" {
+        println!("mounted {} at {} (daemon pid {})", store.display(), mnt.display(), child.id());
+        return Ok(());
+    }
+    let _ = child.wait();
+    match line.strip_prefix("error: ") {
+        Some(e) => Err(e.to_string()),
+        None => Err(format!("the daemon exited before mounting; see {}", log_path.display())),
+    }
+}
+
+/// The store behind a scion mount point, from the kernel's mount table.
+fn store_of(mnt: &Path) -> Option<PathBuf> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mnt.to_str()?;
+    for line in table.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let dash = f.iter().position(|x| *x == "-")?;
+        if f.get(4) == Some(&want) && f.get(dash + 1).is_some_and(|t| t.starts_with("fuse")) {
+            if let Some(src) = f.get(dash + 2).and_then(|s| s.strip_prefix("scion:")) {
+                return Some(PathBuf::from(src.replace("\\040", " ")));
+            }
+        }
+    }
+    None
+}
+
+fn unmount_path(mnt: &Path, lazy: bool) -> Result<(), String> {
+    if is_root() {
+        let c = std::ffi::CString::new(mnt.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+        let flags = if lazy { libc::MNT_DETACH } else { 0 };
+        if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+            return Err(format!("unmount of {}: {}", mnt.display(), std::io::Error::last_os_error()));
+        }
+        Ok(())
+    } else {
+        let mut cmd = Command::new("fusermount3");
+        cmd.arg("-u");
+        if lazy {
+            cmd.arg("-z");
+        }
+        let out = cmd.arg(mnt).output().map_err(|e| format!("fusermount3: {e}"))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        Ok(())
+    }
+}
+
+pub fn umount(mountpoint: &Path) -> Result<(), String> {
+    let mnt = canonical(mountpoint)?;
+    let store = store_of(&mnt).ok_or_else(|| format!("{} is not a scion mount", mnt.display()))?;
+    unmount_path(&mnt, false)?;
+    // The daemon holds the store's lock until its final checkpoint is durable.
+    let start = Instant::now();
+    while StoreLock::is_held(&store) {
+        if start.elapsed() > Duration::from_secs(600) {
+            return Err(format!("unmounted, but the daemon of {} has not finished after 10 minutes", store.display()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!("unmounted {}; store {} flushed", mnt.display(), store.display());
+    Ok(())
+}

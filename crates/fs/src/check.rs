@@ -1,0 +1,393 @@
+//! `scion check`: verifies an unmounted store without changing it.
+//!
+//! Checked: both superblock copies and the checkpoint record; every reachable block's
+//! header, checksum and content hash; tree structure (key order, separator bounds, uniform
+//! depth); reference counts (each block's count in the table equals the number of pointers
+//! to it, and no table entry is left for a dead block); no reachable block is on the freed
+//! list; filesystem invariants (directory link counts, hard-link counts against the entries
+//! that refer to the link table, chunk extents within file sizes, stored byte counts,
+//! object ids below the namespace's counter, inode counts); and the journal's records.
+
+use crate::checkpoint::{ns_from_value, read_record};
+use crate::fs::ROOT_OID;
+use crate::inode::*;
+use crate::journal;
+use scion_store::{BlockKind, BlockPtr, BlockStore, Result, StoreLock, Superblock};
+use scion_tree::{Forest, RefTable};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Default, Debug)]
+pub struct Report {
+    pub generation: u64,
+    pub namespaces: u64,
+    pub dirs: u64,
+    pub files: u64,
+    pub symlinks: u64,
+    pub specials: u64,
+    pub hardlinked: u64,
+    pub file_bytes: u64,
+    pub blocks: u64,
+    pub block_bytes: u64,
+    pub shared_blocks: u64,
+    pub journal_records: u64,
+    pub journal_tail: Option<String>,
+    pub problems: Vec<String>,
+}
+
+impl Report {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "checkpoint generation {}", self.generation)?;
+        writeln!(
+            f,
+            "{} namespace(s): {} directories, {} files ({} with several names), {} symlinks, {} special files",
+            self.namespaces, self.dirs, self.files, self.hardlinked, self.symlinks, self.specials
+        )?;
+        writeln!(f, "{} bytes of file content", self.file_bytes)?;
+        writeln!(
+            f,
+            "{} live blocks ({} payload bytes), {} shared, all checksums verified",
+            self.blocks, self.block_bytes, self.shared_blocks
+        )?;
+        write!(f, "journal: {} records to replay at next mount", self.journal_records)?;
+        if let Some(t) = &self.journal_tail {
+            write!(f, "; torn tail ignored ({t})")?;
+        }
+        writeln!(f)?;
+        if self.problems.is_empty() {
+            writeln!(f, "clean")
+        } else {
+            writeln!(f, "{} problem(s):", self.problems.len())?;
+            for p in &self.problems {
+                writeln!(f, "  - {p}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Ctx {
+    Dir { ns: u32, oid: u64 },
+    File { ns: u32, oid: u64, size: u64 },
+    Links { ns: u32 },
+}
+
+#[derive(Default)]
+struct DirStats {
+    expected_nlink: u32,
+    subdirs: u32,
+}
+
+/// Checks the store at `dir`. Takes the store's lock, so it refuses a mounted store.
+pub fn check(dir: &Path) -> Result<Report> {
+    let _lock = StoreLock::acquire(dir, "scion check")?;
+    let sb = Superblock::read(dir)?;
+    let store = Arc::new(BlockStore::open(dir, sb.pack, sb.pack_end, false)?);
+    let mut rep = Report { generation: sb.generation, ..Default::default() };
+    let Some(cp) = sb.checkpoint else {
+        rep.problems.push("the superblock names no checkpoint (store never initialised?)".into());
+        return Ok(rep);
+    };
+    let rec = read_record(&store, &cp)?;
+    let forest = Forest::new(store.clone(), RefTable::default());
+    let mut c = Checker {
+        forest: &forest,
+        rep: &mut rep,
+        refs_found: HashMap::new(),
+        dirs: HashMap::new(),
+        link_refs: HashMap::new(),
+        link_nlink: HashMap::new(),
+        file_alloc: HashMap::new(),
+        oids: HashSet::new(),
+        next_oid: HashMap::new(),
+        inodes: HashMap::new(),
+        work: Vec::new(),
+    };
+    for o in &rec.orphans {
+        c.reference(o, None);
+    }
+    if let Some(root) = rec.ns_root {
+        c.walk_ns_table(&root);
+    }
+    while let Some((ptr, ctx)) = c.work.pop() {
+        c.walk(&ptr, ctx);
+    }
+    c.finish(&rec.refs, &rec.freed);
+    match journal::read(dir, sb.generation, &sb.store_id) {
+        Ok(j) => {
+            rep.journal_records = j.records.len() as u64;
+            rep.journal_tail = j.tail_reason.map(|r| format!("{} bytes: {r}", j.tail_bytes));
+        }
+        Err(e) => rep.problems.push(format!("journal: {e}")),
+    }
+    Ok(rep)
+}
+
+struct Checker<'a> {
+    forest: &'a Forest,
+    rep: &'a mut Report,
+    refs_found: HashMap<u64, (u32, BlockPtr)>,
+    dirs: HashMap<(u32, u64), DirStats>,
+    link_refs: HashMap<(u32, u64), u32>,
+    link_nlink: HashMap<(u32, u64), u32>,
+    file_alloc: HashMap<(u32, u64), (u64, u64)>,
+    oids: HashSet<(u32, u64)>,
+    next_oid: HashMap<u32, u64>,
+    inodes: HashMap<u32, (u64, u64)>,
+    work: Vec<(BlockPtr, Ctx)>,
+}
+
+impl Checker<'_> {
+    fn problem(&mut self, p: String) {
+        if self.rep.problems.len() < 1000 {
+            self.rep.problems.push(p);
+        }
+    }
+
+    /// Counts one pointer to `p`; true the first time (so the caller descends once).
+    fn reference(&mut self, p: &BlockPtr, then: Option<Ctx>) -> bool {
+        let e = self.refs_found.entry(p.addr).or_insert((0, *p));
+        e.0 += 1;
+        if e.0 > 1 {
+            if e.1 != *p {
+                let m = format!("two different pointers name the block at {}", p);
+                self.problem(m);
+            }
+            return false;
+        }
+        self.rep.blocks += 1;
+        self.rep.block_bytes += p.len as u64;
+        match (p.kind, then) {
+            (BlockKind::Node, Some(ctx)) => self.work.push((*p, ctx)),
+            // An interior node, checked by the walk of its tree.
+            (BlockKind::Node, None) => {}
+            (BlockKind::Data, _) => {
+                if let Err(e) = self.forest.store.read(p) {
+                    self.problem(format!("{e}"));
+                }
+            }
+            (k, _) => self.problem(format!("unexpected {k:?} block referenced: {p}")),
+        }
+        true
+    }
+
+    fn walk_ns_table(&mut self, root: &BlockPtr) {
+        let mut found = Vec::new();
+        let forest = self.forest;
+        let mut refs = Vec::new();
+        let r = forest.walk(
+            root,
+            &mut |p| {
+                refs.push(*p);
+                true
+            },
+            &mut |k, v| {
+                found.push((k.to_vec(), v.clone()));
+                Ok(())
+            },
+        );
+        for p in refs {
+            self.reference(&p, None);
+        }
+        if let Err(e) = r {
+            self.problem(format!("namespace table: {e}"));
+        }
+        for (k, v) in found {
+            let Ok(id) = <[u8; 4]>::try_from(k.as_slice()).map(u32::from_be_bytes) else {
+                self.problem("namespace table: malformed key".into());
+                continue;
+            };
+            self.rep.namespaces += 1;
+            match ns_from_value(&v) {
+                Ok(ns) => {
+                    self.next_oid.insert(id, ns.next_oid);
+                    self.inodes.insert(id, (ns.inodes, 0));
+                    self.inode(id, &ns.root, None);
+                    if ns.root.oid != ROOT_OID {
+                        self.problem(format!("namespace {id}: root has oid {}", ns.root.oid));
+                    }
+                    if let Some(l) = ns.link_root {
+                        self.reference(&l, Some(Ctx::Links { ns: id }));
+                    }
+                }
+                Err(e) => self.problem(format!("namespace {id}: {e}")),
+            }
+        }
+    }
+
+    /// Accounts for one inode record found in a directory (`parent`) or the link table.
+    fn inode(&mut self, ns: u32, i: &Inode, parent: Option<u64>) {
+        if !self.oids.insert((ns, i.oid)) {
+            self.problem(format!("namespace {ns}: oid {} appears twice", i.oid));
+        }
+        if i.oid >= self.next_oid.get(&ns).copied().unwrap_or(u64::MAX) {
+            self.problem(format!("namespace {ns}: oid {} is not below the next oid", i.oid));
+        }
+        if let Some(e) = self.inodes.get_mut(&ns) {
+            e.1 += 1;
+        }
+        match i.kind {
+            Kind::Dir => {
+                self.rep.dirs += 1;
+                self.dirs.entry((ns, i.oid)).or_default().expected_nlink = i.nlink;
+                if let Some(p) = parent {
+                    self.dirs.entry((ns, p)).or_default().subdirs += 1;
+                }
+                if let Some(c) = i.content {
+                    self.reference(&c, Some(Ctx::Dir { ns, oid: i.oid }));
+                }
+            }
+            Kind::File => {
+                self.rep.files += 1;
+                self.rep.file_bytes += i.size;
+                self.file_alloc.insert((ns, i.oid), (i.alloc, 0));
+                if let Some(c) = i.content {
+                    self.reference(&c, Some(Ctx::File { ns, oid: i.oid, size: i.size }));
+                }
+            }
+            k => {
+                match k {
+                    Kind::Symlink => self.rep.symlinks += 1,
+                    _ => self.rep.specials += 1,
+                }
+                if i.content.is_some() {
+                    self.problem(format!("namespace {ns}: {k:?} oid {} has content", i.oid));
+                }
+            }
+        }
+    }
+
+    fn walk(&mut self, ptr: &BlockPtr, ctx: Ctx) {
+        let forest = self.forest;
+        let mut node_refs = Vec::new();
+        let mut values = Vec::new();
+        let first = std::cell::Cell::new(true);
+        let r = forest.walk(
+            ptr,
+            &mut |p| {
+                // The root was counted by whoever pointed at it.
+                if first.replace(false) {
+                    return true;
+                }
+                node_refs.push(*p);
+                true
+            },
+            &mut |k, v| {
+                values.push((k.to_vec(), v.clone()));
+                Ok(())
+            },
+        );
+        if let Err(e) = r {
+            self.problem(format!("{e}"));
+        }
+        for p in node_refs {
+            // Interior nodes are walked with their tree, so no further work is queued.
+            self.reference(&p, None);
+        }
+        for (k, v) in values {
+            match ctx {
+                Ctx::Dir { ns, oid } => match EntryRecord::from_value(&v) {
+                    Ok(EntryRecord::Inline(i)) => self.inode(ns, &i, Some(oid)),
+                    Ok(EntryRecord::Linked { oid: l, kind }) => {
+                        *self.link_refs.entry((ns, l)).or_default() += 1;
+                        if kind == Kind::Dir {
+                            self.problem(format!("namespace {ns}: directory oid {l} in the link table"));
+                        }
+                    }
+                    Err(e) => self.problem(format!("entry {:?} of directory oid {oid}: {e}", String::from_utf8_lossy(&k))),
+                },
+                Ctx::File { ns, oid, size } => {
+                    let idx = match chunk_index(&k) {
+                        Ok(i) => i,
+                        Err(e) => {
+                            self.problem(format!("file oid {oid}: {e}"));
+                            continue;
+                        }
+                    };
+                    let Some(d) = v.ptrs.first().copied() else {
+                        self.problem(format!("file oid {oid}: chunk {idx} without data"));
+                        continue;
+                    };
+                    if idx * CHUNK + d.len as u64 > size {
+                        self.problem(format!("file oid {oid}: chunk {idx} ({} bytes) lies past the size {size}", d.len));
+                    }
+                    if let Some(e) = self.file_alloc.get_mut(&(ns, oid)) {
+                        e.1 += d.len as u64;
+                    }
+                    self.reference(&d, None);
+                }
+                Ctx::Links { ns } => match inode_from_value(&v) {
+                    Ok(i) => {
+                        if chunk_index(&k).ok() != Some(i.oid) {
+                            self.problem(format!("namespace {ns}: link table key differs from oid {}", i.oid));
+                        }
+                        self.rep.hardlinked += 1;
+                        self.link_nlink.insert((ns, i.oid), i.nlink);
+                        self.inode(ns, &i, None);
+                    }
+                    Err(e) => self.problem(format!("namespace {ns}: link table: {e}")),
+                },
+            }
+        }
+        // Ptrs held by values whose kind is Node (subtrees) were queued by `inode`.
+    }
+
+    fn finish(&mut self, refs: &RefTable, freed: &[BlockPtr]) {
+        for (addr, (found, p)) in self.refs_found.clone() {
+            let want = refs.get(addr);
+            if want != found {
+                self.problem(format!("{p}: reference count {want} but {found} pointer(s) to it"));
+            }
+            if found > 1 {
+                self.rep.shared_blocks += 1;
+            }
+        }
+        for (addr, n) in refs.iter() {
+            if !self.refs_found.contains_key(&addr) {
+                self.problem(format!("reference table keeps count {n} for unreachable block {addr:#x}"));
+            }
+        }
+        for p in freed {
+            if self.refs_found.contains_key(&p.addr) {
+                self.problem(format!("{p} is reachable but on the freed list"));
+            }
+        }
+        let dirs: Vec<_> = self.dirs.iter().map(|(k, d)| (*k, d.expected_nlink, d.subdirs)).collect();
+        for ((ns, oid), nlink, subdirs) in dirs {
+            if nlink != 2 + subdirs {
+                self.problem(format!("namespace {ns}: directory oid {oid} has nlink {nlink}, expected {}", 2 + subdirs));
+            }
+        }
+        let links: Vec<_> = self.link_nlink.iter().map(|(k, n)| (*k, *n)).collect();
+        for ((ns, oid), nlink) in links {
+            let refs = self.link_refs.remove(&(ns, oid)).unwrap_or(0);
+            if refs != nlink {
+                self.problem(format!("namespace {ns}: file oid {oid} has nlink {nlink} but {refs} names"));
+            }
+        }
+        let dangling: Vec<_> = self.link_refs.keys().copied().collect();
+        for (ns, oid) in dangling {
+            self.problem(format!("namespace {ns}: entries refer to oid {oid}, absent from the link table"));
+        }
+        let allocs: Vec<_> = self.file_alloc.iter().map(|(k, v)| (*k, *v)).collect();
+        for ((ns, oid), (said, found)) in allocs {
+            if said != found {
+                self.problem(format!("namespace {ns}: file oid {oid} says {said} bytes stored, has {found}"));
+            }
+        }
+        let counts: Vec<_> = self.inodes.iter().map(|(k, v)| (*k, *v)).collect();
+        for (ns, (said, found)) in counts {
+            if said != found {
+                self.problem(format!("namespace {ns}: inode count {said}, found {found}"));
+            }
+        }
+    }
+}

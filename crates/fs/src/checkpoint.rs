@@ -1,0 +1,607 @@
+//! Creating and opening a store, checkpoints, and recovery.
+//!
+//! A checkpoint folds every overlay into new tree versions, bottom-up, and commits them:
+//!
+//! 1. *prepass*: every inode whose record will be rewritten takes a reference on its current
+//!    content root, before any tree is changed. A record that moves between directories (a
+//!    rename) is thereby never freed by its old directory before its new one holds it.
+//! 2. file overlays become new content trees;
+//! 3. directories with overlays are applied deepest first, each placing its new record in
+//!    its parent's overlay, up to the namespace roots;
+//! 4. link tables and the namespace table are applied;
+//! 5. the reference table, orphan list and freed list are written as meta blocks, packs are
+//!    fsynced, the next journal is created, and the superblock is written and fsynced;
+//! 6. only then are freed blocks punched out of their packs and the old journal deleted.
+
+use crate::fs::*;
+use crate::inode::*;
+use crate::journal::{self, Journal, Record};
+use scion_store::codec::{Reader, Writer};
+use scion_store::{BlockKind, BlockPtr, BlockStore, Error, Result, StoreLock, Superblock};
+use scion_tree::{Forest, Op, RefTable, Value};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+const RECORD_MAGIC: &[u8; 4] = b"SCCK";
+const RECORD_VERSION: u32 = 1;
+const PAGE: usize = 4 << 20;
+const NS_RECORD_VERSION: u8 = 1;
+
+/// What a checkpoint record holds.
+pub struct CheckpointRecord {
+    pub generation: u64,
+    pub ns_root: Option<BlockPtr>,
+    pub next_ns: u32,
+    pub refs: RefTable,
+    /// Content references held by files that were unlinked while open.
+    pub orphans: Vec<BlockPtr>,
+    /// Blocks that died in this checkpoint: punched once it is durable (again at open).
+    pub freed: Vec<BlockPtr>,
+    /// The record block and its pages.
+    pub meta: Vec<BlockPtr>,
+}
+
+fn put_opt_ptr(w: &mut Writer, p: &Option<BlockPtr>) {
+    match p {
+        Some(p) => {
+            w.u8(1);
+            p.encode(w);
+        }
+        None => {
+            w.u8(0);
+        }
+    }
+}
+
+fn get_opt_ptr(r: &mut Reader<'_>) -> Result<Option<BlockPtr>> {
+    Ok(match r.u8()? {
+        0 => None,
+        1 => Some(BlockPtr::decode(r)?),
+        t => return Err(Error::corrupt("checkpoint record", "pointer", format!("tag {t}"))),
+    })
+}
+
+fn put_ptrs(w: &mut Writer, v: &[BlockPtr]) {
+    w.u32(v.len() as u32);
+    for p in v {
+        p.encode(w);
+    }
+}
+
+fn get_ptrs(r: &mut Reader<'_>) -> Result<Vec<BlockPtr>> {
+    let n = r.count(scion_store::PTR_LEN)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(BlockPtr::decode(r)?);
+    }
+    Ok(v)
+}
+
+/// Reads the checkpoint record a superblock names.
+pub fn read_record(store: &BlockStore, ptr: &BlockPtr) -> Result<CheckpointRecord> {
+    let bytes = store.read(ptr)?;
+    let mut r = Reader::new(&bytes, "checkpoint record");
+    if r.raw(4)? != RECORD_MAGIC {
+        return Err(Error::corrupt("checkpoint record", ptr, "bad magic"));
+    }
+    let v = r.u32()?;
+    if v != RECORD_VERSION {
+        return Err(Error::Format(format!("checkpoint record version {v} is not supported")));
+    }
+    let generation = r.u64()?;
+    let ns_root = get_opt_ptr(&mut r)?;
+    let next_ns = r.u32()?;
+    let pages = get_ptrs(&mut r)?;
+    r.expect_end()?;
+    let mut body = Vec::new();
+    for p in &pages {
+        body.extend_from_slice(&store.read(p)?);
+    }
+    let mut r = Reader::new(&body, "checkpoint lists");
+    let refs = RefTable::decode(&mut r)?;
+    let orphans = get_ptrs(&mut r)?;
+    let freed = get_ptrs(&mut r)?;
+    r.expect_end()?;
+    let mut meta = vec![*ptr];
+    meta.extend(pages);
+    Ok(CheckpointRecord { generation, ns_root, next_ns, refs, orphans, freed, meta })
+}
+
+/// A namespace as the namespace table stores it: its root directory's record, link table
+/// root, next object id and inode count. Value pointers: [root content?, link root?].
+pub(crate) fn ns_to_value(root: &Inode, link_root: Option<BlockPtr>, next_oid: u64, inodes: u64) -> Value {
+    let mut w = Writer::new();
+    w.u8(NS_RECORD_VERSION).u64(next_oid).u64(inodes);
+    w.u8(root.content.is_some() as u8 | (link_root.is_some() as u8) << 1);
+    root.encode_record(&mut w);
+    Value::new(w.finish(), root.content.into_iter().chain(link_root).collect())
+}
+
+pub(crate) struct NsRecord {
+    pub root: Inode,
+    pub link_root: Option<BlockPtr>,
+    pub next_oid: u64,
+    pub inodes: u64,
+}
+
+pub(crate) fn ns_from_value(v: &Value) -> Result<NsRecord> {
+    let mut r = Reader::new(&v.bytes, "namespace record");
+    let ver = r.u8()?;
+    if ver != NS_RECORD_VERSION {
+        return Err(Error::corrupt("namespace record", "header", format!("version {ver}")));
+    }
+    let next_oid = r.u64()?;
+    let inodes = r.u64()?;
+    let mask = r.u8()?;
+    let want = (mask & 1) as usize + ((mask >> 1) & 1) as usize;
+    if v.ptrs.len() != want || mask > 3 {
+        return Err(Error::corrupt("namespace record", "pointers", "pointer mask disagrees with pointers"));
+    }
+    let mut ptrs = v.ptrs.iter().copied();
+    let content = if mask & 1 != 0 { ptrs.next() } else { None };
+    let link_root = if mask & 2 != 0 { ptrs.next() } else { None };
+    let root = Inode::decode_record(&mut r, content)?;
+    r.expect_end()?;
+    Ok(NsRecord { root, link_root, next_oid, inodes })
+}
+
+pub(crate) fn ns_key(ns: u32) -> Vec<u8> {
+    ns.to_be_bytes().to_vec()
+}
+
+impl Fs {
+    /// Makes a new, empty store in `dir` (which must be absent or empty).
+    pub fn create(dir: &Path) -> Result<()> {
+        if dir.exists() {
+            let mut it = std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing of {}", dir.display()), e))?;
+            if it.next().is_some() {
+                return Err(Error::Format(format!(
+                    "{} is not empty; a store is made in a new or empty directory",
+                    dir.display()
+                )));
+            }
+        }
+        for sub in ["", "packs", "journal"] {
+            std::fs::create_dir_all(dir.join(sub))
+                .map_err(|e| Error::io(format!("creation of {}", dir.join(sub).display()), e))?;
+        }
+        let store_id: [u8; 16] = rand::random();
+        BlockStore::open(dir, 1, 0, true)?;
+        Journal::create(dir, 0, &store_id)?;
+        let sb = Superblock { generation: 0, store_id, pack: 1, pack_end: 0, checkpoint: None };
+        sb.create(dir)?;
+        scion_store::sync_dir(&dir.join("packs"))?;
+        scion_store::sync_dir(dir)?;
+        // The first open builds the root directory and commits generation 1.
+        let fs = Fs::open(dir, MountOptions { holder: "scion init".into() })?;
+        fs.close()
+    }
+
+    /// Opens a store for reading and writing: takes its lock, loads the newest checkpoint,
+    /// replays the journal and commits the result as a new checkpoint.
+    pub fn open(dir: &Path, opts: MountOptions) -> Result<Fs> {
+        let lock = StoreLock::acquire(dir, &opts.holder)?;
+        let sb = Superblock::read(dir)?;
+        let store = Arc::new(BlockStore::open(dir, sb.pack, sb.pack_end, true)?);
+        let mut fs = Fs {
+            dir: dir.to_path_buf(),
+            store_id: sb.store_id,
+            generation: sb.generation,
+            _lock: lock,
+            forest: Forest::new(store.clone(), RefTable::default()),
+            nodes: HashMap::new(),
+            namespaces: BTreeMap::new(),
+            next_ns: 1,
+            ns_root: None,
+            journal: None,
+            replaying: true,
+            dirty_bytes: 0,
+            orphan_releases: Vec::new(),
+            meta_blocks: Vec::new(),
+            last_checkpoint: Instant::now(),
+            failed: None,
+        };
+        match &sb.checkpoint {
+            Some(ptr) => {
+                let rec = read_record(&store, ptr)?;
+                if rec.generation != sb.generation {
+                    return Err(Error::corrupt(
+                        "checkpoint record",
+                        ptr,
+                        format!("generation {} under superblock generation {}", rec.generation, sb.generation),
+                    ));
+                }
+                // Finish the space reclamation the last checkpoint may not have completed.
+                for p in &rec.freed {
+                    store.punch(p)?;
+                }
+                fs.forest.refs = rec.refs;
+                fs.ns_root = rec.ns_root;
+                fs.next_ns = rec.next_ns;
+                fs.meta_blocks = rec.meta;
+                // Files that were open but unlinked at the crash are gone now.
+                fs.orphan_releases = rec.orphans;
+                fs.load_namespaces()?;
+            }
+            None => {
+                // A new store: namespace 1 with an empty root directory owned by the creator.
+                let now = Ts::now();
+                let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+                let root = Inode::new(ROOT_OID, Kind::Dir, 0o755, uid, gid, now);
+                fs.nodes.insert(ROOT_INO, Node::new_root(root, 1));
+                fs.namespaces.insert(
+                    1,
+                    Namespace { root: ROOT_INO, link_root: None, links: BTreeMap::new(), next_oid: 2, inodes: 1, dirty: true },
+                );
+                fs.next_ns = 2;
+            }
+        }
+        let j = journal::read(dir, sb.generation, &sb.store_id)?;
+        if let Some(why) = &j.tail_reason {
+            log::info!("journal ends with {} unusable bytes ({why}): a write cut short by a crash", j.tail_bytes);
+        }
+        let n = j.records.len();
+        for (i, rec) in j.records.into_iter().enumerate() {
+            fs.replay(&rec).map_err(|errno| {
+                Error::corrupt(
+                    "journal",
+                    format!("record {i} of {n}"),
+                    format!("replay failed with errno {errno}: {rec:?}"),
+                )
+            })?;
+        }
+        if n > 0 {
+            log::info!("replayed {n} journal records");
+        }
+        fs.replaying = false;
+        fs.checkpoint()?;
+        // Start clean: the kernel knows no inode yet.
+        fs.nodes.retain(|ino, _| *ino == ROOT_INO);
+        Ok(fs)
+    }
+
+    fn load_namespaces(&mut self) -> Result<()> {
+        let mut found = Vec::new();
+        let mut err = None;
+        self.forest.scan(self.ns_root.as_ref(), &[], &mut |k, v| {
+            match (k.try_into().map(u32::from_be_bytes), ns_from_value(v)) {
+                (Ok(id), Ok(rec)) => found.push((id, rec)),
+                (Err(_), _) => err = Some(Error::corrupt("namespace table", "key", "not a namespace id")),
+                (_, Err(e)) => err = Some(e),
+            }
+            err.is_none()
+        })?;
+        if let Some(e) = err {
+            return Err(e);
+        }
+        for (id, rec) in found {
+            let root = make_ino(id, rec.root.oid);
+            self.nodes.insert(root, Node::new_root(rec.root, id));
+            self.namespaces.insert(
+                id,
+                Namespace {
+                    root,
+                    link_root: rec.link_root,
+                    links: BTreeMap::new(),
+                    next_oid: rec.next_oid,
+                    inodes: rec.inodes,
+                    dirty: false,
+                },
+            );
+        }
+        if !self.nodes.contains_key(&ROOT_INO) {
+            return Err(Error::corrupt("namespace table", "namespace 1", "missing"));
+        }
+        Ok(())
+    }
+
+    fn replay(&mut self, rec: &Record) -> FsResult<()> {
+        match rec {
+            Record::Mknod { parent, name, kind, perm, uid, gid, rdev, target, oid, time } => {
+                let p = self.resolve(parent)?;
+                self.op_mknod(p, name, *kind, *perm, *uid, *gid, *rdev, target, *oid, *time).map(|_| ())
+            }
+            Record::Link { ino, parent, name, time } => {
+                let i = self.resolve(ino)?;
+                let p = self.resolve(parent)?;
+                self.op_link(i, p, name, *time)
+            }
+            Record::Remove { parent, name, dir, time } => {
+                let p = self.resolve(parent)?;
+                self.op_remove(p, name, *dir, *time)
+            }
+            Record::Rename { parent, name, newparent, newname, flags, time } => {
+                let p = self.resolve(parent)?;
+                let np = self.resolve(newparent)?;
+                self.op_rename(p, name, np, newname, *flags, *time)
+            }
+            Record::SetAttr { ino, attr, time } => {
+                let i = self.resolve(ino)?;
+                self.op_setattr(i, attr, *time)
+            }
+            Record::Write { ino, offset, data, time } => {
+                let i = self.resolve(ino)?;
+                self.op_write(i, *offset, data, *time)
+            }
+            Record::Fallocate { ino, mode, offset, len, time } => {
+                let i = self.resolve(ino)?;
+                self.op_fallocate(i, *mode, *offset, *len, *time)
+            }
+            Record::SetXattr { ino, name, value, flags, time } => {
+                let i = self.resolve(ino)?;
+                self.op_setxattr(i, name, value, *flags, *time)
+            }
+            Record::RemoveXattr { ino, name, time } => {
+                let i = self.resolve(ino)?;
+                self.op_removexattr(i, name, *time)
+            }
+        }
+    }
+
+    /// Commits everything changed since the last checkpoint. On failure the filesystem
+    /// refuses further changes (the journal still holds them for the next mount).
+    pub fn checkpoint(&mut self) -> Result<()> {
+        if let Some(why) = &self.failed {
+            return Err(Error::Format(format!("filesystem failed earlier: {why}")));
+        }
+        let r = self.checkpoint_inner();
+        if let Err(e) = &r {
+            log::error!("checkpoint failed, refusing changes until remount: {e}");
+            self.failed = Some(format!("checkpoint failed: {e}"));
+        }
+        r
+    }
+
+    fn checkpoint_inner(&mut self) -> Result<()> {
+        // Orphans closed since the last checkpoint drop their content now.
+        for p in std::mem::take(&mut self.orphan_releases) {
+            self.forest.release(&p)?;
+        }
+
+        // 1. Prepass: references for every record about to be rewritten, and for orphans.
+        let mut targets: HashSet<Ino> = HashSet::new();
+        for n in self.nodes.values() {
+            if n.loc == Loc::Gone {
+                continue;
+            }
+            for e in n.entries.values().flatten() {
+                if let Ent::Node(i) = e {
+                    targets.insert(*i);
+                }
+            }
+        }
+        for ns in self.namespaces.values() {
+            targets.extend(ns.links.values().flatten());
+        }
+        for ino in &targets {
+            let n = self.nodes.get_mut(ino).expect("overlay names an unloaded inode");
+            if let Some(c) = n.inode.content {
+                self.forest.refs.inc(&c);
+                n.prepass = Some(c);
+            }
+        }
+        for n in self.nodes.values_mut() {
+            if n.loc == Loc::Gone && n.opens > 0 && n.orphan_ref.is_none() {
+                if let Some(c) = n.inode.content {
+                    self.forest.refs.inc(&c);
+                    n.orphan_ref = Some(c);
+                }
+            }
+        }
+
+        // 2. File overlays become content trees.
+        let files: Vec<Ino> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| !n.chunks.is_empty() && n.loc != Loc::Gone)
+            .map(|(i, _)| *i)
+            .collect();
+        for ino in files {
+            let n = self.nodes.get_mut(&ino).unwrap();
+            let chunks = std::mem::take(&mut n.chunks);
+            let content = n.inode.content;
+            let mut ops: Vec<Op> = Vec::with_capacity(chunks.len());
+            let mut alloc_fix: i64 = 0;
+            for (idx, c) in chunks {
+                match c {
+                    Some(buf) if buf.iter().any(|b| *b != 0) => {
+                        let ptr = self.forest.store.write(BlockKind::Data, &buf)?;
+                        ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr]))));
+                    }
+                    Some(buf) => {
+                        // All zeros: stored as a hole.
+                        alloc_fix -= buf.len() as i64;
+                        ops.push((chunk_key(idx), None));
+                    }
+                    None => ops.push((chunk_key(idx), None)),
+                }
+            }
+            let new = self.forest.apply(content.as_ref(), ops)?;
+            let n = self.nodes.get_mut(&ino).unwrap();
+            n.inode.alloc = (n.inode.alloc as i64 + alloc_fix).max(0) as u64;
+            n.inode.content = new;
+            if let Some(p) = n.prepass.take() {
+                self.forest.release(&p)?;
+            }
+        }
+        self.dirty_bytes = self.nodes.values().filter(|n| n.loc == Loc::Gone).map(chunk_bytes).sum();
+
+        // 3. Directories, deepest first.
+        let mut heap: BinaryHeap<(usize, Ino)> = BinaryHeap::new();
+        let mut queued: HashSet<Ino> = HashSet::new();
+        let depth_of = |nodes: &HashMap<Ino, Node>, mut ino: Ino| {
+            let mut d = 0;
+            while let Some(Loc::Entry { parent, .. }) = nodes.get(&ino).map(|n| &n.loc) {
+                ino = *parent;
+                d += 1;
+            }
+            d
+        };
+        for (ino, n) in &self.nodes {
+            if !n.entries.is_empty() && n.loc != Loc::Gone {
+                heap.push((depth_of(&self.nodes, *ino), *ino));
+                queued.insert(*ino);
+            }
+        }
+        let mut fresh_roots: HashSet<u32> = HashSet::new();
+        while let Some((depth, ino)) = heap.pop() {
+            let n = self.nodes.get_mut(&ino).unwrap();
+            let entries = std::mem::take(&mut n.entries);
+            let content = n.inode.content;
+            let mut ops: Vec<Op> = Vec::with_capacity(entries.len());
+            for (name, e) in entries {
+                let v = match e {
+                    None => None,
+                    Some(Ent::Node(c)) => {
+                        let child = &self.nodes[&c];
+                        debug_assert!(child.entries.is_empty(), "child directory applied before its parent");
+                        Some(EntryRecord::Inline(child.inode.clone()).to_value())
+                    }
+                    Some(Ent::Link { oid, kind }) => Some(EntryRecord::Linked { oid, kind }.to_value()),
+                };
+                ops.push((name, v));
+            }
+            let new = self.forest.apply(content.as_ref(), ops)?;
+            let n = self.nodes.get_mut(&ino).unwrap();
+            n.inode.content = new;
+            if let Some(p) = n.prepass.take() {
+                self.forest.release(&p)?;
+            }
+            match n.loc.clone() {
+                Loc::Entry { parent, name } => {
+                    self.nodes.get_mut(&parent).unwrap().entries.insert(name, Some(Ent::Node(ino)));
+                    if queued.insert(parent) {
+                        heap.push((depth - 1, parent));
+                    }
+                }
+                Loc::Root => {
+                    let ns = n.ns;
+                    fresh_roots.insert(ns);
+                    self.namespaces.get_mut(&ns).unwrap().dirty = true;
+                }
+                _ => unreachable!("a removed directory is never queued"),
+            }
+        }
+
+        // 4. Link tables and the namespace table.
+        let mut ns_ops: Vec<Op> = Vec::new();
+        let ids: Vec<u32> = self.namespaces.keys().copied().collect();
+        for id in ids {
+            let ns = self.namespaces.get_mut(&id).unwrap();
+            if !ns.dirty && ns.links.is_empty() {
+                continue;
+            }
+            let links = std::mem::take(&mut ns.links);
+            let mut link_root = ns.link_root;
+            let mut fresh_link = false;
+            if !links.is_empty() {
+                let mut ops: Vec<Op> = Vec::new();
+                for (oid, e) in links {
+                    let v = e.map(|ino| {
+                        let n = &self.nodes[&ino];
+                        inode_to_value(&n.inode)
+                    });
+                    ops.push((oid_key(oid), v));
+                }
+                link_root = self.forest.apply(link_root.as_ref(), ops)?;
+                fresh_link = true;
+            }
+            let ns = self.namespaces.get_mut(&id).unwrap();
+            ns.link_root = link_root;
+            ns.dirty = false;
+            let root = &self.nodes[&ns.root];
+            // The new record owns one reference to each pointer; fresh roots carry theirs.
+            if !fresh_roots.contains(&id) {
+                if let Some(c) = root.inode.content {
+                    self.forest.refs.inc(&c);
+                }
+            }
+            if !fresh_link {
+                if let Some(l) = link_root {
+                    self.forest.refs.inc(&l);
+                }
+            }
+            ns_ops.push((ns_key(id), Some(ns_to_value(&root.inode, link_root, ns.next_oid, ns.inodes))));
+        }
+        if !ns_ops.is_empty() {
+            let old = self.ns_root;
+            self.ns_root = self.forest.apply(old.as_ref(), ns_ops)?;
+            if let Some(old) = old {
+                self.forest.release(&old)?;
+            }
+        }
+
+        // 5. Meta blocks, then commit.
+        let generation = self.generation + 1;
+        let orphans: Vec<BlockPtr> = self.nodes.values().filter_map(|n| n.orphan_ref).collect();
+        let mut freed = std::mem::take(&mut self.forest.freed);
+        freed.extend(std::mem::take(&mut self.meta_blocks));
+        let mut body = Writer::new();
+        self.forest.refs.encode(&mut body);
+        {
+            let w = &mut body;
+            w.u32(orphans.len() as u32);
+            for p in &orphans {
+                p.encode(w);
+            }
+            w.u32(freed.len() as u32);
+            for p in &freed {
+                p.encode(w);
+            }
+        }
+        let body = body.finish();
+        let mut pages = Vec::new();
+        for part in body.chunks(PAGE) {
+            pages.push(self.forest.store.write(BlockKind::Meta, part)?);
+        }
+        let mut w = Writer::new();
+        w.raw(RECORD_MAGIC).u32(RECORD_VERSION).u64(generation);
+        put_opt_ptr(&mut w, &self.ns_root);
+        w.u32(self.next_ns);
+        put_ptrs(&mut w, &pages);
+        let record = self.forest.store.write(BlockKind::Meta, &w.finish())?;
+        self.forest.store.sync()?;
+        let journal = Journal::create(&self.dir, generation, &self.store_id)?;
+        let (pack, pack_end) = self.forest.store.position();
+        let sb = Superblock { generation, store_id: self.store_id, pack, pack_end, checkpoint: Some(record) };
+        sb.write(&self.dir)?;
+
+        // 6. Committed: reclaim, rotate the journal, forget pins.
+        let old_generation = self.generation;
+        self.generation = generation;
+        self.journal = Some(journal);
+        self.meta_blocks = vec![record];
+        self.meta_blocks.extend(pages);
+        for p in &freed {
+            self.forest.store.punch(p)?;
+        }
+        let old = journal::journal_path(&self.dir, old_generation);
+        if let Err(e) = std::fs::remove_file(&old) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                log::warn!("could not remove old journal {}: {e}", old.display());
+            }
+        }
+        let mut evict = Vec::new();
+        for (ino, n) in self.nodes.iter_mut() {
+            n.pinned = false;
+            if n.lookups == 0 && n.opens == 0 && n.inode.kind != Kind::Dir && *ino != ROOT_INO {
+                evict.push(*ino);
+            }
+        }
+        for ino in evict {
+            if self.nodes[&ino].chunks.is_empty() {
+                self.nodes.remove(&ino);
+            }
+        }
+        self.last_checkpoint = Instant::now();
+        Ok(())
+    }
+}
+
+impl Node {
+    pub(crate) fn new_root(inode: Inode, ns: u32) -> Node {
+        Node::new(inode, ns, Loc::Root)
+    }
+}

@@ -1,0 +1,1356 @@
+//! The engine: inodes in memory, their overlays, and every POSIX operation.
+
+use crate::inode::*;
+use crate::journal::{Journal, Record, Target};
+use crate::{SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
+use scion_store::{BlockPtr, BlockStore, Error, Result, StoreLock};
+use scion_tree::Forest;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub type Ino = u64;
+/// Operations answer an errno on failure, as the kernel wants it.
+pub type FsResult<T> = std::result::Result<T, i32>;
+
+pub const ROOT_INO: Ino = 1;
+pub(crate) const ROOT_OID: u64 = 1;
+const MAX_NLINK: u32 = 65000;
+/// A checkpoint is taken when this much changed file data waits in memory.
+const DIRTY_LIMIT: u64 = 256 << 20;
+/// ... or when the journal grows past this.
+const JOURNAL_LIMIT: u64 = 1 << 30;
+
+/// st_ino of an object: the namespace in the high bits, the object id in the low 40.
+pub fn make_ino(ns: u32, oid: u64) -> Ino {
+    (((ns - 1) as u64) << 40) | oid
+}
+
+/// Where an inode's record is stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Loc {
+    /// The root directory of a namespace: in the namespace table.
+    Root,
+    /// In the entry `name` of directory `parent` (a file with one name, or a directory).
+    Entry { parent: Ino, name: Vec<u8> },
+    /// In the namespace's link table (a file with several names).
+    Linked,
+    /// Nowhere any more: removed, perhaps still open.
+    Gone,
+}
+
+/// A change waiting in a directory's overlay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Ent {
+    /// The entry holds the record of this loaded inode.
+    Node(Ino),
+    /// The entry refers to the link table.
+    Link { oid: u64, kind: Kind },
+}
+
+pub(crate) struct Node {
+    pub inode: Inode,
+    pub ns: u32,
+    pub loc: Loc,
+    pub lookups: u64,
+    pub opens: u32,
+    /// Directory overlay: `None` removes the name.
+    pub entries: BTreeMap<Vec<u8>, Option<Ent>>,
+    /// File overlay: chunk index -> new bytes, `None` for a hole.
+    pub chunks: BTreeMap<u64, Option<Vec<u8>>>,
+    /// The record was placed in an overlay since the last checkpoint: keep the node loaded.
+    pub pinned: bool,
+    /// A content reference this inode holds while unlinked but open.
+    pub orphan_ref: Option<BlockPtr>,
+    /// Checkpoint scratch: the old content root this checkpoint took a reference on.
+    pub prepass: Option<BlockPtr>,
+}
+
+impl Node {
+    pub(crate) fn new(inode: Inode, ns: u32, loc: Loc) -> Node {
+        Node {
+            inode,
+            ns,
+            loc,
+            lookups: 0,
+            opens: 0,
+            entries: BTreeMap::new(),
+            chunks: BTreeMap::new(),
+            pinned: false,
+            orphan_ref: None,
+            prepass: None,
+        }
+    }
+}
+
+pub(crate) struct Namespace {
+    pub root: Ino,
+    pub link_root: Option<BlockPtr>,
+    /// Link table overlay: oid -> loaded inode, `None` removes.
+    pub links: BTreeMap<u64, Option<Ino>>,
+    pub next_oid: u64,
+    pub inodes: u64,
+    pub dirty: bool,
+}
+
+/// Attributes as `stat` shows them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: Kind,
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub size: u64,
+    pub blocks: u64,
+    pub atime: Ts,
+    pub mtime: Ts,
+    pub ctime: Ts,
+    pub btime: Ts,
+}
+
+#[derive(Clone, Debug)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: Ino,
+    pub kind: Kind,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct MountOptions {
+    /// Who holds the store, recorded in its lock file (for example the mount point).
+    pub holder: String,
+}
+
+pub struct Fs {
+    pub(crate) dir: PathBuf,
+    pub(crate) store_id: [u8; 16],
+    pub(crate) generation: u64,
+    pub(crate) _lock: StoreLock,
+    pub(crate) forest: Forest,
+    pub(crate) nodes: HashMap<Ino, Node>,
+    pub(crate) namespaces: BTreeMap<u32, Namespace>,
+    pub(crate) next_ns: u32,
+    /// Root of the namespace table (ns id -> namespace record).
+    pub(crate) ns_root: Option<BlockPtr>,
+    pub(crate) journal: Option<Journal>,
+    pub(crate) replaying: bool,
+    pub(crate) dirty_bytes: u64,
+    /// Orphan content references to drop at the next checkpoint.
+    pub(crate) orphan_releases: Vec<BlockPtr>,
+    /// Meta blocks of the committed checkpoint, freed by the next one.
+    pub(crate) meta_blocks: Vec<BlockPtr>,
+    pub(crate) last_checkpoint: Instant,
+    /// Set when a checkpoint failed half way: the in-memory state can no longer be trusted
+    /// to match the store, so every change is refused until a remount replays the journal.
+    pub(crate) failed: Option<String>,
+}
+
+fn eio(e: Error) -> i32 {
+    log::error!("{e}");
+    e.errno()
+}
+
+fn check_name(name: &[u8]) -> FsResult<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(libc::EINVAL);
+    }
+    if name.len() > MAX_NAME {
+        return Err(libc::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
+impl Fs {
+    // ----- inode table -------------------------------------------------------------------
+
+    pub(crate) fn node(&self, ino: Ino) -> FsResult<&Node> {
+        self.nodes.get(&ino).ok_or(libc::ESTALE)
+    }
+
+    pub(crate) fn node_mut(&mut self, ino: Ino) -> FsResult<&mut Node> {
+        self.nodes.get_mut(&ino).ok_or(libc::ESTALE)
+    }
+
+    fn dir_node(&self, ino: Ino) -> FsResult<&Node> {
+        let n = self.node(ino)?;
+        if n.inode.kind != Kind::Dir {
+            return Err(libc::ENOTDIR);
+        }
+        Ok(n)
+    }
+
+    fn attr_of(&self, n: &Node, ino: Ino) -> Attr {
+        let i = &n.inode;
+        Attr {
+            ino,
+            kind: i.kind,
+            perm: i.perm,
+            nlink: i.nlink,
+            uid: i.uid,
+            gid: i.gid,
+            rdev: i.rdev,
+            size: if i.kind == Kind::Symlink { i.target.len() as u64 } else { i.size },
+            blocks: i.alloc.div_ceil(512),
+            atime: i.atime,
+            mtime: i.mtime,
+            ctime: i.ctime,
+            btime: i.btime,
+        }
+    }
+
+    /// Loads the inode a directory entry names, from the overlay or the stored tree.
+    pub(crate) fn child(&mut self, parent: Ino, name: &[u8]) -> FsResult<Option<Ino>> {
+        let p = self.dir_node(parent)?;
+        let ns = p.ns;
+        match p.entries.get(name) {
+            Some(None) => return Ok(None),
+            Some(Some(Ent::Node(ino))) => return Ok(Some(*ino)),
+            Some(Some(Ent::Link { oid, .. })) => {
+                let oid = *oid;
+                return self.linked(ns, oid).map(Some);
+            }
+            None => {}
+        }
+        let content = p.inode.content;
+        let Some(v) = self.forest.get(content.as_ref(), name).map_err(eio)? else { return Ok(None) };
+        match EntryRecord::from_value(&v).map_err(eio)? {
+            EntryRecord::Inline(inode) => {
+                let ino = make_ino(ns, inode.oid);
+                if !self.nodes.contains_key(&ino) {
+                    let loc = Loc::Entry { parent, name: name.to_vec() };
+                    self.nodes.insert(ino, Node::new(inode, ns, loc));
+                }
+                Ok(Some(ino))
+            }
+            EntryRecord::Linked { oid, .. } => self.linked(ns, oid).map(Some),
+        }
+    }
+
+    /// Loads a file of the link table.
+    fn linked(&mut self, ns: u32, oid: u64) -> FsResult<Ino> {
+        let ino = make_ino(ns, oid);
+        if self.nodes.contains_key(&ino) {
+            return Ok(ino);
+        }
+        let n = self.namespaces.get(&ns).ok_or(libc::EIO)?;
+        if let Some(e) = n.links.get(&oid) {
+            // A loaded inode is never evicted while it sits in an overlay.
+            log::error!("link table overlay names oid {oid} of ns {ns} ({e:?}) but it is not loaded");
+            return Err(libc::EIO);
+        }
+        let root = n.link_root;
+        let v = self.forest.get(root.as_ref(), &oid_key(oid)).map_err(eio)?.ok_or_else(|| {
+            log::error!("directory entry refers to oid {oid} of ns {ns}, absent from the link table");
+            libc::EIO
+        })?;
+        let inode = inode_from_value(&v).map_err(eio)?;
+        self.nodes.insert(ino, Node::new(inode, ns, Loc::Linked));
+        Ok(ino)
+    }
+
+    /// Records that an inode's record changed: its location's overlay gets the new record at
+    /// the next checkpoint.
+    pub(crate) fn touch(&mut self, ino: Ino) {
+        let Some(n) = self.nodes.get_mut(&ino) else { return };
+        n.pinned = true;
+        let (loc, ns, oid) = (n.loc.clone(), n.ns, n.inode.oid);
+        match loc {
+            Loc::Root => {
+                if let Some(ns) = self.namespaces.get_mut(&ns) {
+                    ns.dirty = true;
+                }
+            }
+            Loc::Entry { parent, name } => {
+                if let Some(p) = self.nodes.get_mut(&parent) {
+                    p.entries.insert(name, Some(Ent::Node(ino)));
+                }
+            }
+            Loc::Linked => {
+                if let Some(ns) = self.namespaces.get_mut(&ns) {
+                    ns.links.insert(oid, Some(ino));
+                }
+            }
+            Loc::Gone => {}
+        }
+    }
+
+    /// The journal's name for an inode; `None` for one that has no name any more (its
+    /// changes cannot outlive a crash, so they are not journaled).
+    fn target(&self, ino: Ino) -> Option<Target> {
+        let mut names = Vec::new();
+        let mut cur = ino;
+        loop {
+            let n = self.nodes.get(&cur)?;
+            match &n.loc {
+                Loc::Root => {
+                    names.reverse();
+                    return Some(Target::Path { ns: n.ns, names });
+                }
+                Loc::Entry { parent, name } => {
+                    names.push(name.clone());
+                    cur = *parent;
+                }
+                Loc::Linked if cur == ino => return Some(Target::Linked { ns: n.ns, oid: n.inode.oid }),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Finds the inode a journal record names (during recovery).
+    pub(crate) fn resolve(&mut self, t: &Target) -> FsResult<Ino> {
+        match t {
+            Target::Linked { ns, oid } => self.linked(*ns, *oid),
+            Target::Path { ns, names } => {
+                let mut cur = self.namespaces.get(ns).ok_or(libc::ENOENT)?.root;
+                for n in names {
+                    cur = self.child(cur, n)?.ok_or(libc::ENOENT)?;
+                }
+                Ok(cur)
+            }
+        }
+    }
+
+    fn log(&mut self, rec: impl FnOnce() -> Option<Record>) -> FsResult<()> {
+        if self.replaying {
+            return Ok(());
+        }
+        if let Some(r) = rec() {
+            if let Some(j) = self.journal.as_mut() {
+                j.append(&r).map_err(eio)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn writable(&self) -> FsResult<()> {
+        if let Some(why) = &self.failed {
+            log::warn!("refusing a change: {why}");
+            return Err(libc::EIO);
+        }
+        Ok(())
+    }
+
+    /// Takes a checkpoint if enough has accumulated.
+    fn maybe_checkpoint(&mut self) -> FsResult<()> {
+        if self.replaying {
+            return Ok(());
+        }
+        let jl = self.journal.as_ref().map(|j| j.len).unwrap_or(0);
+        if self.dirty_bytes > DIRTY_LIMIT || jl > JOURNAL_LIMIT {
+            self.checkpoint().map_err(eio)?;
+        }
+        Ok(())
+    }
+
+    // ----- lookups and attributes ----------------------------------------------------------
+
+    pub fn root(&self) -> Ino {
+        ROOT_INO
+    }
+
+    /// Looks up a name and counts one kernel reference to the result.
+    pub fn lookup(&mut self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
+        if name.len() > MAX_NAME {
+            return Err(libc::ENAMETOOLONG);
+        }
+        let ino = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        self.remember(ino)
+    }
+
+    /// Counts one kernel reference and returns the attributes.
+    pub fn remember(&mut self, ino: Ino) -> FsResult<Attr> {
+        let n = self.node_mut(ino)?;
+        n.lookups += 1;
+        let n = self.node(ino)?;
+        Ok(self.attr_of(n, ino))
+    }
+
+    /// The kernel dropped `count` references.
+    pub fn forget(&mut self, ino: Ino, count: u64) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.lookups = n.lookups.saturating_sub(count);
+        }
+        self.maybe_evict(ino);
+    }
+
+    /// Drops an inode from memory when nothing needs it: no kernel reference, not open, no
+    /// pending change. Directories stay (their children point at them).
+    fn maybe_evict(&mut self, ino: Ino) {
+        let Some(n) = self.nodes.get(&ino) else { return };
+        if ino == ROOT_INO || n.lookups > 0 || n.opens > 0 {
+            return;
+        }
+        let gone = n.loc == Loc::Gone;
+        if gone {
+            if let Some(r) = n.orphan_ref {
+                self.orphan_releases.push(r);
+            }
+            self.dirty_bytes = self.dirty_bytes.saturating_sub(chunk_bytes(n));
+            self.nodes.remove(&ino);
+        } else if !n.pinned && n.inode.kind != Kind::Dir && n.chunks.is_empty() {
+            self.nodes.remove(&ino);
+        }
+    }
+
+    pub fn getattr(&mut self, ino: Ino) -> FsResult<Attr> {
+        let n = self.node(ino)?;
+        Ok(self.attr_of(n, ino))
+    }
+
+    pub fn setattr(&mut self, ino: Ino, attr: SetAttr) -> FsResult<Attr> {
+        self.writable()?;
+        let now = Ts::now();
+        let target = self.target(ino);
+        self.op_setattr(ino, &attr, now)?;
+        self.log(|| target.map(|ino| Record::SetAttr { ino, attr, time: now }))?;
+        self.maybe_checkpoint()?;
+        self.getattr(ino)
+    }
+
+    pub(crate) fn op_setattr(&mut self, ino: Ino, a: &SetAttr, now: Ts) -> FsResult<()> {
+        let kind = self.node(ino)?.inode.kind;
+        if let Some(size) = a.size {
+            match kind {
+                Kind::File => {}
+                Kind::Dir => return Err(libc::EISDIR),
+                _ => return Err(libc::EINVAL),
+            }
+            if size > MAX_FILE_SIZE {
+                return Err(libc::EFBIG);
+            }
+            self.truncate(ino, size)?;
+            let n = self.node_mut(ino)?;
+            n.inode.mtime = now;
+        }
+        let n = self.node_mut(ino)?;
+        if let Some(m) = a.mode {
+            n.inode.perm = (m & 0o7777) as u16;
+        }
+        if let Some(u) = a.uid {
+            n.inode.uid = u;
+        }
+        if let Some(g) = a.gid {
+            n.inode.gid = g;
+        }
+        if let Some(t) = a.atime {
+            n.inode.atime = t;
+        }
+        if let Some(t) = a.mtime {
+            n.inode.mtime = t;
+        }
+        n.inode.ctime = now;
+        self.touch(ino);
+        Ok(())
+    }
+
+    pub fn readlink(&mut self, ino: Ino) -> FsResult<Vec<u8>> {
+        let n = self.node(ino)?;
+        if n.inode.kind != Kind::Symlink {
+            return Err(libc::EINVAL);
+        }
+        Ok(n.inode.target.clone())
+    }
+
+    // ----- namespace changes ---------------------------------------------------------------
+
+    /// Creates a file, directory, symlink or special file. `perm` is already masked.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        kind: Kind,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+        target: &[u8],
+    ) -> FsResult<Attr> {
+        self.writable()?;
+        check_name(name)?;
+        if kind == Kind::Symlink && (target.is_empty() || target.len() > MAX_SYMLINK) {
+            return Err(if target.is_empty() { libc::ENOENT } else { libc::ENAMETOOLONG });
+        }
+        let ns = self.dir_node(parent)?.ns;
+        let oid = self.namespaces[&ns].next_oid;
+        let now = Ts::now();
+        let ptarget = self.target(parent);
+        let ino = self.op_mknod(parent, name, kind, perm as u16, uid, gid, rdev, target, oid, now)?;
+        self.log(|| {
+            ptarget.map(|parent| Record::Mknod {
+                parent,
+                name: name.to_vec(),
+                kind,
+                perm: perm as u16,
+                uid,
+                gid,
+                rdev,
+                target: target.to_vec(),
+                oid,
+                time: now,
+            })
+        })?;
+        self.remember(ino)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn op_mknod(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        kind: Kind,
+        perm: u16,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+        target: &[u8],
+        oid: u64,
+        now: Ts,
+    ) -> FsResult<Ino> {
+        if self.child(parent, name)?.is_some() {
+            return Err(libc::EEXIST);
+        }
+        let p = self.dir_node(parent)?;
+        let ns = p.ns;
+        if p.inode.kind == Kind::Dir && p.inode.nlink >= MAX_NLINK && kind == Kind::Dir {
+            return Err(libc::EMLINK);
+        }
+        let mut inode = Inode::new(oid, kind, perm, uid, gid, now);
+        // A setgid directory gives new entries its group, and new directories its setgid bit.
+        if p.inode.perm & libc::S_ISGID as u16 != 0 {
+            inode.gid = p.inode.gid;
+            if kind == Kind::Dir {
+                inode.perm |= libc::S_ISGID as u16;
+            }
+        }
+        inode.rdev = rdev;
+        inode.target = target.to_vec();
+        let nsr = self.namespaces.get_mut(&ns).ok_or(libc::EIO)?;
+        if oid != nsr.next_oid {
+            log::error!("object id {oid} replayed where {} was due", nsr.next_oid);
+            return Err(libc::EIO);
+        }
+        nsr.next_oid += 1;
+        nsr.inodes += 1;
+        let ino = make_ino(ns, oid);
+        let mut node = Node::new(inode, ns, Loc::Entry { parent, name: name.to_vec() });
+        node.pinned = true;
+        self.nodes.insert(ino, node);
+        let p = self.node_mut(parent)?;
+        p.entries.insert(name.to_vec(), Some(Ent::Node(ino)));
+        if kind == Kind::Dir {
+            p.inode.nlink += 1;
+        }
+        p.inode.mtime = now;
+        p.inode.ctime = now;
+        self.touch(parent);
+        Ok(ino)
+    }
+
+    pub fn unlink(&mut self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.remove(parent, name, false)
+    }
+
+    pub fn rmdir(&mut self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.remove(parent, name, true)
+    }
+
+    fn remove(&mut self, parent: Ino, name: &[u8], dir: bool) -> FsResult<()> {
+        self.writable()?;
+        let now = Ts::now();
+        let ptarget = self.target(parent);
+        self.op_remove(parent, name, dir, now)?;
+        self.log(|| ptarget.map(|parent| Record::Remove { parent, name: name.to_vec(), dir, time: now }))?;
+        self.maybe_checkpoint()
+    }
+
+    pub(crate) fn op_remove(&mut self, parent: Ino, name: &[u8], dir: bool, now: Ts) -> FsResult<()> {
+        let ino = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        let is_dir = self.node(ino)?.inode.kind == Kind::Dir;
+        if dir && !is_dir {
+            return Err(libc::ENOTDIR);
+        }
+        if !dir && is_dir {
+            return Err(libc::EISDIR);
+        }
+        if is_dir && !self.dir_is_empty(ino)? {
+            return Err(libc::ENOTEMPTY);
+        }
+        self.drop_name(parent, name, ino, now)?;
+        let p = self.node_mut(parent)?;
+        p.entries.insert(name.to_vec(), None);
+        p.inode.mtime = now;
+        p.inode.ctime = now;
+        self.touch(parent);
+        Ok(())
+    }
+
+    /// Takes one name away from `ino` (the entry itself is removed by the caller).
+    fn drop_name(&mut self, parent: Ino, name: &[u8], ino: Ino, now: Ts) -> FsResult<()> {
+        let n = self.node_mut(ino)?;
+        let ns = n.ns;
+        let oid = n.inode.oid;
+        n.inode.ctime = now;
+        if n.inode.kind == Kind::Dir {
+            n.inode.nlink = 0;
+            n.loc = Loc::Gone;
+            n.entries.clear();
+            let p = self.node_mut(parent)?;
+            p.inode.nlink -= 1;
+        } else {
+            n.inode.nlink = n.inode.nlink.saturating_sub(1);
+            let last = n.inode.nlink == 0;
+            match n.loc.clone() {
+                Loc::Entry { .. } => {
+                    debug_assert!(last);
+                    n.loc = Loc::Gone;
+                    n.inode.nlink = 0;
+                }
+                Loc::Linked => {
+                    if last {
+                        n.loc = Loc::Gone;
+                        self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.links.insert(oid, None);
+                    } else {
+                        self.touch(ino);
+                    }
+                }
+                _ => return Err(libc::EIO),
+            }
+        }
+        let _ = name;
+        if self.node(ino)?.loc == Loc::Gone {
+            self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.inodes -= 1;
+            self.maybe_evict(ino);
+        }
+        Ok(())
+    }
+
+    fn dir_is_empty(&mut self, ino: Ino) -> FsResult<bool> {
+        let n = self.dir_node(ino)?;
+        if n.entries.values().any(|e| e.is_some()) {
+            return Ok(false);
+        }
+        let mut empty = true;
+        let removed: Vec<&Vec<u8>> = n.entries.keys().collect();
+        self.forest
+            .scan(n.inode.content.as_ref(), &[], &mut |k, _| {
+                if removed.iter().any(|r| r.as_slice() == k) {
+                    true
+                } else {
+                    empty = false;
+                    false
+                }
+            })
+            .map_err(eio)?;
+        Ok(empty)
+    }
+
+    pub fn rename(&mut self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: u32) -> FsResult<()> {
+        self.writable()?;
+        check_name(newname)?;
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0
+        {
+            return Err(libc::EINVAL);
+        }
+        let now = Ts::now();
+        let (pt, npt) = (self.target(parent), self.target(newparent));
+        self.op_rename(parent, name, newparent, newname, flags, now)?;
+        self.log(|| match (pt, npt) {
+            (Some(parent), Some(newparent)) => Some(Record::Rename {
+                parent,
+                name: name.to_vec(),
+                newparent,
+                newname: newname.to_vec(),
+                flags,
+                time: now,
+            }),
+            _ => None,
+        })?;
+        self.maybe_checkpoint()
+    }
+
+    /// The overlay entry that puts `ino` under a name.
+    fn ent_for(&self, ino: Ino) -> FsResult<Ent> {
+        let n = self.node(ino)?;
+        Ok(match n.loc {
+            Loc::Linked => Ent::Link { oid: n.inode.oid, kind: n.inode.kind },
+            _ => Ent::Node(ino),
+        })
+    }
+
+    fn place(&mut self, ino: Ino, parent: Ino, name: &[u8]) -> FsResult<()> {
+        let ent = self.ent_for(ino)?;
+        if let Ent::Node(_) = ent {
+            self.node_mut(ino)?.loc = Loc::Entry { parent, name: name.to_vec() };
+            self.node_mut(ino)?.pinned = true;
+        }
+        self.node_mut(parent)?.entries.insert(name.to_vec(), Some(ent));
+        Ok(())
+    }
+
+    pub(crate) fn op_rename(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: u32,
+        now: Ts,
+    ) -> FsResult<()> {
+        let src = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        self.dir_node(newparent)?;
+        let dst = self.child(newparent, newname)?;
+        let src_dir = self.node(src)?.inode.kind == Kind::Dir;
+        if src_dir && self.is_ancestor(src, newparent)? {
+            return Err(libc::EINVAL);
+        }
+        if flags & RENAME_EXCHANGE != 0 {
+            let dst = dst.ok_or(libc::ENOENT)?;
+            let dst_dir = self.node(dst)?.inode.kind == Kind::Dir;
+            if dst_dir && self.is_ancestor(dst, parent)? {
+                return Err(libc::EINVAL);
+            }
+            if src == dst {
+                return Ok(());
+            }
+            self.place(src, newparent, newname)?;
+            self.place(dst, parent, name)?;
+            if parent != newparent && src_dir != dst_dir {
+                let (gains, loses) = if src_dir { (newparent, parent) } else { (parent, newparent) };
+                self.node_mut(gains)?.inode.nlink += 1;
+                self.node_mut(loses)?.inode.nlink -= 1;
+            }
+            for i in [src, dst] {
+                self.node_mut(i)?.inode.ctime = now;
+                self.touch(i);
+            }
+        } else {
+            if let Some(dst) = dst {
+                if flags & RENAME_NOREPLACE != 0 {
+                    return Err(libc::EEXIST);
+                }
+                if dst == src {
+                    // Two names of one file: rename does nothing.
+                    return Ok(());
+                }
+                let dst_dir = self.node(dst)?.inode.kind == Kind::Dir;
+                match (src_dir, dst_dir) {
+                    (true, false) => return Err(libc::ENOTDIR),
+                    (false, true) => return Err(libc::EISDIR),
+                    (true, true) if !self.dir_is_empty(dst)? => return Err(libc::ENOTEMPTY),
+                    _ => {}
+                }
+                self.drop_name(newparent, newname, dst, now)?;
+            }
+            self.node_mut(parent)?.entries.insert(name.to_vec(), None);
+            self.place(src, newparent, newname)?;
+            if src_dir && parent != newparent {
+                self.node_mut(parent)?.inode.nlink -= 1;
+                self.node_mut(newparent)?.inode.nlink += 1;
+            }
+            self.node_mut(src)?.inode.ctime = now;
+            self.touch(src);
+        }
+        for p in [parent, newparent] {
+            let n = self.node_mut(p)?;
+            n.inode.mtime = now;
+            n.inode.ctime = now;
+            self.touch(p);
+        }
+        Ok(())
+    }
+
+    /// True if `a` is `b` or one of its ancestors.
+    fn is_ancestor(&self, a: Ino, b: Ino) -> FsResult<bool> {
+        let mut cur = b;
+        loop {
+            if cur == a {
+                return Ok(true);
+            }
+            match &self.node(cur)?.loc {
+                Loc::Entry { parent, .. } => cur = *parent,
+                _ => return Ok(false),
+            }
+        }
+    }
+
+    pub fn link(&mut self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
+        self.writable()?;
+        check_name(newname)?;
+        let now = Ts::now();
+        let (it, pt) = (self.target(ino), self.target(newparent));
+        self.op_link(ino, newparent, newname, now)?;
+        self.log(|| match (it, pt) {
+            (Some(ino), Some(parent)) => Some(Record::Link { ino, parent, name: newname.to_vec(), time: now }),
+            _ => None,
+        })?;
+        self.remember(ino)
+    }
+
+    pub(crate) fn op_link(&mut self, ino: Ino, newparent: Ino, newname: &[u8], now: Ts) -> FsResult<()> {
+        let n = self.node(ino)?;
+        if n.inode.kind == Kind::Dir {
+            return Err(libc::EPERM);
+        }
+        if n.loc == Loc::Gone {
+            return Err(libc::ENOENT);
+        }
+        if n.inode.nlink >= MAX_NLINK {
+            return Err(libc::EMLINK);
+        }
+        if self.dir_node(newparent)?.ns != n.ns {
+            return Err(libc::EXDEV);
+        }
+        if self.child(newparent, newname)?.is_some() {
+            return Err(libc::EEXIST);
+        }
+        let n = self.node(ino)?;
+        let (ns, oid, kind) = (n.ns, n.inode.oid, n.inode.kind);
+        if let Loc::Entry { parent, name } = n.loc.clone() {
+            // A second name: the inode moves to the link table, its entry becomes a reference.
+            self.node_mut(ino)?.loc = Loc::Linked;
+            self.node_mut(parent)?.entries.insert(name, Some(Ent::Link { oid, kind }));
+            self.touch(parent);
+        }
+        self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.links.insert(oid, Some(ino));
+        let n = self.node_mut(ino)?;
+        n.inode.nlink += 1;
+        n.inode.ctime = now;
+        self.touch(ino);
+        let p = self.node_mut(newparent)?;
+        p.entries.insert(newname.to_vec(), Some(Ent::Link { oid, kind }));
+        p.inode.mtime = now;
+        p.inode.ctime = now;
+        self.touch(newparent);
+        Ok(())
+    }
+
+    // ----- directories ---------------------------------------------------------------------
+
+    /// All entries of a directory, in name order (without "." and "..").
+    pub fn readdir(&mut self, ino: Ino) -> FsResult<Vec<DirEntry>> {
+        let n = self.dir_node(ino)?;
+        let ns = n.ns;
+        let mut out: BTreeMap<Vec<u8>, (Ino, Kind)> = BTreeMap::new();
+        let mut err = None;
+        self.forest
+            .scan(n.inode.content.as_ref(), &[], &mut |k, v| match EntryRecord::from_value(v) {
+                Ok(EntryRecord::Inline(i)) => {
+                    out.insert(k.to_vec(), (make_ino(ns, i.oid), i.kind));
+                    true
+                }
+                Ok(EntryRecord::Linked { oid, kind }) => {
+                    out.insert(k.to_vec(), (make_ino(ns, oid), kind));
+                    true
+                }
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            })
+            .map_err(eio)?;
+        if let Some(e) = err {
+            return Err(eio(e));
+        }
+        for (name, e) in &n.entries {
+            match e {
+                None => {
+                    out.remove(name);
+                }
+                Some(Ent::Node(c)) => {
+                    let kind = self.node(*c)?.inode.kind;
+                    out.insert(name.clone(), (*c, kind));
+                }
+                Some(Ent::Link { oid, kind }) => {
+                    out.insert(name.clone(), (make_ino(ns, *oid), *kind));
+                }
+            }
+        }
+        Ok(out.into_iter().map(|(name, (ino, kind))| DirEntry { name, ino, kind }).collect())
+    }
+
+    /// The parent directory of a directory (itself for a namespace root).
+    pub fn parent_of(&self, ino: Ino) -> Ino {
+        match self.nodes.get(&ino).map(|n| &n.loc) {
+            Some(Loc::Entry { parent, .. }) => *parent,
+            _ => ino,
+        }
+    }
+
+    // ----- file content --------------------------------------------------------------------
+
+    pub fn open_file(&mut self, ino: Ino) -> FsResult<()> {
+        self.node_mut(ino)?.opens += 1;
+        Ok(())
+    }
+
+    pub fn release(&mut self, ino: Ino) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.opens = n.opens.saturating_sub(1);
+        }
+        self.maybe_evict(ino);
+    }
+
+    /// Length of the stored bytes of chunk `idx`, and the bytes if `want`.
+    fn chunk(&self, n: &Node, idx: u64) -> FsResult<Option<Vec<u8>>> {
+        match n.chunks.get(&idx) {
+            Some(Some(b)) => Ok(Some(b.clone())),
+            Some(None) => Ok(None),
+            None => {
+                let Some(v) = self.forest.get(n.inode.content.as_ref(), &chunk_key(idx)).map_err(eio)? else {
+                    return Ok(None);
+                };
+                let ptr = v.ptrs.first().ok_or_else(|| {
+                    log::error!("content entry {idx} of oid {} has no data pointer", n.inode.oid);
+                    libc::EIO
+                })?;
+                Ok(Some(self.forest.store.read(ptr).map_err(|e| {
+                    log::error!("read of chunk {idx} of oid {}: {e}", n.inode.oid);
+                    e.errno()
+                })?))
+            }
+        }
+    }
+
+    fn chunk_len(&self, n: &Node, idx: u64) -> FsResult<u64> {
+        match n.chunks.get(&idx) {
+            Some(Some(b)) => Ok(b.len() as u64),
+            Some(None) => Ok(0),
+            None => Ok(self
+                .forest
+                .get(n.inode.content.as_ref(), &chunk_key(idx))
+                .map_err(eio)?
+                .and_then(|v| v.ptrs.first().map(|p| p.len as u64))
+                .unwrap_or(0)),
+        }
+    }
+
+    /// Replaces chunk `idx` (None: a hole), keeping `alloc` and the dirty count right.
+    fn set_chunk(&mut self, ino: Ino, idx: u64, data: Option<Vec<u8>>) -> FsResult<()> {
+        let n = self.node(ino)?;
+        let old = self.chunk_len(n, idx)?;
+        let old_dirty = match n.chunks.get(&idx) {
+            Some(Some(b)) => b.len() as u64,
+            _ => 0,
+        };
+        let new = data.as_ref().map(|b| b.len() as u64).unwrap_or(0);
+        let n = self.node_mut(ino)?;
+        n.inode.alloc = n.inode.alloc + new - old.min(n.inode.alloc);
+        n.chunks.insert(idx, data);
+        self.dirty_bytes = self.dirty_bytes + new - old_dirty.min(self.dirty_bytes);
+        Ok(())
+    }
+
+    pub fn read(&mut self, ino: Ino, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let n = self.node(ino)?;
+        match n.inode.kind {
+            Kind::File => {}
+            Kind::Dir => return Err(libc::EISDIR),
+            _ => return Err(libc::EINVAL),
+        }
+        let end = (offset.saturating_add(size as u64)).min(n.inode.size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let mut out = vec![0u8; (end - offset) as usize];
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / CHUNK;
+            let within = (pos % CHUNK) as usize;
+            let take = ((CHUNK - within as u64).min(end - pos)) as usize;
+            if let Some(data) = self.chunk(n, idx)? {
+                if within < data.len() {
+                    let avail = (data.len() - within).min(take);
+                    let o = (pos - offset) as usize;
+                    out[o..o + avail].copy_from_slice(&data[within..within + avail]);
+                }
+            }
+            pos += take as u64;
+        }
+        Ok(out)
+    }
+
+    pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.writable()?;
+        let now = Ts::now();
+        let target = self.target(ino);
+        self.op_write(ino, offset, data, now)?;
+        self.log(|| target.map(|ino| Record::Write { ino, offset, data: data.to_vec(), time: now }))?;
+        self.maybe_checkpoint()?;
+        Ok(data.len() as u32)
+    }
+
+    pub(crate) fn op_write(&mut self, ino: Ino, offset: u64, data: &[u8], now: Ts) -> FsResult<()> {
+        let n = self.node(ino)?;
+        match n.inode.kind {
+            Kind::File => {}
+            Kind::Dir => return Err(libc::EISDIR),
+            _ => return Err(libc::EINVAL),
+        }
+        let end = offset.checked_add(data.len() as u64).ok_or(libc::EFBIG)?;
+        if end > MAX_FILE_SIZE {
+            return Err(libc::EFBIG);
+        }
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / CHUNK;
+            let within = (pos % CHUNK) as usize;
+            let take = ((CHUNK - within as u64).min(end - pos)) as usize;
+            let src = &data[(pos - offset) as usize..(pos - offset) as usize + take];
+            let buf = if within == 0 && take as u64 == CHUNK {
+                src.to_vec()
+            } else {
+                let mut buf = self.chunk(self.node(ino)?, idx)?.unwrap_or_default();
+                if buf.len() < within + take {
+                    buf.resize(within + take, 0);
+                }
+                buf[within..within + take].copy_from_slice(src);
+                buf
+            };
+            self.set_chunk(ino, idx, Some(buf))?;
+            pos += take as u64;
+        }
+        let n = self.node_mut(ino)?;
+        n.inode.size = n.inode.size.max(end);
+        n.inode.mtime = now;
+        n.inode.ctime = now;
+        self.touch(ino);
+        Ok(())
+    }
+
+    /// Chunk indexes at or after `from` that hold data, stored or in the overlay.
+    fn data_chunks_from(&self, n: &Node, from: u64, limit: usize) -> FsResult<Vec<u64>> {
+        let mut stored = Vec::new();
+        let mut err = None;
+        self.forest
+            .scan(n.inode.content.as_ref(), &chunk_key(from), &mut |k, _| match chunk_index(k) {
+                Ok(i) => {
+                    stored.push(i);
+                    stored.len() < limit + n.chunks.len()
+                }
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            })
+            .map_err(eio)?;
+        if let Some(e) = err {
+            return Err(eio(e));
+        }
+        let mut all: std::collections::BTreeSet<u64> =
+            stored.into_iter().filter(|i| !n.chunks.contains_key(i)).collect();
+        for (i, c) in n.chunks.range(from..) {
+            if c.is_some() {
+                all.insert(*i);
+            }
+        }
+        Ok(all.into_iter().take(limit).collect())
+    }
+
+    fn truncate(&mut self, ino: Ino, size: u64) -> FsResult<()> {
+        let n = self.node(ino)?;
+        let old = n.inode.size;
+        if size < old {
+            let first_dead = size.div_ceil(CHUNK);
+            loop {
+                let n = self.node(ino)?;
+                let dead = self.data_chunks_from(n, first_dead, 4096)?;
+                if dead.is_empty() {
+                    break;
+                }
+                for idx in dead {
+                    self.set_chunk(ino, idx, None)?;
+                }
+            }
+            let within = (size % CHUNK) as usize;
+            if within > 0 {
+                let idx = size / CHUNK;
+                if let Some(mut buf) = self.chunk(self.node(ino)?, idx)? {
+                    if buf.len() > within {
+                        buf.truncate(within);
+                        self.set_chunk(ino, idx, Some(buf))?;
+                    }
+                }
+            }
+        }
+        let n = self.node_mut(ino)?;
+        n.inode.size = size;
+        n.inode.ctime = Ts::now().max(n.inode.ctime);
+        self.touch(ino);
+        Ok(())
+    }
+
+    /// Zeroes `[offset, end)` of a file without changing its size.
+    fn zero_range(&mut self, ino: Ino, offset: u64, end: u64) -> FsResult<()> {
+        let size = self.node(ino)?.inode.size;
+        let end = end.min(size);
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / CHUNK;
+            let within = (pos % CHUNK) as usize;
+            let take = ((CHUNK - within as u64).min(end - pos)) as usize;
+            let n = self.node(ino)?;
+            if within == 0 && (take as u64 == CHUNK || pos + take as u64 >= size) {
+                if self.chunk_len(n, idx)? > 0 || n.chunks.contains_key(&idx) {
+                    self.set_chunk(ino, idx, None)?;
+                }
+            } else if let Some(mut buf) = self.chunk(n, idx)? {
+                if within < buf.len() {
+                    let stop = (within + take).min(buf.len());
+                    buf[within..stop].fill(0);
+                    self.set_chunk(ino, idx, Some(buf))?;
+                }
+            }
+            pos += take as u64;
+        }
+        Ok(())
+    }
+
+    pub fn fallocate(&mut self, ino: Ino, mode: i32, offset: u64, len: u64) -> FsResult<()> {
+        self.writable()?;
+        let now = Ts::now();
+        let target = self.target(ino);
+        self.op_fallocate(ino, mode, offset, len, now)?;
+        self.log(|| target.map(|ino| Record::Fallocate { ino, mode, offset, len, time: now }))?;
+        self.maybe_checkpoint()
+    }
+
+    pub(crate) fn op_fallocate(&mut self, ino: Ino, mode: i32, offset: u64, len: u64, now: Ts) -> FsResult<()> {
+        let n = self.node(ino)?;
+        match n.inode.kind {
+            Kind::File => {}
+            Kind::Dir => return Err(libc::EISDIR),
+            _ => return Err(libc::ENODEV),
+        }
+        if len == 0 {
+            return Err(libc::EINVAL);
+        }
+        let end = offset.checked_add(len).ok_or(libc::EFBIG)?;
+        if end > MAX_FILE_SIZE {
+            return Err(libc::EFBIG);
+        }
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
+        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if punch && (!keep || zero) {
+            return Err(libc::EINVAL);
+        }
+        if punch || zero {
+            self.zero_range(ino, offset, end)?;
+            let n = self.node_mut(ino)?;
+            n.inode.mtime = now;
+            n.inode.ctime = now;
+        }
+        // Space is not reserved ahead: blocks are written at checkpoints, never in place.
+        let n = self.node_mut(ino)?;
+        if !keep && end > n.inode.size {
+            n.inode.size = end;
+            n.inode.ctime = now;
+        }
+        self.touch(ino);
+        Ok(())
+    }
+
+    /// SEEK_DATA and SEEK_HOLE, at chunk granularity.
+    pub fn lseek(&mut self, ino: Ino, offset: u64, whence: i32) -> FsResult<u64> {
+        let n = self.node(ino)?;
+        let size = n.inode.size;
+        if offset >= size {
+            return Err(libc::ENXIO);
+        }
+        let idx = offset / CHUNK;
+        match whence {
+            libc::SEEK_DATA => {
+                let next = self.data_chunks_from(n, idx, 1)?;
+                match next.first() {
+                    Some(&i) if i * CHUNK < size => Ok(offset.max(i * CHUNK)),
+                    _ => Err(libc::ENXIO),
+                }
+            }
+            libc::SEEK_HOLE => {
+                let mut want = idx;
+                loop {
+                    let got = self.data_chunks_from(n, want, 256)?;
+                    for i in &got {
+                        if *i != want {
+                            return Ok(offset.max(want * CHUNK).min(size));
+                        }
+                        want += 1;
+                    }
+                    if got.len() < 256 {
+                        return Ok(offset.max(want * CHUNK).min(size));
+                    }
+                }
+            }
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// Copies a byte range between files of the store.
+    pub fn copy_range(&mut self, from: Ino, off_in: u64, to: Ino, off_out: u64, len: u64) -> FsResult<u64> {
+        let size = self.node(from)?.inode.size;
+        let len = len.min(size.saturating_sub(off_in));
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(4 << 20) as u32;
+            let data = self.read(from, off_in + done, n)?;
+            if data.is_empty() {
+                break;
+            }
+            self.write(to, off_out + done, &data)?;
+            done += data.len() as u64;
+        }
+        Ok(done)
+    }
+
+    // ----- extended attributes -------------------------------------------------------------
+
+    pub fn getxattr(&mut self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        self.node(ino)?.inode.xattrs.get(name).cloned().ok_or(libc::ENODATA)
+    }
+
+    pub fn listxattr(&mut self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
+        Ok(self.node(ino)?.inode.xattrs.keys().cloned().collect())
+    }
+
+    pub fn setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
+        self.writable()?;
+        let now = Ts::now();
+        let target = self.target(ino);
+        self.op_setxattr(ino, name, value, flags, now)?;
+        self.log(|| {
+            target.map(|ino| Record::SetXattr { ino, name: name.to_vec(), value: value.to_vec(), flags, time: now })
+        })
+    }
+
+    pub(crate) fn op_setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], flags: i32, now: Ts) -> FsResult<()> {
+        if name.is_empty() || name.len() > MAX_XATTR_NAME {
+            return Err(libc::ERANGE);
+        }
+        if value.len() > MAX_XATTR_VALUE {
+            return Err(libc::E2BIG);
+        }
+        let n = self.node_mut(ino)?;
+        let exists = n.inode.xattrs.contains_key(name);
+        if flags & libc::XATTR_CREATE != 0 && exists {
+            return Err(libc::EEXIST);
+        }
+        if flags & libc::XATTR_REPLACE != 0 && !exists {
+            return Err(libc::ENODATA);
+        }
+        let old = n.inode.xattrs.get(name).map(|v| name.len() + v.len()).unwrap_or(0);
+        if n.inode.xattr_bytes() - old + name.len() + value.len() > MAX_XATTR_TOTAL {
+            return Err(libc::ENOSPC);
+        }
+        n.inode.xattrs.insert(name.to_vec(), value.to_vec());
+        n.inode.ctime = now;
+        self.touch(ino);
+        Ok(())
+    }
+
+    pub fn removexattr(&mut self, ino: Ino, name: &[u8]) -> FsResult<()> {
+        self.writable()?;
+        let now = Ts::now();
+        let target = self.target(ino);
+        self.op_removexattr(ino, name, now)?;
+        self.log(|| target.map(|ino| Record::RemoveXattr { ino, name: name.to_vec(), time: now }))
+    }
+
+    pub(crate) fn op_removexattr(&mut self, ino: Ino, name: &[u8], now: Ts) -> FsResult<()> {
+        let n = self.node_mut(ino)?;
+        n.inode.xattrs.remove(name).ok_or(libc::ENODATA)?;
+        n.inode.ctime = now;
+        self.touch(ino);
+        Ok(())
+    }
+
+    // ----- durability and space ------------------------------------------------------------
+
+    /// Makes every acknowledged change durable (the journal is fsynced).
+    pub fn fsync(&mut self) -> FsResult<()> {
+        if let Some(j) = self.journal.as_mut() {
+            j.sync().map_err(eio)?;
+        }
+        Ok(())
+    }
+
+    /// Periodic work: syncs the journal, checkpoints when changes are old enough.
+    pub fn tick(&mut self, checkpoint_after: std::time::Duration) -> Result<()> {
+        if self.failed.is_some() {
+            return Ok(());
+        }
+        if let Some(j) = self.journal.as_mut() {
+            if j.has_unsynced() {
+                j.sync()?;
+            }
+        }
+        if self.last_checkpoint.elapsed() >= checkpoint_after && self.has_changes() {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    pub fn has_changes(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| j.len > 64)
+            || self.namespaces.values().any(|n| n.dirty || !n.links.is_empty())
+            || self.nodes.values().any(|n| !n.entries.is_empty() || !n.chunks.is_empty())
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        let c = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes()).unwrap_or_default();
+        unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+        let bsize = st.f_frsize.max(512);
+        let inodes: u64 = self.namespaces.values().map(|n| n.inodes).sum();
+        // Inodes cost no host inodes; a small record each, so free space bounds them.
+        let ffree = st.f_bavail * bsize / 256;
+        StatFs {
+            blocks: st.f_blocks,
+            bfree: st.f_bfree,
+            bavail: st.f_bavail,
+            files: inodes + ffree,
+            ffree,
+            bsize: bsize as u32,
+            namelen: MAX_NAME as u32,
+        }
+    }
+
+    pub fn store_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn block_store(&self) -> &Arc<BlockStore> {
+        &self.forest.store
+    }
+
+    /// Flushes everything into a final checkpoint.
+    pub fn close(mut self) -> Result<()> {
+        if self.failed.is_none() {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn chunk_bytes(n: &Node) -> u64 {
+    n.chunks.values().map(|c| c.as_ref().map(|b| b.len() as u64).unwrap_or(0)).sum()
+}

@@ -1,0 +1,303 @@
+//! Inode records: what a directory entry (or the link table) stores for a file.
+
+use scion_store::codec::{Reader, Writer};
+use scion_store::{BlockPtr, Error, Result};
+use scion_tree::Value;
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Bytes of file content per data block. Large enough that reads stay sequential, small
+/// enough that a small overwrite copies little.
+pub const CHUNK: u64 = 64 << 10;
+pub const MAX_NAME: usize = 255;
+pub const MAX_XATTR_NAME: usize = 255;
+pub const MAX_XATTR_VALUE: usize = 64 << 10;
+pub const MAX_XATTR_TOTAL: usize = 256 << 10;
+pub const MAX_SYMLINK: usize = 4095;
+/// Largest file size: the chunk index must fit the tree's 8-byte key, and offsets an i64.
+pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    File = 1,
+    Dir = 2,
+    Symlink = 3,
+    Fifo = 4,
+    Socket = 5,
+    CharDev = 6,
+    BlockDev = 7,
+}
+
+impl Kind {
+    pub fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::File,
+            2 => Kind::Dir,
+            3 => Kind::Symlink,
+            4 => Kind::Fifo,
+            5 => Kind::Socket,
+            6 => Kind::CharDev,
+            7 => Kind::BlockDev,
+            _ => return None,
+        })
+    }
+    /// From the S_IFMT bits of a mode.
+    pub fn from_mode(mode: u32) -> Option<Kind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG | 0 => Kind::File,
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFLNK => Kind::Symlink,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFSOCK => Kind::Socket,
+            libc::S_IFCHR => Kind::CharDev,
+            libc::S_IFBLK => Kind::BlockDev,
+            _ => return None,
+        })
+    }
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            Kind::File => libc::S_IFREG,
+            Kind::Dir => libc::S_IFDIR,
+            Kind::Symlink => libc::S_IFLNK,
+            Kind::Fifo => libc::S_IFIFO,
+            Kind::Socket => libc::S_IFSOCK,
+            Kind::CharDev => libc::S_IFCHR,
+            Kind::BlockDev => libc::S_IFBLK,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub struct Ts {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Ts {
+    pub fn now() -> Ts {
+        Ts::from_system(SystemTime::now())
+    }
+    pub fn from_system(t: SystemTime) -> Ts {
+        match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => Ts { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
+            Err(e) => {
+                let d = e.duration();
+                if d.subsec_nanos() == 0 {
+                    Ts { sec: -(d.as_secs() as i64), nsec: 0 }
+                } else {
+                    Ts { sec: -(d.as_secs() as i64) - 1, nsec: 1_000_000_000 - d.subsec_nanos() }
+                }
+            }
+        }
+    }
+    pub fn to_system(self) -> SystemTime {
+        if self.sec >= 0 {
+            UNIX_EPOCH + std::time::Duration::new(self.sec as u64, self.nsec)
+        } else {
+            UNIX_EPOCH - std::time::Duration::from_secs((-self.sec) as u64)
+                + std::time::Duration::from_nanos(self.nsec as u64)
+        }
+    }
+    fn encode(&self, w: &mut Writer) {
+        w.i64(self.sec).u32(self.nsec);
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Ts> {
+        let sec = r.i64()?;
+        let nsec = r.u32()?;
+        if nsec >= 1_000_000_000 {
+            return Err(Error::corrupt("inode", "timestamp", format!("nanoseconds {nsec}")));
+        }
+        Ok(Ts { sec, nsec })
+    }
+}
+
+/// One file's metadata. `content` is the root of its content tree: chunk index -> data
+/// block for a regular file, name -> entry for a directory; `None` when empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inode {
+    pub oid: u64,
+    pub kind: Kind,
+    /// Permission bits including setuid, setgid and sticky (07777).
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub size: u64,
+    /// Bytes of content actually stored (for st_blocks).
+    pub alloc: u64,
+    pub atime: Ts,
+    pub mtime: Ts,
+    pub ctime: Ts,
+    pub btime: Ts,
+    pub rdev: u32,
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Symlink target.
+    pub target: Vec<u8>,
+    pub content: Option<BlockPtr>,
+}
+
+const RECORD_VERSION: u8 = 1;
+
+impl Inode {
+    pub fn new(oid: u64, kind: Kind, perm: u16, uid: u32, gid: u32, now: Ts) -> Inode {
+        Inode {
+            oid,
+            kind,
+            perm: perm & 0o7777,
+            uid,
+            gid,
+            nlink: if kind == Kind::Dir { 2 } else { 1 },
+            size: 0,
+            alloc: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            btime: now,
+            rdev: 0,
+            xattrs: BTreeMap::new(),
+            target: Vec::new(),
+            content: None,
+        }
+    }
+
+    pub fn mode(&self) -> u32 {
+        self.kind.mode_bits() | self.perm as u32
+    }
+
+    /// The record bytes, without `content` (which travels as the value's pointer).
+    pub fn encode_record(&self, w: &mut Writer) {
+        w.u8(RECORD_VERSION).u64(self.oid).u8(self.kind as u8).u16(self.perm);
+        w.u32(self.uid).u32(self.gid).u32(self.nlink).u64(self.size).u64(self.alloc);
+        for t in [&self.atime, &self.mtime, &self.ctime, &self.btime] {
+            t.encode(w);
+        }
+        w.u32(self.rdev).bytes(&self.target).u32(self.xattrs.len() as u32);
+        for (k, v) in &self.xattrs {
+            w.bytes(k).bytes(v);
+        }
+    }
+
+    pub fn decode_record(r: &mut Reader<'_>, content: Option<BlockPtr>) -> Result<Inode> {
+        let v = r.u8()?;
+        if v != RECORD_VERSION {
+            return Err(Error::corrupt("inode", "record", format!("unknown record version {v}")));
+        }
+        let oid = r.u64()?;
+        let k = r.u8()?;
+        let kind = Kind::from_u8(k).ok_or_else(|| Error::corrupt("inode", format!("oid {oid}"), format!("kind {k}")))?;
+        let perm = r.u16()? & 0o7777;
+        let uid = r.u32()?;
+        let gid = r.u32()?;
+        let nlink = r.u32()?;
+        let size = r.u64()?;
+        let alloc = r.u64()?;
+        let atime = Ts::decode(r)?;
+        let mtime = Ts::decode(r)?;
+        let ctime = Ts::decode(r)?;
+        let btime = Ts::decode(r)?;
+        let rdev = r.u32()?;
+        let target = r.bytes()?.to_vec();
+        let n = r.count(8)?;
+        let mut xattrs = BTreeMap::new();
+        for _ in 0..n {
+            let k = r.bytes()?.to_vec();
+            let v = r.bytes()?.to_vec();
+            xattrs.insert(k, v);
+        }
+        Ok(Inode { oid, kind, perm, uid, gid, nlink, size, alloc, atime, mtime, ctime, btime, rdev, xattrs, target, content })
+    }
+
+    pub fn xattr_bytes(&self) -> usize {
+        self.xattrs.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
+}
+
+/// What a directory entry holds: the inode itself (the common case), or, for a file with
+/// several names, the object id under which the namespace's link table holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryRecord {
+    Inline(Inode),
+    Linked { oid: u64, kind: Kind },
+}
+
+const ENTRY_INLINE: u8 = 0;
+const ENTRY_LINKED: u8 = 1;
+
+impl EntryRecord {
+    pub fn oid(&self) -> u64 {
+        match self {
+            EntryRecord::Inline(i) => i.oid,
+            EntryRecord::Linked { oid, .. } => *oid,
+        }
+    }
+    pub fn to_value(&self) -> Value {
+        let mut w = Writer::new();
+        match self {
+            EntryRecord::Inline(i) => {
+                w.u8(ENTRY_INLINE);
+                i.encode_record(&mut w);
+                Value::new(w.finish(), i.content.into_iter().collect())
+            }
+            EntryRecord::Linked { oid, kind } => {
+                w.u8(ENTRY_LINKED).u64(*oid).u8(*kind as u8);
+                Value::new(w.finish(), Vec::new())
+            }
+        }
+    }
+    pub fn from_value(v: &Value) -> Result<EntryRecord> {
+        let mut r = Reader::new(&v.bytes, "directory entry");
+        let rec = match r.u8()? {
+            ENTRY_INLINE => {
+                if v.ptrs.len() > 1 {
+                    return Err(Error::corrupt("directory entry", "value", "more than one content pointer"));
+                }
+                EntryRecord::Inline(Inode::decode_record(&mut r, v.ptrs.first().copied())?)
+            }
+            ENTRY_LINKED => {
+                let oid = r.u64()?;
+                let k = r.u8()?;
+                let kind = Kind::from_u8(k).ok_or_else(|| Error::corrupt("directory entry", "value", format!("kind {k}")))?;
+                if !v.ptrs.is_empty() {
+                    return Err(Error::corrupt("directory entry", "value", "link reference with a pointer"));
+                }
+                EntryRecord::Linked { oid, kind }
+            }
+            t => return Err(Error::corrupt("directory entry", "value", format!("unknown entry tag {t}"))),
+        };
+        r.expect_end()?;
+        Ok(rec)
+    }
+}
+
+/// An inode as the link table stores it.
+pub fn inode_to_value(i: &Inode) -> Value {
+    let mut w = Writer::new();
+    i.encode_record(&mut w);
+    Value::new(w.finish(), i.content.into_iter().collect())
+}
+
+pub fn inode_from_value(v: &Value) -> Result<Inode> {
+    let mut r = Reader::new(&v.bytes, "link table entry");
+    if v.ptrs.len() > 1 {
+        return Err(Error::corrupt("link table entry", "value", "more than one content pointer"));
+    }
+    let i = Inode::decode_record(&mut r, v.ptrs.first().copied())?;
+    r.expect_end()?;
+    Ok(i)
+}
+
+pub fn chunk_key(idx: u64) -> Vec<u8> {
+    idx.to_be_bytes().to_vec()
+}
+
+pub fn chunk_index(key: &[u8]) -> Result<u64> {
+    let a: [u8; 8] = key
+        .try_into()
+        .map_err(|_| Error::corrupt("content tree", "key", format!("key of {} bytes", key.len())))?;
+    Ok(u64::from_be_bytes(a))
+}
+
+pub fn oid_key(oid: u64) -> Vec<u8> {
+    oid.to_be_bytes().to_vec()
+}

@@ -1,0 +1,397 @@
+//! The journal: every change the filesystem acknowledges is appended here as a logical
+//! record before it is answered; `fsync` makes the file durable. A journal belongs to one
+//! checkpoint generation (`journal/<gen>.log`); the next checkpoint covers all its records
+//! and deletes it. Recovery replays the records of the newest checkpoint's journal, stopping
+//! at the first record that is torn or fails its checksum.
+//!
+//! File layout: header (magic `SCIONJL1`, format version u32, generation u64, store id 16
+//! bytes, crc32c u32), then records: `len u32, crc32c u32 (of len and payload), payload`.
+
+use crate::inode::{Kind, Ts};
+use scion_store::codec::{Reader, Writer};
+use scion_store::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"SCIONJL1";
+const VERSION: u32 = 1;
+const HEADER_LEN: usize = 8 + 4 + 8 + 16 + 4;
+/// Bounds one record, so a garbled length cannot ask for a huge buffer.
+pub const MAX_RECORD: usize = 64 << 20;
+const BUFFER_FLUSH: usize = 4 << 20;
+
+/// How a journal record names the inode it changes: by path from its namespace root (a
+/// directory entry), or by object id in the namespace's link table (a file with several
+/// names). Inode numbers are not used because recovery starts from a checkpoint in which
+/// nothing is loaded yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Path { ns: u32, names: Vec<Vec<u8>> },
+    Linked { ns: u32, oid: u64 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    Mknod { parent: Target, name: Vec<u8>, kind: Kind, perm: u16, uid: u32, gid: u32, rdev: u32, target: Vec<u8>, oid: u64, time: Ts },
+    Link { ino: Target, parent: Target, name: Vec<u8>, time: Ts },
+    Remove { parent: Target, name: Vec<u8>, dir: bool, time: Ts },
+    Rename { parent: Target, name: Vec<u8>, newparent: Target, newname: Vec<u8>, flags: u32, time: Ts },
+    SetAttr { ino: Target, attr: crate::SetAttr, time: Ts },
+    Write { ino: Target, offset: u64, data: Vec<u8>, time: Ts },
+    Fallocate { ino: Target, mode: i32, offset: u64, len: u64, time: Ts },
+    SetXattr { ino: Target, name: Vec<u8>, value: Vec<u8>, flags: i32, time: Ts },
+    RemoveXattr { ino: Target, name: Vec<u8>, time: Ts },
+}
+
+fn put_target(w: &mut Writer, t: &Target) {
+    match t {
+        Target::Path { ns, names } => {
+            w.u8(0).u32(*ns).u32(names.len() as u32);
+            for n in names {
+                w.bytes(n);
+            }
+        }
+        Target::Linked { ns, oid } => {
+            w.u8(1).u32(*ns).u64(*oid);
+        }
+    }
+}
+
+fn get_target(r: &mut Reader<'_>) -> Result<Target> {
+    Ok(match r.u8()? {
+        0 => {
+            let ns = r.u32()?;
+            let n = r.count(4)?;
+            let mut names = Vec::with_capacity(n);
+            for _ in 0..n {
+                names.push(r.bytes()?.to_vec());
+            }
+            Target::Path { ns, names }
+        }
+        1 => Target::Linked { ns: r.u32()?, oid: r.u64()? },
+        t => return Err(Error::corrupt("journal record", "target", format!("tag {t}"))),
+    })
+}
+
+fn put_ts(w: &mut Writer, t: Ts) {
+    w.i64(t.sec).u32(t.nsec);
+}
+fn get_ts(r: &mut Reader<'_>) -> Result<Ts> {
+    let sec = r.i64()?;
+    let nsec = r.u32()?;
+    if nsec >= 1_000_000_000 {
+        return Err(Error::corrupt("journal record", "timestamp", format!("nanoseconds {nsec}")));
+    }
+    Ok(Ts { sec, nsec })
+}
+fn put_opt_u64(w: &mut Writer, v: Option<u64>) {
+    match v {
+        Some(v) => w.u8(1).u64(v),
+        None => w.u8(0),
+    };
+}
+fn get_opt_u64(r: &mut Reader<'_>) -> Result<Option<u64>> {
+    Ok(match r.u8()? {
+        0 => None,
+        1 => Some(r.u64()?),
+        t => return Err(Error::corrupt("journal record", "option", format!("tag {t}"))),
+    })
+}
+fn put_opt_ts(w: &mut Writer, v: Option<Ts>) {
+    match v {
+        Some(t) => {
+            w.u8(1);
+            put_ts(w, t)
+        }
+        None => {
+            w.u8(0);
+        }
+    }
+}
+fn get_opt_ts(r: &mut Reader<'_>) -> Result<Option<Ts>> {
+    Ok(match r.u8()? {
+        0 => None,
+        1 => Some(get_ts(r)?),
+        t => return Err(Error::corrupt("journal record", "option", format!("tag {t}"))),
+    })
+}
+
+impl Record {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        match self {
+            Record::Mknod { parent, name, kind, perm, uid, gid, rdev, target, oid, time } => {
+                w.u8(1);
+                put_target(&mut w, parent);
+                w.bytes(name).u8(*kind as u8).u16(*perm).u32(*uid).u32(*gid).u32(*rdev).bytes(target).u64(*oid);
+                put_ts(&mut w, *time);
+            }
+            Record::Link { ino, parent, name, time } => {
+                w.u8(2);
+                put_target(&mut w, ino);
+                put_target(&mut w, parent);
+                w.bytes(name);
+                put_ts(&mut w, *time);
+            }
+            Record::Remove { parent, name, dir, time } => {
+                w.u8(3);
+                put_target(&mut w, parent);
+                w.bytes(name).u8(*dir as u8);
+                put_ts(&mut w, *time);
+            }
+            Record::Rename { parent, name, newparent, newname, flags, time } => {
+                w.u8(4);
+                put_target(&mut w, parent);
+                w.bytes(name);
+                put_target(&mut w, newparent);
+                w.bytes(newname).u32(*flags);
+                put_ts(&mut w, *time);
+            }
+            Record::SetAttr { ino, attr, time } => {
+                w.u8(5);
+                put_target(&mut w, ino);
+                put_opt_u64(&mut w, attr.mode.map(u64::from));
+                put_opt_u64(&mut w, attr.uid.map(u64::from));
+                put_opt_u64(&mut w, attr.gid.map(u64::from));
+                put_opt_u64(&mut w, attr.size);
+                put_opt_ts(&mut w, attr.atime);
+                put_opt_ts(&mut w, attr.mtime);
+                put_ts(&mut w, *time);
+            }
+            Record::Write { ino, offset, data, time } => {
+                w.u8(6);
+                put_target(&mut w, ino);
+                w.u64(*offset).bytes(data);
+                put_ts(&mut w, *time);
+            }
+            Record::Fallocate { ino, mode, offset, len, time } => {
+                w.u8(7);
+                put_target(&mut w, ino);
+                w.u32(*mode as u32).u64(*offset).u64(*len);
+                put_ts(&mut w, *time);
+            }
+            Record::SetXattr { ino, name, value, flags, time } => {
+                w.u8(8);
+                put_target(&mut w, ino);
+                w.bytes(name).bytes(value).u32(*flags as u32);
+                put_ts(&mut w, *time);
+            }
+            Record::RemoveXattr { ino, name, time } => {
+                w.u8(9);
+                put_target(&mut w, ino);
+                w.bytes(name);
+                put_ts(&mut w, *time);
+            }
+        }
+        w.finish()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Record> {
+        let mut r = Reader::new(bytes, "journal record");
+        let rec = match r.u8()? {
+            1 => {
+                let parent = get_target(&mut r)?;
+                let name = r.bytes()?.to_vec();
+                let k = r.u8()?;
+                let kind = Kind::from_u8(k).ok_or_else(|| Error::corrupt("journal record", "mknod", format!("kind {k}")))?;
+                Record::Mknod {
+                    parent,
+                    name,
+                    kind,
+                    perm: r.u16()?,
+                    uid: r.u32()?,
+                    gid: r.u32()?,
+                    rdev: r.u32()?,
+                    target: r.bytes()?.to_vec(),
+                    oid: r.u64()?,
+                    time: get_ts(&mut r)?,
+                }
+            }
+            2 => Record::Link {
+                ino: get_target(&mut r)?,
+                parent: get_target(&mut r)?,
+                name: r.bytes()?.to_vec(),
+                time: get_ts(&mut r)?,
+            },
+            3 => Record::Remove {
+                parent: get_target(&mut r)?,
+                name: r.bytes()?.to_vec(),
+                dir: r.u8()? != 0,
+                time: get_ts(&mut r)?,
+            },
+            4 => Record::Rename {
+                parent: get_target(&mut r)?,
+                name: r.bytes()?.to_vec(),
+                newparent: get_target(&mut r)?,
+                newname: r.bytes()?.to_vec(),
+                flags: r.u32()?,
+                time: get_ts(&mut r)?,
+            },
+            5 => {
+                let ino = get_target(&mut r)?;
+                let attr = crate::SetAttr {
+                    mode: get_opt_u64(&mut r)?.map(|v| v as u32),
+                    uid: get_opt_u64(&mut r)?.map(|v| v as u32),
+                    gid: get_opt_u64(&mut r)?.map(|v| v as u32),
+                    size: get_opt_u64(&mut r)?,
+                    atime: get_opt_ts(&mut r)?,
+                    mtime: get_opt_ts(&mut r)?,
+                };
+                Record::SetAttr { ino, attr, time: get_ts(&mut r)? }
+            }
+            6 => Record::Write {
+                ino: get_target(&mut r)?,
+                offset: r.u64()?,
+                data: r.bytes()?.to_vec(),
+                time: get_ts(&mut r)?,
+            },
+            7 => Record::Fallocate {
+                ino: get_target(&mut r)?,
+                mode: r.u32()? as i32,
+                offset: r.u64()?,
+                len: r.u64()?,
+                time: get_ts(&mut r)?,
+            },
+            8 => Record::SetXattr {
+                ino: get_target(&mut r)?,
+                name: r.bytes()?.to_vec(),
+                value: r.bytes()?.to_vec(),
+                flags: r.u32()? as i32,
+                time: get_ts(&mut r)?,
+            },
+            9 => Record::RemoveXattr { ino: get_target(&mut r)?, name: r.bytes()?.to_vec(), time: get_ts(&mut r)? },
+            t => return Err(Error::corrupt("journal record", "header", format!("unknown record type {t}"))),
+        };
+        r.expect_end()?;
+        Ok(rec)
+    }
+}
+
+pub fn journal_path(dir: &Path, generation: u64) -> PathBuf {
+    dir.join("journal").join(format!("{generation:016x}.log"))
+}
+
+fn header(generation: u64, store_id: &[u8; 16]) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.raw(MAGIC).u32(VERSION).u64(generation).raw(store_id);
+    let crc = crc32c::crc32c(&w.buf);
+    w.u32(crc);
+    w.finish()
+}
+
+/// The journal being appended to.
+pub struct Journal {
+    file: File,
+    buf: Vec<u8>,
+    /// Bytes in the file plus the buffer.
+    pub len: u64,
+    unsynced: bool,
+}
+
+impl Journal {
+    /// Creates the (empty) journal of `generation` and makes its existence durable.
+    pub fn create(dir: &Path, generation: u64, store_id: &[u8; 16]) -> Result<Journal> {
+        let path = journal_path(dir, generation);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("creation of {}", path.display()), e))?;
+        let h = header(generation, store_id);
+        file.write_all(&h).map_err(|e| Error::io("journal write", e))?;
+        file.sync_all().map_err(|e| Error::io("journal fsync", e))?;
+        scion_store::sync_dir(&dir.join("journal"))?;
+        Ok(Journal { file, buf: Vec::new(), len: h.len() as u64, unsynced: false })
+    }
+
+    pub fn append(&mut self, rec: &Record) -> Result<()> {
+        let payload = rec.encode();
+        assert!(payload.len() <= MAX_RECORD, "journal record of {} bytes", payload.len());
+        let len = (payload.len() as u32).to_le_bytes();
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&len), &payload);
+        self.buf.extend_from_slice(&len);
+        self.buf.extend_from_slice(&crc.to_le_bytes());
+        self.buf.extend_from_slice(&payload);
+        self.len += 8 + payload.len() as u64;
+        self.unsynced = true;
+        if self.buf.len() >= BUFFER_FLUSH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if !self.buf.is_empty() {
+            self.file.write_all(&self.buf).map_err(|e| Error::io("journal write", e))?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Makes every appended record durable.
+    pub fn sync(&mut self) -> Result<()> {
+        self.flush()?;
+        if self.unsynced {
+            self.file.sync_data().map_err(|e| Error::io("journal fsync", e))?;
+            self.unsynced = false;
+        }
+        Ok(())
+    }
+
+    pub fn has_unsynced(&self) -> bool {
+        self.unsynced
+    }
+}
+
+/// What reading a journal found.
+pub struct JournalContents {
+    pub records: Vec<Record>,
+    /// Bytes after the last valid record (a torn tail after a crash, or damage).
+    pub tail_bytes: u64,
+    pub tail_reason: Option<String>,
+}
+
+/// Reads the journal of `generation`. A missing file or a bad header is an error (the
+/// checkpoint names this journal, so it must exist); a bad record ends the journal there.
+pub fn read(dir: &Path, generation: u64, store_id: &[u8; 16]) -> Result<JournalContents> {
+    let path = journal_path(dir, generation);
+    let data = std::fs::read(&path).map_err(|e| Error::io(format!("read of journal {}", path.display()), e))?;
+    if data.len() < HEADER_LEN || data[..HEADER_LEN] != header(generation, store_id)[..] {
+        return Err(Error::corrupt(
+            "journal",
+            path.display(),
+            "bad header (wrong magic, generation, store or checksum)",
+        ));
+    }
+    let mut pos = HEADER_LEN;
+    let mut records = Vec::new();
+    let mut tail_reason = None;
+    while pos < data.len() {
+        if data.len() - pos < 8 {
+            tail_reason = Some("torn record header".to_string());
+            break;
+        }
+        let len = u32::from_le_bytes(data[pos..pos + 4].try_into().unwrap()) as usize;
+        let crc = u32::from_le_bytes(data[pos + 4..pos + 8].try_into().unwrap());
+        if len > MAX_RECORD || data.len() - pos - 8 < len {
+            tail_reason = Some(format!("record at byte {pos} is cut short"));
+            break;
+        }
+        let payload = &data[pos + 8..pos + 8 + len];
+        if crc32c::crc32c_append(crc32c::crc32c(&data[pos..pos + 4]), payload) != crc {
+            tail_reason = Some(format!("record at byte {pos} fails its checksum"));
+            break;
+        }
+        match Record::decode(payload) {
+            Ok(r) => records.push(r),
+            Err(e) => {
+                tail_reason = Some(format!("record at byte {pos} does not decode: {e}"));
+                break;
+            }
+        }
+        pos += 8 + len;
+    }
+    Ok(JournalContents { records, tail_bytes: (data.len() - pos) as u64, tail_reason })
+}

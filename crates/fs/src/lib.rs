@@ -1,0 +1,36 @@
+//! scion's filesystem model.
+//!
+//! Directories are trees of entries; an entry holds its inode record and, for a directory
+//! or a file, the root of that inode's own content tree. The whole filesystem is therefore a
+//! tree of trees, and any subtree is one pointer. Files with several names live in a
+//! per-namespace link table and their entries refer to it by object id.
+//!
+//! Changes are applied to in-memory *overlays* (per directory: name -> entry; per file:
+//! chunk -> bytes) and appended to the journal before they are acknowledged. A checkpoint
+//! folds the overlays into new tree versions bottom-up, writes them, and commits them with a
+//! new superblock. This crate knows nothing of FUSE: the adapter and the tests drive [`Fs`]
+//! through plain method calls that return errno values.
+
+pub mod check;
+mod checkpoint;
+mod fs;
+pub mod inode;
+pub mod journal;
+
+pub use fs::{Attr, DirEntry, Fs, FsResult, Ino, MountOptions, StatFs, ROOT_INO};
+pub use inode::{Kind, Ts};
+
+/// Attribute changes of a `setattr`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Ts>,
+    pub mtime: Option<Ts>,
+}
+
+/// Flags of `rename`, as renameat2 has them.
+pub const RENAME_NOREPLACE: u32 = 1;
+pub const RENAME_EXCHANGE: u32 = 2;

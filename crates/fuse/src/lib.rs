@@ -1,0 +1,477 @@
+//! The FUSE adapter: a thin translation from kernel requests to [`scion_fs::Fs`] calls.
+//!
+//! Round trips are what a FUSE filesystem pays for, so the adapter asks the kernel to keep
+//! as much as it can: writeback caching of file data, long attribute and entry timeouts
+//! (nothing but this daemon changes the tree), readdirplus, cached directory listings and
+//! page cache kept across opens, and 1 MiB requests.
+
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use scion_fs::{Attr, Fs, Kind, SetAttr, Ts};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// How long the kernel may trust what it was told. Only this daemon changes the tree, and it
+/// tells the kernel when it does so behind the kernel's back.
+const TTL: Duration = Duration::from_secs(3600);
+const MAX_WRITE: u32 = 1 << 20;
+
+pub struct ScionFuse {
+    fs: Arc<Mutex<Fs>>,
+    /// Directory listings taken at opendir, read by offset.
+    dirs: Mutex<HashMap<u64, Arc<Vec<(Vec<u8>, u64, Kind)>>>>,
+    next_fh: AtomicU64,
+}
+
+fn kind(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDev => FileType::CharDevice,
+        Kind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime.to_system(),
+        mtime: a.mtime.to_system(),
+        ctime: a.ctime.to_system(),
+        crtime: a.btime.to_system(),
+        kind: kind(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: 65536,
+        flags: 0,
+    }
+}
+
+fn ts(t: TimeOrNow) -> Ts {
+    match t {
+        TimeOrNow::Now => Ts::now(),
+        TimeOrNow::SpecificTime(t) => Ts::from_system(t),
+    }
+}
+
+fn err(e: i32) -> Errno {
+    Errno::from_i32(e)
+}
+
+impl ScionFuse {
+    pub fn new(fs: Arc<Mutex<Fs>>) -> ScionFuse {
+        ScionFuse { fs, dirs: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1) }
+    }
+
+    fn fs(&self) -> std::sync::MutexGuard<'_, Fs> {
+        // A panic in one request must not wedge every later one.
+        self.fs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn entry(&self, r: Result<Attr, i32>, reply: ReplyEntry) {
+        match r {
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+}
+
+impl Filesystem for ScionFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        for cap in [
+            InitFlags::FUSE_WRITEBACK_CACHE,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_MAX_PAGES,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_ASYNC_READ,
+        ] {
+            if config.add_capabilities(cap).is_err() {
+                log::info!("kernel lacks {cap:?}");
+            }
+        }
+        let _ = config.set_max_write(MAX_WRITE);
+        let _ = config.set_max_readahead(MAX_WRITE);
+        let _ = config.set_max_background(64);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        // The final checkpoint is taken by whoever owns the Fs after the session ends.
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = self.fs().lookup(parent.0, name.as_bytes());
+        self.entry(r, reply)
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs().forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs().getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let a = SetAttr { mode, uid, gid, size, atime: atime.map(ts), mtime: mtime.map(ts) };
+        match self.fs().setattr(ino.0, a) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs().readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let Some(k) = Kind::from_mode(mode) else { return reply.error(Errno::EINVAL) };
+        if k == Kind::Dir || k == Kind::Symlink {
+            return reply.error(Errno::EINVAL);
+        }
+        let perm = mode & 0o7777 & !umask;
+        let r = self.fs().mknod(parent.0, name.as_bytes(), k, perm, req.uid(), req.gid(), rdev, &[]);
+        self.entry(r, reply)
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let perm = mode & 0o7777 & !umask;
+        let r = self.fs().mknod(parent.0, name.as_bytes(), Kind::Dir, perm, req.uid(), req.gid(), 0, &[]);
+        self.entry(r, reply)
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs().unlink(parent.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs().rmdir(parent.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let r = self.fs().mknod(
+            parent.0,
+            link_name.as_bytes(),
+            Kind::Symlink,
+            0o777,
+            req.uid(),
+            req.gid(),
+            0,
+            target.as_os_str().as_bytes(),
+        );
+        self.entry(r, reply)
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs().rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags.bits()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let r = self.fs().link(ino.0, newparent.0, newname.as_bytes());
+        self.entry(r, reply)
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs().open_file(ino.0) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs().read(ino.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs().write(ino.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok()
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fs().release(ino.0);
+        reply.ok()
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        match self.fs().fsync() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let mut fs = self.fs();
+        let list = match fs.readdir(ino.0) {
+            Ok(l) => l,
+            Err(e) => return reply.error(err(e)),
+        };
+        let parent = fs.parent_of(ino.0);
+        drop(fs);
+        let mut v = Vec::with_capacity(list.len() + 2);
+        v.push((b".".to_vec(), ino.0, Kind::Dir));
+        v.push((b"..".to_vec(), parent, Kind::Dir));
+        v.extend(list.into_iter().map(|e| (e.name, e.ino, e.kind)));
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs.lock().unwrap().insert(fh, Arc::new(v));
+        reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR)
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let Some(list) = self.dirs.lock().unwrap().get(&fh.0).cloned() else { return reply.error(Errno::EBADF) };
+        for (i, (name, ino, k)) in list.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), i as u64 + 1, kind(*k), OsStr::from_bytes(name)) {
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let Some(list) = self.dirs.lock().unwrap().get(&fh.0).cloned() else { return reply.error(Errno::EBADF) };
+        let mut fs = self.fs();
+        for (i, (name, child, _)) in list.iter().enumerate().skip(offset as usize) {
+            let dots = i < 2;
+            // "." and ".." are not instantiated by the kernel, so they take no reference.
+            let a = if dots { fs.getattr(*child) } else { fs.lookup(ino.0, name) };
+            let Ok(a) = a else { continue };
+            if reply.add(INodeNo(a.ino), i as u64 + 1, OsStr::from_bytes(name), &TTL, &file_attr(&a), Generation(0)) {
+                if !dots {
+                    fs.forget(a.ino, 1);
+                }
+                break;
+            }
+        }
+        drop(fs);
+        reply.ok()
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.dirs.lock().unwrap().remove(&fh.0);
+        reply.ok()
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        match self.fs().fsync() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs().statfs();
+        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs().setxattr(ino.0, name.as_bytes(), value, flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs().getxattr(ino.0, name.as_bytes()) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs().listxattr(ino.0) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                if size == 0 {
+                    reply.size(buf.len() as u32)
+                } else if buf.len() > size as usize {
+                    reply.error(Errno::ERANGE)
+                } else {
+                    reply.data(&buf)
+                }
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs().removexattr(ino.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Permissions are checked by the kernel (default_permissions).
+        reply.ok()
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let perm = mode & 0o7777 & !umask;
+        let mut fs = self.fs();
+        let r = fs.mknod(parent.0, name.as_bytes(), Kind::File, perm, req.uid(), req.gid(), 0, &[]);
+        match r.and_then(|a| fs.open_file(a.ino).map(|_| a)) {
+            Ok(a) => reply.created(&TTL, &file_attr(&a), Generation(0), FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        match self.fs().fallocate(ino.0, mode, offset, length) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        if offset < 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        match self.fs().lseek(ino.0, offset as u64, whence) {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let len = len.min(u32::MAX as u64 / 2);
+        match self.fs().copy_range(ino_in.0, offset_in, ino_out.0, offset_out, len) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+}

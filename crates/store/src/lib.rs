@@ -1,0 +1,30 @@
+//! scion's block store.
+//!
+//! A store is a directory on any host filesystem. It holds append-only *pack files* of
+//! immutable, checksummed blocks, a double-buffered *superblock* that names the newest
+//! checkpoint, the journal files of the layer above, and a lock file. This crate knows
+//! nothing of trees or files: it stores and verifies blocks, and says which checkpoint
+//! block is current. The format is described in `docs/format.md`.
+
+pub mod codec;
+mod error;
+mod lock;
+mod pack;
+mod ptr;
+mod superblock;
+
+pub use error::{Error, Result};
+pub use lock::StoreLock;
+pub use pack::{BlockStore, BLOCK_ALIGN, BLOCK_HEADER_LEN, MAX_BLOCK_LEN};
+pub use ptr::{BlockKind, BlockPtr, HASH_LEN, PTR_LEN};
+pub use superblock::{Superblock, FORMAT_VERSION, SUPERBLOCK_FILE, SUPERBLOCK_SLOT};
+
+use std::fs::File;
+use std::path::Path;
+
+/// Fsync a directory so that entries created or removed in it are durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("fsync of directory {}", dir.display()), e))
+}

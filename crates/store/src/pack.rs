@@ -1,0 +1,254 @@
+//! Pack files: append-only sequences of blocks.
+//!
+//! Every block starts on a `BLOCK_ALIGN` boundary with a 16-byte header (magic, kind, codec,
+//! payload length, crc32c) followed by its payload and zero padding. Blocks are never
+//! rewritten in place; a freed block's bytes are returned to the host filesystem by punching
+//! a hole over them, so a pack shrinks on disk as its blocks die without any block moving.
+
+use crate::ptr::{BlockKind, BlockPtr};
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+pub const BLOCK_ALIGN: u64 = 4096;
+pub const BLOCK_HEADER_LEN: usize = 16;
+/// Largest payload a block may carry. Bounds every allocation made from a pointer read off
+/// disk.
+pub const MAX_BLOCK_LEN: usize = 16 << 20;
+const BLOCK_MAGIC: &[u8; 4] = b"SCBK";
+/// Packs are rolled over when they reach this size.
+const PACK_ROLL_BYTES: u64 = 4 << 30;
+
+pub(crate) fn footprint(len: usize) -> u64 {
+    let raw = (BLOCK_HEADER_LEN + len) as u64;
+    raw.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN
+}
+
+fn header_crc(header12: &[u8], payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(header12), payload)
+}
+
+pub fn pack_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join("packs").join(format!("{id:08}.pack"))
+}
+
+struct Active {
+    id: u32,
+    file: Arc<File>,
+    end: u64,
+    /// Packs written to since the last `sync`.
+    unsynced: Vec<Arc<File>>,
+}
+
+pub struct BlockStore {
+    dir: PathBuf,
+    readers: RwLock<HashMap<u32, Arc<File>>>,
+    active: Mutex<Active>,
+}
+
+impl BlockStore {
+    /// Opens the packs of the store at `dir`, appending from `(pack, end)`, the position the
+    /// newest superblock recorded. Bytes past that position were written by a checkpoint
+    /// that never committed; they are cut off.
+    pub fn open(dir: &Path, pack: u32, end: u64, writable: bool) -> Result<BlockStore> {
+        let path = pack_path(dir, pack);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .create(writable)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io(format!("open of pack {}", path.display()), e))?;
+        let len = file.metadata().map_err(|e| Error::io("stat of pack", e))?.len();
+        if len < end {
+            return Err(Error::corrupt(
+                "pack file",
+                path.display(),
+                format!("is {len} bytes long, the superblock says {end} bytes were committed (truncated store?)"),
+            ));
+        }
+        if writable && len > end {
+            file.set_len(end).map_err(|e| Error::io("truncation of uncommitted pack tail", e))?;
+        }
+        let file = Arc::new(file);
+        let mut readers = HashMap::new();
+        readers.insert(pack, file.clone());
+        Ok(BlockStore {
+            dir: dir.to_path_buf(),
+            readers: RwLock::new(readers),
+            active: Mutex::new(Active { id: pack, file, end, unsynced: Vec::new() }),
+        })
+    }
+
+    /// The append position: `(pack, end)`. Recorded in the superblock at each checkpoint.
+    pub fn position(&self) -> (u32, u64) {
+        let a = self.active.lock().unwrap();
+        (a.id, a.end)
+    }
+
+    fn reader(&self, pack: u32) -> Result<Arc<File>> {
+        if let Some(f) = self.readers.read().unwrap().get(&pack) {
+            return Ok(f.clone());
+        }
+        let path = pack_path(&self.dir, pack);
+        let f = File::open(&path).map_err(|e| Error::io(format!("open of pack {}", path.display()), e))?;
+        let f = Arc::new(f);
+        self.readers.write().unwrap().insert(pack, f.clone());
+        Ok(f)
+    }
+
+    /// Appends a block and returns its pointer. Not durable until `sync`.
+    pub fn write(&self, kind: BlockKind, payload: &[u8]) -> Result<BlockPtr> {
+        assert!(payload.len() <= MAX_BLOCK_LEN, "block payload of {} bytes", payload.len());
+        let fp = footprint(payload.len()) as usize;
+        let mut buf = Vec::with_capacity(fp);
+        buf.extend_from_slice(BLOCK_MAGIC);
+        buf.push(kind as u8);
+        buf.push(0); // codec: 0 = stored as is
+        buf.extend_from_slice(&[0, 0]);
+        buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        let crc = header_crc(&buf[..12], payload);
+        buf.extend_from_slice(&crc.to_le_bytes());
+        buf.extend_from_slice(payload);
+        buf.resize(fp, 0);
+        let hash = *blake3::hash(payload).as_bytes();
+
+        let mut a = self.active.lock().unwrap();
+        if a.end + fp as u64 > PACK_ROLL_BYTES && a.end > 0 {
+            self.roll(&mut a)?;
+        }
+        let off = a.end;
+        a.file
+            .write_all_at(&buf, off)
+            .map_err(|e| Error::io(format!("write to pack {}", a.id), e))?;
+        a.end += fp as u64;
+        if !a.unsynced.iter().any(|f| Arc::ptr_eq(f, &a.file)) {
+            let f = a.file.clone();
+            a.unsynced.push(f);
+        }
+        Ok(BlockPtr { addr: BlockPtr::make_addr(a.id, off), len: payload.len() as u32, kind, hash })
+    }
+
+    fn roll(&self, a: &mut Active) -> Result<()> {
+        let id = a.id + 1;
+        let path = pack_path(&self.dir, id);
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("creation of pack {}", path.display()), e))?;
+        crate::sync_dir(&self.dir.join("packs"))?;
+        let f = Arc::new(f);
+        self.readers.write().unwrap().insert(id, f.clone());
+        a.id = id;
+        a.file = f;
+        a.end = 0;
+        Ok(())
+    }
+
+    /// Makes every block written so far durable.
+    pub fn sync(&self) -> Result<()> {
+        let files = std::mem::take(&mut self.active.lock().unwrap().unsynced);
+        for f in files {
+            f.sync_data().map_err(|e| Error::io("fsync of pack", e))?;
+        }
+        Ok(())
+    }
+
+    /// Reads a block and verifies its header, checksum and content hash.
+    pub fn read(&self, ptr: &BlockPtr) -> Result<Vec<u8>> {
+        let f = self.reader(ptr.pack())?;
+        let mut buf = vec![0u8; BLOCK_HEADER_LEN + ptr.len as usize];
+        f.read_exact_at(&mut buf, ptr.offset()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::corrupt("block", ptr, "lies past the end of its pack (truncated pack?)")
+            } else {
+                Error::io(format!("read of {ptr}"), e)
+            }
+        })?;
+        let payload = verify(ptr, &buf)?;
+        Ok(payload.to_vec())
+    }
+
+    /// Returns a freed block's space to the host filesystem. Only called once no committed
+    /// checkpoint can reach the block any more.
+    pub fn punch(&self, ptr: &BlockPtr) -> Result<()> {
+        let f = self.reader(ptr.pack())?;
+        let r = unsafe {
+            libc::fallocate(
+                f.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                ptr.offset() as libc::off_t,
+                ptr.footprint() as libc::off_t,
+            )
+        };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            // A host filesystem without hole punching keeps the bytes; nothing is lost.
+            if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(Error::io(format!("hole punch of {ptr}"), e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ids of all pack files present in the store, sorted.
+    pub fn pack_ids(&self) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        let dir = self.dir.join("packs");
+        for e in std::fs::read_dir(&dir).map_err(|e| Error::io("listing of packs", e))? {
+            let e = e.map_err(|e| Error::io("listing of packs", e))?;
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if let Some(id) = name.strip_suffix(".pack").and_then(|s| s.parse().ok()) {
+                ids.push(id);
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Bytes the packs occupy on the host filesystem (holes excluded).
+    pub fn allocated_bytes(&self) -> Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let mut total = 0;
+        for id in self.pack_ids()? {
+            let m = std::fs::metadata(pack_path(&self.dir, id)).map_err(|e| Error::io("stat of pack", e))?;
+            total += m.blocks() * 512;
+        }
+        Ok(total)
+    }
+}
+
+/// Checks a raw block (header + payload) against its pointer; returns the payload.
+pub fn verify<'a>(ptr: &BlockPtr, buf: &'a [u8]) -> Result<&'a [u8]> {
+    let h = &buf[..BLOCK_HEADER_LEN];
+    if &h[..4] != BLOCK_MAGIC {
+        return Err(Error::corrupt("block", ptr, "bad magic (not a block, or overwritten)"));
+    }
+    if h[4] != ptr.kind as u8 {
+        return Err(Error::corrupt("block", ptr, format!("kind {} where {:?} was expected", h[4], ptr.kind)));
+    }
+    if h[5] != 0 {
+        return Err(Error::corrupt("block", ptr, format!("unknown codec {}", h[5])));
+    }
+    let len = u32::from_le_bytes(h[8..12].try_into().unwrap());
+    if len != ptr.len {
+        return Err(Error::corrupt("block", ptr, format!("header length {len} differs from pointer")));
+    }
+    let payload = &buf[BLOCK_HEADER_LEN..BLOCK_HEADER_LEN + len as usize];
+    let crc = u32::from_le_bytes(h[12..16].try_into().unwrap());
+    if crc != header_crc(&h[..12], payload) {
+        return Err(Error::corrupt("block", ptr, "checksum mismatch"));
+    }
+    if blake3::hash(payload).as_bytes() != &ptr.hash {
+        return Err(Error::corrupt("block", ptr, "content hash differs from pointer (stale or misdirected block)"));
+    }
+    Ok(payload)
+}

@@ -1,0 +1,150 @@
+//! The superblock: two 4 KiB slots in the file `superblock`, written alternately (generation
+//! parity picks the slot), each with its own crc32c. Opening picks the valid slot with the
+//! highest generation, so a torn superblock write leaves the previous one in force.
+
+use crate::codec::{Reader, Writer};
+use crate::ptr::BlockPtr;
+use crate::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+pub const SUPERBLOCK_FILE: &str = "superblock";
+pub const SUPERBLOCK_SLOT: usize = 4096;
+pub const FORMAT_VERSION: u32 = 1;
+const MAGIC: &[u8; 8] = b"SCIONSB\0";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub generation: u64,
+    pub store_id: [u8; 16],
+    /// Append position of the packs at the checkpoint.
+    pub pack: u32,
+    pub pack_end: u64,
+    /// The checkpoint record (layer above); `None` only in a store that never checkpointed.
+    pub checkpoint: Option<BlockPtr>,
+}
+
+impl Superblock {
+    fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(SUPERBLOCK_SLOT);
+        w.raw(MAGIC).u32(FORMAT_VERSION).u32(SUPERBLOCK_SLOT as u32).u64(self.generation);
+        w.raw(&self.store_id).u32(self.pack).u32(0).u64(self.pack_end);
+        match &self.checkpoint {
+            Some(p) => {
+                w.u8(1);
+                p.encode(&mut w);
+            }
+            None => {
+                w.u8(0);
+            }
+        }
+        let mut buf = w.finish();
+        buf.resize(SUPERBLOCK_SLOT - 4, 0);
+        let crc = crc32c::crc32c(&buf);
+        buf.extend_from_slice(&crc.to_le_bytes());
+        buf
+    }
+
+    /// Decodes one slot. `Ok(None)` for a slot that is blank or fails its checksum (a torn
+    /// write); `Err` for a valid slot of a version this build cannot read.
+    fn decode(slot: &[u8]) -> Result<Option<Superblock>> {
+        if slot.len() != SUPERBLOCK_SLOT || &slot[..8] != MAGIC {
+            return Ok(None);
+        }
+        let crc = u32::from_le_bytes(slot[SUPERBLOCK_SLOT - 4..].try_into().unwrap());
+        if crc != crc32c::crc32c(&slot[..SUPERBLOCK_SLOT - 4]) {
+            return Ok(None);
+        }
+        let mut r = Reader::new(&slot[8..], "superblock");
+        let version = r.u32()?;
+        if version != FORMAT_VERSION {
+            return Err(Error::Format(format!(
+                "store format version {version} is not supported by this scion (it reads version {FORMAT_VERSION})"
+            )));
+        }
+        let slot_len = r.u32()?;
+        if slot_len as usize != SUPERBLOCK_SLOT {
+            return Ok(None);
+        }
+        let generation = r.u64()?;
+        let store_id = r.array()?;
+        let pack = r.u32()?;
+        let _ = r.u32()?;
+        let pack_end = r.u64()?;
+        let checkpoint = match r.u8()? {
+            0 => None,
+            1 => Some(BlockPtr::decode(&mut r)?),
+            _ => return Ok(None),
+        };
+        Ok(Some(Superblock { generation, store_id, pack, pack_end, checkpoint }))
+    }
+
+    /// Reads the newest valid superblock of the store at `dir`.
+    pub fn read(dir: &Path) -> Result<Superblock> {
+        let path = dir.join(SUPERBLOCK_FILE);
+        let data = match std::fs::read(&path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Format(format!(
+                    "{} is not a scion store (it has no {SUPERBLOCK_FILE} file; `scion init` makes one)",
+                    dir.display()
+                )))
+            }
+            Err(e) => return Err(Error::io(format!("read of {}", path.display()), e)),
+        };
+        let mut best: Option<Superblock> = None;
+        let mut versions_err = None;
+        for i in 0..2 {
+            let slot = data.get(i * SUPERBLOCK_SLOT..(i + 1) * SUPERBLOCK_SLOT).unwrap_or(&[]);
+            match Superblock::decode(slot) {
+                Ok(Some(sb)) => {
+                    if best.as_ref().is_none_or(|b| sb.generation > b.generation) {
+                        best = Some(sb);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => versions_err = Some(e),
+            }
+        }
+        if let Some(e) = versions_err {
+            return Err(e);
+        }
+        best.ok_or_else(|| {
+            Error::corrupt(
+                "superblock",
+                path.display(),
+                "neither of its two copies has a valid magic number and checksum",
+            )
+        })
+    }
+
+    /// Writes this superblock into its slot and makes it durable.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(SUPERBLOCK_FILE);
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io(format!("open of {}", path.display()), e))?;
+        let slot = (self.generation % 2) as u64;
+        f.write_all_at(&self.encode(), slot * SUPERBLOCK_SLOT as u64)
+            .map_err(|e| Error::io("superblock write", e))?;
+        f.sync_data().map_err(|e| Error::io("superblock fsync", e))?;
+        Ok(())
+    }
+
+    /// Creates the superblock file of a new store: this superblock in its slot, the other
+    /// slot blank (invalid), so it is the one in force.
+    pub fn create(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(SUPERBLOCK_FILE);
+        let f = File::create(&path).map_err(|e| Error::io(format!("creation of {}", path.display()), e))?;
+        let mut buf = vec![0u8; 2 * SUPERBLOCK_SLOT];
+        let s = (self.generation % 2) as usize;
+        buf[s * SUPERBLOCK_SLOT..(s + 1) * SUPERBLOCK_SLOT].copy_from_slice(&self.encode());
+        f.write_all_at(&buf, 0).map_err(|e| Error::io("superblock write", e))?;
+        f.sync_all().map_err(|e| Error::io("superblock fsync", e))?;
+        Ok(())
+    }
+}

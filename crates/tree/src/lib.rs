@@ -1,0 +1,367 @@
+//! Persistent copy-on-write B+trees over the block store.
+//!
+//! A tree maps byte keys to values; a value carries bytes and may *own* pointers to other
+//! blocks (the root of another tree, a data block), which is how the filesystem above builds
+//! a tree of trees. Trees are changed only by [`Forest::apply`], which takes a sorted batch of
+//! puts and removes and returns a new root, copying the path from each changed leaf to the
+//! root (shadowing) while every unchanged subtree stays shared with the old version.
+//!
+//! Space is tracked with reference counts in the style of Rodeh ("B-trees, shadowing, and
+//! clones"): a block's count is the number of nodes or values pointing at it, kept in a
+//! [`RefTable`] that stores only counts above one. When a shared node is shadowed its
+//! children gain a reference; when a count drops to zero the block is freed and its children
+//! lose one. Freeing therefore costs time in proportion to what is freed, never to the size
+//! of the store, and cloning a whole tree is one increment.
+
+mod node;
+mod refs;
+
+pub use node::{Node, Value, MAX_KEY_LEN};
+pub use refs::RefTable;
+
+use lru::LruCache;
+use scion_store::{BlockKind, BlockPtr, BlockStore, Error, Result};
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+
+/// Target encoded size of a node; a node is split when it grows past this.
+pub const NODE_TARGET: usize = 16 << 10;
+
+/// One change of a batch: `Some(value)` puts, `None` removes.
+pub type Op = (Vec<u8>, Option<Value>);
+
+/// The set of all trees of a store: their blocks, a cache of decoded nodes, the reference
+/// counts and the list of blocks freed since the last checkpoint.
+pub struct Forest {
+    pub store: Arc<BlockStore>,
+    cache: Mutex<LruCache<u64, Arc<Node>>>,
+    pub refs: RefTable,
+    /// Blocks whose count reached zero. They stay readable until the checkpoint that drops
+    /// them is durable; then the layer above punches them.
+    pub freed: Vec<BlockPtr>,
+}
+
+impl Forest {
+    pub fn new(store: Arc<BlockStore>, refs: RefTable) -> Forest {
+        Forest {
+            store,
+            cache: Mutex::new(LruCache::new(NonZeroUsize::new(16384).unwrap())),
+            refs,
+            freed: Vec::new(),
+        }
+    }
+
+    /// Reads and decodes a node, through the cache.
+    pub fn load(&self, ptr: &BlockPtr) -> Result<Arc<Node>> {
+        if ptr.kind != BlockKind::Node {
+            return Err(Error::corrupt("tree pointer", ptr, "points at a non-node block"));
+        }
+        if let Some(n) = self.cache.lock().unwrap().get(&ptr.addr) {
+            return Ok(n.clone());
+        }
+        let bytes = self.store.read(ptr)?;
+        let node = Arc::new(Node::decode(&bytes).map_err(|e| match e {
+            Error::Corrupt { detail, location, .. } => {
+                Error::corrupt("tree node", ptr, format!("{detail} ({location})"))
+            }
+            e => e,
+        })?);
+        self.cache.lock().unwrap().put(ptr.addr, node.clone());
+        Ok(node)
+    }
+
+    fn write_node(&mut self, node: Node) -> Result<BlockPtr> {
+        let ptr = self.store.write(BlockKind::Node, &node.encode())?;
+        self.cache.lock().unwrap().put(ptr.addr, Arc::new(node));
+        Ok(ptr)
+    }
+
+    /// The value stored under `key`.
+    pub fn get(&self, root: Option<&BlockPtr>, key: &[u8]) -> Result<Option<Value>> {
+        let Some(mut ptr) = root.copied() else { return Ok(None) };
+        loop {
+            let node = self.load(&ptr)?;
+            match &*node {
+                Node::Leaf(entries) => {
+                    return Ok(entries
+                        .binary_search_by(|(k, _)| k.as_slice().cmp(key))
+                        .ok()
+                        .map(|i| entries[i].1.clone()))
+                }
+                Node::Internal { children, .. } => ptr = children[route(children, key)].1,
+            }
+        }
+    }
+
+    /// Calls `f` on every entry with key >= `from`, in key order, until it returns false.
+    pub fn scan(
+        &self,
+        root: Option<&BlockPtr>,
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &Value) -> bool,
+    ) -> Result<()> {
+        if let Some(root) = root {
+            self.scan_node(root, from, f)?;
+        }
+        Ok(())
+    }
+
+    fn scan_node(&self, ptr: &BlockPtr, from: &[u8], f: &mut dyn FnMut(&[u8], &Value) -> bool) -> Result<bool> {
+        let node = self.load(ptr)?;
+        match &*node {
+            Node::Leaf(entries) => {
+                let start = entries.partition_point(|(k, _)| k.as_slice() < from);
+                for (k, v) in &entries[start..] {
+                    if !f(k, v) {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+            Node::Internal { children, .. } => {
+                for (_, c) in &children[route(children, from)..] {
+                    if !self.scan_node(c, from, f)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Applies a batch of changes to the tree at `root` and returns the new root.
+    ///
+    /// Ownership rules, which every caller relies on:
+    /// - the caller's reference to `root` is *not* consumed: the old tree stays valid until
+    ///   the caller releases it (usually by replacing the value that held it);
+    /// - the returned root carries one reference, owned by the caller;
+    /// - the pointers inside each put value are moved into the tree (the caller must own a
+    ///   reference to each), and the pointers of every replaced or removed value are released.
+    ///
+    /// `ops` must be sorted by key with no key twice.
+    pub fn apply(&mut self, root: Option<&BlockPtr>, ops: Vec<Op>) -> Result<Option<BlockPtr>> {
+        debug_assert!(ops.windows(2).all(|w| w[0].0 < w[1].0), "ops must be sorted and unique");
+        if ops.is_empty() {
+            if let Some(r) = root {
+                self.refs.inc(r);
+            }
+            return Ok(root.copied());
+        }
+        let mut level_nodes = match root {
+            None => {
+                let entries: Vec<(Vec<u8>, Value)> =
+                    ops.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
+                self.build(Node::Leaf(entries))?
+            }
+            Some(r) => {
+                self.refs.inc(r);
+                self.apply_node(r, ops)?
+            }
+        };
+        // Grow: put new levels on top until one root remains.
+        while level_nodes.len() > 1 {
+            let level = level_nodes[0].2 + 1;
+            let children = level_nodes.into_iter().map(|(k, p, _)| (k, p)).collect();
+            level_nodes = self.build(Node::Internal { level, children })?;
+        }
+        let Some((_, mut root, mut level)) = level_nodes.pop() else { return Ok(None) };
+        // Shrink: an internal root with a single child is replaced by that child.
+        while level > 0 {
+            let node = self.load(&root)?;
+            let Node::Internal { children, .. } = &*node else { break };
+            if children.len() != 1 {
+                break;
+            }
+            let child = children[0].1;
+            // The fresh root has count one; its only child moves up to the caller.
+            self.freed.push(root);
+            root = child;
+            level -= 1;
+        }
+        Ok(Some(root))
+    }
+
+    /// Shadows the node at `ptr`, consuming one reference to it, and applies `ops` below it.
+    /// Returns the replacement nodes (none if it became empty) as (min key, ptr, level).
+    fn apply_node(&mut self, ptr: &BlockPtr, ops: Vec<Op>) -> Result<Vec<(Vec<u8>, BlockPtr, u8)>> {
+        let node = self.load(ptr)?;
+        if self.refs.get(ptr.addr) > 1 {
+            // Shared: the copy we are about to make also points at every child.
+            for c in node.child_ptrs() {
+                self.refs.inc(&c);
+            }
+            self.refs.dec(ptr);
+        } else {
+            // Sole owner: the children move to the copy; the old node dies.
+            self.freed.push(*ptr);
+        }
+        match &*node {
+            Node::Leaf(entries) => {
+                let mut out = Vec::with_capacity(entries.len() + ops.len());
+                let mut ops = ops.into_iter().peekable();
+                for (k, v) in entries.iter() {
+                    while let Some((ok, _)) = ops.peek() {
+                        if ok < k {
+                            let (ok, ov) = ops.next().unwrap();
+                            if let Some(ov) = ov {
+                                out.push((ok, ov));
+                            }
+                        } else {
+                            break;
+                        }
+                    }
+                    if ops.peek().is_some_and(|(ok, _)| ok == k) {
+                        let (ok, ov) = ops.next().unwrap();
+                        for p in &v.ptrs {
+                            self.release(p)?;
+                        }
+                        if let Some(ov) = ov {
+                            out.push((ok, ov));
+                        }
+                    } else {
+                        out.push((k.clone(), v.clone()));
+                    }
+                }
+                for (ok, ov) in ops {
+                    if let Some(ov) = ov {
+                        out.push((ok, ov));
+                    }
+                }
+                self.build(Node::Leaf(out))
+            }
+            Node::Internal { level, children } => {
+                let level = *level;
+                let mut out: Vec<(Vec<u8>, BlockPtr)> = Vec::with_capacity(children.len() + 4);
+                let mut ops = ops.into_iter().peekable();
+                for (i, (k, c)) in children.iter().enumerate() {
+                    let mut batch = Vec::new();
+                    while let Some((ok, _)) = ops.peek() {
+                        let belongs = i + 1 == children.len() || ok.as_slice() < children[i + 1].0.as_slice();
+                        if belongs {
+                            batch.push(ops.next().unwrap());
+                        } else {
+                            break;
+                        }
+                    }
+                    if batch.is_empty() {
+                        out.push((k.clone(), *c));
+                    } else {
+                        for (nk, np, _) in self.apply_node(c, batch)? {
+                            out.push((nk, np));
+                        }
+                    }
+                }
+                debug_assert!(ops.peek().is_none());
+                if out.is_empty() {
+                    return Ok(Vec::new());
+                }
+                self.build(Node::Internal { level, children: out })
+            }
+        }
+    }
+
+    /// Writes `node`, split into as many nodes as its size needs.
+    fn build(&mut self, node: Node) -> Result<Vec<(Vec<u8>, BlockPtr, u8)>> {
+        let level = node.level();
+        let mut out = Vec::new();
+        for part in node.split(NODE_TARGET) {
+            let key = part.min_key().to_vec();
+            out.push((key, self.write_node(part)?, level));
+        }
+        Ok(out)
+    }
+
+    /// Adds a reference to a block (a tree root shared by a clone, a value copied).
+    pub fn inc(&mut self, ptr: &BlockPtr) {
+        self.refs.inc(ptr);
+    }
+
+    /// Drops a reference to a block; if it was the last, frees the block and drops the
+    /// references it held, recursively (iteratively, so deep trees of trees cannot overflow
+    /// the stack).
+    pub fn release(&mut self, ptr: &BlockPtr) -> Result<()> {
+        let mut stack = vec![*ptr];
+        while let Some(p) = stack.pop() {
+            if self.refs.dec(&p) > 0 {
+                continue;
+            }
+            self.freed.push(p);
+            if p.kind == BlockKind::Node {
+                let node = self.load(&p)?;
+                stack.extend(node.child_ptrs());
+            }
+        }
+        Ok(())
+    }
+
+    /// Visits the tree at `root` depth-first, checking structure: key order, key bounds
+    /// against the parent's separators, uniform leaf depth. `visit` sees every node pointer
+    /// and answers whether to descend (false for a subtree already checked, so shared
+    /// subtrees are read once); the values of every leaf descended into go to `value`.
+    pub fn walk(
+        &self,
+        root: &BlockPtr,
+        visit: &mut dyn FnMut(&BlockPtr) -> bool,
+        value: &mut dyn FnMut(&[u8], &Value) -> Result<()>,
+    ) -> Result<()> {
+        let mut leaf_level = None;
+        self.walk_node(root, None, None, &mut leaf_level, 0, visit, value)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn walk_node(
+        &self,
+        ptr: &BlockPtr,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+        leaf_depth: &mut Option<usize>,
+        depth: usize,
+        visit: &mut dyn FnMut(&BlockPtr) -> bool,
+        value: &mut dyn FnMut(&[u8], &Value) -> Result<()>,
+    ) -> Result<()> {
+        if !visit(ptr) {
+            return Ok(());
+        }
+        let node = self.load(ptr)?;
+        let bad = |d: String| Err(Error::corrupt("tree node", ptr, d));
+        let keys: Vec<&[u8]> = match &*node {
+            Node::Leaf(e) => e.iter().map(|(k, _)| k.as_slice()).collect(),
+            Node::Internal { children, .. } => children.iter().map(|(k, _)| k.as_slice()).collect(),
+        };
+        if keys.is_empty() {
+            return bad("empty node".into());
+        }
+        if !keys.windows(2).all(|w| w[0] < w[1]) {
+            return bad("keys out of order".into());
+        }
+        if lo.is_some_and(|lo| keys[0] < lo) || hi.is_some_and(|hi| *keys.last().unwrap() >= hi) {
+            return bad("key outside the range its parent gives it".into());
+        }
+        match &*node {
+            Node::Leaf(entries) => {
+                if leaf_depth.get_or_insert(depth) != &depth {
+                    return bad("leaves at different depths".into());
+                }
+                for (k, v) in entries {
+                    value(k, v)?;
+                }
+            }
+            Node::Internal { children, level } => {
+                for (i, (k, c)) in children.iter().enumerate() {
+                    let child = self.load(c)?;
+                    if child.level() + 1 != *level {
+                        return bad(format!("child level {} under level {}", child.level(), level));
+                    }
+                    let next = children.get(i + 1).map(|(k, _)| k.as_slice()).or(hi);
+                    self.walk_node(c, Some(k), next, leaf_depth, depth + 1, visit, value)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Index of the child of an internal node whose range holds `key`.
+fn route(children: &[(Vec<u8>, BlockPtr)], key: &[u8]) -> usize {
+    children.partition_point(|(k, _)| k.as_slice() <= key).saturating_sub(1)
+}

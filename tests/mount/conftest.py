@@ -1,0 +1,342 @@
+"""Fixtures for the through-the-mount tests of scion.
+
+Environment:
+  SCION_BIN           scion binary (default /work/main/target/release/scion)
+  SCION_TEST_TARGET   "scion" (default) or "plain": the mount is a plain directory and
+                      mount/umount/kill9/check are no-ops (validates the tests themselves)
+  SCION_CMD_TIMEOUT   seconds allowed for one scion CLI command (default 120)
+  SCION_TEST_TIMEOUT  watchdog per test (default 900): on expiry, stacks are dumped and the
+                      daemon is SIGKILLed so that blocked FUSE calls return
+  SCION_KEEP          "1": keep the temp dir of failed tests (under /tmp/scion-tests/)
+"""
+
+import faulthandler
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from scion_helpers import is_mounted, pid_alive  # noqa: E402
+
+SCION_BIN = os.environ.get("SCION_BIN", "/work/main/target/release/scion")
+TARGET = os.environ.get("SCION_TEST_TARGET", "scion").strip().lower()
+PLAIN = TARGET == "plain"
+BASE = "/tmp/scion-tests"
+CMD_TIMEOUT = float(os.environ.get("SCION_CMD_TIMEOUT", "120"))
+TEST_TIMEOUT = float(os.environ.get("SCION_TEST_TIMEOUT", "900"))
+KEEP = os.environ.get("SCION_KEEP", "") == "1"
+
+if TARGET not in ("scion", "plain"):
+    raise pytest.UsageError(f"SCION_TEST_TARGET must be 'scion' or 'plain', not {TARGET!r}")
+
+
+def pytest_report_header(config):
+    if PLAIN:
+        return "scion mount tests: target=plain (mount is a plain directory)"
+    return f"scion mount tests: target=scion bin={SCION_BIN}"
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+class CmdResult:
+    def __init__(self, argv, returncode, stdout, stderr):
+        self.argv = argv
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def describe(self):
+        return (f"$ {' '.join(self.argv)}\nexit={self.returncode}\n"
+                f"--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}")
+
+
+class ScionMount:
+    """A scion store mounted at .mnt (or, in plain mode, just a directory)."""
+
+    def __init__(self, root):
+        self.root = root
+        self.store = os.path.join(root, "store")
+        self.mnt = os.path.join(root, "mnt")
+        self.ref = os.path.join(root, "ref")
+        self.plain = PLAIN
+        self.bin = SCION_BIN
+        self.mounted = False
+        self.pids = set()          # every daemon pid seen (for teardown)
+        self._ncmd = 0
+        self.logs = []             # (argv, stdout file, stderr file) of every CLI command
+        for d in (self.store, self.mnt, self.ref):
+            os.makedirs(d, exist_ok=True)
+
+    # ---------------------------------------------------------------- CLI
+    def run(self, *args, timeout=None):
+        """Run `scion ARGS...`. stdout/stderr go to files, not pipes, so a daemon
+        that inherits them cannot make us wait for EOF."""
+        argv = [self.bin] + [str(a) for a in args]
+        self._ncmd += 1
+        base = os.path.join(self.root, f"cmd{self._ncmd:03d}-{args[0]}")
+        out_p, err_p = base + ".out", base + ".err"
+        self.logs.append((argv, out_p, err_p))
+        with open(out_p, "wb") as out, open(err_p, "wb") as err:
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                 start_new_session=True)
+            try:
+                rc = p.wait(timeout=timeout or CMD_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                p.wait()
+                rc = f"TIMEOUT after {timeout or CMD_TIMEOUT}s"
+        with open(out_p, "rb") as f:
+            so = f.read().decode("utf-8", "replace")
+        with open(err_p, "rb") as f:
+            se = f.read().decode("utf-8", "replace")
+        return CmdResult(argv, rc, so, se)
+
+    def init(self):
+        if self.plain:
+            return
+        r = self.run("init", self.store)
+        if r.returncode != 0:
+            pytest.fail("scion init failed\n" + r.describe())
+
+    def daemon_pid(self, required=True):
+        """pid of the daemon from the first line of STORE/lock ("pid=<N>")."""
+        path = os.path.join(self.store, "lock")
+        try:
+            with open(path) as f:
+                first = f.readline().strip()
+        except OSError as e:
+            if required:
+                pytest.fail(f"cannot read {path}: {e}")
+            return None
+        if first.startswith("pid="):
+            try:
+                return int(first[4:].strip())
+            except ValueError:
+                pass
+        if required:
+            pytest.fail(f"{path}: first line is {first!r}, expected 'pid=<N>'")
+        return None
+
+    def _wait(self, cond, timeout, what):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return
+            time.sleep(0.02)
+        pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+    def mount(self):
+        if self.plain:
+            self.mounted = True
+            return
+        assert not is_mounted(self.mnt), f"{self.mnt} is already mounted"
+        r = self.run("mount", self.store, self.mnt)
+        if r.returncode != 0:
+            pytest.fail("scion mount failed\n" + r.describe())
+        # `scion mount` is expected to return once mounted; allow a short grace period.
+        self._wait(lambda: is_mounted(self.mnt), 10,
+                   f"{self.mnt} to appear in /proc/self/mountinfo after `scion mount`")
+        self.mounted = True
+        pid = self.daemon_pid(required=False)
+        if pid:
+            self.pids.add(pid)
+
+    def umount(self):
+        if self.plain:
+            self.mounted = False
+            return
+        pid = self.daemon_pid(required=False)
+        r = self.run("umount", self.mnt)
+        if r.returncode != 0:
+            pytest.fail("scion umount failed\n" + r.describe())
+        self._wait(lambda: not is_mounted(self.mnt), 30, f"{self.mnt} to be unmounted")
+        if pid:
+            self._wait(lambda: not pid_alive(pid), 60,
+                       f"daemon pid {pid} to exit after `scion umount`")
+        self.mounted = False
+
+    def remount(self):
+        self.umount()
+        self.mount()
+
+    def kill9(self):
+        """SIGKILL the daemon, lazily unmount, wait until its pid is gone."""
+        if self.plain:
+            self.mounted = False
+            return
+        pid = self.daemon_pid()
+        self.pids.add(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        subprocess.run(["umount", "-l", self.mnt], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        self._wait(lambda: not pid_alive(pid), 30, f"killed daemon pid {pid} to disappear")
+        self._wait(lambda: not is_mounted(self.mnt), 10, f"{self.mnt} to be gone after umount -l")
+        self.mounted = False
+
+    def check(self):
+        """`scion check STORE` must exit 0; returns its stdout."""
+        if self.plain:
+            return ""
+        r = self.run("check", self.store, timeout=max(CMD_TIMEOUT, 300))
+        if r.returncode != 0:
+            pytest.fail("scion check failed\n" + r.describe())
+        return r.stdout
+
+    # ---------------------------------------------------------------- teardown
+    def emergency_kill(self):
+        """Used by the watchdog: make blocked FUSE calls return."""
+        pid = self.daemon_pid(required=False)
+        for p in {pid, *self.pids} - {None}:
+            if pid_alive(p):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+        subprocess.run(["umount", "-l", self.mnt], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+    def _our_pid(self, pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return self.store.encode() in f.read()
+        except OSError:
+            return False
+
+    def cleanup(self):
+        msgs = []
+        if not self.plain:
+            if is_mounted(self.mnt):
+                try:
+                    r = self.run("umount", self.mnt, timeout=60)
+                    if r.returncode != 0:
+                        msgs.append("teardown: scion umount failed\n" + r.describe())
+                except Exception as e:  # noqa: BLE001
+                    msgs.append(f"teardown: scion umount raised {e!r}")
+            pid = self.daemon_pid(required=False)
+            if pid:
+                self.pids.add(pid)
+            deadline = time.monotonic() + 10
+            while (time.monotonic() < deadline and
+                   any(pid_alive(p) and self._our_pid(p) for p in self.pids)):
+                time.sleep(0.05)
+            for p in self.pids:
+                if pid_alive(p) and self._our_pid(p):
+                    msgs.append(f"teardown: killing leftover daemon pid {p}")
+                    try:
+                        os.kill(p, signal.SIGKILL)
+                    except OSError:
+                        pass
+            if is_mounted(self.mnt):
+                subprocess.run(["umount", "-l", self.mnt], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+            # extra mount points a test may have made under root (e.g. a second mount)
+            for name in os.listdir(self.root):
+                p = os.path.join(self.root, name)
+                if os.path.isdir(p) and is_mounted(p):
+                    subprocess.run(["umount", "-l", p], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        return msgs
+
+    def dump_logs(self):
+        out = []
+        for argv, o, e in self.logs[-6:]:
+            for p in (o, e):
+                try:
+                    with open(p, "rb") as f:
+                        data = f.read()
+                except OSError:
+                    continue
+                if data:
+                    out.append(f"--- {' '.join(argv)} :: {os.path.basename(p)} (tail) ---\n"
+                               + data[-3000:].decode("utf-8", "replace"))
+        return "\n".join(out)
+
+
+def _binary_or_fail():
+    if PLAIN:
+        return
+    if not os.path.exists(SCION_BIN):
+        pytest.fail(f"scion binary not found at {SCION_BIN!r}: build it "
+                    f"(cargo build --release) or set SCION_BIN; "
+                    f"use SCION_TEST_TARGET=plain to test the harness alone", pytrace=False)
+    if not os.access(SCION_BIN, os.X_OK):
+        pytest.fail(f"scion binary {SCION_BIN!r} is not executable", pytrace=False)
+    if not os.path.exists("/dev/fuse"):
+        pytest.fail("/dev/fuse is missing: FUSE is not available on this machine", pytrace=False)
+    if not (shutil.which("fusermount3") or shutil.which("fusermount")):
+        pytest.fail("fusermount3 not found: apt-get install -y fuse3", pytrace=False)
+
+
+def _make_root():
+    os.makedirs(BASE, exist_ok=True)
+    # short names: unix socket paths inside the mount must stay under 108 bytes
+    return tempfile.mkdtemp(prefix="t", dir=BASE)
+
+
+@pytest.fixture
+def scion_store(request):
+    """An initialised but not mounted store (ScionMount with mounted=False)."""
+    _binary_or_fail()
+    m = ScionMount(_make_root())
+    yield from _lifecycle(request, m, mount=False)
+
+
+@pytest.fixture
+def scion_mount(request):
+    """A freshly initialised and mounted scion store."""
+    _binary_or_fail()
+    m = ScionMount(_make_root())
+    yield from _lifecycle(request, m, mount=True)
+
+
+def _lifecycle(request, m, mount):
+    def on_timeout():
+        sys.stderr.write(f"\n*** watchdog: test exceeded {TEST_TIMEOUT}s; dumping stacks "
+                         f"and killing the scion daemon ***\n")
+        faulthandler.dump_traceback(all_threads=True)
+        m.emergency_kill()
+
+    watchdog = threading.Timer(TEST_TIMEOUT, on_timeout)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        m.init()
+        if mount:
+            m.mount()
+        yield m
+    finally:
+        watchdog.cancel()
+        msgs = m.cleanup()
+        failed = any(getattr(getattr(request.node, "rep_" + w, None), "failed", False)
+                     for w in ("setup", "call"))
+        if failed and not m.plain:
+            logs = m.dump_logs()
+            if logs:
+                sys.stderr.write("\n" + logs + "\n")
+        for s in msgs:
+            sys.stderr.write(s + "\n")
+        if failed and KEEP:
+            sys.stderr.write(f"keeping {m.root} (SCION_KEEP=1)\n")
+        elif not is_mounted(m.mnt):
+            shutil.rmtree(m.root, ignore_errors=True)
+        else:
+            sys.stderr.write(f"not removing {m.root}: {m.mnt} is still mounted\n")
