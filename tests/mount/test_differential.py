@@ -126,7 +126,12 @@ class Differential:
                 res.append(("ok", fn(root)))
             except OSError as e:
                 res.append(("err", errname(e.errno)))
-        line = f"#{self.nop} {desc} -> ref={res[0]} scion={res[1]}"
+        def show(r):
+            v = r[1]
+            if isinstance(v, bytes):
+                v = f"<{len(v)} bytes {v[:8]!r}...>" if len(v) > 16 else v
+            return f"{r[0]}:{v}"
+        line = f"#{self.nop} {desc} -> ref={show(res[0])} scion={show(res[1])}"
         self.log.append(line)
         if res[0] != res[1]:
             raise Mismatch(f"seed={self.seed}: operation gave different results\n{line}\n"

@@ -1,0 +1,123 @@
+use scion_store::{BlockKind, BlockStore, Error, StoreLock, Superblock, SUPERBLOCK_FILE, SUPERBLOCK_SLOT};
+use std::os::unix::fs::FileExt;
+
+fn store(dir: &std::path::Path) -> BlockStore {
+    std::fs::create_dir_all(dir.join("packs")).unwrap();
+    BlockStore::open(dir, 1, 0, true).unwrap()
+}
+
+#[test]
+fn blocks_round_trip_and_corruption_is_detected() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    let a = s.write(BlockKind::Data, b"hello world").unwrap();
+    let b = s.write(BlockKind::Node, &vec![7u8; 70000]).unwrap();
+    s.sync().unwrap();
+    assert_eq!(s.read(&a).unwrap(), b"hello world");
+    assert_eq!(s.read(&b).unwrap(), vec![7u8; 70000]);
+    // Flip one payload byte of `b`.
+    let f = std::fs::OpenOptions::new().write(true).open(d.path().join("packs/00000001.pack")).unwrap();
+    f.write_all_at(&[8], b.offset() + 100).unwrap();
+    match s.read(&b) {
+        Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("checksum"), "{detail}"),
+        r => panic!("expected corruption, got {r:?}"),
+    }
+    // A pointer of the wrong kind, or to the wrong place, is refused.
+    let mut wrong = a;
+    wrong.kind = BlockKind::Node;
+    assert!(matches!(s.read(&wrong), Err(Error::Corrupt { .. })));
+    let mut misdirected = a;
+    misdirected.hash[0] ^= 1;
+    assert!(matches!(s.read(&misdirected), Err(Error::Corrupt { .. })));
+}
+
+#[test]
+fn uncommitted_pack_tail_is_cut_and_short_packs_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    let a = s.write(BlockKind::Data, b"kept").unwrap();
+    let (pack, end) = s.position();
+    s.write(BlockKind::Data, b"never committed").unwrap();
+    drop(s);
+    let s = BlockStore::open(d.path(), pack, end, true).unwrap();
+    assert_eq!(s.position(), (pack, end));
+    assert_eq!(s.read(&a).unwrap(), b"kept");
+    drop(s);
+    assert!(matches!(BlockStore::open(d.path(), pack, end + 4096, true), Err(Error::Corrupt { .. })));
+}
+
+#[test]
+fn punched_blocks_free_host_space() {
+    use std::os::unix::fs::MetadataExt;
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    let ptrs: Vec<_> = (0..64).map(|i| s.write(BlockKind::Data, &vec![i as u8; 65536]).unwrap()).collect();
+    s.sync().unwrap();
+    let before = std::fs::metadata(d.path().join("packs/00000001.pack")).unwrap().blocks();
+    for p in &ptrs[..48] {
+        s.punch(p).unwrap();
+    }
+    let after = std::fs::metadata(d.path().join("packs/00000001.pack")).unwrap().blocks();
+    assert!(after * 3 < before, "{before} -> {after} sectors");
+    assert_eq!(s.read(&ptrs[60]).unwrap(), vec![60u8; 65536]);
+}
+
+#[test]
+fn superblock_newest_valid_slot_wins() {
+    let d = tempfile::tempdir().unwrap();
+    let mut sb = Superblock { generation: 4, store_id: [9; 16], pack: 1, pack_end: 0, checkpoint: None };
+    sb.create(d.path()).unwrap();
+    sb.generation = 5;
+    sb.pack_end = 8192;
+    sb.write(d.path()).unwrap();
+    assert_eq!(Superblock::read(d.path()).unwrap().generation, 5);
+    // Tear the newest slot: the previous one is used.
+    let f = std::fs::OpenOptions::new().write(true).open(d.path().join(SUPERBLOCK_FILE)).unwrap();
+    f.write_all_at(&[0xff; 100], (5 % 2) * SUPERBLOCK_SLOT as u64 + 200).unwrap();
+    assert_eq!(Superblock::read(d.path()).unwrap().generation, 4);
+    // Both torn: a clear error.
+    f.write_all_at(&[0xff; 100], (4 % 2) * SUPERBLOCK_SLOT as u64 + 200).unwrap();
+    let e = Superblock::read(d.path()).unwrap_err().to_string();
+    assert!(e.contains("superblock"), "{e}");
+}
+
+#[test]
+fn unknown_format_version_and_missing_store_are_clear_errors() {
+    let d = tempfile::tempdir().unwrap();
+    let e = Superblock::read(d.path()).unwrap_err().to_string();
+    assert!(e.contains("not a scion store"), "{e}");
+    let sb = Superblock { generation: 1, store_id: [1; 16], pack: 1, pack_end: 0, checkpoint: None };
+    sb.create(d.path()).unwrap();
+    // Rewrite the version field and fix the slot checksum, as a future scion would write it.
+    let path = d.path().join(SUPERBLOCK_FILE);
+    let mut data = std::fs::read(&path).unwrap();
+    let slot = &mut data[SUPERBLOCK_SLOT..2 * SUPERBLOCK_SLOT];
+    slot[8..12].copy_from_slice(&99u32.to_le_bytes());
+    let crc = crc32c::crc32c(&slot[..SUPERBLOCK_SLOT - 4]);
+    slot[SUPERBLOCK_SLOT - 4..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &data).unwrap();
+    let e = Superblock::read(d.path()).unwrap_err().to_string();
+    assert!(e.contains("version 99"), "{e}");
+}
+
+#[test]
+fn second_owner_is_refused_with_the_holders_name() {
+    let d = tempfile::tempdir().unwrap();
+    let _held = StoreLock::acquire(d.path(), "mounted at /somewhere").unwrap();
+    assert!(StoreLock::is_held(d.path()));
+    let e = StoreLock::acquire(d.path(), "second").err().unwrap().to_string();
+    assert!(e.contains(&format!("pid={}", std::process::id())) && e.contains("/somewhere"), "{e}");
+}
+
+#[test]
+fn decoders_refuse_garbage_without_panicking() {
+    use scion_store::codec::Reader;
+    use scion_store::BlockPtr;
+    for len in 0..64 {
+        let junk: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+        let _ = BlockPtr::decode(&mut Reader::new(&junk, "junk"));
+        let mut r = Reader::new(&junk, "junk");
+        let _ = r.count(1);
+        let _ = r.bytes();
+    }
+}
