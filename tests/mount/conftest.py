@@ -268,6 +268,19 @@ class ScionMount:
                 if data:
                     out.append(f"--- {' '.join(argv)} :: {os.path.basename(p)} (tail) ---\n"
                                + data[-3000:].decode("utf-8", "replace"))
+        try:
+            names = sorted(n for n in os.listdir(self.store) if n.endswith(".log"))
+        except OSError:
+            names = []
+        for n in names:
+            try:
+                with open(os.path.join(self.store, n), "rb") as f:
+                    f.seek(0, os.SEEK_END)
+                    f.seek(max(0, f.tell() - 6000))
+                    data = f.read()
+            except OSError:
+                continue
+            out.append(f"--- STORE/{n} (tail) ---\n" + data.decode("utf-8", "replace"))
         return "\n".join(out)
 
 

@@ -124,11 +124,34 @@ def _kind(mode):
     return "unknown"
 
 
+def drop_page_cache(fd):
+    """Ask the kernel to forget cached pages of fd, so that the next read reaches the
+    filesystem (through FUSE: the daemon) instead of the page cache. Best effort."""
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass
+
+
+def drop_kernel_caches():
+    """Drop unused dentries and inodes machine-wide (echo 2 > drop_caches), so that the
+    next lookups and getattrs reach the FUSE daemon instead of the kernel's caches.
+    Page cache is left alone (see drop_page_cache). Disabled by SCION_DROP_CACHES=0."""
+    if os.environ.get("SCION_DROP_CACHES", "1") == "0":
+        return
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2\n")
+    except OSError:
+        pass
+
+
 def file_digest(path, chunk=1 << 20):
     h = hashlib.sha256()
     n = 0
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
+        drop_page_cache(fd)
         while True:
             b = os.read(fd, chunk)
             if not b:

@@ -6,6 +6,11 @@ path must hold once that fsync returned. The daemon is SIGKILLed at a random mom
   SCION_SEED            seed (default random; printed as seed=N)
   SCION_CRASH_ROUNDS    number of kill/recover rounds (default 20)
   SCION_CRASH_MAXDELAY  longest time the workload runs before the kill (default 1.2 s)
+  SCION_CRASH_LONG_ROUNDS  extra rounds that run 28-40 s before the kill, so that the
+                        daemon's periodic work (checkpoints) is under way (default 1)
+
+About one round in four is "heavy": it also replaces two big files (16-96 MiB each), so
+that much data is in flight when the kill lands.
 
 Rules per path (what may be asserted after a crash):
   clean    no change since the last completed fsync: content must equal `durable`
@@ -68,6 +73,10 @@ class Workload:
         self.base = os.path.join(mnt, "c")
         self.seed = seed
         self.state = {(d, f"f{i}"): Entry() for d in DIRS for i in range(NFILES)}
+        self.big = [("a", "big0"), ("b", "big1")]
+        for k in self.big:
+            self.state[k] = Entry()
+        self.heavy = False
         self.log = []
         self.tmpn = 0
         # per round
@@ -125,10 +134,13 @@ class Workload:
         e.status = "clean"
 
     def existing(self):
-        return [k for k, e in self.state.items() if e.cur is not None]
+        return [k for k, e in self.state.items() if e.cur is not None and k not in self.big]
 
     def absent(self):
-        return [k for k, e in self.state.items() if e.cur is None]
+        return [k for k, e in self.state.items() if e.cur is None and k not in self.big]
+
+    def names(self):
+        return [k for k in self.state if k not in self.big]
 
     # ------------------------------------------------------------ operations
     def op_create(self):
@@ -234,12 +246,22 @@ class Workload:
 
     def op_replace(self):
         """write tmp, fsync tmp, rename tmp over target, fsync dir(s)."""
-        d, n = self.rng.choice(list(self.state))
+        d, n = self.rng.choice(self.names())
+        self._replace(d, n, self.content())
+
+    def op_bulk(self):
+        """Atomic replace of a big file (tens of MiB)."""
+        d, n = self.rng.choice(self.big)
+        block = self.rng.randbytes(1 << 20)
+        nblocks = self.rng.randrange(16, 97)
+        data = b"".join(i.to_bytes(8, "little") + block[8:] for i in range(nblocks))
+        self._replace(d, n, data)
+
+    def _replace(self, d, n, data):
         e = self.state[(d, n)]
         td = d if self.rng.random() < 0.8 else self.rng.choice(DIRS)
         self.tmpn += 1
         tmp = f"{n}.tmp{self.tmpn}"
-        data = self.content()
         self.log.append(f"replace {d}/{n} via {td}/{tmp} {len(data)}B")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=self.dfd[td])
         try:
@@ -274,7 +296,7 @@ class Workload:
         if not c:
             return self.op_create()
         src = self.rng.choice(c)
-        dst = self.rng.choice(list(self.state))
+        dst = self.rng.choice(self.names())
         if dst == src:
             return
         es, ed = self.state[src], self.state[dst]
@@ -304,9 +326,10 @@ class Workload:
            ("replace", 5), ("unlink", 2), ("rename", 3)]
 
     def run(self):
+        ops = self.OPS + ([("bulk", 2)] if self.heavy else [])
         try:
             while not self.stop.is_set():
-                name = self.rng.choices([n for n, _ in self.OPS], [w for _, w in self.OPS])[0]
+                name = self.rng.choices([n for n, _ in ops], [w for _, w in ops])[0]
                 getattr(self, "op_" + name)()
                 self.nops += 1
         except OSError as ex:
@@ -391,6 +414,7 @@ def test_crash_recovery(scion_mount):
     seed = get_seed()
     print(f"seed={seed}")
     rounds = env_int("SCION_CRASH_ROUNDS", 20)
+    long_rounds = env_int("SCION_CRASH_LONG_ROUNDS", 1)
     maxdelay = float(os.environ.get("SCION_CRASH_MAXDELAY", "1.2"))
     master = random.Random(seed)
     w = Workload(m.mnt, seed)
@@ -401,8 +425,10 @@ def test_crash_recovery(scion_mount):
     fsync_dir(m.mnt)
 
     total_ops = 0
-    for rnd in range(rounds):
+    long_at = set(master.sample(range(rounds + long_rounds), long_rounds))
+    for rnd in range(rounds + long_rounds):
         w.rng = random.Random(master.randrange(1 << 63))
+        w.heavy = master.random() < 0.25
         w.stop.clear()
         w.kill_issued.clear()
         w.error = None
@@ -412,6 +438,8 @@ def test_crash_recovery(scion_mount):
         t = threading.Thread(target=w.run, name=f"workload-{rnd}", daemon=True)
         delay = master.choice([0.0, 0.01, 0.05]) if master.random() < 0.15 else \
             master.uniform(0.05, maxdelay)
+        if rnd in long_at:
+            delay = master.uniform(28, 40)
         t.start()
         time.sleep(delay)
         w.kill_issued.set()
@@ -426,14 +454,16 @@ def test_crash_recovery(scion_mount):
                 pass
         assert w.error is None, f"seed={seed} round {rnd}: workload failed:\n{w.error}"
         total_ops += w.nops
-        w.log.append(f"--- killed after {delay:.3f}s, {w.nops} ops this round ---")
+        w.log.append(f"--- killed after {delay:.3f}s, {w.nops} ops this round"
+                     f"{' (heavy)' if w.heavy else ''} ---")
         m.check()
         m.mount()
-        actual = w.verify(f"after kill in round {rnd} ({w.nops} ops, delay {delay:.3f}s)")
+        actual = w.verify(f"after kill in round {rnd} ({w.nops} ops, delay {delay:.3f}s"
+                          f"{', heavy' if w.heavy else ''})")
         w.settle(actual)
 
     m.umount()
     m.check()
     m.mount()
     w.verify("after the final clean remount")
-    print(f"seed={seed} rounds={rounds} ops={total_ops}")
+    print(f"seed={seed} rounds={rounds + long_rounds} ops={total_ops}")

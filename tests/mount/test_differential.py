@@ -16,7 +16,7 @@ import random
 import stat
 import time
 
-from scion_helpers import compare_snapshots, errname, punch_hole, snapshot
+from scion_helpers import compare_snapshots, drop_kernel_caches, errname, punch_hole, snapshot
 
 BATCH = 100
 MAX_ENTRIES = 70             # keep the tree small enough to compare every batch
@@ -510,6 +510,7 @@ class Differential:
     # ------------------------------------------------------------ comparison
     def compare(self, when):
         ref, mnt = self.roots
+        drop_kernel_caches()
         a = snapshot(ref)
         b = snapshot(mnt)
         valid = self.mtime_valid

@@ -362,12 +362,18 @@ impl Fs {
 
         // 1. Prepass: references for every record about to be rewritten, and for orphans.
         let mut targets: HashSet<Ino> = HashSet::new();
-        for n in self.nodes.values() {
+        for (dir, n) in &self.nodes {
             if n.loc == Loc::Gone {
                 continue;
             }
-            for e in n.entries.values().flatten() {
-                if let Ent::Node(i) = e {
+            for (name, e) in &n.entries {
+                if let Some(Ent::Node(i)) = e {
+                    // Invariant: an overlay entry names an inode that lives exactly there.
+                    assert_eq!(
+                        self.nodes[i].loc,
+                        Loc::Entry { parent: *dir, name: name.clone() },
+                        "overlay entry of ino {i} is stale"
+                    );
                     targets.insert(*i);
                 }
             }
@@ -531,6 +537,11 @@ impl Fs {
             if let Some(old) = old {
                 self.forest.release(&old)?;
             }
+        }
+
+        // The prepass references not released above now belong to the records written.
+        for n in self.nodes.values_mut() {
+            n.prepass = None;
         }
 
         // 5. Meta blocks, then commit.
