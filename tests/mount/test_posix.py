@@ -442,6 +442,21 @@ def test_sparse_file_seek_data_hole(scion_mount):
     assert pread(f, GiB, 15) == b"data at one gig"
 
 
+def test_st_blocks_nonzero_for_data(scion_mount):
+    """A file holding data must not report st_blocks == 0: tools such as tar and cp
+    take st_blocks == 0 as "entirely a hole" and may skip reading it."""
+    m = scion_mount
+    files = {"big": 100 * 1024, "small": 10, "tail": 5 * MiB + 3}
+    for name, size in files.items():
+        write_file(P(m, name), random.Random(size).randbytes(size))
+    for when in ("before remount", "after remount"):
+        for name in files:
+            st = os.stat(P(m, name))
+            assert st.st_blocks > 0, f"{when}: st_blocks=0 for {name} ({st.st_size} bytes)"
+        if when == "before remount":
+            m.remount()
+
+
 def test_fallocate_and_punch_hole(scion_mount):
     m = scion_mount
     f = P(m, "f")
@@ -625,6 +640,60 @@ def test_copy_file_range(scion_mount):
     m.remount()
     assert read_file(P(m, "src")) == src_data
     assert read_file(P(m, "dst")) == b"changed" + bytes(expect)[7:]
+
+
+def test_concurrent_writers(scion_mount):
+    """Several threads write their own files and churn a shared directory at once."""
+    import threading
+    m = scion_mount
+    os.mkdir(P(m, "shared"))
+    nthreads, nops = 4, 150
+    models = [bytearray() for _ in range(nthreads)]
+    errors = []
+
+    def writer(i):
+        try:
+            rng = random.Random(100 + i)
+            path = P(m, f"w{i}")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                for k in range(nops):
+                    model = models[i]
+                    off = rng.randrange(0, len(model) + 200000)
+                    data = rng.randbytes(rng.randrange(1, 200000))
+                    assert os.pwrite(fd, data, off) == len(data)
+                    if off > len(model):
+                        model.extend(bytes(off - len(model)))
+                    model[off:off + len(data)] = data
+                    if k % 10 == 0:
+                        got = os.pread(fd, len(model) + 10, 0)
+                        assert got == bytes(model), f"thread {i} op {k}: read back differs"
+                    name = os.path.join(P(m, "shared"), f"t{i}-{rng.randrange(20)}")
+                    if rng.random() < 0.5:
+                        write_file(name, b"s")
+                    else:
+                        try:
+                            os.unlink(name)
+                        except FileNotFoundError:
+                            pass
+                    os.listdir(P(m, "shared"))
+            finally:
+                os.close(fd)
+        except BaseException as ex:  # noqa: BLE001
+            errors.append(f"thread {i}: {ex!r}")
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(nthreads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    names = set(os.listdir(P(m, "shared")))
+    for _ in range(2):
+        for i in range(nthreads):
+            assert read_file(P(m, f"w{i}")) == bytes(models[i]), f"w{i}"
+        assert set(os.listdir(P(m, "shared"))) == names
+        m.remount()
 
 
 # ---------------------------------------------------------------- xattrs and ACLs

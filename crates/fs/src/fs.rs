@@ -453,7 +453,7 @@ impl Fs {
         if let Some(t) = a.mtime {
             n.inode.mtime = t;
         }
-        n.inode.ctime = now;
+        n.inode.ctime = a.ctime.unwrap_or(now);
         self.touch(ino);
         Ok(())
     }

@@ -157,6 +157,7 @@ impl Record {
                 put_opt_u64(&mut w, attr.size);
                 put_opt_ts(&mut w, attr.atime);
                 put_opt_ts(&mut w, attr.mtime);
+                put_opt_ts(&mut w, attr.ctime);
                 put_ts(&mut w, *time);
             }
             Record::Write { ino, offset, data, time } => {
@@ -237,6 +238,7 @@ impl Record {
                     size: get_opt_u64(&mut r)?,
                     atime: get_opt_ts(&mut r)?,
                     mtime: get_opt_ts(&mut r)?,
+                    ctime: get_opt_ts(&mut r)?,
                 };
                 Record::SetAttr { ino, attr, time: get_ts(&mut r)? }
             }

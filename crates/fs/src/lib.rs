@@ -29,6 +29,8 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<Ts>,
     pub mtime: Option<Ts>,
+    /// Set by the kernel when it keeps times itself (writeback caching); otherwise now.
+    pub ctime: Option<Ts>,
 }
 
 /// Flags of `rename`, as renameat2 has them.

@@ -145,7 +145,7 @@ impl Filesystem for ScionFuse {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -153,7 +153,7 @@ impl Filesystem for ScionFuse {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let a = SetAttr { mode, uid, gid, size, atime: atime.map(ts), mtime: mtime.map(ts) };
+        let a = SetAttr { mode, uid, gid, size, atime: atime.map(ts), mtime: mtime.map(ts), ctime: ctime.map(Ts::from_system) };
         match self.fs().setattr(ino.0, a) {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
             Err(e) => reply.error(err(e)),
