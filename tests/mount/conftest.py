@@ -284,19 +284,31 @@ class ScionMount:
         return "\n".join(out)
 
 
-def _binary_or_fail():
+def missing_prerequisite():
+    """Why the tests cannot run against scion here (None if they can)."""
     if PLAIN:
-        return
+        return None
     if not os.path.exists(SCION_BIN):
-        pytest.fail(f"scion binary not found at {SCION_BIN!r}: build it "
-                    f"(cargo build --release) or set SCION_BIN; "
-                    f"use SCION_TEST_TARGET=plain to test the harness alone", pytrace=False)
+        return (f"scion binary not found at {SCION_BIN!r}: build it "
+                f"(cargo build --release) or set SCION_BIN; "
+                f"use SCION_TEST_TARGET=plain to test the harness alone")
     if not os.access(SCION_BIN, os.X_OK):
-        pytest.fail(f"scion binary {SCION_BIN!r} is not executable", pytrace=False)
+        return f"scion binary {SCION_BIN!r} is not executable"
     if not os.path.exists("/dev/fuse"):
-        pytest.fail("/dev/fuse is missing: FUSE is not available on this machine", pytrace=False)
+        return "/dev/fuse is missing: FUSE is not available on this machine"
     if not (shutil.which("fusermount3") or shutil.which("fusermount")):
-        pytest.fail("fusermount3 not found: apt-get install -y fuse3", pytrace=False)
+        return "fusermount3 not found: apt-get install -y fuse3"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    # A missing binary makes every test that needs it FAIL (in the call phase, so it is
+    # reported as a failure, not as a skip or a setup error).
+    if {"scion_mount", "scion_store"} & set(getattr(item, "fixturenames", ())):
+        why = missing_prerequisite()
+        if why:
+            pytest.fail(why, pytrace=False)
 
 
 def _make_root():
@@ -308,7 +320,9 @@ def _make_root():
 @pytest.fixture
 def scion_store(request):
     """An initialised but not mounted store (ScionMount with mounted=False)."""
-    _binary_or_fail()
+    if missing_prerequisite():
+        yield None      # the test fails in pytest_runtest_call
+        return
     m = ScionMount(_make_root())
     yield from _lifecycle(request, m, mount=False)
 
@@ -316,7 +330,9 @@ def scion_store(request):
 @pytest.fixture
 def scion_mount(request):
     """A freshly initialised and mounted scion store."""
-    _binary_or_fail()
+    if missing_prerequisite():
+        yield None      # the test fails in pytest_runtest_call
+        return
     m = ScionMount(_make_root())
     yield from _lifecycle(request, m, mount=True)
 

@@ -3,7 +3,7 @@ reference directory must give the same results and the same tree.
 
   SCION_SEED            seed (default: random; printed as seed=N)
   SCION_OPS             operations of the main variant (default 3000, batches of 100)
-  SCION_REMOUNT_OPS     operations of the remount variant (default 1200)
+  SCION_REMOUNT_OPS     operations of the remount variant (default 2000)
   SCION_REMOUNT_EVERY   remount (umount, check, mount) every N batches (default 3)
 
 Replay a failure with the printed seed: SCION_SEED=N pytest tests/mount -k differential
@@ -16,7 +16,8 @@ import random
 import stat
 import time
 
-from scion_helpers import compare_snapshots, drop_kernel_caches, errname, punch_hole, snapshot
+from scion_helpers import (RENAME_EXCHANGE, RENAME_NOREPLACE, compare_snapshots,
+                           drop_kernel_caches, errname, punch_hole, renameat2, snapshot)
 
 BATCH = 100
 MAX_ENTRIES = 70             # keep the tree small enough to compare every batch
@@ -270,6 +271,21 @@ class Differential:
             os.rename(os.path.join(root, src_rel), os.path.join(root, dst_rel))
         self.both(f"rename {src_rel!r} -> {dst_rel!r}", fn)
 
+    def op_rename2(self, ents):
+        """renameat2 with RENAME_NOREPLACE or RENAME_EXCHANGE."""
+        src = self.pick(ents)
+        if not src:
+            return
+        flags = self.rng.choice([RENAME_NOREPLACE, RENAME_EXCHANGE])
+        dst_rel = self.new_path(ents, existing_ok=0.7 if flags == RENAME_EXCHANGE else 0.4)
+        a, b = src[0], dst_rel
+        if b.startswith(a + "/") or a.startswith(b + "/"):
+            return      # one inside the other: skip (as for plain rename)
+        self.invalidate(a, b)
+        name = "NOREPLACE" if flags == RENAME_NOREPLACE else "EXCHANGE"
+        self.both(f"renameat2 {a!r} <-> {b!r} {name}",
+                  lambda root: renameat2(os.path.join(root, a), os.path.join(root, b), flags))
+
     def op_link(self, ents):
         src = self.pick(ents, "flp" if self.rng.random() < 0.9 else None)
         if not src:
@@ -490,7 +506,7 @@ class Differential:
 
     OPS = [
         ("hopen", 2), ("hwrite", 3), ("hread", 2), ("hclose", 1),
-        ("create", 10), ("write", 22), ("append", 4), ("truncate", 6), ("rename", 9),
+        ("create", 10), ("write", 22), ("append", 4), ("truncate", 6), ("rename", 9), ("rename2", 2),
         ("link", 4), ("unlink", 6), ("mkdir", 5), ("rmdir", 4), ("symlink", 4),
         ("chmod", 4), ("chown", 3), ("utime", 5), ("setxattr", 5), ("removexattr", 3),
         ("fallocate", 3), ("punch", 3), ("mkfifo", 2),
@@ -572,5 +588,5 @@ def test_differential(scion_mount):
 def test_differential_remount(scion_mount):
     seed = get_seed()
     print(f"seed={seed}")
-    run_differential(scion_mount, seed, env_int("SCION_REMOUNT_OPS", 1200),
+    run_differential(scion_mount, seed, env_int("SCION_REMOUNT_OPS", 2000),
                      remount_every=env_int("SCION_REMOUNT_EVERY", 3))

@@ -61,7 +61,7 @@ fn mount_options(store: &Path, user: &[String]) -> Config {
         cfg.acl = SessionACL::All;
     }
     cfg.mount_options = opts;
-    cfg.n_threads = Some(1);
+    cfg.n_threads = Some(2);
     cfg
 }
 
@@ -88,6 +88,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let session = fuser::Session::new(scion_fuse::ScionFuse::new(fs.clone()), &mnt, &cfg)
         .map_err(|e| format!("mount of {} failed: {e}", mnt.display()))?;
     log::info!("mounted {} at {}", store.display(), mnt.display());
+    tune_writeback(&mnt);
     report_ready("ok");
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -122,6 +123,31 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     fs.close().map_err(|e| format!("final checkpoint failed: {e}"))?;
     log::info!("unmounted {}; store flushed", mnt.display());
     r.map_err(|e| format!("FUSE session ended with an error: {e}"))
+}
+
+/// The kernel gives a FUSE mount's writeback a strict 1% share of the dirty page limit, which
+/// throttles large writes long before the daemon is busy. As root, lift it for this mount.
+fn tune_writeback(mnt: &Path) {
+    // Not stat(): the session does not serve requests yet, so that would wait for itself.
+    let Some(dev) = mount_field(mnt, 2) else { return };
+    let bdi = format!("/sys/class/bdi/{dev}");
+    for (knob, value) in [("strict_limit", "0"), ("max_ratio", "40")] {
+        if let Err(e) = std::fs::write(format!("{bdi}/{knob}"), value) {
+            log::debug!("{bdi}/{knob}: {e} (left as the kernel set it)");
+        }
+    }
+}
+
+/// Field `i` of the newest /proc/self/mountinfo line for mount point `mnt`.
+fn mount_field(mnt: &Path, i: usize) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mnt.to_str()?;
+    table
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .filter(|f| f.get(4) == Some(&want))
+        .last()
+        .and_then(|f| f.get(i).map(|s| s.to_string()))
 }
 
 fn block_signals() -> libc::sigset_t {

@@ -185,6 +185,29 @@ impl Fs {
         let lock = StoreLock::acquire(dir, &opts.holder)?;
         let sb = Superblock::read(dir)?;
         let store = Arc::new(BlockStore::open(dir, sb.pack, sb.pack_end, true)?);
+        // The journal may name blocks written ahead past the checkpoint's append position.
+        // Replay stops at the first record whose block did not reach the disk (it was never
+        // covered by an fsync), and appending resumes right after the last block it names.
+        let mut j = journal::read(dir, sb.generation, &sb.store_id)?;
+        let mut resume = (sb.pack, sb.pack_end);
+        let mut usable = j.records.len();
+        'records: for (i, rec) in j.records.iter().enumerate() {
+            if let Record::PutChunks { chunks, .. } = rec {
+                for p in chunks.iter().flatten() {
+                    if let Err(e) = store.read(p) {
+                        log::info!("journal record {i} names a block that never reached the disk ({e}); replay ends there");
+                        usable = i;
+                        break 'records;
+                    }
+                    resume = resume.max((p.pack(), p.offset() + p.footprint()));
+                }
+            }
+        }
+        if usable < j.records.len() {
+            j.tail_reason.get_or_insert_with(|| "a record names a block that was never written".into());
+            j.records.truncate(usable);
+        }
+        store.resume_at(resume.0, resume.1)?;
         let mut fs = Fs {
             dir: dir.to_path_buf(),
             store_id: sb.store_id,
@@ -198,6 +221,8 @@ impl Fs {
             journal: None,
             replaying: true,
             dirty_bytes: 0,
+            pending_chunks: 0,
+            garbage: Vec::new(),
             orphan_releases: Vec::new(),
             meta_blocks: Vec::new(),
             last_checkpoint: Instant::now(),
@@ -238,7 +263,6 @@ impl Fs {
                 fs.next_ns = 2;
             }
         }
-        let j = journal::read(dir, sb.generation, &sb.store_id)?;
         if let Some(why) = &j.tail_reason {
             log::info!("journal ends with {} unusable bytes ({why}): a write cut short by a crash", j.tail_bytes);
         }
@@ -324,6 +348,10 @@ impl Fs {
             Record::Write { ino, offset, data, time } => {
                 let i = self.resolve(ino)?;
                 self.op_write(i, *offset, data, *time)
+            }
+            Record::PutChunks { ino, first, chunks, time } => {
+                let i = self.resolve(ino)?;
+                self.op_put_chunks(i, *first, chunks, *time)
             }
             Record::Fallocate { ino, mode, offset, len, time } => {
                 let i = self.resolve(ino)?;
@@ -412,16 +440,18 @@ impl Fs {
             let mut alloc_fix: i64 = 0;
             for (idx, c) in chunks {
                 match c {
-                    Some(buf) if buf.iter().any(|b| *b != 0) => {
+                    Chunk::Buf(buf) if buf.iter().any(|b| *b != 0) => {
                         let ptr = self.forest.store.write(BlockKind::Data, &buf)?;
                         ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr]))));
                     }
-                    Some(buf) => {
+                    Chunk::Buf(buf) => {
                         // All zeros: stored as a hole.
                         alloc_fix -= buf.len() as i64;
                         ops.push((chunk_key(idx), None));
                     }
-                    None => ops.push((chunk_key(idx), None)),
+                    // Written ahead: the tree takes the block's one reference.
+                    Chunk::Block(ptr) => ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr])))),
+                    Chunk::Hole => ops.push((chunk_key(idx), None)),
                 }
             }
             let new = self.forest.apply(content.as_ref(), ops)?;
@@ -549,6 +579,8 @@ impl Fs {
         let orphans: Vec<BlockPtr> = self.nodes.values().filter_map(|n| n.orphan_ref).collect();
         let mut freed = std::mem::take(&mut self.forest.freed);
         freed.extend(std::mem::take(&mut self.meta_blocks));
+        freed.extend(std::mem::take(&mut self.garbage));
+        self.pending_chunks = 0;
         let mut body = Writer::new();
         self.forest.refs.encode(&mut body);
         {

@@ -19,6 +19,8 @@ pub(crate) const ROOT_OID: u64 = 1;
 const MAX_NLINK: u32 = 65000;
 /// A checkpoint is taken when this much changed file data waits in memory.
 const DIRTY_LIMIT: u64 = 256 << 20;
+/// ... or when this many chunks were written ahead (bounds recovery time and memory).
+const PENDING_CHUNK_LIMIT: u64 = 65536;
 /// ... or when the journal grows past this.
 const JOURNAL_LIMIT: u64 = 1 << 30;
 
@@ -40,6 +42,17 @@ pub(crate) enum Loc {
     Gone,
 }
 
+/// A chunk of a file changed since the last checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Chunk {
+    /// New bytes, held in memory (partial writes).
+    Buf(Vec<u8>),
+    /// A whole chunk already written to a pack ahead of the checkpoint; the journal names it.
+    Block(BlockPtr),
+    /// Zeros.
+    Hole,
+}
+
 /// A change waiting in a directory's overlay.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Ent {
@@ -57,8 +70,8 @@ pub(crate) struct Node {
     pub opens: u32,
     /// Directory overlay: `None` removes the name.
     pub entries: BTreeMap<Vec<u8>, Option<Ent>>,
-    /// File overlay: chunk index -> new bytes, `None` for a hole.
-    pub chunks: BTreeMap<u64, Option<Vec<u8>>>,
+    /// File overlay: chunk index -> its new content.
+    pub chunks: BTreeMap<u64, Chunk>,
     /// The record was placed in an overlay since the last checkpoint: keep the node loaded.
     pub pinned: bool,
     /// A content reference this inode holds while unlinked but open.
@@ -150,6 +163,10 @@ pub struct Fs {
     pub(crate) journal: Option<Journal>,
     pub(crate) replaying: bool,
     pub(crate) dirty_bytes: u64,
+    /// Whole chunks written ahead since the last checkpoint.
+    pub(crate) pending_chunks: u64,
+    /// Blocks written ahead that no checkpoint will reference; freed by the next checkpoint.
+    pub(crate) garbage: Vec<BlockPtr>,
     /// Orphan content references to drop at the next checkpoint.
     pub(crate) orphan_releases: Vec<BlockPtr>,
     /// Meta blocks of the committed checkpoint, freed by the next one.
@@ -351,7 +368,7 @@ impl Fs {
             return Ok(());
         }
         let jl = self.journal.as_ref().map(|j| j.len).unwrap_or(0);
-        if self.dirty_bytes > DIRTY_LIMIT || jl > JOURNAL_LIMIT {
+        if self.dirty_bytes > DIRTY_LIMIT || jl > JOURNAL_LIMIT || self.pending_chunks > PENDING_CHUNK_LIMIT {
             self.checkpoint().map_err(eio)?;
         }
         Ok(())
@@ -401,7 +418,8 @@ impl Fs {
                 self.orphan_releases.push(r);
             }
             self.dirty_bytes = self.dirty_bytes.saturating_sub(chunk_bytes(n));
-            self.nodes.remove(&ino);
+            let n = self.nodes.remove(&ino).unwrap();
+            self.garbage.extend(n.chunks.values().filter_map(|c| if let Chunk::Block(p) = c { Some(*p) } else { None }));
         } else if !n.pinned && n.inode.kind != Kind::Dir && n.chunks.is_empty() {
             self.nodes.remove(&ino);
         }
@@ -907,53 +925,66 @@ impl Fs {
         self.maybe_evict(ino);
     }
 
-    /// Length of the stored bytes of chunk `idx`, and the bytes if `want`.
+    /// The data block holding chunk `idx` in the stored content tree.
+    fn stored_chunk(&self, n: &Node, idx: u64) -> FsResult<Option<BlockPtr>> {
+        let Some(v) = self.forest.get(n.inode.content.as_ref(), &chunk_key(idx)).map_err(eio)? else {
+            return Ok(None);
+        };
+        v.ptrs.first().copied().map(Some).ok_or_else(|| {
+            log::error!("content entry {idx} of oid {} has no data pointer", n.inode.oid);
+            libc::EIO
+        })
+    }
+
+    fn read_block(&self, n: &Node, idx: u64, ptr: &BlockPtr) -> FsResult<Vec<u8>> {
+        self.forest.store.read(ptr).map_err(|e| {
+            log::error!("read of chunk {idx} of oid {} (ino {}): {e}", n.inode.oid, n.inode.oid);
+            e.errno()
+        })
+    }
+
+    /// The bytes of chunk `idx` (`None` for a hole).
     fn chunk(&self, n: &Node, idx: u64) -> FsResult<Option<Vec<u8>>> {
         match n.chunks.get(&idx) {
-            Some(Some(b)) => Ok(Some(b.clone())),
-            Some(None) => Ok(None),
-            None => {
-                let Some(v) = self.forest.get(n.inode.content.as_ref(), &chunk_key(idx)).map_err(eio)? else {
-                    return Ok(None);
-                };
-                let ptr = v.ptrs.first().ok_or_else(|| {
-                    log::error!("content entry {idx} of oid {} has no data pointer", n.inode.oid);
-                    libc::EIO
-                })?;
-                Ok(Some(self.forest.store.read(ptr).map_err(|e| {
-                    log::error!("read of chunk {idx} of oid {}: {e}", n.inode.oid);
-                    e.errno()
-                })?))
-            }
+            Some(Chunk::Buf(b)) => Ok(Some(b.clone())),
+            Some(Chunk::Block(p)) => self.read_block(n, idx, p).map(Some),
+            Some(Chunk::Hole) => Ok(None),
+            None => match self.stored_chunk(n, idx)? {
+                Some(p) => self.read_block(n, idx, &p).map(Some),
+                None => Ok(None),
+            },
         }
     }
 
     fn chunk_len(&self, n: &Node, idx: u64) -> FsResult<u64> {
         match n.chunks.get(&idx) {
-            Some(Some(b)) => Ok(b.len() as u64),
-            Some(None) => Ok(0),
-            None => Ok(self
-                .forest
-                .get(n.inode.content.as_ref(), &chunk_key(idx))
-                .map_err(eio)?
-                .and_then(|v| v.ptrs.first().map(|p| p.len as u64))
-                .unwrap_or(0)),
+            Some(Chunk::Buf(b)) => Ok(b.len() as u64),
+            Some(Chunk::Block(p)) => Ok(p.len as u64),
+            Some(Chunk::Hole) => Ok(0),
+            None => Ok(self.stored_chunk(n, idx)?.map(|p| p.len as u64).unwrap_or(0)),
         }
     }
 
-    /// Replaces chunk `idx` (None: a hole), keeping `alloc` and the dirty count right.
-    fn set_chunk(&mut self, ino: Ino, idx: u64, data: Option<Vec<u8>>) -> FsResult<()> {
+    /// Replaces chunk `idx`, keeping `alloc`, the dirty byte count and the garbage list right.
+    fn set_chunk(&mut self, ino: Ino, idx: u64, c: Chunk) -> FsResult<()> {
         let n = self.node(ino)?;
         let old = self.chunk_len(n, idx)?;
-        let old_dirty = match n.chunks.get(&idx) {
-            Some(Some(b)) => b.len() as u64,
-            _ => 0,
+        let new = match &c {
+            Chunk::Buf(b) => b.len() as u64,
+            Chunk::Block(p) => p.len as u64,
+            Chunk::Hole => 0,
         };
-        let new = data.as_ref().map(|b| b.len() as u64).unwrap_or(0);
         let n = self.node_mut(ino)?;
         n.inode.alloc = n.inode.alloc + new - old.min(n.inode.alloc);
-        n.chunks.insert(idx, data);
-        self.dirty_bytes = self.dirty_bytes + new - old_dirty.min(self.dirty_bytes);
+        let new_mem = if let Chunk::Buf(b) = &c { b.len() as u64 } else { 0 };
+        match n.chunks.insert(idx, c) {
+            Some(Chunk::Buf(b)) => self.dirty_bytes = self.dirty_bytes.saturating_sub(b.len() as u64),
+            // Written ahead and replaced before any checkpoint took it: the journal still
+            // names it until the next checkpoint, which then frees it.
+            Some(Chunk::Block(p)) => self.garbage.push(p),
+            _ => {}
+        }
+        self.dirty_bytes += new_mem;
         Ok(())
     }
 
@@ -986,14 +1017,75 @@ impl Fs {
         Ok(out)
     }
 
+    /// Writes bytes. Whole chunks go straight to a pack and the journal records only their
+    /// pointers, so large writes reach the disk once; partial chunks are journaled as bytes
+    /// and folded into blocks at the checkpoint.
     pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
         self.writable()?;
         let now = Ts::now();
         let target = self.target(ino);
-        self.op_write(ino, offset, data, now)?;
-        self.log(|| target.map(|ino| Record::Write { ino, offset, data: data.to_vec(), time: now }))?;
+        let end = offset.checked_add(data.len() as u64).ok_or(libc::EFBIG)?;
+        // An unlinked file's data dies with it: keep it in memory, never in packs.
+        let direct = target.is_some() && !self.replaying;
+        let first_full = offset.div_ceil(CHUNK);
+        let last_full = end / CHUNK; // exclusive
+        let mut pieces: Vec<(u64, u64)> = Vec::new(); // byte ranges journaled as bytes
+        if direct && first_full < last_full {
+            if offset < first_full * CHUNK {
+                pieces.push((offset, first_full * CHUNK));
+            }
+            let mut chunks = Vec::with_capacity((last_full - first_full) as usize);
+            for idx in first_full..last_full {
+                let o = (idx * CHUNK - offset) as usize;
+                let src = &data[o..o + CHUNK as usize];
+                chunks.push(if src.iter().all(|b| *b == 0) {
+                    None
+                } else {
+                    Some(self.forest.store.write(scion_store::BlockKind::Data, src).map_err(eio)?)
+                });
+            }
+            self.op_put_chunks(ino, first_full, &chunks, now)?;
+            self.log(|| target.clone().map(|ino| Record::PutChunks { ino, first: first_full, chunks, time: now }))?;
+            if last_full * CHUNK < end {
+                pieces.push((last_full * CHUNK, end));
+            }
+        } else {
+            pieces.push((offset, end));
+        }
+        for (a, b) in pieces {
+            let bytes = &data[(a - offset) as usize..(b - offset) as usize];
+            self.op_write(ino, a, bytes, now)?;
+            self.log(|| target.clone().map(|ino| Record::Write { ino, offset: a, data: bytes.to_vec(), time: now }))?;
+        }
         self.maybe_checkpoint()?;
         Ok(data.len() as u32)
+    }
+
+    /// Installs whole chunks written ahead (`None`: zeros).
+    pub(crate) fn op_put_chunks(&mut self, ino: Ino, first: u64, chunks: &[Option<BlockPtr>], now: Ts) -> FsResult<()> {
+        let n = self.node(ino)?;
+        if n.inode.kind != Kind::File {
+            return Err(libc::EINVAL);
+        }
+        let end = (first + chunks.len() as u64).checked_mul(CHUNK).ok_or(libc::EFBIG)?;
+        if end > MAX_FILE_SIZE {
+            return Err(libc::EFBIG);
+        }
+        for (i, c) in chunks.iter().enumerate() {
+            let c = match c {
+                Some(p) if p.len as u64 == CHUNK && p.kind == scion_store::BlockKind::Data => Chunk::Block(*p),
+                Some(_) => return Err(libc::EINVAL),
+                None => Chunk::Hole,
+            };
+            self.set_chunk(ino, first + i as u64, c)?;
+        }
+        let n = self.node_mut(ino)?;
+        n.inode.size = n.inode.size.max(end);
+        n.inode.mtime = now;
+        n.inode.ctime = now;
+        self.touch(ino);
+        self.pending_chunks += chunks.len() as u64;
+        Ok(())
     }
 
     pub(crate) fn op_write(&mut self, ino: Ino, offset: u64, data: &[u8], now: Ts) -> FsResult<()> {
@@ -1023,7 +1115,7 @@ impl Fs {
                 buf[within..within + take].copy_from_slice(src);
                 buf
             };
-            self.set_chunk(ino, idx, Some(buf))?;
+            self.set_chunk(ino, idx, Chunk::Buf(buf))?;
             pos += take as u64;
         }
         let n = self.node_mut(ino)?;
@@ -1056,7 +1148,7 @@ impl Fs {
         let mut all: std::collections::BTreeSet<u64> =
             stored.into_iter().filter(|i| !n.chunks.contains_key(i)).collect();
         for (i, c) in n.chunks.range(from..) {
-            if c.is_some() {
+            if *c != Chunk::Hole {
                 all.insert(*i);
             }
         }
@@ -1075,7 +1167,7 @@ impl Fs {
                     break;
                 }
                 for idx in dead {
-                    self.set_chunk(ino, idx, None)?;
+                    self.set_chunk(ino, idx, Chunk::Hole)?;
                 }
             }
             let within = (size % CHUNK) as usize;
@@ -1084,7 +1176,7 @@ impl Fs {
                 if let Some(mut buf) = self.chunk(self.node(ino)?, idx)? {
                     if buf.len() > within {
                         buf.truncate(within);
-                        self.set_chunk(ino, idx, Some(buf))?;
+                        self.set_chunk(ino, idx, Chunk::Buf(buf))?;
                     }
                 }
             }
@@ -1108,13 +1200,13 @@ impl Fs {
             let n = self.node(ino)?;
             if within == 0 && (take as u64 == CHUNK || pos + take as u64 >= size) {
                 if self.chunk_len(n, idx)? > 0 || n.chunks.contains_key(&idx) {
-                    self.set_chunk(ino, idx, None)?;
+                    self.set_chunk(ino, idx, Chunk::Hole)?;
                 }
             } else if let Some(mut buf) = self.chunk(n, idx)? {
                 if within < buf.len() {
                     let stop = (within + take).min(buf.len());
                     buf[within..stop].fill(0);
-                    self.set_chunk(ino, idx, Some(buf))?;
+                    self.set_chunk(ino, idx, Chunk::Buf(buf))?;
                 }
             }
             pos += take as u64;
@@ -1287,6 +1379,8 @@ impl Fs {
 
     /// Makes every acknowledged change durable (the journal is fsynced).
     pub fn fsync(&mut self) -> FsResult<()> {
+        // Blocks written ahead before the journal records that name them.
+        self.forest.store.sync().map_err(eio)?;
         if let Some(j) = self.journal.as_mut() {
             j.sync().map_err(eio)?;
         }
@@ -1298,8 +1392,9 @@ impl Fs {
         if self.failed.is_some() {
             return Ok(());
         }
-        if let Some(j) = self.journal.as_mut() {
-            if j.has_unsynced() {
+        if self.journal.as_ref().is_some_and(|j| j.has_unsynced()) {
+            self.forest.store.sync()?;
+            if let Some(j) = self.journal.as_mut() {
                 j.sync()?;
             }
         }
@@ -1351,6 +1446,7 @@ impl Fs {
     }
 }
 
+/// Bytes of a node's overlay held in memory.
 pub(crate) fn chunk_bytes(n: &Node) -> u64 {
-    n.chunks.values().map(|c| c.as_ref().map(|b| b.len() as u64).unwrap_or(0)).sum()
+    n.chunks.values().map(|c| if let Chunk::Buf(b) = c { b.len() as u64 } else { 0 }).sum()
 }

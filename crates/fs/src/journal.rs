@@ -39,6 +39,8 @@ pub enum Record {
     Rename { parent: Target, name: Vec<u8>, newparent: Target, newname: Vec<u8>, flags: u32, time: Ts },
     SetAttr { ino: Target, attr: crate::SetAttr, time: Ts },
     Write { ino: Target, offset: u64, data: Vec<u8>, time: Ts },
+    /// Whole chunks written to packs ahead of the checkpoint (`None`: zeros).
+    PutChunks { ino: Target, first: u64, chunks: Vec<Option<scion_store::BlockPtr>>, time: Ts },
     Fallocate { ino: Target, mode: i32, offset: u64, len: u64, time: Ts },
     SetXattr { ino: Target, name: Vec<u8>, value: Vec<u8>, flags: i32, time: Ts },
     RemoveXattr { ino: Target, name: Vec<u8>, time: Ts },
@@ -178,6 +180,23 @@ impl Record {
                 w.bytes(name).bytes(value).u32(*flags as u32);
                 put_ts(&mut w, *time);
             }
+            Record::PutChunks { ino, first, chunks, time } => {
+                w.u8(10);
+                put_target(&mut w, ino);
+                w.u64(*first).u32(chunks.len() as u32);
+                for c in chunks {
+                    match c {
+                        Some(p) => {
+                            w.u8(1);
+                            p.encode(&mut w);
+                        }
+                        None => {
+                            w.u8(0);
+                        }
+                    }
+                }
+                put_ts(&mut w, *time);
+            }
             Record::RemoveXattr { ino, name, time } => {
                 w.u8(9);
                 put_target(&mut w, ino);
@@ -262,6 +281,20 @@ impl Record {
                 flags: r.u32()? as i32,
                 time: get_ts(&mut r)?,
             },
+            10 => {
+                let ino = get_target(&mut r)?;
+                let first = r.u64()?;
+                let n = r.count(1)?;
+                let mut chunks = Vec::with_capacity(n);
+                for _ in 0..n {
+                    chunks.push(match r.u8()? {
+                        0 => None,
+                        1 => Some(scion_store::BlockPtr::decode(&mut r)?),
+                        t => return Err(Error::corrupt("journal record", "chunk", format!("tag {t}"))),
+                    });
+                }
+                Record::PutChunks { ino, first, chunks, time: get_ts(&mut r)? }
+            }
             9 => Record::RemoveXattr { ino: get_target(&mut r)?, name: r.bytes()?.to_vec(), time: get_ts(&mut r)? },
             t => return Err(Error::corrupt("journal record", "header", format!("unknown record type {t}"))),
         };

@@ -23,8 +23,18 @@ const BLOCK_MAGIC: &[u8; 4] = b"SCBK";
 /// Packs are rolled over when they reach this size.
 const PACK_ROLL_BYTES: u64 = 4 << 30;
 
-pub(crate) fn footprint(len: usize) -> u64 {
-    let raw = (BLOCK_HEADER_LEN + len) as u64;
+/// Bytes of header a block of this kind carries. File data has none: its pointer's hash
+/// verifies it, and a 64 KiB chunk then fills exactly 16 pages, aligned, instead of 17.
+pub(crate) fn header_len(kind: BlockKind) -> usize {
+    if kind == BlockKind::Data {
+        0
+    } else {
+        BLOCK_HEADER_LEN
+    }
+}
+
+pub(crate) fn footprint(kind: BlockKind, len: usize) -> u64 {
+    let raw = (header_len(kind) + len) as u64;
     raw.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN
 }
 
@@ -46,14 +56,16 @@ struct Active {
 
 pub struct BlockStore {
     dir: PathBuf,
+    /// Pack handles are opened for writing too, so freed blocks can be punched.
+    writable: bool,
     readers: RwLock<HashMap<u32, Arc<File>>>,
     active: Mutex<Active>,
 }
 
 impl BlockStore {
     /// Opens the packs of the store at `dir`, appending from `(pack, end)`, the position the
-    /// newest superblock recorded. Bytes past that position were written by a checkpoint
-    /// that never committed; they are cut off.
+    /// newest superblock recorded. Nothing is cut off yet: the journal may name blocks past
+    /// that position; the owner calls [`BlockStore::resume_at`] once it knows where to append.
     pub fn open(dir: &Path, pack: u32, end: u64, writable: bool) -> Result<BlockStore> {
         let path = pack_path(dir, pack);
         let file = OpenOptions::new()
@@ -71,17 +83,50 @@ impl BlockStore {
                 format!("is {len} bytes long, the superblock says {end} bytes were committed (truncated store?)"),
             ));
         }
-        if writable && len > end {
-            file.set_len(end).map_err(|e| Error::io("truncation of uncommitted pack tail", e))?;
-        }
         let file = Arc::new(file);
         let mut readers = HashMap::new();
         readers.insert(pack, file.clone());
         Ok(BlockStore {
             dir: dir.to_path_buf(),
+            writable,
             readers: RwLock::new(readers),
             active: Mutex::new(Active { id: pack, file, end, unsynced: Vec::new() }),
         })
+    }
+
+    /// Sets the append position to `(pack, end)`, cutting off everything written after it
+    /// (blocks of a checkpoint that never committed, or written ahead and never journaled)
+    /// and removing later packs.
+    pub fn resume_at(&self, pack: u32, end: u64) -> Result<()> {
+        let path = pack_path(&self.dir, pack);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io(format!("open of pack {}", path.display()), e))?;
+        let len = file.metadata().map_err(|e| Error::io("stat of pack", e))?.len();
+        if len < end {
+            return Err(Error::corrupt("pack file", path.display(), format!("is {len} bytes long, {end} are needed")));
+        }
+        if len > end {
+            file.set_len(end).map_err(|e| Error::io("truncation of uncommitted pack tail", e))?;
+            file.sync_all().map_err(|e| Error::io("fsync of pack", e))?;
+        }
+        for id in self.pack_ids()? {
+            if id > pack {
+                let p = pack_path(&self.dir, id);
+                std::fs::remove_file(&p).map_err(|e| Error::io(format!("removal of {}", p.display()), e))?;
+            }
+        }
+        let file = Arc::new(file);
+        self.readers.write().unwrap().insert(pack, file.clone());
+        let mut a = self.active.lock().unwrap();
+        a.id = pack;
+        a.file = file;
+        a.end = end;
+        Ok(())
     }
 
     /// The append position: `(pack, end)`. Recorded in the superblock at each checkpoint.
@@ -95,7 +140,11 @@ impl BlockStore {
             return Ok(f.clone());
         }
         let path = pack_path(&self.dir, pack);
-        let f = File::open(&path).map_err(|e| Error::io(format!("open of pack {}", path.display()), e))?;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(self.writable)
+            .open(&path)
+            .map_err(|e| Error::io(format!("open of pack {}", path.display()), e))?;
         let f = Arc::new(f);
         self.readers.write().unwrap().insert(pack, f.clone());
         Ok(f)
@@ -104,15 +153,17 @@ impl BlockStore {
     /// Appends a block and returns its pointer. Not durable until `sync`.
     pub fn write(&self, kind: BlockKind, payload: &[u8]) -> Result<BlockPtr> {
         assert!(payload.len() <= MAX_BLOCK_LEN, "block payload of {} bytes", payload.len());
-        let fp = footprint(payload.len()) as usize;
+        let fp = footprint(kind, payload.len()) as usize;
         let mut buf = Vec::with_capacity(fp);
-        buf.extend_from_slice(BLOCK_MAGIC);
-        buf.push(kind as u8);
-        buf.push(0); // codec: 0 = stored as is
-        buf.extend_from_slice(&[0, 0]);
-        buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        let crc = header_crc(&buf[..12], payload);
-        buf.extend_from_slice(&crc.to_le_bytes());
+        if header_len(kind) > 0 {
+            buf.extend_from_slice(BLOCK_MAGIC);
+            buf.push(kind as u8);
+            buf.push(0); // codec: 0 = stored as is
+            buf.extend_from_slice(&[0, 0]);
+            buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            let crc = header_crc(&buf[..12], payload);
+            buf.extend_from_slice(&crc.to_le_bytes());
+        }
         buf.extend_from_slice(payload);
         buf.resize(fp, 0);
         let hash = *blake3::hash(payload).as_bytes();
@@ -164,7 +215,7 @@ impl BlockStore {
     /// Reads a block and verifies its header, checksum and content hash.
     pub fn read(&self, ptr: &BlockPtr) -> Result<Vec<u8>> {
         let f = self.reader(ptr.pack())?;
-        let mut buf = vec![0u8; BLOCK_HEADER_LEN + ptr.len as usize];
+        let mut buf = vec![0u8; header_len(ptr.kind) + ptr.len as usize];
         f.read_exact_at(&mut buf, ptr.offset()).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 Error::corrupt("block", ptr, "lies past the end of its pack (truncated pack?)")
@@ -228,6 +279,12 @@ impl BlockStore {
 
 /// Checks a raw block (header + payload) against its pointer; returns the payload.
 pub fn verify<'a>(ptr: &BlockPtr, buf: &'a [u8]) -> Result<&'a [u8]> {
+    if header_len(ptr.kind) == 0 {
+        if blake3::hash(buf).as_bytes() != &ptr.hash {
+            return Err(Error::corrupt("block", ptr, "content hash differs from pointer (damaged, stale or misdirected)"));
+        }
+        return Ok(buf);
+    }
     let h = &buf[..BLOCK_HEADER_LEN];
     if &h[..4] != BLOCK_MAGIC {
         return Err(Error::corrupt("block", ptr, "bad magic (not a block, or overwritten)"));

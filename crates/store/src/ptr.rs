@@ -58,7 +58,7 @@ impl BlockPtr {
     }
     /// Bytes the block occupies in its pack, header and padding included.
     pub fn footprint(&self) -> u64 {
-        crate::pack::footprint(self.len as usize)
+        crate::pack::footprint(self.kind, self.len as usize)
     }
     pub fn encode(&self, w: &mut Writer) {
         w.u64(self.addr).u32(self.len).u8(self.kind as u8).raw(&self.hash);

@@ -14,6 +14,7 @@ fn blocks_round_trip_and_corruption_is_detected() {
     let b = s.write(BlockKind::Node, &vec![7u8; 70000]).unwrap();
     s.sync().unwrap();
     assert_eq!(s.read(&a).unwrap(), b"hello world");
+    assert_eq!(s.write(BlockKind::Data, &[1u8; 65536]).unwrap().footprint(), 65536);
     assert_eq!(s.read(&b).unwrap(), vec![7u8; 70000]);
     // Flip one payload byte of `b`.
     let f = std::fs::OpenOptions::new().write(true).open(d.path().join("packs/00000001.pack")).unwrap();
@@ -22,11 +23,18 @@ fn blocks_round_trip_and_corruption_is_detected() {
         Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("checksum"), "{detail}"),
         r => panic!("expected corruption, got {r:?}"),
     }
+    // File data carries no header: its pointer's hash catches the damage.
+    f.write_all_at(b"J", a.offset() + 3).unwrap();
+    match s.read(&a) {
+        Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("hash"), "{detail}"),
+        r => panic!("expected corruption, got {r:?}"),
+    }
     // A pointer of the wrong kind, or to the wrong place, is refused.
-    let mut wrong = a;
-    wrong.kind = BlockKind::Node;
+    let mut wrong = b;
+    wrong.kind = BlockKind::Meta;
     assert!(matches!(s.read(&wrong), Err(Error::Corrupt { .. })));
-    let mut misdirected = a;
+    let c = s.write(BlockKind::Data, b"another").unwrap();
+    let mut misdirected = c;
     misdirected.hash[0] ^= 1;
     assert!(matches!(s.read(&misdirected), Err(Error::Corrupt { .. })));
 }
@@ -40,7 +48,9 @@ fn uncommitted_pack_tail_is_cut_and_short_packs_are_refused() {
     s.write(BlockKind::Data, b"never committed").unwrap();
     drop(s);
     let s = BlockStore::open(d.path(), pack, end, true).unwrap();
+    s.resume_at(pack, end).unwrap();
     assert_eq!(s.position(), (pack, end));
+    assert_eq!(std::fs::metadata(d.path().join("packs/00000001.pack")).unwrap().len(), end);
     assert_eq!(s.read(&a).unwrap(), b"kept");
     drop(s);
     assert!(matches!(BlockStore::open(d.path(), pack, end + 4096, true), Err(Error::Corrupt { .. })));
