@@ -223,6 +223,7 @@ impl Fs {
             dirty_bytes: 0,
             pending_chunks: 0,
             garbage: Vec::new(),
+            read_gate: Default::default(),
             orphan_releases: Vec::new(),
             meta_blocks: Vec::new(),
             last_checkpoint: Instant::now(),
@@ -617,6 +618,7 @@ impl Fs {
         self.journal = Some(journal);
         self.meta_blocks = vec![record];
         self.meta_blocks.extend(pages);
+        self.read_gate.wait_idle();
         for p in &freed {
             self.forest.store.punch(p)?;
         }

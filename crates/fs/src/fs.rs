@@ -167,6 +167,7 @@ pub struct Fs {
     pub(crate) pending_chunks: u64,
     /// Blocks written ahead that no checkpoint will reference; freed by the next checkpoint.
     pub(crate) garbage: Vec<BlockPtr>,
+    pub(crate) read_gate: Arc<ReadGate>,
     /// Orphan content references to drop at the next checkpoint.
     pub(crate) orphan_releases: Vec<BlockPtr>,
     /// Meta blocks of the committed checkpoint, freed by the next one.
@@ -989,6 +990,13 @@ impl Fs {
     }
 
     pub fn read(&mut self, ino: Ino, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        self.read_plan(ino, offset, size)?.execute()
+    }
+
+    /// Resolves a read into bytes from memory and block ranges to fetch. The plan holds the
+    /// read gate, so no block it names is punched until it is done; run it with
+    /// [`ReadPlan::execute`] after releasing the engine, so reads proceed in parallel.
+    pub fn read_plan(&mut self, ino: Ino, offset: u64, size: u32) -> FsResult<ReadPlan> {
         let n = self.node(ino)?;
         match n.inode.kind {
             Kind::File => {}
@@ -996,25 +1004,39 @@ impl Fs {
             _ => return Err(libc::EINVAL),
         }
         let end = (offset.saturating_add(size as u64)).min(n.inode.size);
-        if offset >= end {
-            return Ok(Vec::new());
-        }
-        let mut out = vec![0u8; (end - offset) as usize];
+        let mut plan = ReadPlan {
+            len: end.saturating_sub(offset) as usize,
+            parts: Vec::new(),
+            store: self.forest.store.clone(),
+            gate: self.read_gate.enter(),
+        };
         let mut pos = offset;
         while pos < end {
             let idx = pos / CHUNK;
             let within = (pos % CHUNK) as usize;
             let take = ((CHUNK - within as u64).min(end - pos)) as usize;
-            if let Some(data) = self.chunk(n, idx)? {
-                if within < data.len() {
-                    let avail = (data.len() - within).min(take);
-                    let o = (pos - offset) as usize;
-                    out[o..o + avail].copy_from_slice(&data[within..within + avail]);
+            let at = (pos - offset) as usize;
+            let block = match n.chunks.get(&idx) {
+                Some(Chunk::Buf(b)) => {
+                    if within < b.len() {
+                        let avail = (b.len() - within).min(take);
+                        plan.parts.push((at, Part::Bytes(b[within..within + avail].to_vec())));
+                    }
+                    None
+                }
+                Some(Chunk::Block(p)) => Some(*p),
+                Some(Chunk::Hole) => None,
+                None => self.stored_chunk(n, idx)?,
+            };
+            if let Some(ptr) = block {
+                if within < ptr.len as usize {
+                    let avail = (ptr.len as usize - within).min(take);
+                    plan.parts.push((at, Part::Block { ptr, within, len: avail, oid: n.inode.oid }));
                 }
             }
             pos += take as u64;
         }
-        Ok(out)
+        Ok(plan)
     }
 
     /// Writes bytes. Whole chunks go straight to a pack and the journal records only their
@@ -1447,6 +1469,74 @@ impl Fs {
 }
 
 /// Bytes of a node's overlay held in memory.
+/// Counts reads in flight outside the engine lock. A checkpoint waits for them to finish
+/// before punching freed blocks; new reads cannot start meanwhile, because planning one
+/// needs the engine, which the checkpoint holds.
+#[derive(Default)]
+pub(crate) struct ReadGate {
+    count: std::sync::Mutex<usize>,
+    idle: std::sync::Condvar,
+}
+
+impl ReadGate {
+    fn enter(self: &Arc<Self>) -> GatePass {
+        *self.count.lock().unwrap() += 1;
+        GatePass(self.clone())
+    }
+    pub(crate) fn wait_idle(&self) {
+        let mut n = self.count.lock().unwrap();
+        while *n > 0 {
+            n = self.idle.wait(n).unwrap();
+        }
+    }
+}
+
+struct GatePass(Arc<ReadGate>);
+
+impl Drop for GatePass {
+    fn drop(&mut self) {
+        let mut n = self.0.count.lock().unwrap();
+        *n -= 1;
+        if *n == 0 {
+            self.0.idle.notify_all();
+        }
+    }
+}
+
+enum Part {
+    Bytes(Vec<u8>),
+    Block { ptr: BlockPtr, within: usize, len: usize, oid: u64 },
+}
+
+/// A read resolved by [`Fs::read_plan`].
+pub struct ReadPlan {
+    len: usize,
+    parts: Vec<(usize, Part)>,
+    store: Arc<BlockStore>,
+    #[allow(dead_code)]
+    gate: GatePass,
+}
+
+impl ReadPlan {
+    /// Fetches and verifies the blocks; unread ranges are holes (zeros).
+    pub fn execute(self) -> FsResult<Vec<u8>> {
+        let mut out = vec![0u8; self.len];
+        for (at, part) in &self.parts {
+            match part {
+                Part::Bytes(b) => out[*at..*at + b.len()].copy_from_slice(b),
+                Part::Block { ptr, within, len, oid } => {
+                    let data = self.store.read(ptr).map_err(|e| {
+                        log::error!("read of file oid {oid}: {e}");
+                        e.errno()
+                    })?;
+                    out[*at..*at + len].copy_from_slice(&data[*within..*within + len]);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 pub(crate) fn chunk_bytes(n: &Node) -> u64 {
     n.chunks.values().map(|c| if let Chunk::Buf(b) = c { b.len() as u64 } else { 0 }).sum()
 }

@@ -17,7 +17,7 @@ mod fs;
 pub mod inode;
 pub mod journal;
 
-pub use fs::{Attr, DirEntry, Fs, FsResult, Ino, MountOptions, StatFs, ROOT_INO};
+pub use fs::{Attr, DirEntry, Fs, FsResult, Ino, MountOptions, ReadPlan, StatFs, ROOT_INO};
 pub use inode::{Kind, Ts};
 
 /// Attribute changes of a `setattr`.
