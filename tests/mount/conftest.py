@@ -181,6 +181,8 @@ class ScionMount:
             self.mounted = False
             return
         pid = self.daemon_pid()
+        if not self._our_pid(pid):
+            pytest.fail(f"STORE/lock names pid {pid}, which is not a scion daemon of {self.store}")
         self.pids.add(pid)
         try:
             os.kill(pid, signal.SIGKILL)
@@ -206,7 +208,7 @@ class ScionMount:
         """Used by the watchdog: make blocked FUSE calls return."""
         pid = self.daemon_pid(required=False)
         for p in {pid, *self.pids} - {None}:
-            if pid_alive(p):
+            if pid_alive(p) and self._our_pid(p):
                 try:
                     os.kill(p, signal.SIGKILL)
                 except OSError:

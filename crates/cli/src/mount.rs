@@ -24,6 +24,23 @@ fn canonical(p: &Path) -> Result<PathBuf, String> {
     p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))
 }
 
+/// A mount point, made absolute. One left behind by a daemon that died ("transport endpoint
+/// is not connected") cannot be resolved; if the kernel lists it as a scion mount, it is
+/// detached so it can be mounted again.
+fn mount_point(p: &Path) -> Result<PathBuf, String> {
+    let abs = std::env::current_dir().map_err(|e| e.to_string())?.join(p);
+    if is_dead_mount(&abs) && store_of(&abs).is_some() {
+        log::warn!("{} was left by a scion daemon that died; detaching it", abs.display());
+        unmount_path(&abs, true)?;
+    }
+    canonical(&abs)
+}
+
+/// True for a FUSE mount point whose daemon is gone (stat says ENOTCONN).
+fn is_dead_mount(p: &Path) -> bool {
+    matches!(std::fs::metadata(p), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
 /// Tells the parent of a background mount how it went, if there is one.
 fn report_ready(msg: &str) {
     if let Some(fd) = std::env::var(READY_FD).ok().and_then(|v| v.parse::<RawFd>().ok()) {
@@ -75,7 +92,7 @@ pub fn foreground(store: &Path, mountpoint: &Path, options: &[String]) -> Result
 
 fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
     let store = canonical(store)?;
-    let mnt = canonical(mountpoint)?;
+    let mnt = mount_point(mountpoint)?;
     if !mnt.is_dir() {
         return Err(format!("{} is not a directory", mnt.display()));
     }
@@ -164,7 +181,7 @@ fn block_signals() -> libc::sigset_t {
 
 pub fn background(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
     let store = canonical(store)?;
-    let mnt = canonical(mountpoint)?;
+    let mnt = mount_point(mountpoint)?;
     // Refuse early, with the holder's name, rather than from inside the daemon.
     if StoreLock::is_held(&store) {
         if let Err(e) = StoreLock::acquire(&store, "probe") {
@@ -254,7 +271,14 @@ fn unmount_path(mnt: &Path, lazy: bool) -> Result<(), String> {
 }
 
 pub fn umount(mountpoint: &Path) -> Result<(), String> {
-    let mnt = canonical(mountpoint)?;
+    let abs = std::env::current_dir().map_err(|e| e.to_string())?.join(mountpoint);
+    if is_dead_mount(&abs) {
+        // Its daemon died: there is nothing to flush; the next mount replays the journal.
+        unmount_path(&abs, true)?;
+        println!("detached {} (its daemon had died; the next mount replays the journal)", abs.display());
+        return Ok(());
+    }
+    let mnt = canonical(&abs)?;
     let store = store_of(&mnt).ok_or_else(|| format!("{} is not a scion mount", mnt.display()))?;
     unmount_path(&mnt, false)?;
     // The daemon holds the store's lock until its final checkpoint is durable.
