@@ -324,9 +324,9 @@ impl Fs {
 
     fn replay(&mut self, rec: &Record) -> FsResult<()> {
         match rec {
-            Record::Mknod { parent, name, kind, perm, uid, gid, rdev, target, oid, time } => {
+            Record::Mknod { parent, name, kind, perm, uid, gid, rdev, target, xattrs, oid, time } => {
                 let p = self.resolve(parent)?;
-                self.op_mknod(p, name, *kind, *perm, *uid, *gid, *rdev, target, *oid, *time).map(|_| ())
+                self.op_mknod(p, name, *kind, *perm, *uid, *gid, *rdev, target, xattrs, *oid, *time).map(|_| ())
             }
             Record::Link { ino, parent, name, time } => {
                 let i = self.resolve(ino)?;

@@ -1,5 +1,6 @@
 //! The engine: inodes in memory, their overlays, and every POSIX operation.
 
+use crate::acl;
 use crate::inode::*;
 use crate::journal::{Journal, Record, Target};
 use crate::{SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
@@ -459,6 +460,11 @@ impl Fs {
         let n = self.node_mut(ino)?;
         if let Some(m) = a.mode {
             n.inode.perm = (m & 0o7777) as u16;
+            // An access ACL follows the mode (posix_acl_chmod).
+            if let Some(mut e) = n.inode.xattrs.get(acl::ACCESS).and_then(|v| acl::parse(v)) {
+                acl::chmod(&mut e, n.inode.perm);
+                n.inode.xattrs.insert(acl::ACCESS.to_vec(), acl::encode(&e));
+            }
         }
         if let Some(u) = a.uid {
             n.inode.uid = u;
@@ -487,14 +493,17 @@ impl Fs {
 
     // ----- namespace changes ---------------------------------------------------------------
 
-    /// Creates a file, directory, symlink or special file. `perm` is already masked.
+    /// Creates a file, directory, symlink or special file with the requested `mode` bits.
+    /// A parent with a default ACL passes it on (and decides the mode with it, as
+    /// `posix_acl_create` does); otherwise `umask` applies.
     #[allow(clippy::too_many_arguments)]
     pub fn mknod(
         &mut self,
         parent: Ino,
         name: &[u8],
         kind: Kind,
-        perm: u32,
+        mode: u32,
+        umask: u32,
         uid: u32,
         gid: u32,
         rdev: u32,
@@ -505,21 +514,38 @@ impl Fs {
         if kind == Kind::Symlink && (target.is_empty() || target.len() > MAX_SYMLINK) {
             return Err(if target.is_empty() { libc::ENOENT } else { libc::ENAMETOOLONG });
         }
-        let ns = self.dir_node(parent)?.ns;
+        let p = self.dir_node(parent)?;
+        let ns = p.ns;
+        let default = p.inode.xattrs.get(acl::DEFAULT).filter(|_| kind != Kind::Symlink).cloned();
+        let mut xattrs = Vec::new();
+        let perm = match default.as_deref().and_then(acl::parse) {
+            Some(d) => {
+                let (perm, access) = acl::create(&d, (mode & 0o7777) as u16);
+                if let Some(a) = access {
+                    xattrs.push((acl::ACCESS.to_vec(), acl::encode(&a)));
+                }
+                if kind == Kind::Dir {
+                    xattrs.push((acl::DEFAULT.to_vec(), default.unwrap()));
+                }
+                perm
+            }
+            None => (mode & !umask & 0o7777) as u16,
+        };
         let oid = self.namespaces[&ns].next_oid;
         let now = Ts::now();
         let ptarget = self.target(parent);
-        let ino = self.op_mknod(parent, name, kind, perm as u16, uid, gid, rdev, target, oid, now)?;
+        let ino = self.op_mknod(parent, name, kind, perm, uid, gid, rdev, target, &xattrs, oid, now)?;
         self.log(|| {
             ptarget.map(|parent| Record::Mknod {
                 parent,
                 name: name.to_vec(),
                 kind,
-                perm: perm as u16,
+                perm,
                 uid,
                 gid,
                 rdev,
                 target: target.to_vec(),
+                xattrs,
                 oid,
                 time: now,
             })
@@ -538,6 +564,7 @@ impl Fs {
         gid: u32,
         rdev: u32,
         target: &[u8],
+        xattrs: &[(Vec<u8>, Vec<u8>)],
         oid: u64,
         now: Ts,
     ) -> FsResult<Ino> {
@@ -559,6 +586,7 @@ impl Fs {
         }
         inode.rdev = rdev;
         inode.target = target.to_vec();
+        inode.xattrs.extend(xattrs.iter().cloned());
         let nsr = self.namespaces.get_mut(&ns).ok_or(libc::EIO)?;
         if oid != nsr.next_oid {
             log::error!("object id {oid} replayed where {} was due", nsr.next_oid);
@@ -1374,6 +1402,20 @@ impl Fs {
         let old = n.inode.xattrs.get(name).map(|v| name.len() + v.len()).unwrap_or(0);
         if n.inode.xattr_bytes() - old + name.len() + value.len() > MAX_XATTR_TOTAL {
             return Err(libc::ENOSPC);
+        }
+        if name == acl::ACCESS || name == acl::DEFAULT {
+            let e = acl::parse(value).ok_or(libc::EINVAL)?;
+            if name == acl::ACCESS {
+                // The mode follows the ACL; an ACL that says no more than a mode is not kept.
+                let (bits, equiv) = acl::equiv_mode(&e);
+                n.inode.perm = (n.inode.perm & 0o7000) | bits;
+                if equiv {
+                    n.inode.xattrs.remove(name);
+                    n.inode.ctime = now;
+                    self.touch(ino);
+                    return Ok(());
+                }
+            }
         }
         n.inode.xattrs.insert(name.to_vec(), value.to_vec());
         n.inode.ctime = now;

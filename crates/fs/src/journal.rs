@@ -33,7 +33,20 @@ pub enum Target {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
-    Mknod { parent: Target, name: Vec<u8>, kind: Kind, perm: u16, uid: u32, gid: u32, rdev: u32, target: Vec<u8>, oid: u64, time: Ts },
+    Mknod {
+        parent: Target,
+        name: Vec<u8>,
+        kind: Kind,
+        perm: u16,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+        target: Vec<u8>,
+        /// Inherited ACLs.
+        xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+        oid: u64,
+        time: Ts,
+    },
     Link { ino: Target, parent: Target, name: Vec<u8>, time: Ts },
     Remove { parent: Target, name: Vec<u8>, dir: bool, time: Ts },
     Rename { parent: Target, name: Vec<u8>, newparent: Target, newname: Vec<u8>, flags: u32, time: Ts },
@@ -123,10 +136,15 @@ impl Record {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
         match self {
-            Record::Mknod { parent, name, kind, perm, uid, gid, rdev, target, oid, time } => {
+            Record::Mknod { parent, name, kind, perm, uid, gid, rdev, target, xattrs, oid, time } => {
                 w.u8(1);
                 put_target(&mut w, parent);
-                w.bytes(name).u8(*kind as u8).u16(*perm).u32(*uid).u32(*gid).u32(*rdev).bytes(target).u64(*oid);
+                w.bytes(name).u8(*kind as u8).u16(*perm).u32(*uid).u32(*gid).u32(*rdev).bytes(target);
+                w.u32(xattrs.len() as u32);
+                for (k, v) in xattrs {
+                    w.bytes(k).bytes(v);
+                }
+                w.u64(*oid);
                 put_ts(&mut w, *time);
             }
             Record::Link { ino, parent, name, time } => {
@@ -224,6 +242,14 @@ impl Record {
                     gid: r.u32()?,
                     rdev: r.u32()?,
                     target: r.bytes()?.to_vec(),
+                    xattrs: {
+                        let n = r.count(8)?;
+                        let mut v = Vec::with_capacity(n);
+                        for _ in 0..n {
+                            v.push((r.bytes()?.to_vec(), r.bytes()?.to_vec()));
+                        }
+                        v
+                    },
                     oid: r.u64()?,
                     time: get_ts(&mut r)?,
                 }

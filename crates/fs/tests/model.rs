@@ -119,7 +119,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
                 return;
             }
             let parent = resolve(fs, d);
-            fs.mknod(parent, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, &[]).unwrap();
+            fs.mknod(parent, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap();
             if trace { eprintln!("create {p}"); }
             m.files.push((Vec::new(), BTreeMap::new()));
             m.paths.insert(p, M::File(m.files.len() - 1));
@@ -131,7 +131,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
                 return;
             }
             let parent = resolve(fs, d);
-            fs.mknod(parent, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, &[]).unwrap();
+            fs.mknod(parent, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap();
             if trace { eprintln!("mkdir {p}"); }
             m.paths.insert(p, M::Dir);
         }
@@ -241,7 +241,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
             }
             let target = format!("target-{}", rng.gen_range(0..1000)).into_bytes();
             let parent = resolve(fs, d);
-            fs.mknod(parent, name.as_bytes(), Kind::Symlink, 0o777, 0, 0, 0, &target).unwrap();
+            fs.mknod(parent, name.as_bytes(), Kind::Symlink, 0o777, 0, 0, 0, 0, &target).unwrap();
             m.paths.insert(p, M::Symlink(target));
         }
         90..=99 if !files.is_empty() => {

@@ -104,6 +104,8 @@ impl Filesystem for ScionFuse {
             InitFlags::FUSE_MAX_PAGES,
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_ASYNC_READ,
+            // The kernel enforces and caches ACLs; the engine inherits and updates them.
+            InitFlags::FUSE_POSIX_ACL,
         ] {
             if config.add_capabilities(cap).is_err() {
                 log::info!("kernel lacks {cap:?}");
@@ -172,14 +174,12 @@ impl Filesystem for ScionFuse {
         if k == Kind::Dir || k == Kind::Symlink {
             return reply.error(Errno::EINVAL);
         }
-        let perm = mode & 0o7777 & !umask;
-        let r = self.fs().mknod(parent.0, name.as_bytes(), k, perm, req.uid(), req.gid(), rdev, &[]);
+        let r = self.fs().mknod(parent.0, name.as_bytes(), k, mode, umask, req.uid(), req.gid(), rdev, &[]);
         self.entry(r, reply)
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let perm = mode & 0o7777 & !umask;
-        let r = self.fs().mknod(parent.0, name.as_bytes(), Kind::Dir, perm, req.uid(), req.gid(), 0, &[]);
+        let r = self.fs().mknod(parent.0, name.as_bytes(), Kind::Dir, mode, umask, req.uid(), req.gid(), 0, &[]);
         self.entry(r, reply)
     }
 
@@ -203,6 +203,7 @@ impl Filesystem for ScionFuse {
             link_name.as_bytes(),
             Kind::Symlink,
             0o777,
+            0,
             req.uid(),
             req.gid(),
             0,
@@ -434,9 +435,8 @@ impl Filesystem for ScionFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let perm = mode & 0o7777 & !umask;
         let mut fs = self.fs();
-        let r = fs.mknod(parent.0, name.as_bytes(), Kind::File, perm, req.uid(), req.gid(), 0, &[]);
+        let r = fs.mknod(parent.0, name.as_bytes(), Kind::File, mode, umask, req.uid(), req.gid(), 0, &[]);
         match r.and_then(|a| fs.open_file(a.ino).map(|_| a)) {
             Ok(a) => reply.created(&TTL, &file_attr(&a), Generation(0), FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(err(e)),
