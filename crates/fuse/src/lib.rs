@@ -106,6 +106,9 @@ impl Filesystem for ScionFuse {
             InitFlags::FUSE_ASYNC_READ,
             // The kernel enforces and caches ACLs; the engine inherits and updates them.
             InitFlags::FUSE_POSIX_ACL,
+            // Modes arrive unmasked, with the umask: the engine applies it unless a default
+            // ACL decides instead.
+            InitFlags::FUSE_DONT_MASK,
         ] {
             if config.add_capabilities(cap).is_err() {
                 log::info!("kernel lacks {cap:?}");
