@@ -36,7 +36,11 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let default_log = if matches!(cli.cmd, Cmd::Mount { .. }) { "info" } else { "warn" };
+    let default_log = if matches!(cli.cmd, Cmd::Mount { .. }) {
+        "info"
+    } else {
+        "warn"
+    };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_log))
         .format_timestamp_millis()
         .init();
@@ -44,7 +48,12 @@ fn main() -> ExitCode {
         Cmd::Init { store } => scion_fs::Fs::create(&store)
             .map(|_| println!("created store {}", store.display()))
             .map_err(|e| e.to_string()),
-        Cmd::Mount { store, mountpoint, foreground, options } => {
+        Cmd::Mount {
+            store,
+            mountpoint,
+            foreground,
+            options,
+        } => {
             if foreground {
                 mount::foreground(&store, &mountpoint, &options)
             } else {

@@ -36,7 +36,9 @@ pub fn parse(v: &[u8]) -> Option<Vec<Entry>> {
         })
         .collect();
     let has = |t| e.iter().filter(|x| x.tag == t).count();
-    let known = e.iter().all(|x| matches!(x.tag, USER_OBJ | USER | GROUP_OBJ | GROUP | MASK | OTHER) && x.perm <= 7);
+    let known = e
+        .iter()
+        .all(|x| matches!(x.tag, USER_OBJ | USER | GROUP_OBJ | GROUP | MASK | OTHER) && x.perm <= 7);
     if !known || has(USER_OBJ) != 1 || has(GROUP_OBJ) != 1 || has(OTHER) != 1 || has(MASK) > 1 {
         return None;
     }
@@ -142,7 +144,13 @@ mod tests {
     #[test]
     fn create_from_default_masks_by_mode() {
         // default: u::rwx, u:1000:rwx, g::r-x, m::rwx, o::---
-        let d = vec![e(USER_OBJ, 7, u32::MAX), e(USER, 7, 1000), e(GROUP_OBJ, 5, u32::MAX), e(MASK, 7, u32::MAX), e(OTHER, 0, u32::MAX)];
+        let d = vec![
+            e(USER_OBJ, 7, u32::MAX),
+            e(USER, 7, 1000),
+            e(GROUP_OBJ, 5, u32::MAX),
+            e(MASK, 7, u32::MAX),
+            e(OTHER, 0, u32::MAX),
+        ];
         let (mode, acl) = create(&d, 0o666);
         assert_eq!(mode, 0o660);
         let acl = acl.unwrap();
@@ -150,13 +158,23 @@ mod tests {
         assert_eq!(acl[3].perm, 6, "mask limited by the group bits of the mode");
         assert_eq!(parse(&encode(&acl)).unwrap(), acl);
         // A minimal default ACL gives a mode, no access ACL.
-        let d = vec![e(USER_OBJ, 7, u32::MAX), e(GROUP_OBJ, 5, u32::MAX), e(OTHER, 5, u32::MAX)];
+        let d = vec![
+            e(USER_OBJ, 7, u32::MAX),
+            e(GROUP_OBJ, 5, u32::MAX),
+            e(OTHER, 5, u32::MAX),
+        ];
         assert_eq!(create(&d, 0o777), (0o755, None));
     }
 
     #[test]
     fn equiv_and_chmod() {
-        let mut a = vec![e(USER_OBJ, 6, 0), e(USER, 7, 5), e(GROUP_OBJ, 4, 0), e(MASK, 5, 0), e(OTHER, 0, 0)];
+        let mut a = vec![
+            e(USER_OBJ, 6, 0),
+            e(USER, 7, 5),
+            e(GROUP_OBJ, 4, 0),
+            e(MASK, 5, 0),
+            e(OTHER, 0, 0),
+        ];
         assert_eq!(equiv_mode(&a), (0o650, false));
         chmod(&mut a, 0o741);
         assert_eq!(equiv_mode(&a), (0o741, false));
@@ -164,6 +182,15 @@ mod tests {
         let m = vec![e(USER_OBJ, 7, 0), e(GROUP_OBJ, 5, 0), e(OTHER, 4, 0)];
         assert_eq!(equiv_mode(&m), (0o754, true));
         assert!(parse(b"\x02\x00\x00\x00").is_none());
-        assert!(parse(&encode(&[e(USER_OBJ, 7, 0), e(USER, 7, 1), e(GROUP_OBJ, 5, 0), e(OTHER, 0, 0)])).is_none(), "named entry without a mask");
+        assert!(
+            parse(&encode(&[
+                e(USER_OBJ, 7, 0),
+                e(USER, 7, 1),
+                e(GROUP_OBJ, 5, 0),
+                e(OTHER, 0, 0)
+            ]))
+            .is_none(),
+            "named entry without a mask"
+        );
     }
 }

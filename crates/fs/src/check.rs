@@ -98,9 +98,13 @@ pub fn check(dir: &Path) -> Result<Report> {
 pub fn check_committed(dir: &Path) -> Result<Report> {
     let sb = Superblock::read(dir)?;
     let store = Arc::new(BlockStore::open(dir, sb.pack, sb.pack_end, false)?);
-    let mut rep = Report { generation: sb.generation, ..Default::default() };
+    let mut rep = Report {
+        generation: sb.generation,
+        ..Default::default()
+    };
     let Some(cp) = sb.checkpoint else {
-        rep.problems.push("the superblock names no checkpoint (store never initialised?)".into());
+        rep.problems
+            .push("the superblock names no checkpoint (store never initialised?)".into());
         return Ok(rep);
     };
     let rec = read_record(&store, &cp)?;
@@ -257,7 +261,14 @@ impl Checker<'_> {
                 self.rep.file_bytes += i.size;
                 self.file_alloc.insert((ns, i.oid), (i.alloc, 0));
                 if let Some(c) = i.content {
-                    self.reference(&c, Some(Ctx::File { ns, oid: i.oid, size: i.size }));
+                    self.reference(
+                        &c,
+                        Some(Ctx::File {
+                            ns,
+                            oid: i.oid,
+                            size: i.size,
+                        }),
+                    );
                 }
             }
             k => {
@@ -309,7 +320,10 @@ impl Checker<'_> {
                             self.problem(format!("namespace {ns}: directory oid {l} in the link table"));
                         }
                     }
-                    Err(e) => self.problem(format!("entry {:?} of directory oid {oid}: {e}", String::from_utf8_lossy(&k))),
+                    Err(e) => self.problem(format!(
+                        "entry {:?} of directory oid {oid}: {e}",
+                        String::from_utf8_lossy(&k)
+                    )),
                 },
                 Ctx::File { ns, oid, size } => {
                     let idx = match chunk_index(&k) {
@@ -324,7 +338,10 @@ impl Checker<'_> {
                         continue;
                     };
                     if idx * CHUNK + d.len as u64 > size {
-                        self.problem(format!("file oid {oid}: chunk {idx} ({} bytes) lies past the size {size}", d.len));
+                        self.problem(format!(
+                            "file oid {oid}: chunk {idx} ({} bytes) lies past the size {size}",
+                            d.len
+                        ));
                     }
                     if let Some(e) = self.file_alloc.get_mut(&(ns, oid)) {
                         e.1 += d.len as u64;
@@ -359,7 +376,9 @@ impl Checker<'_> {
         }
         for (addr, n) in refs.iter() {
             if !self.refs_found.contains_key(&addr) {
-                self.problem(format!("reference table keeps count {n} for unreachable block {addr:#x}"));
+                self.problem(format!(
+                    "reference table keeps count {n} for unreachable block {addr:#x}"
+                ));
             }
         }
         for p in freed {
@@ -367,27 +386,40 @@ impl Checker<'_> {
                 self.problem(format!("{p} is reachable but on the freed list"));
             }
         }
-        let dirs: Vec<_> = self.dirs.iter().map(|(k, d)| (*k, d.expected_nlink, d.subdirs)).collect();
+        let dirs: Vec<_> = self
+            .dirs
+            .iter()
+            .map(|(k, d)| (*k, d.expected_nlink, d.subdirs))
+            .collect();
         for ((ns, oid), nlink, subdirs) in dirs {
             if nlink != 2 + subdirs {
-                self.problem(format!("namespace {ns}: directory oid {oid} has nlink {nlink}, expected {}", 2 + subdirs));
+                self.problem(format!(
+                    "namespace {ns}: directory oid {oid} has nlink {nlink}, expected {}",
+                    2 + subdirs
+                ));
             }
         }
         let links: Vec<_> = self.link_nlink.iter().map(|(k, n)| (*k, *n)).collect();
         for ((ns, oid), nlink) in links {
             let refs = self.link_refs.remove(&(ns, oid)).unwrap_or(0);
             if refs != nlink {
-                self.problem(format!("namespace {ns}: file oid {oid} has nlink {nlink} but {refs} names"));
+                self.problem(format!(
+                    "namespace {ns}: file oid {oid} has nlink {nlink} but {refs} names"
+                ));
             }
         }
         let dangling: Vec<_> = self.link_refs.keys().copied().collect();
         for (ns, oid) in dangling {
-            self.problem(format!("namespace {ns}: entries refer to oid {oid}, absent from the link table"));
+            self.problem(format!(
+                "namespace {ns}: entries refer to oid {oid}, absent from the link table"
+            ));
         }
         let allocs: Vec<_> = self.file_alloc.iter().map(|(k, v)| (*k, *v)).collect();
         for ((ns, oid), (said, found)) in allocs {
             if said != found {
-                self.problem(format!("namespace {ns}: file oid {oid} says {said} bytes stored, has {found}"));
+                self.problem(format!(
+                    "namespace {ns}: file oid {oid} says {said} bytes stored, has {found}"
+                ));
             }
         }
         let counts: Vec<_> = self.inodes.iter().map(|(k, v)| (*k, *v)).collect();

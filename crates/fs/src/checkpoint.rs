@@ -106,7 +106,15 @@ pub fn read_record(store: &BlockStore, ptr: &BlockPtr) -> Result<CheckpointRecor
     r.expect_end()?;
     let mut meta = vec![*ptr];
     meta.extend(pages);
-    Ok(CheckpointRecord { generation, ns_root, next_ns, refs, orphans, freed, meta })
+    Ok(CheckpointRecord {
+        generation,
+        ns_root,
+        next_ns,
+        refs,
+        orphans,
+        freed,
+        meta,
+    })
 }
 
 /// A namespace as the namespace table stores it: its root directory's record, link table
@@ -137,14 +145,23 @@ pub(crate) fn ns_from_value(v: &Value) -> Result<NsRecord> {
     let mask = r.u8()?;
     let want = (mask & 1) as usize + ((mask >> 1) & 1) as usize;
     if v.ptrs.len() != want || mask > 3 {
-        return Err(Error::corrupt("namespace record", "pointers", "pointer mask disagrees with pointers"));
+        return Err(Error::corrupt(
+            "namespace record",
+            "pointers",
+            "pointer mask disagrees with pointers",
+        ));
     }
     let mut ptrs = v.ptrs.iter().copied();
     let content = if mask & 1 != 0 { ptrs.next() } else { None };
     let link_root = if mask & 2 != 0 { ptrs.next() } else { None };
     let root = Inode::decode_record(&mut r, content)?;
     r.expect_end()?;
-    Ok(NsRecord { root, link_root, next_oid, inodes })
+    Ok(NsRecord {
+        root,
+        link_root,
+        next_oid,
+        inodes,
+    })
 }
 
 pub(crate) fn ns_key(ns: u32) -> Vec<u8> {
@@ -170,12 +187,23 @@ impl Fs {
         let store_id: [u8; 16] = rand::random();
         BlockStore::open(dir, 1, 0, true)?;
         Journal::create(dir, 0, &store_id)?;
-        let sb = Superblock { generation: 0, store_id, pack: 1, pack_end: 0, checkpoint: None };
+        let sb = Superblock {
+            generation: 0,
+            store_id,
+            pack: 1,
+            pack_end: 0,
+            checkpoint: None,
+        };
         sb.create(dir)?;
         scion_store::sync_dir(&dir.join("packs"))?;
         scion_store::sync_dir(dir)?;
         // The first open builds the root directory and commits generation 1.
-        let fs = Fs::open(dir, MountOptions { holder: "scion init".into() })?;
+        let fs = Fs::open(
+            dir,
+            MountOptions {
+                holder: "scion init".into(),
+            },
+        )?;
         fs.close()
     }
 
@@ -195,7 +223,9 @@ impl Fs {
             if let Record::PutChunks { chunks, .. } = rec {
                 for p in chunks.iter().flatten() {
                     if let Err(e) = store.read(p) {
-                        log::info!("journal record {i} names a block that never reached the disk ({e}); replay ends there");
+                        log::info!(
+                            "journal record {i} names a block that never reached the disk ({e}); replay ends there"
+                        );
                         usable = i;
                         break 'records;
                     }
@@ -204,7 +234,8 @@ impl Fs {
             }
         }
         if usable < j.records.len() {
-            j.tail_reason.get_or_insert_with(|| "a record names a block that was never written".into());
+            j.tail_reason
+                .get_or_insert_with(|| "a record names a block that was never written".into());
             j.records.truncate(usable);
         }
         store.resume_at(resume.0, resume.1)?;
@@ -236,7 +267,10 @@ impl Fs {
                     return Err(Error::corrupt(
                         "checkpoint record",
                         ptr,
-                        format!("generation {} under superblock generation {}", rec.generation, sb.generation),
+                        format!(
+                            "generation {} under superblock generation {}",
+                            rec.generation, sb.generation
+                        ),
                     ));
                 }
                 // Finish the space reclamation the last checkpoint may not have completed.
@@ -259,13 +293,23 @@ impl Fs {
                 fs.nodes.insert(ROOT_INO, Node::new_root(root, 1));
                 fs.namespaces.insert(
                     1,
-                    Namespace { root: ROOT_INO, link_root: None, links: BTreeMap::new(), next_oid: 2, inodes: 1, dirty: true },
+                    Namespace {
+                        root: ROOT_INO,
+                        link_root: None,
+                        links: BTreeMap::new(),
+                        next_oid: 2,
+                        inodes: 1,
+                        dirty: true,
+                    },
                 );
                 fs.next_ns = 2;
             }
         }
         if let Some(why) = &j.tail_reason {
-            log::info!("journal ends with {} unusable bytes ({why}): a write cut short by a crash", j.tail_bytes);
+            log::info!(
+                "journal ends with {} unusable bytes ({why}): a write cut short by a crash",
+                j.tail_bytes
+            );
         }
         let n = j.records.len();
         for (i, rec) in j.records.into_iter().enumerate() {
@@ -324,20 +368,50 @@ impl Fs {
 
     fn replay(&mut self, rec: &Record) -> FsResult<()> {
         match rec {
-            Record::Mknod { parent, name, kind, perm, uid, gid, rdev, target, xattrs, oid, time } => {
+            Record::Mknod {
+                parent,
+                name,
+                kind,
+                perm,
+                uid,
+                gid,
+                rdev,
+                target,
+                xattrs,
+                oid,
+                time,
+            } => {
                 let p = self.resolve(parent)?;
-                self.op_mknod(p, name, *kind, *perm, *uid, *gid, *rdev, target, xattrs, *oid, *time).map(|_| ())
+                self.op_mknod(p, name, *kind, *perm, *uid, *gid, *rdev, target, xattrs, *oid, *time)
+                    .map(|_| ())
             }
-            Record::Link { ino, parent, name, time } => {
+            Record::Link {
+                ino,
+                parent,
+                name,
+                time,
+            } => {
                 let i = self.resolve(ino)?;
                 let p = self.resolve(parent)?;
                 self.op_link(i, p, name, *time)
             }
-            Record::Remove { parent, name, dir, time } => {
+            Record::Remove {
+                parent,
+                name,
+                dir,
+                time,
+            } => {
                 let p = self.resolve(parent)?;
                 self.op_remove(p, name, *dir, *time)
             }
-            Record::Rename { parent, name, newparent, newname, flags, time } => {
+            Record::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                flags,
+                time,
+            } => {
                 let p = self.resolve(parent)?;
                 let np = self.resolve(newparent)?;
                 self.op_rename(p, name, np, newname, *flags, *time)
@@ -346,19 +420,41 @@ impl Fs {
                 let i = self.resolve(ino)?;
                 self.op_setattr(i, attr, *time)
             }
-            Record::Write { ino, offset, data, time } => {
+            Record::Write {
+                ino,
+                offset,
+                data,
+                time,
+            } => {
                 let i = self.resolve(ino)?;
                 self.op_write(i, *offset, data, *time)
             }
-            Record::PutChunks { ino, first, chunks, time } => {
+            Record::PutChunks {
+                ino,
+                first,
+                chunks,
+                time,
+            } => {
                 let i = self.resolve(ino)?;
                 self.op_put_chunks(i, *first, chunks, *time)
             }
-            Record::Fallocate { ino, mode, offset, len, time } => {
+            Record::Fallocate {
+                ino,
+                mode,
+                offset,
+                len,
+                time,
+            } => {
                 let i = self.resolve(ino)?;
                 self.op_fallocate(i, *mode, *offset, *len, *time)
             }
-            Record::SetXattr { ino, name, value, flags, time } => {
+            Record::SetXattr {
+                ino,
+                name,
+                value,
+                flags,
+                time,
+            } => {
                 let i = self.resolve(ino)?;
                 self.op_setxattr(i, name, value, *flags, *time)
             }
@@ -400,7 +496,10 @@ impl Fs {
                     // Invariant: an overlay entry names an inode that lives exactly there.
                     assert_eq!(
                         self.nodes[i].loc,
-                        Loc::Entry { parent: *dir, name: name.clone() },
+                        Loc::Entry {
+                            parent: *dir,
+                            name: name.clone()
+                        },
                         "overlay entry of ino {i} is stale"
                     );
                     targets.insert(*i);
@@ -463,7 +562,12 @@ impl Fs {
                 self.forest.release(&p)?;
             }
         }
-        self.dirty_bytes = self.nodes.values().filter(|n| n.loc == Loc::Gone).map(chunk_bytes).sum();
+        self.dirty_bytes = self
+            .nodes
+            .values()
+            .filter(|n| n.loc == Loc::Gone)
+            .map(chunk_bytes)
+            .sum();
 
         // 3. Directories, deepest first.
         let mut heap: BinaryHeap<(usize, Ino)> = BinaryHeap::new();
@@ -508,7 +612,11 @@ impl Fs {
             }
             match n.loc.clone() {
                 Loc::Entry { parent, name } => {
-                    self.nodes.get_mut(&parent).unwrap().entries.insert(name, Some(Ent::Node(ino)));
+                    self.nodes
+                        .get_mut(&parent)
+                        .unwrap()
+                        .entries
+                        .insert(name, Some(Ent::Node(ino)));
                     if queued.insert(parent) {
                         heap.push((depth - 1, parent));
                     }
@@ -560,7 +668,10 @@ impl Fs {
                     self.forest.refs.inc(&l);
                 }
             }
-            ns_ops.push((ns_key(id), Some(ns_to_value(&root.inode, link_root, ns.next_oid, ns.inodes))));
+            ns_ops.push((
+                ns_key(id),
+                Some(ns_to_value(&root.inode, link_root, ns.next_oid, ns.inodes)),
+            ));
         }
         if !ns_ops.is_empty() {
             let old = self.ns_root;
@@ -609,7 +720,13 @@ impl Fs {
         self.forest.store.sync()?;
         let journal = Journal::create(&self.dir, generation, &self.store_id)?;
         let (pack, pack_end) = self.forest.store.position();
-        let sb = Superblock { generation, store_id: self.store_id, pack, pack_end, checkpoint: Some(record) };
+        let sb = Superblock {
+            generation,
+            store_id: self.store_id,
+            pack,
+            pack_end,
+            checkpoint: Some(record),
+        };
         sb.write(&self.dir)?;
 
         // 6. Committed: reclaim, rotate the journal, forget pins.

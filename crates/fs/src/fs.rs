@@ -223,7 +223,11 @@ impl Fs {
             uid: i.uid,
             gid: i.gid,
             rdev: i.rdev,
-            size: if i.kind == Kind::Symlink { i.target.len() as u64 } else { i.size },
+            size: if i.kind == Kind::Symlink {
+                i.target.len() as u64
+            } else {
+                i.size
+            },
             blocks: i.alloc.div_ceil(512),
             atime: i.atime,
             mtime: i.mtime,
@@ -246,12 +250,17 @@ impl Fs {
             None => {}
         }
         let content = p.inode.content;
-        let Some(v) = self.forest.get(content.as_ref(), name).map_err(eio)? else { return Ok(None) };
+        let Some(v) = self.forest.get(content.as_ref(), name).map_err(eio)? else {
+            return Ok(None);
+        };
         match EntryRecord::from_value(&v).map_err(eio)? {
             EntryRecord::Inline(inode) => {
                 let ino = make_ino(ns, inode.oid);
                 if !self.nodes.contains_key(&ino) {
-                    let loc = Loc::Entry { parent, name: name.to_vec() };
+                    let loc = Loc::Entry {
+                        parent,
+                        name: name.to_vec(),
+                    };
                     self.nodes.insert(ino, Node::new(inode, ns, loc));
                 }
                 Ok(Some(ino))
@@ -273,10 +282,14 @@ impl Fs {
             return Err(libc::EIO);
         }
         let root = n.link_root;
-        let v = self.forest.get(root.as_ref(), &oid_key(oid)).map_err(eio)?.ok_or_else(|| {
-            log::error!("directory entry refers to oid {oid} of ns {ns}, absent from the link table");
-            libc::EIO
-        })?;
+        let v = self
+            .forest
+            .get(root.as_ref(), &oid_key(oid))
+            .map_err(eio)?
+            .ok_or_else(|| {
+                log::error!("directory entry refers to oid {oid} of ns {ns}, absent from the link table");
+                libc::EIO
+            })?;
         let inode = inode_from_value(&v).map_err(eio)?;
         self.nodes.insert(ino, Node::new(inode, ns, Loc::Linked));
         Ok(ino)
@@ -324,7 +337,12 @@ impl Fs {
                     names.push(name.clone());
                     cur = *parent;
                 }
-                Loc::Linked if cur == ino => return Some(Target::Linked { ns: n.ns, oid: n.inode.oid }),
+                Loc::Linked if cur == ino => {
+                    return Some(Target::Linked {
+                        ns: n.ns,
+                        oid: n.inode.oid,
+                    })
+                }
                 _ => return None,
             }
         }
@@ -421,7 +439,11 @@ impl Fs {
             }
             self.dirty_bytes = self.dirty_bytes.saturating_sub(chunk_bytes(n));
             let n = self.nodes.remove(&ino).unwrap();
-            self.garbage.extend(n.chunks.values().filter_map(|c| if let Chunk::Block(p) = c { Some(*p) } else { None }));
+            self.garbage.extend(
+                n.chunks
+                    .values()
+                    .filter_map(|c| if let Chunk::Block(p) = c { Some(*p) } else { None }),
+            );
         } else if !n.pinned && n.inode.kind != Kind::Dir && n.chunks.is_empty() {
             self.nodes.remove(&ino);
         }
@@ -512,11 +534,20 @@ impl Fs {
         self.writable()?;
         check_name(name)?;
         if kind == Kind::Symlink && (target.is_empty() || target.len() > MAX_SYMLINK) {
-            return Err(if target.is_empty() { libc::ENOENT } else { libc::ENAMETOOLONG });
+            return Err(if target.is_empty() {
+                libc::ENOENT
+            } else {
+                libc::ENAMETOOLONG
+            });
         }
         let p = self.dir_node(parent)?;
         let ns = p.ns;
-        let default = p.inode.xattrs.get(acl::DEFAULT).filter(|_| kind != Kind::Symlink).cloned();
+        let default = p
+            .inode
+            .xattrs
+            .get(acl::DEFAULT)
+            .filter(|_| kind != Kind::Symlink)
+            .cloned();
         let mut xattrs = Vec::new();
         let perm = match default.as_deref().and_then(acl::parse) {
             Some(d) => {
@@ -595,7 +626,14 @@ impl Fs {
         nsr.next_oid += 1;
         nsr.inodes += 1;
         let ino = make_ino(ns, oid);
-        let mut node = Node::new(inode, ns, Loc::Entry { parent, name: name.to_vec() });
+        let mut node = Node::new(
+            inode,
+            ns,
+            Loc::Entry {
+                parent,
+                name: name.to_vec(),
+            },
+        );
         node.pinned = true;
         self.nodes.insert(ino, node);
         let p = self.node_mut(parent)?;
@@ -622,7 +660,14 @@ impl Fs {
         let now = Ts::now();
         let ptarget = self.target(parent);
         self.op_remove(parent, name, dir, now)?;
-        self.log(|| ptarget.map(|parent| Record::Remove { parent, name: name.to_vec(), dir, time: now }))?;
+        self.log(|| {
+            ptarget.map(|parent| Record::Remove {
+                parent,
+                name: name.to_vec(),
+                dir,
+                time: now,
+            })
+        })?;
         self.maybe_checkpoint()
     }
 
@@ -736,7 +781,10 @@ impl Fs {
     fn ent_for(&self, ino: Ino) -> FsResult<Ent> {
         let n = self.node(ino)?;
         Ok(match n.loc {
-            Loc::Linked => Ent::Link { oid: n.inode.oid, kind: n.inode.kind },
+            Loc::Linked => Ent::Link {
+                oid: n.inode.oid,
+                kind: n.inode.kind,
+            },
             _ => Ent::Node(ino),
         })
     }
@@ -744,7 +792,10 @@ impl Fs {
     fn place(&mut self, ino: Ino, parent: Ino, name: &[u8]) -> FsResult<()> {
         let ent = self.ent_for(ino)?;
         if let Ent::Node(_) = ent {
-            self.node_mut(ino)?.loc = Loc::Entry { parent, name: name.to_vec() };
+            self.node_mut(ino)?.loc = Loc::Entry {
+                parent,
+                name: name.to_vec(),
+            };
             self.node_mut(ino)?.pinned = true;
         }
         self.node_mut(parent)?.entries.insert(name.to_vec(), Some(ent));
@@ -779,7 +830,11 @@ impl Fs {
             self.place(src, newparent, newname)?;
             self.place(dst, parent, name)?;
             if parent != newparent && src_dir != dst_dir {
-                let (gains, loses) = if src_dir { (newparent, parent) } else { (parent, newparent) };
+                let (gains, loses) = if src_dir {
+                    (newparent, parent)
+                } else {
+                    (parent, newparent)
+                };
                 self.node_mut(gains)?.inode.nlink += 1;
                 self.node_mut(loses)?.inode.nlink -= 1;
             }
@@ -844,7 +899,12 @@ impl Fs {
         let (it, pt) = (self.target(ino), self.target(newparent));
         self.op_link(ino, newparent, newname, now)?;
         self.log(|| match (it, pt) {
-            (Some(ino), Some(parent)) => Some(Record::Link { ino, parent, name: newname.to_vec(), time: now }),
+            (Some(ino), Some(parent)) => Some(Record::Link {
+                ino,
+                parent,
+                name: newname.to_vec(),
+                time: now,
+            }),
             _ => None,
         })?;
         self.remember(ino)
@@ -872,10 +932,16 @@ impl Fs {
         if let Loc::Entry { parent, name } = n.loc.clone() {
             // A second name: the inode moves to the link table, its entry becomes a reference.
             self.node_mut(ino)?.loc = Loc::Linked;
-            self.node_mut(parent)?.entries.insert(name, Some(Ent::Link { oid, kind }));
+            self.node_mut(parent)?
+                .entries
+                .insert(name, Some(Ent::Link { oid, kind }));
             self.touch(parent);
         }
-        self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.links.insert(oid, Some(ino));
+        self.namespaces
+            .get_mut(&ns)
+            .ok_or(libc::EIO)?
+            .links
+            .insert(oid, Some(ino));
         let n = self.node_mut(ino)?;
         n.inode.nlink += 1;
         n.inode.ctime = now;
@@ -897,20 +963,24 @@ impl Fs {
         let mut out: BTreeMap<Vec<u8>, (Ino, Kind)> = BTreeMap::new();
         let mut err = None;
         self.forest
-            .scan(n.inode.content.as_ref(), &[], &mut |k, v| match EntryRecord::from_value(v) {
-                Ok(EntryRecord::Inline(i)) => {
-                    out.insert(k.to_vec(), (make_ino(ns, i.oid), i.kind));
-                    true
-                }
-                Ok(EntryRecord::Linked { oid, kind }) => {
-                    out.insert(k.to_vec(), (make_ino(ns, oid), kind));
-                    true
-                }
-                Err(e) => {
-                    err = Some(e);
-                    false
-                }
-            })
+            .scan(
+                n.inode.content.as_ref(),
+                &[],
+                &mut |k, v| match EntryRecord::from_value(v) {
+                    Ok(EntryRecord::Inline(i)) => {
+                        out.insert(k.to_vec(), (make_ino(ns, i.oid), i.kind));
+                        true
+                    }
+                    Ok(EntryRecord::Linked { oid, kind }) => {
+                        out.insert(k.to_vec(), (make_ino(ns, oid), kind));
+                        true
+                    }
+                    Err(e) => {
+                        err = Some(e);
+                        false
+                    }
+                },
+            )
             .map_err(eio)?;
         if let Some(e) = err {
             return Err(eio(e));
@@ -929,7 +999,10 @@ impl Fs {
                 }
             }
         }
-        Ok(out.into_iter().map(|(name, (ino, kind))| DirEntry { name, ino, kind }).collect())
+        Ok(out
+            .into_iter()
+            .map(|(name, (ino, kind))| DirEntry { name, ino, kind })
+            .collect())
     }
 
     /// The parent directory of a directory (itself for a namespace root).
@@ -956,7 +1029,11 @@ impl Fs {
 
     /// The data block holding chunk `idx` in the stored content tree.
     fn stored_chunk(&self, n: &Node, idx: u64) -> FsResult<Option<BlockPtr>> {
-        let Some(v) = self.forest.get(n.inode.content.as_ref(), &chunk_key(idx)).map_err(eio)? else {
+        let Some(v) = self
+            .forest
+            .get(n.inode.content.as_ref(), &chunk_key(idx))
+            .map_err(eio)?
+        else {
             return Ok(None);
         };
         v.ptrs.first().copied().map(Some).ok_or_else(|| {
@@ -1059,7 +1136,15 @@ impl Fs {
             if let Some(ptr) = block {
                 if within < ptr.len as usize {
                     let avail = (ptr.len as usize - within).min(take);
-                    plan.parts.push((at, Part::Block { ptr, within, len: avail, oid: n.inode.oid }));
+                    plan.parts.push((
+                        at,
+                        Part::Block {
+                            ptr,
+                            within,
+                            len: avail,
+                            oid: n.inode.oid,
+                        },
+                    ));
                 }
             }
             pos += take as u64;
@@ -1091,11 +1176,23 @@ impl Fs {
                 chunks.push(if src.iter().all(|b| *b == 0) {
                     None
                 } else {
-                    Some(self.forest.store.write(scion_store::BlockKind::Data, src).map_err(eio)?)
+                    Some(
+                        self.forest
+                            .store
+                            .write(scion_store::BlockKind::Data, src)
+                            .map_err(eio)?,
+                    )
                 });
             }
             self.op_put_chunks(ino, first_full, &chunks, now)?;
-            self.log(|| target.clone().map(|ino| Record::PutChunks { ino, first: first_full, chunks, time: now }))?;
+            self.log(|| {
+                target.clone().map(|ino| Record::PutChunks {
+                    ino,
+                    first: first_full,
+                    chunks,
+                    time: now,
+                })
+            })?;
             if last_full * CHUNK < end {
                 pieces.push((last_full * CHUNK, end));
             }
@@ -1105,7 +1202,14 @@ impl Fs {
         for (a, b) in pieces {
             let bytes = &data[(a - offset) as usize..(b - offset) as usize];
             self.op_write(ino, a, bytes, now)?;
-            self.log(|| target.clone().map(|ino| Record::Write { ino, offset: a, data: bytes.to_vec(), time: now }))?;
+            self.log(|| {
+                target.clone().map(|ino| Record::Write {
+                    ino,
+                    offset: a,
+                    data: bytes.to_vec(),
+                    time: now,
+                })
+            })?;
         }
         self.maybe_checkpoint()?;
         Ok(data.len() as u32)
@@ -1181,16 +1285,20 @@ impl Fs {
         let mut stored = Vec::new();
         let mut err = None;
         self.forest
-            .scan(n.inode.content.as_ref(), &chunk_key(from), &mut |k, _| match chunk_index(k) {
-                Ok(i) => {
-                    stored.push(i);
-                    stored.len() < limit + n.chunks.len()
-                }
-                Err(e) => {
-                    err = Some(e);
-                    false
-                }
-            })
+            .scan(
+                n.inode.content.as_ref(),
+                &chunk_key(from),
+                &mut |k, _| match chunk_index(k) {
+                    Ok(i) => {
+                        stored.push(i);
+                        stored.len() < limit + n.chunks.len()
+                    }
+                    Err(e) => {
+                        err = Some(e);
+                        false
+                    }
+                },
+            )
             .map_err(eio)?;
         if let Some(e) = err {
             return Err(eio(e));
@@ -1269,7 +1377,15 @@ impl Fs {
         let now = Ts::now();
         let target = self.target(ino);
         self.op_fallocate(ino, mode, offset, len, now)?;
-        self.log(|| target.map(|ino| Record::Fallocate { ino, mode, offset, len, time: now }))?;
+        self.log(|| {
+            target.map(|ino| Record::Fallocate {
+                ino,
+                mode,
+                offset,
+                len,
+                time: now,
+            })
+        })?;
         self.maybe_checkpoint()
     }
 
@@ -1380,7 +1496,13 @@ impl Fs {
         let target = self.target(ino);
         self.op_setxattr(ino, name, value, flags, now)?;
         self.log(|| {
-            target.map(|ino| Record::SetXattr { ino, name: name.to_vec(), value: value.to_vec(), flags, time: now })
+            target.map(|ino| Record::SetXattr {
+                ino,
+                name: name.to_vec(),
+                value: value.to_vec(),
+                flags,
+                time: now,
+            })
         })
     }
 
@@ -1428,7 +1550,13 @@ impl Fs {
         let now = Ts::now();
         let target = self.target(ino);
         self.op_removexattr(ino, name, now)?;
-        self.log(|| target.map(|ino| Record::RemoveXattr { ino, name: name.to_vec(), time: now }))
+        self.log(|| {
+            target.map(|ino| Record::RemoveXattr {
+                ino,
+                name: name.to_vec(),
+                time: now,
+            })
+        })
     }
 
     pub(crate) fn op_removexattr(&mut self, ino: Ino, name: &[u8], now: Ts) -> FsResult<()> {
@@ -1471,7 +1599,10 @@ impl Fs {
     pub fn has_changes(&self) -> bool {
         self.journal.as_ref().is_some_and(|j| j.len > 64)
             || self.namespaces.values().any(|n| n.dirty || !n.links.is_empty())
-            || self.nodes.values().any(|n| !n.entries.is_empty() || !n.chunks.is_empty())
+            || self
+                .nodes
+                .values()
+                .any(|n| !n.entries.is_empty() || !n.chunks.is_empty())
     }
 
     pub fn statfs(&self) -> StatFs {
@@ -1547,7 +1678,12 @@ impl Drop for GatePass {
 
 enum Part {
     Bytes(Vec<u8>),
-    Block { ptr: BlockPtr, within: usize, len: usize, oid: u64 },
+    Block {
+        ptr: BlockPtr,
+        within: usize,
+        len: usize,
+        oid: u64,
+    },
 }
 
 /// A read resolved by [`Fs::read_plan`].
@@ -1560,18 +1696,35 @@ pub struct ReadPlan {
 }
 
 impl ReadPlan {
-    /// Fetches and verifies the blocks; unread ranges are holes (zeros).
+    /// Fetches and verifies the blocks, back-to-back ones in one read; unread ranges are
+    /// holes (zeros).
     pub fn execute(self) -> FsResult<Vec<u8>> {
         let mut out = vec![0u8; self.len];
-        for (at, part) in &self.parts {
-            match part {
-                Part::Bytes(b) => out[*at..*at + b.len()].copy_from_slice(b),
-                Part::Block { ptr, within, len, oid } => {
-                    let data = self.store.read(ptr).map_err(|e| {
+        let mut i = 0;
+        while i < self.parts.len() {
+            match &self.parts[i].1 {
+                Part::Bytes(b) => {
+                    let at = self.parts[i].0;
+                    out[at..at + b.len()].copy_from_slice(b);
+                    i += 1;
+                }
+                Part::Block { oid, .. } => {
+                    let run: Vec<(usize, BlockPtr, usize, usize)> = self.parts[i..]
+                        .iter()
+                        .map_while(|(at, p)| match p {
+                            Part::Block { ptr, within, len, .. } => Some((*at, *ptr, *within, *len)),
+                            Part::Bytes(_) => None,
+                        })
+                        .collect();
+                    let ptrs: Vec<BlockPtr> = run.iter().map(|r| r.1).collect();
+                    let blocks = self.store.read_run(&ptrs).map_err(|e| {
                         log::error!("read of file oid {oid}: {e}");
                         e.errno()
                     })?;
-                    out[*at..*at + len].copy_from_slice(&data[*within..*within + len]);
+                    for ((at, _, within, len), data) in run.iter().zip(blocks) {
+                        out[*at..*at + len].copy_from_slice(&data[*within..*within + len]);
+                    }
+                    i += run.len();
                 }
             }
         }
@@ -1580,5 +1733,8 @@ impl ReadPlan {
 }
 
 pub(crate) fn chunk_bytes(n: &Node) -> u64 {
-    n.chunks.values().map(|c| if let Chunk::Buf(b) = c { b.len() as u64 } else { 0 }).sum()
+    n.chunks
+        .values()
+        .map(|c| if let Chunk::Buf(b) = c { b.len() as u64 } else { 0 })
+        .sum()
 }

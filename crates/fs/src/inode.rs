@@ -80,13 +80,22 @@ impl Ts {
     }
     pub fn from_system(t: SystemTime) -> Ts {
         match t.duration_since(UNIX_EPOCH) {
-            Ok(d) => Ts { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
+            Ok(d) => Ts {
+                sec: d.as_secs() as i64,
+                nsec: d.subsec_nanos(),
+            },
             Err(e) => {
                 let d = e.duration();
                 if d.subsec_nanos() == 0 {
-                    Ts { sec: -(d.as_secs() as i64), nsec: 0 }
+                    Ts {
+                        sec: -(d.as_secs() as i64),
+                        nsec: 0,
+                    }
                 } else {
-                    Ts { sec: -(d.as_secs() as i64) - 1, nsec: 1_000_000_000 - d.subsec_nanos() }
+                    Ts {
+                        sec: -(d.as_secs() as i64) - 1,
+                        nsec: 1_000_000_000 - d.subsec_nanos(),
+                    }
                 }
             }
         }
@@ -168,7 +177,11 @@ impl Inode {
     /// The record bytes, without `content` (which travels as the value's pointer).
     pub fn encode_record(&self, w: &mut Writer) {
         w.u8(RECORD_VERSION).u64(self.oid).u8(self.kind as u8).u16(self.perm);
-        w.u32(self.uid).u32(self.gid).u32(self.nlink).u64(self.size).u64(self.alloc);
+        w.u32(self.uid)
+            .u32(self.gid)
+            .u32(self.nlink)
+            .u64(self.size)
+            .u64(self.alloc);
         for t in [&self.atime, &self.mtime, &self.ctime, &self.btime] {
             t.encode(w);
         }
@@ -185,7 +198,8 @@ impl Inode {
         }
         let oid = r.u64()?;
         let k = r.u8()?;
-        let kind = Kind::from_u8(k).ok_or_else(|| Error::corrupt("inode", format!("oid {oid}"), format!("kind {k}")))?;
+        let kind =
+            Kind::from_u8(k).ok_or_else(|| Error::corrupt("inode", format!("oid {oid}"), format!("kind {k}")))?;
         let perm = r.u16()? & 0o7777;
         let uid = r.u32()?;
         let gid = r.u32()?;
@@ -205,7 +219,24 @@ impl Inode {
             let v = r.bytes()?.to_vec();
             xattrs.insert(k, v);
         }
-        Ok(Inode { oid, kind, perm, uid, gid, nlink, size, alloc, atime, mtime, ctime, btime, rdev, xattrs, target, content })
+        Ok(Inode {
+            oid,
+            kind,
+            perm,
+            uid,
+            gid,
+            nlink,
+            size,
+            alloc,
+            atime,
+            mtime,
+            ctime,
+            btime,
+            rdev,
+            xattrs,
+            target,
+            content,
+        })
     }
 
     pub fn xattr_bytes(&self) -> usize {
@@ -250,20 +281,35 @@ impl EntryRecord {
         let rec = match r.u8()? {
             ENTRY_INLINE => {
                 if v.ptrs.len() > 1 {
-                    return Err(Error::corrupt("directory entry", "value", "more than one content pointer"));
+                    return Err(Error::corrupt(
+                        "directory entry",
+                        "value",
+                        "more than one content pointer",
+                    ));
                 }
                 EntryRecord::Inline(Inode::decode_record(&mut r, v.ptrs.first().copied())?)
             }
             ENTRY_LINKED => {
                 let oid = r.u64()?;
                 let k = r.u8()?;
-                let kind = Kind::from_u8(k).ok_or_else(|| Error::corrupt("directory entry", "value", format!("kind {k}")))?;
+                let kind =
+                    Kind::from_u8(k).ok_or_else(|| Error::corrupt("directory entry", "value", format!("kind {k}")))?;
                 if !v.ptrs.is_empty() {
-                    return Err(Error::corrupt("directory entry", "value", "link reference with a pointer"));
+                    return Err(Error::corrupt(
+                        "directory entry",
+                        "value",
+                        "link reference with a pointer",
+                    ));
                 }
                 EntryRecord::Linked { oid, kind }
             }
-            t => return Err(Error::corrupt("directory entry", "value", format!("unknown entry tag {t}"))),
+            t => {
+                return Err(Error::corrupt(
+                    "directory entry",
+                    "value",
+                    format!("unknown entry tag {t}"),
+                ))
+            }
         };
         r.expect_end()?;
         Ok(rec)
@@ -280,7 +326,11 @@ pub fn inode_to_value(i: &Inode) -> Value {
 pub fn inode_from_value(v: &Value) -> Result<Inode> {
     let mut r = Reader::new(&v.bytes, "link table entry");
     if v.ptrs.len() > 1 {
-        return Err(Error::corrupt("link table entry", "value", "more than one content pointer"));
+        return Err(Error::corrupt(
+            "link table entry",
+            "value",
+            "more than one content pointer",
+        ));
     }
     let i = Inode::decode_record(&mut r, v.ptrs.first().copied())?;
     r.expect_end()?;

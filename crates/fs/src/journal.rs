@@ -47,16 +47,63 @@ pub enum Record {
         oid: u64,
         time: Ts,
     },
-    Link { ino: Target, parent: Target, name: Vec<u8>, time: Ts },
-    Remove { parent: Target, name: Vec<u8>, dir: bool, time: Ts },
-    Rename { parent: Target, name: Vec<u8>, newparent: Target, newname: Vec<u8>, flags: u32, time: Ts },
-    SetAttr { ino: Target, attr: crate::SetAttr, time: Ts },
-    Write { ino: Target, offset: u64, data: Vec<u8>, time: Ts },
+    Link {
+        ino: Target,
+        parent: Target,
+        name: Vec<u8>,
+        time: Ts,
+    },
+    Remove {
+        parent: Target,
+        name: Vec<u8>,
+        dir: bool,
+        time: Ts,
+    },
+    Rename {
+        parent: Target,
+        name: Vec<u8>,
+        newparent: Target,
+        newname: Vec<u8>,
+        flags: u32,
+        time: Ts,
+    },
+    SetAttr {
+        ino: Target,
+        attr: crate::SetAttr,
+        time: Ts,
+    },
+    Write {
+        ino: Target,
+        offset: u64,
+        data: Vec<u8>,
+        time: Ts,
+    },
     /// Whole chunks written to packs ahead of the checkpoint (`None`: zeros).
-    PutChunks { ino: Target, first: u64, chunks: Vec<Option<scion_store::BlockPtr>>, time: Ts },
-    Fallocate { ino: Target, mode: i32, offset: u64, len: u64, time: Ts },
-    SetXattr { ino: Target, name: Vec<u8>, value: Vec<u8>, flags: i32, time: Ts },
-    RemoveXattr { ino: Target, name: Vec<u8>, time: Ts },
+    PutChunks {
+        ino: Target,
+        first: u64,
+        chunks: Vec<Option<scion_store::BlockPtr>>,
+        time: Ts,
+    },
+    Fallocate {
+        ino: Target,
+        mode: i32,
+        offset: u64,
+        len: u64,
+        time: Ts,
+    },
+    SetXattr {
+        ino: Target,
+        name: Vec<u8>,
+        value: Vec<u8>,
+        flags: i32,
+        time: Ts,
+    },
+    RemoveXattr {
+        ino: Target,
+        name: Vec<u8>,
+        time: Ts,
+    },
 }
 
 fn put_target(w: &mut Writer, t: &Target) {
@@ -84,7 +131,10 @@ fn get_target(r: &mut Reader<'_>) -> Result<Target> {
             }
             Target::Path { ns, names }
         }
-        1 => Target::Linked { ns: r.u32()?, oid: r.u64()? },
+        1 => Target::Linked {
+            ns: r.u32()?,
+            oid: r.u64()?,
+        },
         t => return Err(Error::corrupt("journal record", "target", format!("tag {t}"))),
     })
 }
@@ -96,7 +146,11 @@ fn get_ts(r: &mut Reader<'_>) -> Result<Ts> {
     let sec = r.i64()?;
     let nsec = r.u32()?;
     if nsec >= 1_000_000_000 {
-        return Err(Error::corrupt("journal record", "timestamp", format!("nanoseconds {nsec}")));
+        return Err(Error::corrupt(
+            "journal record",
+            "timestamp",
+            format!("nanoseconds {nsec}"),
+        ));
     }
     Ok(Ts { sec, nsec })
 }
@@ -136,10 +190,28 @@ impl Record {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
         match self {
-            Record::Mknod { parent, name, kind, perm, uid, gid, rdev, target, xattrs, oid, time } => {
+            Record::Mknod {
+                parent,
+                name,
+                kind,
+                perm,
+                uid,
+                gid,
+                rdev,
+                target,
+                xattrs,
+                oid,
+                time,
+            } => {
                 w.u8(1);
                 put_target(&mut w, parent);
-                w.bytes(name).u8(*kind as u8).u16(*perm).u32(*uid).u32(*gid).u32(*rdev).bytes(target);
+                w.bytes(name)
+                    .u8(*kind as u8)
+                    .u16(*perm)
+                    .u32(*uid)
+                    .u32(*gid)
+                    .u32(*rdev)
+                    .bytes(target);
                 w.u32(xattrs.len() as u32);
                 for (k, v) in xattrs {
                     w.bytes(k).bytes(v);
@@ -147,20 +219,37 @@ impl Record {
                 w.u64(*oid);
                 put_ts(&mut w, *time);
             }
-            Record::Link { ino, parent, name, time } => {
+            Record::Link {
+                ino,
+                parent,
+                name,
+                time,
+            } => {
                 w.u8(2);
                 put_target(&mut w, ino);
                 put_target(&mut w, parent);
                 w.bytes(name);
                 put_ts(&mut w, *time);
             }
-            Record::Remove { parent, name, dir, time } => {
+            Record::Remove {
+                parent,
+                name,
+                dir,
+                time,
+            } => {
                 w.u8(3);
                 put_target(&mut w, parent);
                 w.bytes(name).u8(*dir as u8);
                 put_ts(&mut w, *time);
             }
-            Record::Rename { parent, name, newparent, newname, flags, time } => {
+            Record::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                flags,
+                time,
+            } => {
                 w.u8(4);
                 put_target(&mut w, parent);
                 w.bytes(name);
@@ -180,25 +269,47 @@ impl Record {
                 put_opt_ts(&mut w, attr.ctime);
                 put_ts(&mut w, *time);
             }
-            Record::Write { ino, offset, data, time } => {
+            Record::Write {
+                ino,
+                offset,
+                data,
+                time,
+            } => {
                 w.u8(6);
                 put_target(&mut w, ino);
                 w.u64(*offset).bytes(data);
                 put_ts(&mut w, *time);
             }
-            Record::Fallocate { ino, mode, offset, len, time } => {
+            Record::Fallocate {
+                ino,
+                mode,
+                offset,
+                len,
+                time,
+            } => {
                 w.u8(7);
                 put_target(&mut w, ino);
                 w.u32(*mode as u32).u64(*offset).u64(*len);
                 put_ts(&mut w, *time);
             }
-            Record::SetXattr { ino, name, value, flags, time } => {
+            Record::SetXattr {
+                ino,
+                name,
+                value,
+                flags,
+                time,
+            } => {
                 w.u8(8);
                 put_target(&mut w, ino);
                 w.bytes(name).bytes(value).u32(*flags as u32);
                 put_ts(&mut w, *time);
             }
-            Record::PutChunks { ino, first, chunks, time } => {
+            Record::PutChunks {
+                ino,
+                first,
+                chunks,
+                time,
+            } => {
                 w.u8(10);
                 put_target(&mut w, ino);
                 w.u64(*first).u32(chunks.len() as u32);
@@ -232,7 +343,8 @@ impl Record {
                 let parent = get_target(&mut r)?;
                 let name = r.bytes()?.to_vec();
                 let k = r.u8()?;
-                let kind = Kind::from_u8(k).ok_or_else(|| Error::corrupt("journal record", "mknod", format!("kind {k}")))?;
+                let kind =
+                    Kind::from_u8(k).ok_or_else(|| Error::corrupt("journal record", "mknod", format!("kind {k}")))?;
                 Record::Mknod {
                     parent,
                     name,
@@ -285,7 +397,11 @@ impl Record {
                     mtime: get_opt_ts(&mut r)?,
                     ctime: get_opt_ts(&mut r)?,
                 };
-                Record::SetAttr { ino, attr, time: get_ts(&mut r)? }
+                Record::SetAttr {
+                    ino,
+                    attr,
+                    time: get_ts(&mut r)?,
+                }
             }
             6 => Record::Write {
                 ino: get_target(&mut r)?,
@@ -319,10 +435,25 @@ impl Record {
                         t => return Err(Error::corrupt("journal record", "chunk", format!("tag {t}"))),
                     });
                 }
-                Record::PutChunks { ino, first, chunks, time: get_ts(&mut r)? }
+                Record::PutChunks {
+                    ino,
+                    first,
+                    chunks,
+                    time: get_ts(&mut r)?,
+                }
             }
-            9 => Record::RemoveXattr { ino: get_target(&mut r)?, name: r.bytes()?.to_vec(), time: get_ts(&mut r)? },
-            t => return Err(Error::corrupt("journal record", "header", format!("unknown record type {t}"))),
+            9 => Record::RemoveXattr {
+                ino: get_target(&mut r)?,
+                name: r.bytes()?.to_vec(),
+                time: get_ts(&mut r)?,
+            },
+            t => {
+                return Err(Error::corrupt(
+                    "journal record",
+                    "header",
+                    format!("unknown record type {t}"),
+                ))
+            }
         };
         r.expect_end()?;
         Ok(rec)
@@ -364,7 +495,12 @@ impl Journal {
         file.write_all(&h).map_err(|e| Error::io("journal write", e))?;
         file.sync_all().map_err(|e| Error::io("journal fsync", e))?;
         scion_store::sync_dir(&dir.join("journal"))?;
-        Ok(Journal { file, buf: Vec::new(), len: h.len() as u64, unsynced: false })
+        Ok(Journal {
+            file,
+            buf: Vec::new(),
+            len: h.len() as u64,
+            unsynced: false,
+        })
     }
 
     pub fn append(&mut self, rec: &Record) -> Result<()> {
@@ -385,7 +521,9 @@ impl Journal {
 
     fn flush(&mut self) -> Result<()> {
         if !self.buf.is_empty() {
-            self.file.write_all(&self.buf).map_err(|e| Error::io("journal write", e))?;
+            self.file
+                .write_all(&self.buf)
+                .map_err(|e| Error::io("journal write", e))?;
             self.buf.clear();
         }
         Ok(())
@@ -454,5 +592,9 @@ pub fn read(dir: &Path, generation: u64, store_id: &[u8; 16]) -> Result<JournalC
         }
         pos += 8 + len;
     }
-    Ok(JournalContents { records, tail_bytes: (data.len() - pos) as u64, tail_reason })
+    Ok(JournalContents {
+        records,
+        tail_bytes: (data.len() - pos) as u64,
+        tail_reason,
+    })
 }

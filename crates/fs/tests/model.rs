@@ -24,7 +24,11 @@ struct Model {
 
 impl Model {
     fn children(&self, dir: &str) -> Vec<String> {
-        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
         self.paths
             .keys()
             .filter(|p| p.starts_with(&prefix) && !p[prefix.len()..].contains('/') && p.len() > prefix.len())
@@ -37,7 +41,11 @@ impl Model {
         v
     }
     fn files(&self) -> Vec<String> {
-        self.paths.iter().filter(|(_, m)| matches!(m, M::File(_))).map(|(p, _)| p.clone()).collect()
+        self.paths
+            .iter()
+            .filter(|(_, m)| matches!(m, M::File(_)))
+            .map(|(p, _)| p.clone())
+            .collect()
     }
 }
 
@@ -48,7 +56,10 @@ fn open(dir: &Path) -> Fs {
 fn resolve(fs: &mut Fs, path: &str) -> Ino {
     let mut ino = fs.root();
     for c in path.split('/').filter(|c| !c.is_empty()) {
-        ino = fs.lookup(ino, c.as_bytes()).unwrap_or_else(|e| panic!("lookup {path}: {e}")).ino;
+        ino = fs
+            .lookup(ino, c.as_bytes())
+            .unwrap_or_else(|e| panic!("lookup {path}: {e}"))
+            .ino;
     }
     ino
 }
@@ -64,7 +75,11 @@ fn compare(fs: &mut Fs, m: &Model, ctx: &str) {
     fn walk(fs: &mut Fs, ino: Ino, path: &str, out: &mut BTreeMap<String, (Kind, Vec<u8>, u64)>) {
         for e in fs.readdir(ino).unwrap() {
             let name = String::from_utf8(e.name.clone()).unwrap();
-            let p = if path.is_empty() { name } else { format!("{path}/{name}") };
+            let p = if path.is_empty() {
+                name
+            } else {
+                format!("{path}/{name}")
+            };
             let a = fs.lookup(ino, &e.name).unwrap();
             let data = match a.kind {
                 Kind::File => fs.read(a.ino, 0, (a.size as u32).max(1)).unwrap(),
@@ -93,12 +108,21 @@ fn compare(fs: &mut Fs, m: &Model, ctx: &str) {
             M::Symlink(t) => assert_eq!(data, t, "{ctx}: {p}"),
             M::File(id) => {
                 assert_eq!(*kind, Kind::File, "{ctx}: {p}");
-                assert!(data == &m.files[*id].0, "{ctx}: content of {p} ({} vs {} bytes)", data.len(), m.files[*id].0.len());
+                assert!(
+                    data == &m.files[*id].0,
+                    "{ctx}: content of {p} ({} vs {} bytes)",
+                    data.len(),
+                    m.files[*id].0.len()
+                );
                 // Names of one file share an inode; different files do not.
                 let prev = ino_of_file.insert(*id, *ino);
                 assert!(prev.is_none() || prev == Some(*ino), "{ctx}: {p} lost its hard link");
                 let xa = fs.listxattr(*ino).unwrap();
-                assert_eq!(xa, m.files[*id].1.keys().cloned().collect::<Vec<_>>(), "{ctx}: xattrs of {p}");
+                assert_eq!(
+                    xa,
+                    m.files[*id].1.keys().cloned().collect::<Vec<_>>(),
+                    "{ctx}: xattrs of {p}"
+                );
             }
         }
     }
@@ -114,37 +138,61 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
     match rng.gen_range(0..100) {
         0..=14 => {
             let d = &dirs[rng.gen_range(0..dirs.len())];
-            let p = if d.is_empty() { name.clone() } else { format!("{d}/{name}") };
+            let p = if d.is_empty() {
+                name.clone()
+            } else {
+                format!("{d}/{name}")
+            };
             if m.paths.contains_key(&p) {
                 return;
             }
             let parent = resolve(fs, d);
-            fs.mknod(parent, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap();
-            if trace { eprintln!("create {p}"); }
+            fs.mknod(parent, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[])
+                .unwrap();
+            if trace {
+                eprintln!("create {p}");
+            }
             m.files.push((Vec::new(), BTreeMap::new()));
             m.paths.insert(p, M::File(m.files.len() - 1));
         }
         15..=22 => {
             let d = &dirs[rng.gen_range(0..dirs.len())];
-            let p = if d.is_empty() { name.clone() } else { format!("{d}/{name}") };
+            let p = if d.is_empty() {
+                name.clone()
+            } else {
+                format!("{d}/{name}")
+            };
             if m.paths.contains_key(&p) || d.matches('/').count() > 4 {
                 return;
             }
             let parent = resolve(fs, d);
-            fs.mknod(parent, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap();
-            if trace { eprintln!("mkdir {p}"); }
+            fs.mknod(parent, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[])
+                .unwrap();
+            if trace {
+                eprintln!("mkdir {p}");
+            }
             m.paths.insert(p, M::Dir);
         }
         23..=44 if !files.is_empty() => {
             let p = &files[rng.gen_range(0..files.len())];
             let M::File(id) = m.paths[p] else { unreachable!() };
-            let off = if rng.gen_bool(0.3) { rng.gen_range(0..400_000) } else { rng.gen_range(0..70_000) };
-            let len = if rng.gen_bool(0.2) { rng.gen_range(60_000..200_000) } else { rng.gen_range(1..5000) };
+            let off = if rng.gen_bool(0.3) {
+                rng.gen_range(0..400_000)
+            } else {
+                rng.gen_range(0..70_000)
+            };
+            let len = if rng.gen_bool(0.2) {
+                rng.gen_range(60_000..200_000)
+            } else {
+                rng.gen_range(1..5000)
+            };
             let byte: u8 = rng.gen();
             let data: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();
             let ino = resolve(fs, p);
             fs.write(ino, off as u64, &data).unwrap();
-            if trace { eprintln!("write {p} {off} {len}"); }
+            if trace {
+                eprintln!("write {p} {off} {len}");
+            }
             let c = &mut m.files[id].0;
             if c.len() < off + len {
                 c.resize(off + len, 0);
@@ -156,8 +204,17 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
             let M::File(id) = m.paths[p] else { unreachable!() };
             let size = rng.gen_range(0..300_000);
             let ino = resolve(fs, p);
-            fs.setattr(ino, SetAttr { size: Some(size as u64), ..Default::default() }).unwrap();
-            if trace { eprintln!("truncate {p} {size}"); }
+            fs.setattr(
+                ino,
+                SetAttr {
+                    size: Some(size as u64),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            if trace {
+                eprintln!("truncate {p} {size}");
+            }
             m.files[id].0.resize(size, 0);
         }
         53..=62 => {
@@ -170,8 +227,14 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
             let parent = resolve(fs, d);
             let dir = m.paths[&p] == M::Dir;
             let empty = m.children(&p).is_empty();
-            let r = if dir { fs.rmdir(parent, n.as_bytes()) } else { fs.unlink(parent, n.as_bytes()) };
-            if trace { eprintln!("remove {p} {r:?}"); }
+            let r = if dir {
+                fs.rmdir(parent, n.as_bytes())
+            } else {
+                fs.unlink(parent, n.as_bytes())
+            };
+            if trace {
+                eprintln!("remove {p} {r:?}");
+            }
             if dir && !empty {
                 assert_eq!(r, Err(libc::ENOTEMPTY));
             } else {
@@ -186,7 +249,11 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
             }
             let src = all[rng.gen_range(0..all.len())].clone();
             let d = &dirs[rng.gen_range(0..dirs.len())];
-            let dst = if d.is_empty() { name.clone() } else { format!("{d}/{name}") };
+            let dst = if d.is_empty() {
+                name.clone()
+            } else {
+                format!("{d}/{name}")
+            };
             let src_dir = m.paths[&src] == M::Dir;
             if dst == src || (src_dir && (d == &src || d.starts_with(&format!("{src}/")))) {
                 return;
@@ -205,7 +272,9 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
             let (sd, sn) = split(&src);
             let (sp, dp) = (resolve(fs, sd), resolve(fs, d));
             fs.rename(sp, sn.as_bytes(), dp, name.as_bytes(), 0).unwrap();
-            if trace { eprintln!("rename {src} {dst}"); }
+            if trace {
+                eprintln!("rename {src} {dst}");
+            }
             let moved: Vec<(String, M)> = m
                 .paths
                 .iter()
@@ -223,25 +292,36 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
         78..=84 if !files.is_empty() => {
             let src = &files[rng.gen_range(0..files.len())];
             let d = &dirs[rng.gen_range(0..dirs.len())];
-            let dst = if d.is_empty() { name.clone() } else { format!("{d}/{name}") };
+            let dst = if d.is_empty() {
+                name.clone()
+            } else {
+                format!("{d}/{name}")
+            };
             if m.paths.contains_key(&dst) {
                 return;
             }
             let (ino, dp) = (resolve(fs, src), resolve(fs, d));
             fs.link(ino, dp, name.as_bytes()).unwrap();
-            if trace { eprintln!("link {src} {dst}"); }
+            if trace {
+                eprintln!("link {src} {dst}");
+            }
             let e = m.paths[src].clone();
             m.paths.insert(dst, e);
         }
         85..=89 => {
             let d = &dirs[rng.gen_range(0..dirs.len())];
-            let p = if d.is_empty() { name.clone() } else { format!("{d}/{name}") };
+            let p = if d.is_empty() {
+                name.clone()
+            } else {
+                format!("{d}/{name}")
+            };
             if m.paths.contains_key(&p) {
                 return;
             }
             let target = format!("target-{}", rng.gen_range(0..1000)).into_bytes();
             let parent = resolve(fs, d);
-            fs.mknod(parent, name.as_bytes(), Kind::Symlink, 0o777, 0, 0, 0, 0, &target).unwrap();
+            fs.mknod(parent, name.as_bytes(), Kind::Symlink, 0o777, 0, 0, 0, 0, &target)
+                .unwrap();
             m.paths.insert(p, M::Symlink(target));
         }
         90..=99 if !files.is_empty() => {
@@ -283,7 +363,9 @@ fn run(seed: u64, ops: usize) {
         }
         match rng.gen_range(0..400) {
             0..=3 => {
-                if std::env::var("SCION_TRACE").is_ok() { eprintln!("checkpoint at {i}"); }
+                if std::env::var("SCION_TRACE").is_ok() {
+                    eprintln!("checkpoint at {i}");
+                }
                 fs.checkpoint().unwrap();
                 let rep = scion_fs::check::check_committed(&store).unwrap();
                 if !rep.is_clean() && std::env::var("SCION_TRACE").is_ok() {
@@ -329,7 +411,10 @@ fn run(seed: u64, ops: usize) {
 
 #[test]
 fn engine_matches_model() {
-    let ops: usize = std::env::var("SCION_OPS").ok().and_then(|s| s.parse().ok()).unwrap_or(1500);
+    let ops: usize = std::env::var("SCION_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1500);
     // SCION_SEED replays one failing run exactly.
     if let Some(seed) = std::env::var("SCION_SEED").ok().and_then(|s| s.parse().ok()) {
         return run(seed, ops);

@@ -7,9 +7,9 @@
 
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use scion_fs::{Attr, Fs, Kind, SetAttr, Ts};
 use std::collections::HashMap;
@@ -77,7 +77,11 @@ fn err(e: i32) -> Errno {
 
 impl ScionFuse {
     pub fn new(fs: Arc<Mutex<Fs>>) -> ScionFuse {
-        ScionFuse { fs, dirs: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1) }
+        ScionFuse {
+            fs,
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+        }
     }
 
     fn fs(&self) -> std::sync::MutexGuard<'_, Fs> {
@@ -158,7 +162,15 @@ impl Filesystem for ScionFuse {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let a = SetAttr { mode, uid, gid, size, atime: atime.map(ts), mtime: mtime.map(ts), ctime: ctime.map(Ts::from_system) };
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(ts),
+            mtime: mtime.map(ts),
+            ctime: ctime.map(Ts::from_system),
+        };
         match self.fs().setattr(ino.0, a) {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
             Err(e) => reply.error(err(e)),
@@ -173,16 +185,38 @@ impl Filesystem for ScionFuse {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        let Some(k) = Kind::from_mode(mode) else { return reply.error(Errno::EINVAL) };
+        let Some(k) = Kind::from_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
         if k == Kind::Dir || k == Kind::Symlink {
             return reply.error(Errno::EINVAL);
         }
-        let r = self.fs().mknod(parent.0, name.as_bytes(), k, mode, umask, req.uid(), req.gid(), rdev, &[]);
+        let r = self.fs().mknod(
+            parent.0,
+            name.as_bytes(),
+            k,
+            mode,
+            umask,
+            req.uid(),
+            req.gid(),
+            rdev,
+            &[],
+        );
         self.entry(r, reply)
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let r = self.fs().mknod(parent.0, name.as_bytes(), Kind::Dir, mode, umask, req.uid(), req.gid(), 0, &[]);
+        let r = self.fs().mknod(
+            parent.0,
+            name.as_bytes(),
+            Kind::Dir,
+            mode,
+            umask,
+            req.uid(),
+            req.gid(),
+            0,
+            &[],
+        );
         self.entry(r, reply)
     }
 
@@ -225,7 +259,10 @@ impl Filesystem for ScionFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        match self.fs().rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags.bits()) {
+        match self
+            .fs()
+            .rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags.bits())
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
@@ -322,11 +359,16 @@ impl Filesystem for ScionFuse {
         v.extend(list.into_iter().map(|e| (e.name, e.ino, e.kind)));
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs.lock().unwrap().insert(fh, Arc::new(v));
-        reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR)
+        reply.opened(
+            FileHandle(fh),
+            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+        )
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let Some(list) = self.dirs.lock().unwrap().get(&fh.0).cloned() else { return reply.error(Errno::EBADF) };
+        let Some(list) = self.dirs.lock().unwrap().get(&fh.0).cloned() else {
+            return reply.error(Errno::EBADF);
+        };
         for (i, (name, ino, k)) in list.iter().enumerate().skip(offset as usize) {
             if reply.add(INodeNo(*ino), i as u64 + 1, kind(*k), OsStr::from_bytes(name)) {
                 break;
@@ -336,14 +378,27 @@ impl Filesystem for ScionFuse {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let Some(list) = self.dirs.lock().unwrap().get(&fh.0).cloned() else { return reply.error(Errno::EBADF) };
+        let Some(list) = self.dirs.lock().unwrap().get(&fh.0).cloned() else {
+            return reply.error(Errno::EBADF);
+        };
         let mut fs = self.fs();
         for (i, (name, child, _)) in list.iter().enumerate().skip(offset as usize) {
             let dots = i < 2;
             // "." and ".." are not instantiated by the kernel, so they take no reference.
-            let a = if dots { fs.getattr(*child) } else { fs.lookup(ino.0, name) };
+            let a = if dots {
+                fs.getattr(*child)
+            } else {
+                fs.lookup(ino.0, name)
+            };
             let Ok(a) = a else { continue };
-            if reply.add(INodeNo(a.ino), i as u64 + 1, OsStr::from_bytes(name), &TTL, &file_attr(&a), Generation(0)) {
+            if reply.add(
+                INodeNo(a.ino),
+                i as u64 + 1,
+                OsStr::from_bytes(name),
+                &TTL,
+                &file_attr(&a),
+                Generation(0),
+            ) {
                 if !dots {
                     fs.forget(a.ino, 1);
                 }
@@ -368,7 +423,9 @@ impl Filesystem for ScionFuse {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let s = self.fs().statfs();
-        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+        reply.statfs(
+            s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
+        );
     }
 
     fn setxattr(
@@ -439,14 +496,39 @@ impl Filesystem for ScionFuse {
         reply: ReplyCreate,
     ) {
         let mut fs = self.fs();
-        let r = fs.mknod(parent.0, name.as_bytes(), Kind::File, mode, umask, req.uid(), req.gid(), 0, &[]);
+        let r = fs.mknod(
+            parent.0,
+            name.as_bytes(),
+            Kind::File,
+            mode,
+            umask,
+            req.uid(),
+            req.gid(),
+            0,
+            &[],
+        );
         match r.and_then(|a| fs.open_file(a.ino).map(|_| a)) {
-            Ok(a) => reply.created(&TTL, &file_attr(&a), Generation(0), FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(a) => reply.created(
+                &TTL,
+                &file_attr(&a),
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
             Err(e) => reply.error(err(e)),
         }
     }
 
-    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
         match self.fs().fallocate(ino.0, mode, offset, length) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),

@@ -15,7 +15,9 @@ impl Writer {
         Writer { buf: Vec::new() }
     }
     pub fn with_capacity(n: usize) -> Self {
-        Writer { buf: Vec::with_capacity(n) }
+        Writer {
+            buf: Vec::with_capacity(n),
+        }
     }
     pub fn u8(&mut self, v: u8) -> &mut Self {
         self.buf.push(v);

@@ -10,7 +10,11 @@ pub enum Error {
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
     #[error("corrupt {what} at {location}: {detail}")]
-    Corrupt { what: &'static str, location: String, detail: String },
+    Corrupt {
+        what: &'static str,
+        location: String,
+        detail: String,
+    },
     #[error("{0}")]
     Format(String),
     #[error("{0}")]
@@ -28,7 +32,11 @@ impl Error {
         Error::Io { context, source }
     }
     pub fn corrupt(what: &'static str, location: impl fmt::Display, detail: impl Into<String>) -> Error {
-        Error::Corrupt { what, location: location.to_string(), detail: detail.into() }
+        Error::Corrupt {
+            what,
+            location: location.to_string(),
+            detail: detail.into(),
+        }
     }
     /// The errno an operation that hit this error should return.
     pub fn errno(&self) -> i32 {

@@ -67,10 +67,19 @@ impl BlockPtr {
         let addr = r.u64()?;
         let len = r.u32()?;
         let k = r.u8()?;
-        let kind = BlockKind::from_u8(k)
-            .ok_or_else(|| Error::corrupt("block pointer", format!("addr {addr:#x}"), format!("unknown block kind {k}")))?;
+        let kind = BlockKind::from_u8(k).ok_or_else(|| {
+            Error::corrupt(
+                "block pointer",
+                format!("addr {addr:#x}"),
+                format!("unknown block kind {k}"),
+            )
+        })?;
         if len as usize > crate::MAX_BLOCK_LEN {
-            return Err(Error::corrupt("block pointer", format!("addr {addr:#x}"), format!("length {len} too large")));
+            return Err(Error::corrupt(
+                "block pointer",
+                format!("addr {addr:#x}"),
+                format!("length {len} too large"),
+            ));
         }
         let hash = r.array()?;
         Ok(BlockPtr { addr, len, kind, hash })

@@ -28,7 +28,10 @@ pub struct Superblock {
 impl Superblock {
     fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(SUPERBLOCK_SLOT);
-        w.raw(MAGIC).u32(FORMAT_VERSION).u32(SUPERBLOCK_SLOT as u32).u64(self.generation);
+        w.raw(MAGIC)
+            .u32(FORMAT_VERSION)
+            .u32(SUPERBLOCK_SLOT as u32)
+            .u64(self.generation);
         w.raw(&self.store_id).u32(self.pack).u32(0).u64(self.pack_end);
         match &self.checkpoint {
             Some(p) => {
@@ -77,7 +80,13 @@ impl Superblock {
             1 => Some(BlockPtr::decode(&mut r)?),
             _ => return Ok(None),
         };
-        Ok(Some(Superblock { generation, store_id, pack, pack_end, checkpoint }))
+        Ok(Some(Superblock {
+            generation,
+            store_id,
+            pack,
+            pack_end,
+            checkpoint,
+        }))
     }
 
     /// Reads the newest valid superblock of the store at `dir`.

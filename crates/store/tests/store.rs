@@ -17,7 +17,10 @@ fn blocks_round_trip_and_corruption_is_detected() {
     assert_eq!(s.write(BlockKind::Data, &[1u8; 65536]).unwrap().footprint(), 65536);
     assert_eq!(s.read(&b).unwrap(), vec![7u8; 70000]);
     // Flip one payload byte of `b`.
-    let f = std::fs::OpenOptions::new().write(true).open(d.path().join("packs/00000001.pack")).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.path().join("packs/00000001.pack"))
+        .unwrap();
     f.write_all_at(&[8], b.offset() + 100).unwrap();
     match s.read(&b) {
         Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("checksum"), "{detail}"),
@@ -50,10 +53,16 @@ fn uncommitted_pack_tail_is_cut_and_short_packs_are_refused() {
     let s = BlockStore::open(d.path(), pack, end, true).unwrap();
     s.resume_at(pack, end).unwrap();
     assert_eq!(s.position(), (pack, end));
-    assert_eq!(std::fs::metadata(d.path().join("packs/00000001.pack")).unwrap().len(), end);
+    assert_eq!(
+        std::fs::metadata(d.path().join("packs/00000001.pack")).unwrap().len(),
+        end
+    );
     assert_eq!(s.read(&a).unwrap(), b"kept");
     drop(s);
-    assert!(matches!(BlockStore::open(d.path(), pack, end + 4096, true), Err(Error::Corrupt { .. })));
+    assert!(matches!(
+        BlockStore::open(d.path(), pack, end + 4096, true),
+        Err(Error::Corrupt { .. })
+    ));
 }
 
 #[test]
@@ -61,13 +70,19 @@ fn punched_blocks_free_host_space() {
     use std::os::unix::fs::MetadataExt;
     let d = tempfile::tempdir().unwrap();
     let s = store(d.path());
-    let ptrs: Vec<_> = (0..64).map(|i| s.write(BlockKind::Data, &vec![i as u8; 65536]).unwrap()).collect();
+    let ptrs: Vec<_> = (0..64)
+        .map(|i| s.write(BlockKind::Data, &vec![i as u8; 65536]).unwrap())
+        .collect();
     s.sync().unwrap();
-    let before = std::fs::metadata(d.path().join("packs/00000001.pack")).unwrap().blocks();
+    let before = std::fs::metadata(d.path().join("packs/00000001.pack"))
+        .unwrap()
+        .blocks();
     for p in &ptrs[..48] {
         s.punch(p).unwrap();
     }
-    let after = std::fs::metadata(d.path().join("packs/00000001.pack")).unwrap().blocks();
+    let after = std::fs::metadata(d.path().join("packs/00000001.pack"))
+        .unwrap()
+        .blocks();
     assert!(after * 3 < before, "{before} -> {after} sectors");
     assert_eq!(s.read(&ptrs[60]).unwrap(), vec![60u8; 65536]);
 }
@@ -75,18 +90,29 @@ fn punched_blocks_free_host_space() {
 #[test]
 fn superblock_newest_valid_slot_wins() {
     let d = tempfile::tempdir().unwrap();
-    let mut sb = Superblock { generation: 4, store_id: [9; 16], pack: 1, pack_end: 0, checkpoint: None };
+    let mut sb = Superblock {
+        generation: 4,
+        store_id: [9; 16],
+        pack: 1,
+        pack_end: 0,
+        checkpoint: None,
+    };
     sb.create(d.path()).unwrap();
     sb.generation = 5;
     sb.pack_end = 8192;
     sb.write(d.path()).unwrap();
     assert_eq!(Superblock::read(d.path()).unwrap().generation, 5);
     // Tear the newest slot: the previous one is used.
-    let f = std::fs::OpenOptions::new().write(true).open(d.path().join(SUPERBLOCK_FILE)).unwrap();
-    f.write_all_at(&[0xff; 100], (5 % 2) * SUPERBLOCK_SLOT as u64 + 200).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.path().join(SUPERBLOCK_FILE))
+        .unwrap();
+    f.write_all_at(&[0xff; 100], (5 % 2) * SUPERBLOCK_SLOT as u64 + 200)
+        .unwrap();
     assert_eq!(Superblock::read(d.path()).unwrap().generation, 4);
     // Both torn: a clear error.
-    f.write_all_at(&[0xff; 100], (4 % 2) * SUPERBLOCK_SLOT as u64 + 200).unwrap();
+    f.write_all_at(&[0xff; 100], (4 % 2) * SUPERBLOCK_SLOT as u64 + 200)
+        .unwrap();
     let e = Superblock::read(d.path()).unwrap_err().to_string();
     assert!(e.contains("superblock"), "{e}");
 }
@@ -96,7 +122,13 @@ fn unknown_format_version_and_missing_store_are_clear_errors() {
     let d = tempfile::tempdir().unwrap();
     let e = Superblock::read(d.path()).unwrap_err().to_string();
     assert!(e.contains("not a scion store"), "{e}");
-    let sb = Superblock { generation: 1, store_id: [1; 16], pack: 1, pack_end: 0, checkpoint: None };
+    let sb = Superblock {
+        generation: 1,
+        store_id: [1; 16],
+        pack: 1,
+        pack_end: 0,
+        checkpoint: None,
+    };
     sb.create(d.path()).unwrap();
     // Rewrite the version field and fix the slot checksum, as a future scion would write it.
     let path = d.path().join(SUPERBLOCK_FILE);
@@ -116,7 +148,10 @@ fn second_owner_is_refused_with_the_holders_name() {
     let _held = StoreLock::acquire(d.path(), "mounted at /somewhere").unwrap();
     assert!(StoreLock::is_held(d.path()));
     let e = StoreLock::acquire(d.path(), "second").err().unwrap().to_string();
-    assert!(e.contains(&format!("pid={}", std::process::id())) && e.contains("/somewhere"), "{e}");
+    assert!(
+        e.contains(&format!("pid={}", std::process::id())) && e.contains("/somewhere"),
+        "{e}"
+    );
 }
 
 #[test]

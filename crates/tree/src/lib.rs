@@ -94,12 +94,7 @@ impl Forest {
     }
 
     /// Calls `f` on every entry with key >= `from`, in key order, until it returns false.
-    pub fn scan(
-        &self,
-        root: Option<&BlockPtr>,
-        from: &[u8],
-        f: &mut dyn FnMut(&[u8], &Value) -> bool,
-    ) -> Result<()> {
+    pub fn scan(&self, root: Option<&BlockPtr>, from: &[u8], f: &mut dyn FnMut(&[u8], &Value) -> bool) -> Result<()> {
         if let Some(root) = root {
             self.scan_node(root, from, f)?;
         }
@@ -149,8 +144,7 @@ impl Forest {
         }
         let mut level_nodes = match root {
             None => {
-                let entries: Vec<(Vec<u8>, Value)> =
-                    ops.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
+                let entries: Vec<(Vec<u8>, Value)> = ops.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
                 self.build(Node::Leaf(entries))?
             }
             Some(r) => {
@@ -164,7 +158,9 @@ impl Forest {
             let children = level_nodes.into_iter().map(|(k, p, _)| (k, p)).collect();
             level_nodes = self.build(Node::Internal { level, children })?;
         }
-        let Some((_, mut root, mut level)) = level_nodes.pop() else { return Ok(None) };
+        let Some((_, mut root, mut level)) = level_nodes.pop() else {
+            return Ok(None);
+        };
         // Shrink: an internal root with a single child is replaced by that child.
         while level > 0 {
             let node = self.load(&root)?;

@@ -27,7 +27,10 @@ impl Value {
 pub enum Node {
     Leaf(Vec<(Vec<u8>, Value)>),
     /// Children with the smallest key each holds, in key order.
-    Internal { level: u8, children: Vec<(Vec<u8>, BlockPtr)> },
+    Internal {
+        level: u8,
+        children: Vec<(Vec<u8>, BlockPtr)>,
+    },
 }
 
 impl Node {
@@ -102,7 +105,11 @@ impl Node {
         };
         r.expect_end()?;
         if level > 32 {
-            return Err(Error::corrupt("tree node", "header", format!("level {level} is impossible")));
+            return Err(Error::corrupt(
+                "tree node",
+                "header",
+                format!("level {level} is impossible"),
+            ));
         }
         Ok(node)
     }
@@ -133,7 +140,10 @@ impl Node {
                 for (k, p) in children {
                     let l = 2 + k.len() + PTR_LEN;
                     if cur.len() >= 2 && size + l > target {
-                        parts.push(Node::Internal { level, children: std::mem::take(&mut cur) });
+                        parts.push(Node::Internal {
+                            level,
+                            children: std::mem::take(&mut cur),
+                        });
                         size = 5;
                     }
                     size += l;

@@ -53,9 +53,16 @@ fn check_counts(f: &Forest, roots: &[Option<BlockPtr>], freed: &HashSet<u64>) {
 
 #[derive(Debug, Clone)]
 enum Step {
-    Batch { version: usize, ops: Vec<(u16, Option<u16>)> },
-    Clone { version: usize },
-    Drop { version: usize },
+    Batch {
+        version: usize,
+        ops: Vec<(u16, Option<u16>)>,
+    },
+    Clone {
+        version: usize,
+    },
+    Drop {
+        version: usize,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -140,7 +147,9 @@ proptest! {
 fn get_and_scan_from_the_middle() {
     let dir = tempfile::tempdir().unwrap();
     let mut f = forest(dir.path());
-    let ops = (0..5000u16).map(|k| (key(k), Some(Value::new(value(k), vec![])))).collect();
+    let ops = (0..5000u16)
+        .map(|k| (key(k), Some(Value::new(value(k), vec![]))))
+        .collect();
     let root = f.apply(None, ops).unwrap().unwrap();
     assert_eq!(f.get(Some(&root), &key(1234)).unwrap().unwrap().bytes, value(1234));
     assert!(f.get(Some(&root), b"nope").unwrap().is_none());
@@ -151,5 +160,8 @@ fn get_and_scan_from_the_middle() {
     })
     .unwrap();
     assert_eq!(got.len(), 10);
-    assert!(matches!(*f.load(&root).unwrap(), scion_tree::Node::Internal { .. }), "5000 entries need more than a leaf");
+    assert!(
+        matches!(*f.load(&root).unwrap(), scion_tree::Node::Internal { .. }),
+        "5000 entries need more than a leaf"
+    );
 }
