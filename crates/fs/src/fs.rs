@@ -683,7 +683,7 @@ impl Fs {
         if is_dir && !self.dir_is_empty(ino)? {
             return Err(libc::ENOTEMPTY);
         }
-        self.drop_name(parent, name, ino, now)?;
+        self.drop_name(parent, ino, now)?;
         let p = self.node_mut(parent)?;
         p.entries.insert(name.to_vec(), None);
         p.inode.mtime = now;
@@ -693,7 +693,7 @@ impl Fs {
     }
 
     /// Takes one name away from `ino` (the entry itself is removed by the caller).
-    fn drop_name(&mut self, parent: Ino, name: &[u8], ino: Ino, now: Ts) -> FsResult<()> {
+    fn drop_name(&mut self, parent: Ino, ino: Ino, now: Ts) -> FsResult<()> {
         let n = self.node_mut(ino)?;
         let ns = n.ns;
         let oid = n.inode.oid;
@@ -724,7 +724,6 @@ impl Fs {
                 _ => return Err(libc::EIO),
             }
         }
-        let _ = name;
         if self.node(ino)?.loc == Loc::Gone {
             self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.inodes -= 1;
             self.maybe_evict(ino);
@@ -858,7 +857,7 @@ impl Fs {
                     (true, true) if !self.dir_is_empty(dst)? => return Err(libc::ENOTEMPTY),
                     _ => {}
                 }
-                self.drop_name(newparent, newname, dst, now)?;
+                self.drop_name(newparent, dst, now)?;
             }
             self.node_mut(parent)?.entries.insert(name.to_vec(), None);
             self.place(src, newparent, newname)?;
