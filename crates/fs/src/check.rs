@@ -14,7 +14,8 @@ use crate::inode::*;
 use crate::journal;
 use scion_store::{BlockKind, BlockPtr, BlockStore, Result, StoreLock, Superblock};
 use scion_tree::{Forest, RefTable};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -78,6 +79,7 @@ enum Ctx {
     Dir { ns: u32, oid: u64 },
     File { ns: u32, oid: u64, size: u64 },
     Links { ns: u32 },
+    Summary,
 }
 
 #[derive(Default)]
@@ -114,13 +116,14 @@ pub fn check_committed(dir: &Path) -> Result<Report> {
         rep: &mut rep,
         refs_found: HashMap::new(),
         dirs: HashMap::new(),
-        link_refs: HashMap::new(),
         link_nlink: HashMap::new(),
         file_alloc: HashMap::new(),
         oids: HashSet::new(),
         next_oid: HashMap::new(),
         inodes: HashMap::new(),
         work: Vec::new(),
+        ns_list: Vec::new(),
+        aggs: HashMap::new(),
     };
     for o in &rec.orphans {
         c.reference(o, None);
@@ -131,6 +134,7 @@ pub fn check_committed(dir: &Path) -> Result<Report> {
     while let Some((ptr, ctx)) = c.work.pop() {
         c.walk(&ptr, ctx);
     }
+    c.namespaces();
     c.finish(&rec.refs, &rec.freed);
     match journal::read(dir, sb.generation, &sb.store_id) {
         Ok(j) => {
@@ -147,13 +151,25 @@ struct Checker<'a> {
     rep: &'a mut Report,
     refs_found: HashMap<u64, (u32, BlockPtr)>,
     dirs: HashMap<(u32, u64), DirStats>,
-    link_refs: HashMap<(u32, u64), u32>,
     link_nlink: HashMap<(u32, u64), u32>,
     file_alloc: HashMap<(u32, u64), (u64, u64)>,
     oids: HashSet<(u32, u64)>,
     next_oid: HashMap<u32, u64>,
     inodes: HashMap<u32, (u64, u64)>,
     work: Vec<(BlockPtr, Ctx)>,
+    ns_list: Vec<NsFacts>,
+    /// Subtree aggregates by directory content root (shared trees are counted once).
+    aggs: HashMap<u64, Rc<Agg>>,
+}
+
+type NsFacts = (u32, Inode, Option<BlockPtr>, BTreeMap<u64, u32>, crate::NsInfo);
+
+/// What a directory subtree holds that is per namespace: names of hard-linked files and
+/// clone mount points. It is what the stored subtree summaries must say.
+#[derive(Default, PartialEq, Eq, Debug)]
+struct Agg {
+    links: BTreeMap<u64, u64>,
+    mounts: BTreeMap<u64, u64>,
 }
 
 impl Checker<'_> {
@@ -220,7 +236,11 @@ impl Checker<'_> {
             match ns_from_value(&v) {
                 Ok(ns) => {
                     self.next_oid.insert(id, ns.next_oid);
-                    self.inodes.insert(id, (ns.inodes, 0));
+                    if ns.info.kind == crate::NsKind::Main {
+                        // Clones start from an estimate (counting would mean walking them).
+                        self.inodes.insert(id, (ns.inodes, 0));
+                    }
+                    self.ns_list.push((id, ns.root.clone(), ns.link_root, ns.mounts.clone(), ns.info.clone()));
                     self.inode(id, &ns.root, None);
                     if ns.root.oid != ROOT_OID {
                         self.problem(format!("namespace {id}: root has oid {}", ns.root.oid));
@@ -254,6 +274,9 @@ impl Checker<'_> {
                 }
                 if let Some(c) = i.content {
                     self.reference(&c, Some(Ctx::Dir { ns, oid: i.oid }));
+                }
+                if let Some(c) = i.summary {
+                    self.reference(&c, Some(Ctx::Summary));
                 }
             }
             Kind::File => {
@@ -315,10 +338,12 @@ impl Checker<'_> {
                 Ctx::Dir { ns, oid } => match EntryRecord::from_value(&v) {
                     Ok(EntryRecord::Inline(i)) => self.inode(ns, &i, Some(oid)),
                     Ok(EntryRecord::Linked { oid: l, kind }) => {
-                        *self.link_refs.entry((ns, l)).or_default() += 1;
                         if kind == Kind::Dir {
                             self.problem(format!("namespace {ns}: directory oid {l} in the link table"));
                         }
+                    }
+                    Ok(EntryRecord::Mount { .. }) => {
+                        self.dirs.entry((ns, oid)).or_default().subdirs += 1;
                     }
                     Err(e) => self.problem(format!(
                         "entry {:?} of directory oid {oid}: {e}",
@@ -348,6 +373,8 @@ impl Checker<'_> {
                     }
                     self.reference(&d, None);
                 }
+                // Checked against the tree by `agg`.
+                Ctx::Summary => {}
                 Ctx::Links { ns } => match inode_from_value(&v) {
                     Ok(i) => {
                         if chunk_index(&k).ok() != Some(i.oid) {
@@ -362,6 +389,133 @@ impl Checker<'_> {
             }
         }
         // Ptrs held by values whose kind is Node (subtrees) were queued by `inode`.
+    }
+
+    /// The aggregate of the directory tree at `content`, checking each subdirectory's stored
+    /// summary against what lies below it. Memoised, so shared subtrees are read once.
+    fn agg(&mut self, content: Option<&BlockPtr>) -> Rc<Agg> {
+        let Some(c) = content else { return Rc::new(Agg::default()) };
+        if let Some(a) = self.aggs.get(&c.addr) {
+            return a.clone();
+        }
+        let mut entries = Vec::new();
+        if let Err(e) = self.forest.scan(Some(c), &[], &mut |k, v| {
+            entries.push((k.to_vec(), v.clone()));
+            true
+        }) {
+            self.problem(format!("{e}"));
+        }
+        let mut out = Agg::default();
+        for (_, v) in entries {
+            match EntryRecord::from_value(&v) {
+                Ok(EntryRecord::Inline(i)) if i.kind == Kind::Dir => {
+                    let sub = self.agg(i.content.as_ref());
+                    self.compare_summary(&i, &sub);
+                    for (o, n) in &sub.links {
+                        *out.links.entry(*o).or_default() += n;
+                    }
+                    for (o, n) in &sub.mounts {
+                        *out.mounts.entry(*o).or_default() += n;
+                    }
+                }
+                Ok(EntryRecord::Linked { oid, .. }) => *out.links.entry(oid).or_default() += 1,
+                Ok(EntryRecord::Mount { oid }) => *out.mounts.entry(oid).or_default() += 1,
+                _ => {}
+            }
+        }
+        let out = Rc::new(out);
+        self.aggs.insert(c.addr, out.clone());
+        out
+    }
+
+    /// A directory record's stored summary must list exactly the linked names and mount points
+    /// below it (snapshot marks, `S` keys, are hints and not checked).
+    fn compare_summary(&mut self, dir: &Inode, want: &Agg) {
+        let mut got = Agg::default();
+        let mut bad = None;
+        if let Err(e) = self.forest.scan(dir.summary.as_ref(), &[], &mut |k, v| {
+            match (summary_key_parts(k), summary_count(v)) {
+                (Ok((b'L', o)), Ok(n)) => {
+                    got.links.insert(o, n);
+                }
+                (Ok((b'M', o)), Ok(n)) => {
+                    got.mounts.insert(o, n);
+                }
+                (Ok(_), Ok(_)) => {}
+                (Err(e), _) | (_, Err(e)) => bad = Some(e),
+            }
+            true
+        }) {
+            bad = Some(e);
+        }
+        if let Some(e) = bad {
+            self.problem(format!("summary of directory oid {}: {e}", dir.oid));
+        }
+        if got != *want {
+            self.problem(format!(
+                "summary of directory oid {} says {:?} but the tree below holds {:?}",
+                dir.oid, got, want
+            ));
+        }
+    }
+
+    /// Per-namespace facts: link counts are the names inside the namespace, mount points
+    /// match the mount table, and every clone and snapshot hangs where it says.
+    fn namespaces(&mut self) {
+        let list = std::mem::take(&mut self.ns_list);
+        let ids: HashMap<u32, crate::NsInfo> = list.iter().map(|f| (f.0, f.4.clone())).collect();
+        for (id, root, link_root, mounts, info) in &list {
+            let a = self.agg(root.content.as_ref());
+            self.compare_summary(root, &a);
+            let mut links = BTreeMap::new();
+            if let Some(l) = link_root {
+                if let Err(e) = self.forest.scan(Some(l), &[], &mut |_, v| {
+                    if let Ok(i) = inode_from_value(v) {
+                        links.insert(i.oid, i.nlink as u64);
+                    }
+                    true
+                }) {
+                    self.problem(format!("namespace {id}: link table: {e}"));
+                }
+            }
+            if links != a.links {
+                for (oid, n) in &links {
+                    let names = a.links.get(oid).copied().unwrap_or(0);
+                    if names != *n {
+                        self.problem(format!("namespace {id}: file oid {oid} has nlink {n} but {names} names"));
+                    }
+                }
+                for oid in a.links.keys().filter(|o| !links.contains_key(o)) {
+                    self.problem(format!("namespace {id}: entries refer to oid {oid}, absent from the link table"));
+                }
+            }
+            let want: BTreeMap<u64, u64> = mounts.keys().map(|o| (*o, 1)).collect();
+            if want != a.mounts {
+                self.problem(format!(
+                    "namespace {id}: mount table {:?} but the tree holds mount points {:?}",
+                    mounts, a.mounts
+                ));
+            }
+            for (oid, child) in mounts {
+                match ids.get(child) {
+                    Some(ci) if ci.kind == crate::NsKind::Clone && ci.parent == *id && ci.anchor == *oid => {}
+                    _ => self.problem(format!("namespace {id}: mount point {oid} names namespace {child}, which does not hang there")),
+                }
+            }
+            match info.kind {
+                crate::NsKind::Main if *id != 1 => self.problem(format!("namespace {id} claims to be the main tree")),
+                crate::NsKind::Clone => {
+                    let ok = list.iter().any(|f| f.0 == info.parent && f.3.get(&info.anchor) == Some(id));
+                    if !ok {
+                        self.problem(format!("clone namespace {id} is not mounted in namespace {}", info.parent));
+                    }
+                }
+                crate::NsKind::Snapshot if !ids.contains_key(&info.parent) => {
+                    self.problem(format!("snapshot namespace {id} belongs to missing namespace {}", info.parent))
+                }
+                _ => {}
+            }
+        }
     }
 
     fn finish(&mut self, refs: &RefTable, freed: &[BlockPtr]) {
@@ -398,21 +552,6 @@ impl Checker<'_> {
                     2 + subdirs
                 ));
             }
-        }
-        let links: Vec<_> = self.link_nlink.iter().map(|(k, n)| (*k, *n)).collect();
-        for ((ns, oid), nlink) in links {
-            let refs = self.link_refs.remove(&(ns, oid)).unwrap_or(0);
-            if refs != nlink {
-                self.problem(format!(
-                    "namespace {ns}: file oid {oid} has nlink {nlink} but {refs} names"
-                ));
-            }
-        }
-        let dangling: Vec<_> = self.link_refs.keys().copied().collect();
-        for (ns, oid) in dangling {
-            self.problem(format!(
-                "namespace {ns}: entries refer to oid {oid}, absent from the link table"
-            ));
         }
         let allocs: Vec<_> = self.file_alloc.iter().map(|(k, v)| (*k, *v)).collect();
         for ((ns, oid), (said, found)) in allocs {

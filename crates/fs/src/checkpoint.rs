@@ -27,7 +27,7 @@ use std::time::Instant;
 const RECORD_MAGIC: &[u8; 4] = b"SCCK";
 const RECORD_VERSION: u32 = 1;
 const PAGE: usize = 4 << 20;
-const NS_RECORD_VERSION: u8 = 1;
+const NS_RECORD_VERSION: u8 = 2;
 
 /// What a checkpoint record holds.
 pub struct CheckpointRecord {
@@ -117,14 +117,21 @@ pub fn read_record(store: &BlockStore, ptr: &BlockPtr) -> Result<CheckpointRecor
     })
 }
 
-/// A namespace as the namespace table stores it: its root directory's record, link table
-/// root, next object id and inode count. Value pointers: [root content?, link root?].
-pub(crate) fn ns_to_value(root: &Inode, link_root: Option<BlockPtr>, next_oid: u64, inodes: u64) -> Value {
+/// A namespace as the namespace table stores it: what it is (the main tree, a clone, a
+/// snapshot) and where it hangs, its next object id and inode count, its mount table (mount
+/// entry oid -> clone namespace), its root directory's record and its link table root.
+/// Value pointers: the root record's (content?, summary?), then the link table root if any.
+pub(crate) fn ns_to_value(ns: &NsRecord) -> Value {
     let mut w = Writer::new();
-    w.u8(NS_RECORD_VERSION).u64(next_oid).u64(inodes);
-    w.u8(root.content.is_some() as u8 | (link_root.is_some() as u8) << 1);
-    root.encode_record(&mut w);
-    Value::new(w.finish(), root.content.into_iter().chain(link_root).collect())
+    w.u8(NS_RECORD_VERSION).u64(ns.next_oid).u64(ns.inodes);
+    w.u8(ns.link_root.is_some() as u8);
+    ns.info.encode(&mut w);
+    w.u32(ns.mounts.len() as u32);
+    for (oid, id) in &ns.mounts {
+        w.u64(*oid).u32(*id);
+    }
+    ns.root.encode_record(&mut w);
+    Value::new(w.finish(), ns.root.ptrs().into_iter().chain(ns.link_root).collect())
 }
 
 pub(crate) struct NsRecord {
@@ -132,6 +139,8 @@ pub(crate) struct NsRecord {
     pub link_root: Option<BlockPtr>,
     pub next_oid: u64,
     pub inodes: u64,
+    pub info: NsInfo,
+    pub mounts: BTreeMap<u64, u32>,
 }
 
 pub(crate) fn ns_from_value(v: &Value) -> Result<NsRecord> {
@@ -142,25 +151,28 @@ pub(crate) fn ns_from_value(v: &Value) -> Result<NsRecord> {
     }
     let next_oid = r.u64()?;
     let inodes = r.u64()?;
-    let mask = r.u8()?;
-    let want = (mask & 1) as usize + ((mask >> 1) & 1) as usize;
-    if v.ptrs.len() != want || mask > 3 {
-        return Err(Error::corrupt(
-            "namespace record",
-            "pointers",
-            "pointer mask disagrees with pointers",
-        ));
+    let has_link = r.u8()?;
+    if has_link > 1 || v.ptrs.len() < has_link as usize {
+        return Err(Error::corrupt("namespace record", "pointers", "link table flag disagrees with pointers"));
     }
-    let mut ptrs = v.ptrs.iter().copied();
-    let content = if mask & 1 != 0 { ptrs.next() } else { None };
-    let link_root = if mask & 2 != 0 { ptrs.next() } else { None };
-    let root = Inode::decode_record(&mut r, content)?;
+    let info = NsInfo::decode(&mut r)?;
+    let n = r.count(12)?;
+    let mut mounts = BTreeMap::new();
+    for _ in 0..n {
+        let oid = r.u64()?;
+        mounts.insert(oid, r.u32()?);
+    }
+    let split = v.ptrs.len() - has_link as usize;
+    let root = Inode::decode_record(&mut r, &v.ptrs[..split])?;
+    let link_root = v.ptrs.get(split).copied();
     r.expect_end()?;
     Ok(NsRecord {
         root,
         link_root,
         next_oid,
         inodes,
+        info,
+        mounts,
     })
 }
 
@@ -259,6 +271,7 @@ impl Fs {
             meta_blocks: Vec::new(),
             last_checkpoint: Instant::now(),
             failed: None,
+            dropped_ns: Vec::new(),
         };
         match &sb.checkpoint {
             Some(ptr) => {
@@ -300,6 +313,9 @@ impl Fs {
                         next_oid: 2,
                         inodes: 1,
                         dirty: true,
+                        info: NsInfo::main(),
+                        mounts: BTreeMap::new(),
+                        mounted_at: None,
                     },
                 );
                 fs.next_ns = 2;
@@ -357,6 +373,9 @@ impl Fs {
                     next_oid: rec.next_oid,
                     inodes: rec.inodes,
                     dirty: false,
+                    info: rec.info,
+                    mounts: rec.mounts,
+                    mounted_at: None,
                 },
             );
         }
@@ -515,9 +534,13 @@ impl Fs {
                 self.forest.refs.inc(&c);
                 n.prepass = Some(c);
             }
+            if let Some(c) = n.inode.summary {
+                self.forest.refs.inc(&c);
+                n.prepass_sum = Some(c);
+            }
         }
         for n in self.nodes.values_mut() {
-            if n.loc == Loc::Gone && n.opens > 0 && n.orphan_ref.is_none() {
+            if n.loc == Loc::Gone && n.opens > 0 && n.orphan_ref.is_none() && n.inode.kind == Kind::File {
                 if let Some(c) = n.inode.content {
                     self.forest.refs.inc(&c);
                     n.orphan_ref = Some(c);
@@ -581,16 +604,45 @@ impl Fs {
             d
         };
         for (ino, n) in &self.nodes {
-            if !n.entries.is_empty() && n.loc != Loc::Gone {
+            if (!n.entries.is_empty() || !n.sum_delta.is_empty()) && n.loc != Loc::Gone {
                 heap.push((depth_of(&self.nodes, *ino), *ino));
                 queued.insert(*ino);
             }
         }
         let mut fresh_roots: HashSet<u32> = HashSet::new();
+        let mut fresh_sums: HashSet<u32> = HashSet::new();
         while let Some((depth, ino)) = heap.pop() {
             let n = self.nodes.get_mut(&ino).unwrap();
             let entries = std::mem::take(&mut n.entries);
+            let delta = std::mem::take(&mut n.sum_delta);
             let content = n.inode.content;
+            let summary = n.inode.summary;
+            let mut fresh_sum = false;
+            if !delta.is_empty() {
+                let mut ops: Vec<Op> = Vec::with_capacity(delta.len());
+                for (k, d) in delta {
+                    let cur = match self.forest.get(summary.as_ref(), &k)? {
+                        Some(v) => summary_count(&v)? as i64,
+                        None => 0,
+                    };
+                    let new = cur + d;
+                    if new < 0 {
+                        return Err(Error::corrupt(
+                            "subtree summary",
+                            format!("directory ino {ino}"),
+                            format!("count {cur} {d:+} below zero"),
+                        ));
+                    }
+                    ops.push((k, if new == 0 { None } else { Some(summary_value(new as u64)) }));
+                }
+                let new = self.forest.apply(summary.as_ref(), ops)?;
+                let n = self.nodes.get_mut(&ino).unwrap();
+                n.inode.summary = new;
+                if let Some(p) = n.prepass_sum.take() {
+                    self.forest.release(&p)?;
+                }
+                fresh_sum = true;
+            }
             let mut ops: Vec<Op> = Vec::with_capacity(entries.len());
             for (name, e) in entries {
                 let v = match e {
@@ -601,15 +653,37 @@ impl Fs {
                         Some(EntryRecord::Inline(child.inode.clone()).to_value())
                     }
                     Some(Ent::Link { oid, kind }) => Some(EntryRecord::Linked { oid, kind }.to_value()),
+                    Some(Ent::Mount { oid }) => Some(EntryRecord::Mount { oid }.to_value()),
                 };
                 ops.push((name, v));
             }
-            let new = self.forest.apply(content.as_ref(), ops)?;
-            let n = self.nodes.get_mut(&ino).unwrap();
-            n.inode.content = new;
-            if let Some(p) = n.prepass.take() {
-                self.forest.release(&p)?;
+            let mut fresh_content = false;
+            if !ops.is_empty() {
+                let new = self.forest.apply(content.as_ref(), ops)?;
+                let n = self.nodes.get_mut(&ino).unwrap();
+                n.inode.content = new;
+                if let Some(p) = n.prepass.take() {
+                    self.forest.release(&p)?;
+                }
+                fresh_content = true;
             }
+            let n = self.nodes.get_mut(&ino).unwrap();
+            // A record rewritten here owns one reference to each pointer: fresh roots carry
+            // theirs; an unchanged one takes the prepass reference, or a new one when this
+            // directory was rewritten only because something below it changed.
+            if let Loc::Entry { .. } = n.loc {
+                if !fresh_content && n.prepass.is_none() {
+                    if let Some(c) = n.inode.content {
+                        self.forest.refs.inc(&c);
+                    }
+                }
+                if !fresh_sum && n.prepass_sum.is_none() {
+                    if let Some(c) = n.inode.summary {
+                        self.forest.refs.inc(&c);
+                    }
+                }
+            }
+            let n = self.nodes.get_mut(&ino).unwrap();
             match n.loc.clone() {
                 Loc::Entry { parent, name } => {
                     self.nodes
@@ -623,7 +697,12 @@ impl Fs {
                 }
                 Loc::Root => {
                     let ns = n.ns;
-                    fresh_roots.insert(ns);
+                    if fresh_content {
+                        fresh_roots.insert(ns);
+                    }
+                    if fresh_sum {
+                        fresh_sums.insert(ns);
+                    }
                     self.namespaces.get_mut(&ns).unwrap().dirty = true;
                 }
                 _ => unreachable!("a removed directory is never queued"),
@@ -663,16 +742,30 @@ impl Fs {
                     self.forest.refs.inc(&c);
                 }
             }
+            if !fresh_sums.contains(&id) {
+                if let Some(c) = root.inode.summary {
+                    self.forest.refs.inc(&c);
+                }
+            }
             if !fresh_link {
                 if let Some(l) = link_root {
                     self.forest.refs.inc(&l);
                 }
             }
-            ns_ops.push((
-                ns_key(id),
-                Some(ns_to_value(&root.inode, link_root, ns.next_oid, ns.inodes)),
-            ));
+            let rec = NsRecord {
+                root: root.inode.clone(),
+                link_root,
+                next_oid: ns.next_oid,
+                inodes: ns.inodes,
+                info: ns.info.clone(),
+                mounts: ns.mounts.clone(),
+            };
+            ns_ops.push((ns_key(id), Some(ns_to_value(&rec))));
         }
+        for id in std::mem::take(&mut self.dropped_ns) {
+            ns_ops.push((ns_key(id), None));
+        }
+        ns_ops.sort_by(|a, b| a.0.cmp(&b.0));
         if !ns_ops.is_empty() {
             let old = self.ns_root;
             self.ns_root = self.forest.apply(old.as_ref(), ns_ops)?;
@@ -684,6 +777,7 @@ impl Fs {
         // The prepass references not released above now belong to the records written.
         for n in self.nodes.values_mut() {
             n.prepass = None;
+            n.prepass_sum = None;
         }
 
         // 5. Meta blocks, then commit.

@@ -17,7 +17,7 @@ pub type FsResult<T> = std::result::Result<T, i32>;
 
 pub const ROOT_INO: Ino = 1;
 pub(crate) const ROOT_OID: u64 = 1;
-const MAX_NLINK: u32 = 65000;
+pub(crate) const MAX_NLINK: u32 = 65000;
 /// A checkpoint is taken when this much changed file data waits in memory.
 const DIRTY_LIMIT: u64 = 256 << 20;
 /// ... or when this many chunks were written ahead (bounds recovery time and memory).
@@ -61,6 +61,8 @@ pub(crate) enum Ent {
     Node(Ino),
     /// The entry refers to the link table.
     Link { oid: u64, kind: Kind },
+    /// The entry is a clone's mount point.
+    Mount { oid: u64 },
 }
 
 pub(crate) struct Node {
@@ -79,6 +81,10 @@ pub(crate) struct Node {
     pub orphan_ref: Option<BlockPtr>,
     /// Checkpoint scratch: the old content root this checkpoint took a reference on.
     pub prepass: Option<BlockPtr>,
+    /// ... and the old summary root.
+    pub prepass_sum: Option<BlockPtr>,
+    /// Directories: changes to the subtree summary not yet folded into `inode.summary`.
+    pub sum_delta: BTreeMap<Vec<u8>, i64>,
 }
 
 impl Node {
@@ -94,6 +100,8 @@ impl Node {
             pinned: false,
             orphan_ref: None,
             prepass: None,
+            prepass_sum: None,
+            sum_delta: BTreeMap::new(),
         }
     }
 }
@@ -106,6 +114,76 @@ pub(crate) struct Namespace {
     pub next_oid: u64,
     pub inodes: u64,
     pub dirty: bool,
+    pub info: NsInfo,
+    /// Mount table: oid of a mount entry in this namespace's tree -> the clone's namespace.
+    pub mounts: BTreeMap<u64, u32>,
+    /// Where the kernel last reached this namespace's root (its mount entry), for "..".
+    pub mounted_at: Option<(Ino, Vec<u8>)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NsKind {
+    /// The store's own tree (namespace 1).
+    Main = 0,
+    /// A writable clone, reached through a mount entry in its parent namespace.
+    Clone = 1,
+    /// A read-only clone, reached through `.snapshot` of the directory it was taken of.
+    Snapshot = 2,
+}
+
+/// What a namespace is and where it hangs.
+#[derive(Clone, Debug)]
+pub struct NsInfo {
+    pub kind: NsKind,
+    /// Clone: the namespace whose tree holds its mount entry. Snapshot: the namespace of the
+    /// directory it was taken of. 0 for the main tree.
+    pub parent: u32,
+    /// Clone: the mount entry's oid in `parent`. Snapshot: the snapshotted directory's oid.
+    pub anchor: u64,
+    /// Snapshot name (empty for clones).
+    pub name: Vec<u8>,
+    /// The source's path when it was made (informational, for `scion list`).
+    pub origin: Vec<u8>,
+    pub created: Ts,
+}
+
+impl NsInfo {
+    pub fn main() -> NsInfo {
+        NsInfo {
+            kind: NsKind::Main,
+            parent: 0,
+            anchor: 0,
+            name: Vec::new(),
+            origin: Vec::new(),
+            created: Ts::now(),
+        }
+    }
+    pub(crate) fn encode(&self, w: &mut scion_store::codec::Writer) {
+        w.u8(self.kind as u8).u32(self.parent).u64(self.anchor);
+        self.created.encode(w);
+        w.bytes(&self.name).bytes(&self.origin);
+    }
+    pub(crate) fn decode(r: &mut scion_store::codec::Reader<'_>) -> Result<NsInfo> {
+        let kind = match r.u8()? {
+            0 => NsKind::Main,
+            1 => NsKind::Clone,
+            2 => NsKind::Snapshot,
+            k => return Err(Error::corrupt("namespace record", "kind", format!("unknown kind {k}"))),
+        };
+        let parent = r.u32()?;
+        let anchor = r.u64()?;
+        let created = Ts::decode(r)?;
+        let name = r.bytes()?.to_vec();
+        let origin = r.bytes()?.to_vec();
+        Ok(NsInfo {
+            kind,
+            parent,
+            anchor,
+            name,
+            origin,
+            created,
+        })
+    }
 }
 
 /// Attributes as `stat` shows them.
@@ -177,6 +255,8 @@ pub struct Fs {
     /// Set when a checkpoint failed half way: the in-memory state can no longer be trusted
     /// to match the store, so every change is refused until a remount replays the journal.
     pub(crate) failed: Option<String>,
+    /// Namespaces destroyed since the last checkpoint: their records leave the table then.
+    pub(crate) dropped_ns: Vec<u32>,
 }
 
 fn eio(e: Error) -> i32 {
@@ -184,8 +264,12 @@ fn eio(e: Error) -> i32 {
     e.errno()
 }
 
-fn check_name(name: &[u8]) -> FsResult<()> {
+pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(libc::EINVAL);
+    }
+    // Reserved for the virtual directory of snapshots.
+    if name == crate::clone::SNAPDIR_NAME {
         return Err(libc::EINVAL);
     }
     if name.len() > MAX_NAME {
@@ -205,7 +289,7 @@ impl Fs {
         self.nodes.get_mut(&ino).ok_or(libc::ESTALE)
     }
 
-    fn dir_node(&self, ino: Ino) -> FsResult<&Node> {
+    pub(crate) fn dir_node(&self, ino: Ino) -> FsResult<&Node> {
         let n = self.node(ino)?;
         if n.inode.kind != Kind::Dir {
             return Err(libc::ENOTDIR);
@@ -247,6 +331,10 @@ impl Fs {
                 let oid = *oid;
                 return self.linked(ns, oid).map(Some);
             }
+            Some(Some(Ent::Mount { oid })) => {
+                let oid = *oid;
+                return self.mount_root(ns, oid, parent, name).map(Some);
+            }
             None => {}
         }
         let content = p.inode.content;
@@ -266,7 +354,116 @@ impl Fs {
                 Ok(Some(ino))
             }
             EntryRecord::Linked { oid, .. } => self.linked(ns, oid).map(Some),
+            EntryRecord::Mount { oid } => self.mount_root(ns, oid, parent, name).map(Some),
         }
+    }
+
+    /// The root of the clone mounted at entry `oid` of namespace `ns`.
+    fn mount_root(&mut self, ns: u32, oid: u64, parent: Ino, name: &[u8]) -> FsResult<Ino> {
+        let Some(&child) = self.namespaces.get(&ns).and_then(|n| n.mounts.get(&oid)) else {
+            log::error!("mount entry {oid} of namespace {ns} names no clone");
+            return Err(libc::EIO);
+        };
+        let c = self.namespaces.get_mut(&child).ok_or(libc::EIO)?;
+        c.mounted_at = Some((parent, name.to_vec()));
+        Ok(c.root)
+    }
+
+    /// The namespace a node's *name* lives in: a clone's root is named in its parent's tree.
+    pub(crate) fn home_ns(&self, ino: Ino) -> FsResult<u32> {
+        let n = self.node(ino)?;
+        if n.loc == Loc::Root {
+            let info = &self.namespaces.get(&n.ns).ok_or(libc::EIO)?.info;
+            if info.kind == NsKind::Clone {
+                return Ok(info.parent);
+            }
+        }
+        Ok(n.ns)
+    }
+
+    /// Refuses changes to a read-only namespace (a snapshot).
+    pub(crate) fn rw(&self, ino: Ino) -> FsResult<()> {
+        let ns = self.node(ino)?.ns;
+        match self.namespaces.get(&ns) {
+            Some(n) if n.info.kind == NsKind::Snapshot => Err(libc::EROFS),
+            _ => Ok(()),
+        }
+    }
+
+    // ----- subtree summaries -----------------------------------------------------------------
+
+    /// Adds `d` to summary entry `key` of `dir` and of every directory above it in its
+    /// namespace. Each is touched, so the checkpoint rewrites its record.
+    pub(crate) fn bump(&mut self, dir: Ino, key: &[u8], d: i64) -> FsResult<()> {
+        if d == 0 {
+            return Ok(());
+        }
+        let mut cur = dir;
+        loop {
+            let n = self.node_mut(cur)?;
+            let e = n.sum_delta.entry(key.to_vec()).or_insert(0);
+            *e += d;
+            if *e == 0 {
+                n.sum_delta.remove(key);
+            }
+            let next = match &n.loc {
+                Loc::Entry { parent, .. } => Some(*parent),
+                _ => None,
+            };
+            self.touch(cur);
+            match next {
+                Some(p) => cur = p,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// A directory's whole summary: the stored tree plus pending changes.
+    pub(crate) fn summary_of(&self, dir: Ino) -> FsResult<BTreeMap<Vec<u8>, i64>> {
+        let n = self.node(dir)?;
+        let mut out: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+        let mut err = None;
+        self.forest
+            .scan(n.inode.summary.as_ref(), &[], &mut |k, v| match summary_count(v) {
+                Ok(c) => {
+                    out.insert(k.to_vec(), c as i64);
+                    true
+                }
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            })
+            .map_err(eio)?;
+        if let Some(e) = err {
+            return Err(eio(e));
+        }
+        for (k, d) in &n.sum_delta {
+            let e = out.entry(k.clone()).or_insert(0);
+            *e += d;
+            if *e == 0 {
+                out.remove(k);
+            }
+        }
+        Ok(out)
+    }
+
+    /// What a name contributes to the summaries above it.
+    pub(crate) fn summary_of_name(&self, ino: Ino) -> FsResult<BTreeMap<Vec<u8>, i64>> {
+        let n = self.node(ino)?;
+        Ok(match self.ent_for(ino)? {
+            Ent::Link { oid, .. } => [(summary_link_key(oid), 1)].into(),
+            Ent::Mount { oid } => [(summary_mount_key(oid), 1)].into(),
+            Ent::Node(_) if n.inode.kind == Kind::Dir => self.summary_of(ino)?,
+            Ent::Node(_) => BTreeMap::new(),
+        })
+    }
+
+    fn bump_all(&mut self, dir: Ino, sum: &BTreeMap<Vec<u8>, i64>, sign: i64) -> FsResult<()> {
+        for (k, d) in sum {
+            self.bump(dir, k, d * sign)?;
+        }
+        Ok(())
     }
 
     /// Loads a file of the link table.
@@ -374,7 +571,7 @@ impl Fs {
         Ok(())
     }
 
-    fn writable(&self) -> FsResult<()> {
+    pub(crate) fn writable(&self) -> FsResult<()> {
         if let Some(why) = &self.failed {
             log::warn!("refusing a change: {why}");
             return Err(libc::EIO);
@@ -427,7 +624,7 @@ impl Fs {
 
     /// Drops an inode from memory when nothing needs it: no kernel reference, not open, no
     /// pending change. Directories stay (their children point at them).
-    fn maybe_evict(&mut self, ino: Ino) {
+    pub(crate) fn maybe_evict(&mut self, ino: Ino) {
         let Some(n) = self.nodes.get(&ino) else { return };
         if ino == ROOT_INO || n.lookups > 0 || n.opens > 0 {
             return;
@@ -456,6 +653,7 @@ impl Fs {
 
     pub fn setattr(&mut self, ino: Ino, attr: SetAttr) -> FsResult<Attr> {
         self.writable()?;
+        self.rw(ino)?;
         let now = Ts::now();
         let target = self.target(ino);
         self.op_setattr(ino, &attr, now)?;
@@ -533,6 +731,7 @@ impl Fs {
     ) -> FsResult<Attr> {
         self.writable()?;
         check_name(name)?;
+        self.rw(parent)?;
         if kind == Kind::Symlink && (target.is_empty() || target.len() > MAX_SYMLINK) {
             return Err(if target.is_empty() {
                 libc::ENOENT
@@ -657,6 +856,7 @@ impl Fs {
 
     fn remove(&mut self, parent: Ino, name: &[u8], dir: bool) -> FsResult<()> {
         self.writable()?;
+        self.rw(parent)?;
         let now = Ts::now();
         let ptarget = self.target(parent);
         self.op_remove(parent, name, dir, now)?;
@@ -693,11 +893,20 @@ impl Fs {
     }
 
     /// Takes one name away from `ino` (the entry itself is removed by the caller).
-    fn drop_name(&mut self, parent: Ino, ino: Ino, now: Ts) -> FsResult<()> {
+    pub(crate) fn drop_name(&mut self, parent: Ino, ino: Ino, now: Ts) -> FsResult<()> {
         let n = self.node_mut(ino)?;
         let ns = n.ns;
         let oid = n.inode.oid;
         n.inode.ctime = now;
+        if n.loc == Loc::Root {
+            // The root of a clone: its mount entry goes, and the clone with it.
+            let oid = self.namespaces.get(&ns).ok_or(libc::EIO)?.info.anchor;
+            self.destroy_ns(ns)?;
+            self.node_mut(parent)?.inode.nlink -= 1;
+            self.bump(parent, &summary_mount_key(oid), -1)?;
+            return Ok(());
+        }
+        let n = self.node_mut(ino)?;
         if n.inode.kind == Kind::Dir {
             n.inode.nlink = 0;
             n.loc = Loc::Gone;
@@ -714,6 +923,8 @@ impl Fs {
                     n.inode.nlink = 0;
                 }
                 Loc::Linked => {
+                    self.bump(parent, &summary_link_key(oid), -1)?;
+                    let n = self.node_mut(ino)?;
                     if last {
                         n.loc = Loc::Gone;
                         self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.links.insert(oid, None);
@@ -753,6 +964,8 @@ impl Fs {
 
     pub fn rename(&mut self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: u32) -> FsResult<()> {
         self.writable()?;
+        self.rw(parent)?;
+        self.rw(newparent)?;
         check_name(newname)?;
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
             || flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0
@@ -777,25 +990,35 @@ impl Fs {
     }
 
     /// The overlay entry that puts `ino` under a name.
-    fn ent_for(&self, ino: Ino) -> FsResult<Ent> {
+    pub(crate) fn ent_for(&self, ino: Ino) -> FsResult<Ent> {
         let n = self.node(ino)?;
         Ok(match n.loc {
             Loc::Linked => Ent::Link {
                 oid: n.inode.oid,
                 kind: n.inode.kind,
             },
+            Loc::Root => Ent::Mount {
+                oid: self.namespaces.get(&n.ns).ok_or(libc::EIO)?.info.anchor,
+            },
             _ => Ent::Node(ino),
         })
     }
 
-    fn place(&mut self, ino: Ino, parent: Ino, name: &[u8]) -> FsResult<()> {
+    pub(crate) fn place(&mut self, ino: Ino, parent: Ino, name: &[u8]) -> FsResult<()> {
         let ent = self.ent_for(ino)?;
-        if let Ent::Node(_) = ent {
-            self.node_mut(ino)?.loc = Loc::Entry {
-                parent,
-                name: name.to_vec(),
-            };
-            self.node_mut(ino)?.pinned = true;
+        match ent {
+            Ent::Node(_) => {
+                self.node_mut(ino)?.loc = Loc::Entry {
+                    parent,
+                    name: name.to_vec(),
+                };
+                self.node_mut(ino)?.pinned = true;
+            }
+            Ent::Mount { .. } => {
+                let ns = self.node(ino)?.ns;
+                self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.mounted_at = Some((parent, name.to_vec()));
+            }
+            Ent::Link { .. } => {}
         }
         self.node_mut(parent)?.entries.insert(name.to_vec(), Some(ent));
         Ok(())
@@ -811,8 +1034,12 @@ impl Fs {
         now: Ts,
     ) -> FsResult<()> {
         let src = self.child(parent, name)?.ok_or(libc::ENOENT)?;
-        self.dir_node(newparent)?;
+        let home = self.dir_node(newparent)?.ns;
         let dst = self.child(newparent, newname)?;
+        // Names never cross between a clone and the tree around it: `mv` copies instead.
+        if self.home_ns(src)? != home || dst.is_some_and(|d| self.home_ns(d).ok() != Some(home)) {
+            return Err(libc::EXDEV);
+        }
         let src_dir = self.node(src)?.inode.kind == Kind::Dir;
         if src_dir && self.is_ancestor(src, newparent)? {
             return Err(libc::EINVAL);
@@ -825,6 +1052,13 @@ impl Fs {
             }
             if src == dst {
                 return Ok(());
+            }
+            if parent != newparent {
+                let (ss, ds) = (self.summary_of_name(src)?, self.summary_of_name(dst)?);
+                self.bump_all(parent, &ss, -1)?;
+                self.bump_all(newparent, &ds, -1)?;
+                self.bump_all(newparent, &ss, 1)?;
+                self.bump_all(parent, &ds, 1)?;
             }
             self.place(src, newparent, newname)?;
             self.place(dst, parent, name)?;
@@ -858,6 +1092,11 @@ impl Fs {
                     _ => {}
                 }
                 self.drop_name(newparent, dst, now)?;
+            }
+            if parent != newparent {
+                let ss = self.summary_of_name(src)?;
+                self.bump_all(parent, &ss, -1)?;
+                self.bump_all(newparent, &ss, 1)?;
             }
             self.node_mut(parent)?.entries.insert(name.to_vec(), None);
             self.place(src, newparent, newname)?;
@@ -893,6 +1132,7 @@ impl Fs {
 
     pub fn link(&mut self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
         self.writable()?;
+        self.rw(newparent)?;
         check_name(newname)?;
         let now = Ts::now();
         let (it, pt) = (self.target(ino), self.target(newparent));
@@ -935,7 +1175,9 @@ impl Fs {
                 .entries
                 .insert(name, Some(Ent::Link { oid, kind }));
             self.touch(parent);
+            self.bump(parent, &summary_link_key(oid), 1)?;
         }
+        self.bump(newparent, &summary_link_key(oid), 1)?;
         self.namespaces
             .get_mut(&ns)
             .ok_or(libc::EIO)?
@@ -960,6 +1202,7 @@ impl Fs {
         let n = self.dir_node(ino)?;
         let ns = n.ns;
         let mut out: BTreeMap<Vec<u8>, (Ino, Kind)> = BTreeMap::new();
+        let mut mounts = Vec::new();
         let mut err = None;
         self.forest
             .scan(
@@ -972,6 +1215,10 @@ impl Fs {
                     }
                     Ok(EntryRecord::Linked { oid, kind }) => {
                         out.insert(k.to_vec(), (make_ino(ns, oid), kind));
+                        true
+                    }
+                    Ok(EntryRecord::Mount { oid }) => {
+                        mounts.push((k.to_vec(), oid));
                         true
                     }
                     Err(e) => {
@@ -996,7 +1243,16 @@ impl Fs {
                 Some(Ent::Link { oid, kind }) => {
                     out.insert(name.clone(), (make_ino(ns, *oid), *kind));
                 }
+                Some(Ent::Mount { oid }) => mounts.push((name.clone(), *oid)),
             }
+        }
+        for (name, oid) in mounts {
+            if n.entries.get(&name).is_some_and(|e| !matches!(e, Some(Ent::Mount { .. }))) {
+                continue;
+            }
+            let child = self.namespaces[&ns].mounts.get(&oid).copied().ok_or(libc::EIO)?;
+            let root = self.namespaces.get(&child).ok_or(libc::EIO)?.root;
+            out.insert(name, (root, Kind::Dir));
         }
         Ok(out
             .into_iter()
@@ -1006,8 +1262,14 @@ impl Fs {
 
     /// The parent directory of a directory (itself for a namespace root).
     pub fn parent_of(&self, ino: Ino) -> Ino {
-        match self.nodes.get(&ino).map(|n| &n.loc) {
-            Some(Loc::Entry { parent, .. }) => *parent,
+        match self.nodes.get(&ino).map(|n| (&n.loc, n.ns)) {
+            Some((Loc::Entry { parent, .. }, _)) => *parent,
+            Some((Loc::Root, ns)) => self
+                .namespaces
+                .get(&ns)
+                .and_then(|n| n.mounted_at.as_ref())
+                .map(|m| m.0)
+                .unwrap_or(ino),
             _ => ino,
         }
     }
@@ -1156,6 +1418,7 @@ impl Fs {
     /// and folded into blocks at the checkpoint.
     pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
         self.writable()?;
+        self.rw(ino)?;
         let now = Ts::now();
         let target = self.target(ino);
         let end = offset.checked_add(data.len() as u64).ok_or(libc::EFBIG)?;
@@ -1373,6 +1636,7 @@ impl Fs {
 
     pub fn fallocate(&mut self, ino: Ino, mode: i32, offset: u64, len: u64) -> FsResult<()> {
         self.writable()?;
+        self.rw(ino)?;
         let now = Ts::now();
         let target = self.target(ino);
         self.op_fallocate(ino, mode, offset, len, now)?;
@@ -1491,6 +1755,7 @@ impl Fs {
 
     pub fn setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
         self.writable()?;
+        self.rw(ino)?;
         let now = Ts::now();
         let target = self.target(ino);
         self.op_setxattr(ino, name, value, flags, now)?;
@@ -1546,6 +1811,7 @@ impl Fs {
 
     pub fn removexattr(&mut self, ino: Ino, name: &[u8]) -> FsResult<()> {
         self.writable()?;
+        self.rw(ino)?;
         let now = Ts::now();
         let target = self.target(ino);
         self.op_removexattr(ino, name, now)?;

@@ -108,10 +108,10 @@ impl Ts {
                 + std::time::Duration::from_nanos(self.nsec as u64)
         }
     }
-    fn encode(&self, w: &mut Writer) {
+    pub(crate) fn encode(&self, w: &mut Writer) {
         w.i64(self.sec).u32(self.nsec);
     }
-    fn decode(r: &mut Reader<'_>) -> Result<Ts> {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Ts> {
         let sec = r.i64()?;
         let nsec = r.u32()?;
         if nsec >= 1_000_000_000 {
@@ -144,9 +144,14 @@ pub struct Inode {
     /// Symlink target.
     pub target: Vec<u8>,
     pub content: Option<BlockPtr>,
+    /// Directories only: root of the subtree summary, the tree that says which hard-linked
+    /// files (`L` + oid -> names inside this subtree) and which clone mount points (`M` +
+    /// oid) lie below. It is what lets a clone know its link counts and nested clones
+    /// without walking the files. `None` when both are empty.
+    pub summary: Option<BlockPtr>,
 }
 
-const RECORD_VERSION: u8 = 1;
+const RECORD_VERSION: u8 = 2;
 
 impl Inode {
     pub fn new(oid: u64, kind: Kind, perm: u16, uid: u32, gid: u32, now: Ts) -> Inode {
@@ -167,16 +172,24 @@ impl Inode {
             xattrs: BTreeMap::new(),
             target: Vec::new(),
             content: None,
+            summary: None,
         }
+    }
+
+    /// The pointers a stored record owns, in stored order (see `encode_record`).
+    pub fn ptrs(&self) -> Vec<BlockPtr> {
+        self.content.into_iter().chain(self.summary).collect()
     }
 
     pub fn mode(&self) -> u32 {
         self.kind.mode_bits() | self.perm as u32
     }
 
-    /// The record bytes, without `content` (which travels as the value's pointer).
+    /// The record bytes, without `content` and `summary` (which travel as the value's
+    /// pointers, in that order; a mask byte says which are present).
     pub fn encode_record(&self, w: &mut Writer) {
-        w.u8(RECORD_VERSION).u64(self.oid).u8(self.kind as u8).u16(self.perm);
+        w.u8(RECORD_VERSION).u8(self.content.is_some() as u8 | (self.summary.is_some() as u8) << 1);
+        w.u64(self.oid).u8(self.kind as u8).u16(self.perm);
         w.u32(self.uid)
             .u32(self.gid)
             .u32(self.nlink)
@@ -191,11 +204,17 @@ impl Inode {
         }
     }
 
-    pub fn decode_record(r: &mut Reader<'_>, content: Option<BlockPtr>) -> Result<Inode> {
+    pub fn decode_record(r: &mut Reader<'_>, ptrs: &[BlockPtr]) -> Result<Inode> {
         let v = r.u8()?;
         if v != RECORD_VERSION {
             return Err(Error::corrupt("inode", "record", format!("unknown record version {v}")));
         }
+        let mask = r.u8()?;
+        if mask > 3 || ptrs.len() != (mask & 1) as usize + (mask >> 1) as usize {
+            return Err(Error::corrupt("inode", "record", "pointer mask disagrees with pointers"));
+        }
+        let content = if mask & 1 != 0 { Some(ptrs[0]) } else { None };
+        let summary = if mask & 2 != 0 { ptrs.last().copied() } else { None };
         let oid = r.u64()?;
         let k = r.u8()?;
         let kind =
@@ -236,6 +255,7 @@ impl Inode {
             xattrs,
             target,
             content,
+            summary,
         })
     }
 
@@ -250,16 +270,22 @@ impl Inode {
 pub enum EntryRecord {
     Inline(Inode),
     Linked { oid: u64, kind: Kind },
+    /// The root of a clone: the namespace's mount table maps `oid` to the clone's namespace.
+    /// The indirection is what lets a clone of a tree that holds clones give the copies new
+    /// namespaces without touching the shared tree.
+    Mount { oid: u64 },
 }
 
 const ENTRY_INLINE: u8 = 0;
 const ENTRY_LINKED: u8 = 1;
+const ENTRY_MOUNT: u8 = 2;
 
 impl EntryRecord {
     pub fn oid(&self) -> u64 {
         match self {
             EntryRecord::Inline(i) => i.oid,
             EntryRecord::Linked { oid, .. } => *oid,
+            EntryRecord::Mount { oid } => *oid,
         }
     }
     pub fn to_value(&self) -> Value {
@@ -268,10 +294,14 @@ impl EntryRecord {
             EntryRecord::Inline(i) => {
                 w.u8(ENTRY_INLINE);
                 i.encode_record(&mut w);
-                Value::new(w.finish(), i.content.into_iter().collect())
+                Value::new(w.finish(), i.ptrs())
             }
             EntryRecord::Linked { oid, kind } => {
                 w.u8(ENTRY_LINKED).u64(*oid).u8(*kind as u8);
+                Value::new(w.finish(), Vec::new())
+            }
+            EntryRecord::Mount { oid } => {
+                w.u8(ENTRY_MOUNT).u64(*oid);
                 Value::new(w.finish(), Vec::new())
             }
         }
@@ -279,15 +309,13 @@ impl EntryRecord {
     pub fn from_value(v: &Value) -> Result<EntryRecord> {
         let mut r = Reader::new(&v.bytes, "directory entry");
         let rec = match r.u8()? {
-            ENTRY_INLINE => {
-                if v.ptrs.len() > 1 {
-                    return Err(Error::corrupt(
-                        "directory entry",
-                        "value",
-                        "more than one content pointer",
-                    ));
+            ENTRY_INLINE => EntryRecord::Inline(Inode::decode_record(&mut r, &v.ptrs)?),
+            ENTRY_MOUNT => {
+                let oid = r.u64()?;
+                if !v.ptrs.is_empty() {
+                    return Err(Error::corrupt("directory entry", "value", "mount point with a pointer"));
                 }
-                EntryRecord::Inline(Inode::decode_record(&mut r, v.ptrs.first().copied())?)
+                EntryRecord::Mount { oid }
             }
             ENTRY_LINKED => {
                 let oid = r.u64()?;
@@ -320,19 +348,12 @@ impl EntryRecord {
 pub fn inode_to_value(i: &Inode) -> Value {
     let mut w = Writer::new();
     i.encode_record(&mut w);
-    Value::new(w.finish(), i.content.into_iter().collect())
+    Value::new(w.finish(), i.ptrs())
 }
 
 pub fn inode_from_value(v: &Value) -> Result<Inode> {
     let mut r = Reader::new(&v.bytes, "link table entry");
-    if v.ptrs.len() > 1 {
-        return Err(Error::corrupt(
-            "link table entry",
-            "value",
-            "more than one content pointer",
-        ));
-    }
-    let i = Inode::decode_record(&mut r, v.ptrs.first().copied())?;
+    let i = Inode::decode_record(&mut r, &v.ptrs)?;
     r.expect_end()?;
     Ok(i)
 }
@@ -350,4 +371,38 @@ pub fn chunk_index(key: &[u8]) -> Result<u64> {
 
 pub fn oid_key(oid: u64) -> Vec<u8> {
     oid.to_be_bytes().to_vec()
+}
+
+/// Keys of the subtree summary (see [`Inode::summary`]).
+pub fn summary_link_key(oid: u64) -> Vec<u8> {
+    let mut k = vec![b'L'];
+    k.extend_from_slice(&oid.to_be_bytes());
+    k
+}
+
+pub fn summary_mount_key(oid: u64) -> Vec<u8> {
+    let mut k = vec![b'M'];
+    k.extend_from_slice(&oid.to_be_bytes());
+    k
+}
+
+/// A summary key back to its kind (`b'L'` or `b'M'`) and oid.
+pub fn summary_key_parts(k: &[u8]) -> Result<(u8, u64)> {
+    if k.len() != 9 || (k[0] != b'L' && k[0] != b'M') {
+        return Err(Error::corrupt("subtree summary", "key", format!("malformed key of {} bytes", k.len())));
+    }
+    Ok((k[0], u64::from_be_bytes(k[1..].try_into().unwrap())))
+}
+
+/// A summary count: a u64 in the value's bytes.
+pub fn summary_value(n: u64) -> Value {
+    Value::new(n.to_be_bytes().to_vec(), Vec::new())
+}
+
+pub fn summary_count(v: &Value) -> Result<u64> {
+    let a: [u8; 8] = v.bytes.as_slice().try_into().map_err(|_| Error::corrupt("subtree summary", "value", "not a count"))?;
+    if !v.ptrs.is_empty() {
+        return Err(Error::corrupt("subtree summary", "value", "count with a pointer"));
+    }
+    Ok(u64::from_be_bytes(a))
 }

@@ -14,11 +14,13 @@
 pub mod acl;
 pub mod check;
 mod checkpoint;
+pub mod clone;
 mod fs;
 pub mod inode;
 pub mod journal;
 
-pub use fs::{Attr, DirEntry, Fs, FsResult, Ino, MountOptions, ReadPlan, StatFs, ROOT_INO};
+pub use clone::Listing;
+pub use fs::{Attr, DirEntry, Fs, FsResult, Ino, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, ROOT_INO};
 pub use inode::{Kind, Ts};
 
 /// Attribute changes of a `setattr`.

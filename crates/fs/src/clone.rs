@@ -1,0 +1,557 @@
+//! Clones and snapshots: new namespaces that share a directory's tree.
+//!
+//! A clone of directory S is a new namespace whose root record is a copy of S's record, so
+//! it shares S's whole tree by pointer (one reference-count increment). Object ids are kept,
+//! and `st_ino` carries the namespace, so every file of the clone is a different file to
+//! the kernel. What cannot be shared is per-namespace state, and S's *subtree summary* says
+//! what that is without walking the files:
+//!
+//! - hard-linked files (`L` + oid -> names inside S): the clone's link table gets one record
+//!   per such file, with `nlink` set to the names inside the clone (as `cp -a` counts);
+//! - clones nested inside S (`M` + oid): each is cloned in turn, so the copy is independent;
+//! - directories that have snapshots (`S` + oid), used to find their paths.
+//!
+//! The work is therefore proportional to the hard-linked files and nested clones of S, never
+//! to its files. A clone is committed by a checkpoint before it is answered, so it needs no
+//! journal record: after a crash it either exists whole or not at all.
+
+use crate::checkpoint::{ns_key, ns_to_value, NsRecord};
+use crate::fs::*;
+use crate::inode::*;
+use scion_store::{BlockKind, BlockPtr, Result};
+use scion_tree::Op;
+use std::collections::{BTreeMap, HashSet};
+
+/// High bit of the inode number of a directory's virtual `.snapshot` directory.
+pub const SNAPDIR_BIT: u64 = 1 << 63;
+pub const SNAPDIR_NAME: &[u8] = b".snapshot";
+
+/// A clone or snapshot, as `scion list` shows it.
+#[derive(Clone, Debug)]
+pub struct Listing {
+    pub ns: u32,
+    pub kind: NsKind,
+    /// Path from the mount root (`None` if the snapshotted directory is gone).
+    pub path: Option<Vec<u8>>,
+    pub origin: Vec<u8>,
+    pub created: Ts,
+    /// Bytes of blocks reachable from it.
+    pub referenced: u64,
+    /// Bytes of blocks only it holds: what destroying it frees.
+    pub exclusive: u64,
+}
+
+fn eio(e: scion_store::Error) -> i32 {
+    log::error!("{e}");
+    e.errno()
+}
+
+pub fn summary_snap_key(oid: u64) -> Vec<u8> {
+    let mut k = vec![b'S'];
+    k.extend_from_slice(&oid.to_be_bytes());
+    k
+}
+
+impl Fs {
+    /// Clones directory `src` to a new directory `name` in `parent`, leaving out the paths
+    /// in `excludes` (each a list of names below `src`).
+    pub fn clone_dir(
+        &mut self,
+        src: Ino,
+        parent: Ino,
+        name: &[u8],
+        excludes: &[Vec<Vec<u8>>],
+        origin: &[u8],
+    ) -> FsResult<Ino> {
+        self.writable()?;
+        self.rw(parent)?;
+        check_name(name)?;
+        if self.node(src)?.inode.kind != Kind::Dir {
+            return Err(libc::ENOTDIR);
+        }
+        if self.node(src)?.loc == Loc::Gone {
+            return Err(libc::ENOENT);
+        }
+        if self.child(parent, name)?.is_some() {
+            return Err(libc::EEXIST);
+        }
+        if self.dir_node(parent)?.inode.nlink >= MAX_NLINK {
+            return Err(libc::EMLINK);
+        }
+        // Fold every overlay, so S's record names its whole current tree.
+        self.checkpoint().map_err(eio)?;
+        let pns = self.node(parent)?.ns;
+        let oid = {
+            let p = self.namespaces.get_mut(&pns).ok_or(libc::EIO)?;
+            p.next_oid += 1;
+            p.dirty = true;
+            p.next_oid - 1
+        };
+        let info = NsInfo {
+            kind: NsKind::Clone,
+            parent: pns,
+            anchor: oid,
+            name: Vec::new(),
+            origin: origin.to_vec(),
+            created: Ts::now(),
+        };
+        let id = self.make_clone(src, excludes, info)?;
+        self.namespaces.get_mut(&pns).ok_or(libc::EIO)?.mounts.insert(oid, id);
+        let now = Ts::now();
+        let p = self.node_mut(parent)?;
+        p.entries.insert(name.to_vec(), Some(Ent::Mount { oid }));
+        p.inode.nlink += 1;
+        p.inode.mtime = now;
+        p.inode.ctime = now;
+        self.touch(parent);
+        self.bump(parent, &summary_mount_key(oid), 1)?;
+        let c = self.namespaces.get_mut(&id).ok_or(libc::EIO)?;
+        c.mounted_at = Some((parent, name.to_vec()));
+        let root = c.root;
+        self.checkpoint().map_err(eio)?;
+        Ok(root)
+    }
+
+    /// Takes a read-only snapshot of directory `dir`, reachable as `dir/.snapshot/name` (and
+    /// as `.snapshot/name/...` of every directory below it).
+    pub fn snapshot(&mut self, dir: Ino, name: &[u8], origin: &[u8]) -> FsResult<u32> {
+        self.writable()?;
+        check_name(name)?;
+        let n = self.dir_node(dir)?;
+        if n.loc == Loc::Gone {
+            return Err(libc::ENOENT);
+        }
+        let (ns, oid) = (n.ns, n.inode.oid);
+        if self.snapshots_of(ns, oid).iter().any(|(_, s)| s.as_slice() == name) {
+            return Err(libc::EEXIST);
+        }
+        self.checkpoint().map_err(eio)?;
+        let info = NsInfo {
+            kind: NsKind::Snapshot,
+            parent: ns,
+            anchor: oid,
+            name: name.to_vec(),
+            origin: origin.to_vec(),
+            created: Ts::now(),
+        };
+        let id = self.make_clone(dir, &[], info)?;
+        self.bump(dir, &summary_snap_key(oid), 1)?;
+        self.checkpoint().map_err(eio)?;
+        Ok(id)
+    }
+
+    /// Snapshots taken of directory `oid` of namespace `ns`: (namespace, name).
+    pub(crate) fn snapshots_of(&self, ns: u32, oid: u64) -> Vec<(u32, Vec<u8>)> {
+        self.namespaces
+            .iter()
+            .filter(|(_, n)| n.info.kind == NsKind::Snapshot && n.info.parent == ns && n.info.anchor == oid)
+            .map(|(id, n)| (*id, n.info.name.clone()))
+            .collect()
+    }
+
+    /// Builds the namespace of a clone of `src` and stages its record in the namespace table.
+    fn make_clone(&mut self, src: Ino, excludes: &[Vec<Vec<u8>>], info: NsInfo) -> FsResult<u32> {
+        let sns = self.node(src)?.ns;
+        // What the clone's summary will hold: S's, less what the excluded names bring.
+        let mut sum = self.summary_of(src)?;
+        let mut cut: Vec<Vec<Vec<u8>>> = Vec::new();
+        for ex in excludes {
+            let Some((last, dirs)) = ex.split_last() else { continue };
+            let mut cur = src;
+            for d in dirs {
+                cur = self.child(cur, d)?.ok_or(libc::ENOENT)?;
+                if self.node(cur)?.inode.kind != Kind::Dir {
+                    return Err(libc::ENOTDIR);
+                }
+                if self.node(cur)?.ns != sns {
+                    // Inside a nested clone: exclude the clone itself instead.
+                    return Err(libc::EXDEV);
+                }
+            }
+            let Some(x) = self.child(cur, last)? else {
+                if cut.iter().any(|c| ex.starts_with(c)) {
+                    continue;
+                }
+                return Err(libc::ENOENT);
+            };
+            if cut.iter().any(|c| ex.starts_with(c)) {
+                continue;
+            }
+            for (k, d) in self.summary_of_name(x)? {
+                let e = sum.entry(k.clone()).or_insert(0);
+                *e -= d;
+                if *e == 0 {
+                    sum.remove(&k);
+                }
+            }
+            cut.retain(|c| !c.starts_with(ex));
+            cut.push(ex.clone());
+        }
+
+        let id = self.next_ns;
+        self.next_ns += 1;
+        let s = self.node(src)?;
+        let root = s.inode.clone();
+        let a = &self.namespaces[&sns];
+        let (a_links, next_oid) = (a.link_root, a.next_oid);
+        let mut link_ops: Vec<Op> = Vec::new();
+        let mut nested: Vec<(u64, u32)> = Vec::new();
+        let mut inodes: u64 = if root.oid == ROOT_OID { a.inodes } else { 0 };
+        for (k, c) in &sum {
+            let (tag, oid) = summary_key_parts(k).map_err(eio)?;
+            match tag {
+                b'L' => {
+                    let v = self.forest.get(a_links.as_ref(), &oid_key(oid)).map_err(eio)?.ok_or_else(|| {
+                        log::error!("summary names linked oid {oid} of namespace {sns}, absent from its link table");
+                        libc::EIO
+                    })?;
+                    let mut i = inode_from_value(&v).map_err(eio)?;
+                    i.nlink = *c as u32;
+                    for p in i.ptrs() {
+                        self.forest.refs.inc(&p);
+                    }
+                    link_ops.push((oid_key(oid), Some(inode_to_value(&i))));
+                }
+                b'M' => {
+                    let child = *self.namespaces[&sns].mounts.get(&oid).ok_or(libc::EIO)?;
+                    nested.push((oid, child));
+                }
+                _ => {}
+            }
+        }
+        if root.oid != ROOT_OID || !cut.is_empty() {
+            // Not the whole namespace: the count is unknown without a walk; it starts from
+            // the files that carry their own count and is corrected by `scion check --fix`.
+            inodes = 1;
+        }
+        let link_root = self.forest.apply(None, link_ops).map_err(eio)?;
+        for p in root.ptrs() {
+            self.forest.refs.inc(&p);
+        }
+        let mut mounts = BTreeMap::new();
+        for (oid, child) in nested {
+            let croot = self.namespaces[&child].root;
+            let cinfo = self.namespaces[&child].info.clone();
+            let new = self.make_clone(
+                croot,
+                &[],
+                NsInfo {
+                    kind: NsKind::Clone,
+                    parent: id,
+                    anchor: oid,
+                    name: Vec::new(),
+                    origin: cinfo.origin,
+                    created: Ts::now(),
+                },
+            )?;
+            mounts.insert(oid, new);
+        }
+        let rec = NsRecord {
+            root: root.clone(),
+            link_root,
+            next_oid,
+            inodes,
+            info: info.clone(),
+            mounts: mounts.clone(),
+        };
+        // Staged in the table now (the record owns the references taken above); committed
+        // by the caller's checkpoint.
+        let old = self.ns_root;
+        self.ns_root = self
+            .forest
+            .apply(old.as_ref(), vec![(ns_key(id), Some(ns_to_value(&rec)))])
+            .map_err(eio)?;
+        if let Some(old) = old {
+            self.forest.release(&old).map_err(eio)?;
+        }
+        let rino = make_ino(id, root.oid);
+        self.nodes.insert(rino, Node::new_root(root, id));
+        self.namespaces.insert(
+            id,
+            Namespace {
+                root: rino,
+                link_root,
+                links: BTreeMap::new(),
+                next_oid,
+                inodes,
+                dirty: false,
+                info,
+                mounts,
+                mounted_at: None,
+            },
+        );
+        // Excluded names leave the clone's copy of their directories (path copying only).
+        for ex in cut {
+            let (last, dirs) = ex.split_last().unwrap();
+            let mut cur = rino;
+            for d in dirs {
+                cur = self.child(cur, d)?.ok_or(libc::EIO)?;
+            }
+            let contrib = self.raw_contribution(cur, last)?;
+            let is_dir = contrib.1;
+            let q = self.node_mut(cur)?;
+            q.entries.insert(last.clone(), None);
+            if is_dir {
+                q.inode.nlink -= 1;
+            }
+            self.touch(cur);
+            for (k, d) in contrib.0 {
+                self.bump(cur, &k, -d)?;
+            }
+        }
+        Ok(id)
+    }
+
+    /// What the stored entry `name` of `dir` adds to the summaries above it, and whether it
+    /// is a directory (read without loading it: in a clone being built, a linked name may
+    /// have no record in the new link table).
+    fn raw_contribution(&self, dir: Ino, name: &[u8]) -> FsResult<(BTreeMap<Vec<u8>, i64>, bool)> {
+        let n = self.node(dir)?;
+        let v = self
+            .forest
+            .get(n.inode.content.as_ref(), name)
+            .map_err(eio)?
+            .ok_or(libc::EIO)?;
+        Ok(match EntryRecord::from_value(&v).map_err(eio)? {
+            EntryRecord::Inline(i) if i.kind == Kind::Dir => {
+                let mut out = BTreeMap::new();
+                let mut err = None;
+                self.forest
+                    .scan(i.summary.as_ref(), &[], &mut |k, v| match summary_count(v) {
+                        Ok(c) => {
+                            out.insert(k.to_vec(), c as i64);
+                            true
+                        }
+                        Err(e) => {
+                            err = Some(e);
+                            false
+                        }
+                    })
+                    .map_err(eio)?;
+                if let Some(e) = err {
+                    return Err(eio(e));
+                }
+                (out, true)
+            }
+            EntryRecord::Inline(_) => (BTreeMap::new(), false),
+            EntryRecord::Linked { oid, .. } => ([(summary_link_key(oid), 1)].into(), false),
+            EntryRecord::Mount { oid } => ([(summary_mount_key(oid), 1)].into(), true),
+        })
+    }
+
+    /// Forgets a namespace and everything nested in it; its record leaves the namespace
+    /// table at the next checkpoint, which releases what only it held.
+    pub(crate) fn destroy_ns(&mut self, id: u32) -> FsResult<()> {
+        if id == 1 {
+            return Err(libc::EPERM);
+        }
+        let Some(ns) = self.namespaces.remove(&id) else {
+            return Err(libc::ENOENT);
+        };
+        let snaps: Vec<u32> = self
+            .namespaces
+            .iter()
+            .filter(|(_, n)| n.info.kind == NsKind::Snapshot && n.info.parent == id)
+            .map(|(i, _)| *i)
+            .collect();
+        for child in ns.mounts.values().copied().chain(snaps) {
+            self.destroy_ns(child)?;
+        }
+        let inos: Vec<Ino> = self.nodes.iter().filter(|(_, n)| n.ns == id).map(|(i, _)| *i).collect();
+        for ino in inos {
+            let n = self.nodes.get_mut(&ino).unwrap();
+            n.loc = Loc::Gone;
+            n.entries.clear();
+            n.sum_delta.clear();
+            n.inode.nlink = 0;
+            self.maybe_evict(ino);
+        }
+        self.dropped_ns.push(id);
+        Ok(())
+    }
+
+    /// Destroys the clone or snapshot whose root is `ino`.
+    pub fn destroy(&mut self, ino: Ino) -> FsResult<()> {
+        self.writable()?;
+        let n = self.node(ino)?;
+        if n.loc != Loc::Root || n.ns == 1 {
+            return Err(libc::EINVAL);
+        }
+        let id = n.ns;
+        let info = self.namespaces.get(&id).ok_or(libc::ENOENT)?.info.clone();
+        match info.kind {
+            NsKind::Clone => {
+                // Its mount entry: where the kernel reached it, or found through summaries.
+                let (parent, name) = match self.namespaces[&id].mounted_at.clone() {
+                    Some(m) => m,
+                    None => self.find_named(info.parent, &summary_mount_key(info.anchor))?,
+                };
+                self.rw(parent)?;
+                let now = Ts::now();
+                self.drop_name(parent, ino, now)?;
+                let p = self.node_mut(parent)?;
+                p.entries.insert(name, None);
+                p.inode.mtime = now;
+                p.inode.ctime = now;
+                self.touch(parent);
+            }
+            NsKind::Snapshot => {
+                self.destroy_ns(id)?;
+                if let Ok((parent, name)) = self.find_named(info.parent, &summary_snap_key(info.anchor)) {
+                    if let Some(dir) = self.child(parent, &name)? {
+                        self.bump(dir, &summary_snap_key(info.anchor), -1)?;
+                    }
+                } else if let Some(dir) = self.namespaces.get(&info.parent).map(|n| n.root) {
+                    // The snapshot of a namespace root.
+                    if self.node(dir)?.inode.oid == info.anchor {
+                        self.bump(dir, &summary_snap_key(info.anchor), -1)?;
+                    }
+                }
+            }
+            NsKind::Main => return Err(libc::EINVAL),
+        }
+        self.checkpoint().map_err(eio)?;
+        Ok(())
+    }
+
+    /// Finds, below the root of namespace `ns`, the entry that a summary key points at (the
+    /// mount entry of `M` + oid, the directory of `S` + oid): (its directory, its name).
+    /// Follows the summaries down, so it reads one path, not the tree.
+    pub(crate) fn find_named(&mut self, ns: u32, key: &[u8]) -> FsResult<(Ino, Vec<u8>)> {
+        let (tag, oid) = summary_key_parts(key).map_err(eio)?;
+        let mut cur = self.namespaces.get(&ns).ok_or(libc::ENOENT)?.root;
+        'down: loop {
+            let names: Vec<(Vec<u8>, Kind)> = self
+                .readdir(cur)?
+                .into_iter()
+                .filter(|e| e.kind == Kind::Dir)
+                .map(|e| (e.name, e.kind))
+                .collect();
+            for (name, _) in names {
+                let Some(c) = self.child(cur, &name)? else { continue };
+                let cn = self.node(c)?;
+                let here = match tag {
+                    b'M' => cn.loc == Loc::Root && self.namespaces.get(&cn.ns).map(|n| n.info.anchor) == Some(oid),
+                    _ => cn.ns == ns && cn.inode.oid == oid,
+                };
+                if here {
+                    return Ok((cur, name));
+                }
+                if cn.ns == ns && self.summary_of(c)?.contains_key(key) {
+                    cur = c;
+                    continue 'down;
+                }
+            }
+            return Err(libc::ENOENT);
+        }
+    }
+
+    /// Path of a loaded directory from the mount root ("" for the root).
+    pub fn path_of_dir(&mut self, mut dir: Ino) -> FsResult<Vec<u8>> {
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        loop {
+            let n = self.node(dir)?;
+            match &n.loc {
+                Loc::Entry { parent, name } => {
+                    names.push(name.clone());
+                    dir = *parent;
+                }
+                Loc::Root if n.ns == 1 => break,
+                Loc::Root => {
+                    let info = self.namespaces.get(&n.ns).ok_or(libc::EIO)?.info.clone();
+                    match info.kind {
+                        NsKind::Clone => {
+                            let (p, name) = match self.namespaces[&n.ns].mounted_at.clone() {
+                                Some(m) => m,
+                                None => self.find_named(info.parent, &summary_mount_key(info.anchor))?,
+                            };
+                            names.push(name);
+                            dir = p;
+                        }
+                        _ => {
+                            names.push(info.name.clone());
+                            names.push(SNAPDIR_NAME.to_vec());
+                            let ns = info.parent;
+                            let root = self.namespaces.get(&ns).ok_or(libc::ENOENT)?.root;
+                            dir = if self.node(root)?.inode.oid == info.anchor {
+                                root
+                            } else {
+                                let (p, name) = self.find_named(ns, &summary_snap_key(info.anchor))?;
+                                self.child(p, &name)?.ok_or(libc::ENOENT)?
+                            };
+                        }
+                    }
+                }
+                _ => return Err(libc::ENOENT),
+            }
+        }
+        names.reverse();
+        Ok(names.join(&b'/'))
+    }
+
+    /// Every clone and snapshot, with its space: referenced bytes and the bytes only it holds.
+    pub fn list(&mut self) -> FsResult<Vec<Listing>> {
+        self.checkpoint().map_err(eio)?;
+        let ids: Vec<u32> = self.namespaces.keys().copied().filter(|i| *i != 1).collect();
+        let mut out = Vec::new();
+        for id in ids {
+            let n = &self.namespaces[&id];
+            let info = n.info.clone();
+            let root = n.root;
+            let link_root = n.link_root;
+            let path = self.path_of_dir(root).ok();
+            let mut roots: Vec<BlockPtr> = self.node(root)?.inode.ptrs();
+            roots.extend(link_root);
+            let (mut referenced, mut exclusive) = (0, 0);
+            let (mut seen, mut seen_x) = (HashSet::new(), HashSet::new());
+            for r in &roots {
+                self.usage(r, false, &mut seen, &mut referenced).map_err(eio)?;
+                self.usage(r, true, &mut seen_x, &mut exclusive).map_err(eio)?;
+            }
+            out.push(Listing {
+                ns: id,
+                kind: info.kind,
+                path,
+                origin: info.origin,
+                created: info.created,
+                referenced,
+                exclusive,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Adds up the footprint of the blocks reachable from `root` (only those with a single
+    /// reference, reached through blocks with a single reference, when `exclusive`).
+    fn usage(&self, root: &BlockPtr, exclusive: bool, seen: &mut HashSet<u64>, bytes: &mut u64) -> Result<()> {
+        let mut stack = vec![*root];
+        while let Some(p) = stack.pop() {
+            if (exclusive && self.forest.refs.get(p.addr) > 1) || !seen.insert(p.addr) {
+                continue;
+            }
+            *bytes += p.footprint();
+            if p.kind != BlockKind::Node {
+                continue;
+            }
+            let (mut nodes, mut values) = (Vec::new(), Vec::new());
+            let mut first = true;
+            self.forest.walk(
+                &p,
+                &mut |q| {
+                    if std::mem::replace(&mut first, false) {
+                        return true;
+                    }
+                    nodes.push(*q);
+                    false
+                },
+                &mut |_, v| {
+                    values.extend(v.ptrs.iter().copied());
+                    Ok(())
+                },
+            )?;
+            stack.extend(nodes);
+            stack.extend(values);
+        }
+        Ok(())
+    }
+}
