@@ -35,6 +35,7 @@
 #           files would be 1M files / 4 GiB).
 #
 # Environment (defaults):
+#   CLONE_WORKLOADS="scale consec"
 #   SCALE_SIZES="1000 10000 100000 1000000"   REPS=3   SCALE_MODES="cold warmbin warm"
 #   COPY_MAX=100000  COPY_TARGETS="ext4-copy btrfs-reflink xfs-reflink"
 #   CONSEC=1000  CONSEC_FILES=1000  CONSEC_COPY_MAX=100  CONSEC_DROPCACHES=0
@@ -56,6 +57,7 @@ SCALE_SIZES=${SCALE_SIZES:-"1000 10000 100000 1000000"}
 COPY_TARGETS=${COPY_TARGETS:-"ext4-copy btrfs-reflink xfs-reflink"}
 COPY_MAX=${COPY_MAX:-100000}
 SCALE_MODES=${SCALE_MODES:-"cold warmbin warm"}
+CLONE_WORKLOADS=${CLONE_WORKLOADS:-"scale consec"}
 CONSEC=${CONSEC:-1000}
 CONSEC_FILES=${CONSEC_FILES:-1000}
 CONSEC_COPY_MAX=${CONSEC_COPY_MAX:-100}
@@ -147,7 +149,7 @@ wl_consec() {
   call mktree "$src" || return 1
   timeit $UTIL mksmall "$src" "$CONSEC_FILES" "$SCALE_FANOUT" "$SCALE_FILE_BYTES" 7 || return 1
   log "[$T/consec] created $CONSEC_FILES files in ${T_MS} ms; $n consecutive clones"
-  rec consec "$T" tree 1 files "$CONSEC_FILES"
+  rec consec "$T" tree 1 files "$CONSEC_FILES"; rec consec "$T" tree 1 dropcaches "$CONSEC_DROPCACHES"
   call sync; u0=$(call used)
   for ((i = 1; i <= n; i++)); do
     dst=$(printf '%s/c%04d' "$base" "$i")
@@ -228,13 +230,13 @@ main() {
     if [[ -n $skipped ]]; then
       log "NOTE: $t: sizes${skipped} not run (per-file copy; over COPY_MAX=$COPY_MAX; COPY_MAX=1000000 runs them)"
     fi
-    if [[ -n $sizes ]]; then
+    if [[ -n $sizes && " $CLONE_WORKLOADS " == *" scale "* ]]; then
       is_copy_target "$t" && alive=$(( alive + maxn ))   # a clone is a second copy
       SCALE_SIZES=${sizes# }; size_fs "$t" "$alive"; WORKLOADS=scale
       log "[$t/scale] sizes '$SCALE_SIZES', image ${IMG_GB}G"
       run_target "$t"
     fi
-    if (( CONSEC > 0 )); then
+    if (( CONSEC > 0 )) && [[ " $CLONE_WORKLOADS " == *" consec "* ]]; then
       n=$CONSEC; is_copy_target "$t" && (( n > CONSEC_COPY_MAX )) && n=$CONSEC_COPY_MAX
       if is_copy_target "$t"; then alive=$(( CONSEC_FILES * (n + 1) )); else alive=$(( CONSEC_FILES * 2 )); fi
       size_fs "$t" "$alive"; WORKLOADS=consec
@@ -259,6 +261,6 @@ main() {
 mkdir -p "$PB"
 case "${1:-}" in
   --cleanup) main "$@" ;;
-  -h|--help) sed -n '2,40p' "$0" ;;
+  -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' ;;
   *) main "$@" 2>&1 | tee "$LOG" ;;
 esac

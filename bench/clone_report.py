@@ -145,8 +145,9 @@ def report(data):
         out.append("")
     cn = consec_series(data)
     if cn:
-        out.append("== consec: consecutive clones of one tree, all kept (warm caches unless "
-                   "CONSEC_DROPCACHES=1; sync after each), ms")
+        cold = any(med(data["consec"][t].get("tree", {}).get("dropcaches", [])) for t in cn)
+        out.append("== consec: consecutive clones of one tree, all kept (%s; sync after each), ms"
+                   % ("caches dropped before every clone" if cold else "warm caches: no cache drop"))
         hdr = ["target", "files", "clones", "#1", "#N", "median", "p90", "max", "#N/#1",
                "med last10/first10", "med(+sync)", "KiB/clone"]
         rows = []
@@ -204,29 +205,38 @@ def plot(data, path):
     targets = list(OrderedDict.fromkeys([t for wl in MODES for t in data.get(wl, {})] + list(cn)))
     color = {t: "C%d" % (i % 10) for i, t in enumerate(targets)}
     style = {"cold": "-", "warmbin": "--", "warm": ":"}
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(14, 5.5))
-    for wl, mode in MODES.items():
-        for t, pts in scale_series(data, wl).items():
-            if pts:
-                a1.plot([p[0] for p in pts], [p[1] for p in pts], style[mode], marker="o", ms=4,
-                        color=color[t], label="%s (%s)" % (t, mode))
-    a1.axhline(TARGET_MS, color="grey", ls=":", lw=1, label="target for scion: 10 ms")
-    a1.set_xscale("log"); a1.set_yscale("log")
-    a1.set_xlabel("files in the tree"); a1.set_ylabel("clone wall time, ms (median of reps)")
-    a1.set_title("Clone latency vs tree size (solid: cold, dashed: cold tree + warm tool, dotted: warm)",
-                 fontsize=9)
-    a1.grid(True, which="both", alpha=0.3); a1.legend(fontsize=6, ncol=2)
-    for t, (c, _, _) in cn.items():
-        if c:
-            a2.plot(range(1, len(c) + 1), c, ".", ms=2, alpha=0.35, color=color[t])
-            w = 25  # running median, to see the trend through the noise
-            rm = [statistics.median(c[max(0, i - w // 2):i + w // 2 + 1]) for i in range(len(c))]
-            a2.plot(range(1, len(c) + 1), rm, color=color[t], lw=1.5, label=t)
-    a2.set_yscale("log")
-    a2.set_xlabel("clone number (all earlier clones kept)"); a2.set_ylabel("clone wall time, ms (warm)")
-    a2.set_title("Consecutive clones of one tree, all kept (dots: each; line: running median of 25)",
-                 fontsize=9)
-    a2.grid(True, which="both", alpha=0.3); a2.legend(fontsize=8)
+    has_scale = any(pts for wl in MODES for pts in scale_series(data, wl).values())
+    has_consec = any(c for c, _, _ in cn.values())
+    if not (has_scale or has_consec):
+        return "no plot: no clone measured"
+    panels = int(has_scale) + int(has_consec)
+    fig, axes = plt.subplots(1, panels, figsize=(7 * panels, 5.5), squeeze=False)
+    a1 = axes[0][0] if has_scale else None
+    a2 = axes[0][-1] if has_consec else None
+    if has_scale:
+        for wl, mode in MODES.items():
+            for t, pts in scale_series(data, wl).items():
+                if pts:
+                    a1.plot([p[0] for p in pts], [p[1] for p in pts], style[mode], marker="o", ms=4,
+                            color=color[t], label="%s (%s)" % (t, mode))
+        a1.axhline(TARGET_MS, color="grey", ls=":", lw=1, label="target for scion: 10 ms")
+        a1.set_xscale("log"); a1.set_yscale("log")
+        a1.set_xlabel("files in the tree"); a1.set_ylabel("clone wall time, ms (median of reps)")
+        a1.set_title("Clone latency vs tree size (solid: cold, dashed: cold tree + warm tool, dotted: warm)",
+                     fontsize=9)
+        a1.grid(True, which="both", alpha=0.3); a1.legend(fontsize=6, ncol=2)
+    if has_consec:
+        for t, (c, _, _) in cn.items():
+            if c:
+                a2.plot(range(1, len(c) + 1), c, ".", ms=2, alpha=0.35, color=color[t])
+                w = 25  # running median, to see the trend through the noise
+                rm = [statistics.median(c[max(0, i - w // 2):i + w // 2 + 1]) for i in range(len(c))]
+                a2.plot(range(1, len(c) + 1), rm, color=color[t], lw=1.5, label=t)
+        a2.set_yscale("log")
+        a2.set_xlabel("clone number (all earlier clones kept)"); a2.set_ylabel("clone wall time, ms")
+        a2.set_title("Consecutive clones of one tree, all kept (dots: each; line: running median of 25)",
+                     fontsize=9)
+        a2.grid(True, which="both", alpha=0.3); a2.legend(fontsize=8)
     fig.tight_layout(); fig.savefig(path, dpi=110)
     return "plot: %s" % path
 
