@@ -1,6 +1,8 @@
 //! The `scion` command line: thin wrappers over scion-fs and scion-fuse.
 
+mod control;
 mod mount;
+mod tree_cmds;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -32,6 +34,44 @@ enum Cmd {
     Umount { mountpoint: PathBuf },
     /// Verify an unmounted store: checksums, reachability, reference counts, invariants.
     Check { store: PathBuf },
+    /// Clone a directory: a writable copy, as if by `cp -a`, made in constant time.
+    Clone {
+        /// Directory to clone (in a scion mount, or a store path with --store).
+        src: Option<PathBuf>,
+        /// New directory on the same mount.
+        dst: Option<PathBuf>,
+        /// Leave this path (inside SRC; relative paths are taken from SRC) out of the clone.
+        #[arg(long)]
+        exclude: Vec<PathBuf>,
+        /// TOML file naming source, destination and exclusions (see docs/clones.md).
+        #[arg(long)]
+        template: Option<PathBuf>,
+        /// Work on this unmounted store; paths are then store paths ("/a/b").
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
+    /// Take a read-only snapshot of a directory, seen in DIR/.snapshot/NAME.
+    Snapshot {
+        path: PathBuf,
+        /// Snapshot name (default: the UTC time).
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
+    /// Destroy a clone or snapshot, freeing what only it held.
+    Destroy {
+        path: PathBuf,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
+    /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
+    List {
+        /// Any path in the mount (default: the current directory).
+        path: Option<PathBuf>,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -61,6 +101,16 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Umount { mountpoint } => mount::umount(&mountpoint),
+        Cmd::Clone {
+            src,
+            dst,
+            exclude,
+            template,
+            store,
+        } => tree_cmds::clone(src, dst, exclude, template, store),
+        Cmd::Snapshot { path, name, store } => tree_cmds::snapshot(path, name, store),
+        Cmd::Destroy { path, store } => tree_cmds::destroy(path, store),
+        Cmd::List { path, store } => tree_cmds::list(path, store),
         Cmd::Check { store } => match scion_fs::check::check(&store) {
             Ok(rep) => {
                 print!("{rep}");

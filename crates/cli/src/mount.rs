@@ -105,10 +105,15 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         },
     )
     .map_err(|e| e.to_string())?;
+    let mut fs = fs;
+    // Ours, not the kernel's: list `.snapshot` in directory listings.
+    fs.show_snapdir = options.iter().any(|o| o == "snapdir=visible");
+    let options: Vec<String> = options.iter().filter(|o| !o.starts_with("snapdir=")).cloned().collect();
     let fs = Arc::new(Mutex::new(fs));
-    let cfg = mount_options(&store, options);
+    let cfg = mount_options(&store, &options);
     let session = fuser::Session::new(scion_fuse::ScionFuse::new(fs.clone()), &mnt, &cfg)
         .map_err(|e| format!("mount of {} failed: {e}", mnt.display()))?;
+    crate::control::serve(&store, fs.clone(), session.notifier())?;
     log::info!("mounted {} at {}", store.display(), mnt.display());
     tune_bdi(&mnt);
     report_ready("ok");

@@ -77,15 +77,9 @@ impl std::fmt::Display for Report {
 #[derive(Clone, Copy)]
 enum Ctx {
     Dir { ns: u32, oid: u64 },
-    File { ns: u32, oid: u64, size: u64 },
+    File { ns: u32, oid: u64, size: u64, root: u64 },
     Links { ns: u32 },
     Summary,
-}
-
-#[derive(Default)]
-struct DirStats {
-    expected_nlink: u32,
-    subdirs: u32,
 }
 
 /// Checks the store at `dir`. Takes the store's lock, so it refuses a mounted store.
@@ -115,7 +109,6 @@ pub fn check_committed(dir: &Path) -> Result<Report> {
         forest: &forest,
         rep: &mut rep,
         refs_found: HashMap::new(),
-        dirs: HashMap::new(),
         link_nlink: HashMap::new(),
         file_alloc: HashMap::new(),
         oids: HashSet::new(),
@@ -150,9 +143,8 @@ struct Checker<'a> {
     forest: &'a Forest,
     rep: &'a mut Report,
     refs_found: HashMap<u64, (u32, BlockPtr)>,
-    dirs: HashMap<(u32, u64), DirStats>,
     link_nlink: HashMap<(u32, u64), u32>,
-    file_alloc: HashMap<(u32, u64), (u64, u64)>,
+    file_alloc: HashMap<u64, (u32, u64, u64, u64)>,
     oids: HashSet<(u32, u64)>,
     next_oid: HashMap<u32, u64>,
     inodes: HashMap<u32, (u64, u64)>,
@@ -170,6 +162,10 @@ type NsFacts = (u32, Inode, Option<BlockPtr>, BTreeMap<u64, u32>, crate::NsInfo)
 struct Agg {
     links: BTreeMap<u64, u64>,
     mounts: BTreeMap<u64, u64>,
+    /// Directly below: subdirectories and mount points (for the directory's nlink).
+    subdirs: u64,
+    /// Records held inline in the subtree (hard-linked files live in the link table).
+    inodes: u64,
 }
 
 impl Checker<'_> {
@@ -241,8 +237,8 @@ impl Checker<'_> {
                         self.inodes.insert(id, (ns.inodes, 0));
                     }
                     self.ns_list.push((id, ns.root.clone(), ns.link_root, ns.mounts.clone(), ns.info.clone()));
-                    self.inode(id, &ns.root, None);
-                    if ns.root.oid != ROOT_OID {
+                    self.inode(id, &ns.root);
+                    if ns.info.kind == crate::NsKind::Main && ns.root.oid != ROOT_OID {
                         self.problem(format!("namespace {id}: root has oid {}", ns.root.oid));
                     }
                     if let Some(l) = ns.link_root {
@@ -255,23 +251,16 @@ impl Checker<'_> {
     }
 
     /// Accounts for one inode record found in a directory (`parent`) or the link table.
-    fn inode(&mut self, ns: u32, i: &Inode, parent: Option<u64>) {
+    fn inode(&mut self, ns: u32, i: &Inode) {
         if !self.oids.insert((ns, i.oid)) {
             self.problem(format!("namespace {ns}: oid {} appears twice", i.oid));
         }
         if i.oid >= self.next_oid.get(&ns).copied().unwrap_or(u64::MAX) {
             self.problem(format!("namespace {ns}: oid {} is not below the next oid", i.oid));
         }
-        if let Some(e) = self.inodes.get_mut(&ns) {
-            e.1 += 1;
-        }
         match i.kind {
             Kind::Dir => {
                 self.rep.dirs += 1;
-                self.dirs.entry((ns, i.oid)).or_default().expected_nlink = i.nlink;
-                if let Some(p) = parent {
-                    self.dirs.entry((ns, p)).or_default().subdirs += 1;
-                }
                 if let Some(c) = i.content {
                     self.reference(&c, Some(Ctx::Dir { ns, oid: i.oid }));
                 }
@@ -282,16 +271,23 @@ impl Checker<'_> {
             Kind::File => {
                 self.rep.files += 1;
                 self.rep.file_bytes += i.size;
-                self.file_alloc.insert((ns, i.oid), (i.alloc, 0));
-                if let Some(c) = i.content {
-                    self.reference(
-                        &c,
-                        Some(Ctx::File {
+                match i.content {
+                    // Keyed by content root: records that share content are checked once.
+                    Some(c) => {
+                        let ctx = Ctx::File {
                             ns,
                             oid: i.oid,
                             size: i.size,
-                        }),
-                    );
+                            root: c.addr,
+                        };
+                        if self.reference(&c, Some(ctx)) {
+                            self.file_alloc.insert(c.addr, (ns, i.oid, i.alloc, 0));
+                        }
+                    }
+                    None if i.alloc != 0 => {
+                        self.problem(format!("namespace {ns}: file oid {} says {} bytes stored, has none", i.oid, i.alloc));
+                    }
+                    None => {}
                 }
             }
             k => {
@@ -336,21 +332,19 @@ impl Checker<'_> {
         for (k, v) in values {
             match ctx {
                 Ctx::Dir { ns, oid } => match EntryRecord::from_value(&v) {
-                    Ok(EntryRecord::Inline(i)) => self.inode(ns, &i, Some(oid)),
+                    Ok(EntryRecord::Inline(i)) => self.inode(ns, &i),
                     Ok(EntryRecord::Linked { oid: l, kind }) => {
                         if kind == Kind::Dir {
                             self.problem(format!("namespace {ns}: directory oid {l} in the link table"));
                         }
                     }
-                    Ok(EntryRecord::Mount { .. }) => {
-                        self.dirs.entry((ns, oid)).or_default().subdirs += 1;
-                    }
+                    Ok(EntryRecord::Mount { .. }) => {}
                     Err(e) => self.problem(format!(
                         "entry {:?} of directory oid {oid}: {e}",
                         String::from_utf8_lossy(&k)
                     )),
                 },
-                Ctx::File { ns, oid, size } => {
+                Ctx::File { oid, size, root, .. } => {
                     let idx = match chunk_index(&k) {
                         Ok(i) => i,
                         Err(e) => {
@@ -368,8 +362,8 @@ impl Checker<'_> {
                             d.len
                         ));
                     }
-                    if let Some(e) = self.file_alloc.get_mut(&(ns, oid)) {
-                        e.1 += d.len as u64;
+                    if let Some(e) = self.file_alloc.get_mut(&root) {
+                        e.3 += d.len as u64;
                     }
                     self.reference(&d, None);
                 }
@@ -382,7 +376,7 @@ impl Checker<'_> {
                         }
                         self.rep.hardlinked += 1;
                         self.link_nlink.insert((ns, i.oid), i.nlink);
-                        self.inode(ns, &i, None);
+                        self.inode(ns, &i);
                     }
                     Err(e) => self.problem(format!("namespace {ns}: link table: {e}")),
                 },
@@ -411,6 +405,8 @@ impl Checker<'_> {
                 Ok(EntryRecord::Inline(i)) if i.kind == Kind::Dir => {
                     let sub = self.agg(i.content.as_ref());
                     self.compare_summary(&i, &sub);
+                    out.subdirs += 1;
+                    out.inodes += 1 + sub.inodes;
                     for (o, n) in &sub.links {
                         *out.links.entry(*o).or_default() += n;
                     }
@@ -419,8 +415,12 @@ impl Checker<'_> {
                     }
                 }
                 Ok(EntryRecord::Linked { oid, .. }) => *out.links.entry(oid).or_default() += 1,
-                Ok(EntryRecord::Mount { oid }) => *out.mounts.entry(oid).or_default() += 1,
-                _ => {}
+                Ok(EntryRecord::Mount { oid }) => {
+                    *out.mounts.entry(oid).or_default() += 1;
+                    out.subdirs += 1;
+                }
+                Ok(EntryRecord::Inline(_)) => out.inodes += 1,
+                Err(_) => {}
             }
         }
         let out = Rc::new(out);
@@ -451,7 +451,15 @@ impl Checker<'_> {
         if let Some(e) = bad {
             self.problem(format!("summary of directory oid {}: {e}", dir.oid));
         }
-        if got != *want {
+        if dir.nlink as u64 != 2 + want.subdirs {
+            self.problem(format!(
+                "directory oid {} has nlink {}, expected {}",
+                dir.oid,
+                dir.nlink,
+                2 + want.subdirs
+            ));
+        }
+        if (&got.links, &got.mounts) != (&want.links, &want.mounts) {
             self.problem(format!(
                 "summary of directory oid {} says {:?} but the tree below holds {:?}",
                 dir.oid, got, want
@@ -476,6 +484,12 @@ impl Checker<'_> {
                     true
                 }) {
                     self.problem(format!("namespace {id}: link table: {e}"));
+                }
+            }
+            if info.kind == crate::NsKind::Main {
+                let found = 1 + a.inodes + links.len() as u64;
+                if let Some(e) = self.inodes.get_mut(id) {
+                    e.1 = found;
                 }
             }
             if links != a.links {
@@ -540,21 +554,8 @@ impl Checker<'_> {
                 self.problem(format!("{p} is reachable but on the freed list"));
             }
         }
-        let dirs: Vec<_> = self
-            .dirs
-            .iter()
-            .map(|(k, d)| (*k, d.expected_nlink, d.subdirs))
-            .collect();
-        for ((ns, oid), nlink, subdirs) in dirs {
-            if nlink != 2 + subdirs {
-                self.problem(format!(
-                    "namespace {ns}: directory oid {oid} has nlink {nlink}, expected {}",
-                    2 + subdirs
-                ));
-            }
-        }
-        let allocs: Vec<_> = self.file_alloc.iter().map(|(k, v)| (*k, *v)).collect();
-        for ((ns, oid), (said, found)) in allocs {
+        let allocs: Vec<_> = self.file_alloc.values().copied().collect();
+        for (ns, oid, said, found) in allocs {
             if said != found {
                 self.problem(format!(
                     "namespace {ns}: file oid {oid} says {said} bytes stored, has {found}"

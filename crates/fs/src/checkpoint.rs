@@ -272,6 +272,7 @@ impl Fs {
             last_checkpoint: Instant::now(),
             failed: None,
             dropped_ns: Vec::new(),
+            show_snapdir: false,
         };
         match &sb.checkpoint {
             Some(ptr) => {
@@ -343,7 +344,7 @@ impl Fs {
         fs.replaying = false;
         fs.checkpoint()?;
         // Start clean: the kernel knows no inode yet.
-        fs.nodes.retain(|ino, _| *ino == ROOT_INO);
+        fs.nodes.retain(|_, n| n.loc == Loc::Root);
         Ok(fs)
     }
 

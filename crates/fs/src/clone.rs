@@ -555,3 +555,136 @@ impl Fs {
         Ok(())
     }
 }
+
+// ----- the virtual `.snapshot` directories ------------------------------------------------
+
+impl Fs {
+    /// Attributes of `dir/.snapshot`: read-only, owned as `dir` is.
+    pub(crate) fn snapdir_attr(&self, dir: Ino) -> FsResult<Attr> {
+        let n = self.dir_node(dir)?;
+        let i = &n.inode;
+        Ok(Attr {
+            ino: dir | SNAPDIR_BIT,
+            kind: Kind::Dir,
+            perm: 0o555,
+            nlink: 2,
+            uid: i.uid,
+            gid: i.gid,
+            rdev: 0,
+            size: 0,
+            blocks: 0,
+            atime: i.atime,
+            mtime: i.mtime,
+            ctime: i.ctime,
+            btime: i.btime,
+        })
+    }
+
+    /// The snapshots that contain `dir`: (name, the names leading from the snapshotted
+    /// directory down to `dir`, snapshot namespace), nearest first.
+    fn snapshots_containing(&self, dir: Ino) -> FsResult<Vec<(Vec<u8>, Vec<Vec<u8>>, u32)>> {
+        let mut out = Vec::new();
+        let mut below: Vec<Vec<u8>> = Vec::new();
+        let mut cur = dir;
+        loop {
+            let n = self.node(cur)?;
+            for (id, name) in self.snapshots_of(n.ns, n.inode.oid) {
+                if !out.iter().any(|(o, _, _)| *o == name) {
+                    let mut path = below.clone();
+                    path.reverse();
+                    out.push((name, path, id));
+                }
+            }
+            match &n.loc {
+                Loc::Entry { parent, name } => {
+                    below.push(name.clone());
+                    cur = *parent;
+                }
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// `dir/.snapshot/name`: `dir` as it was in that snapshot.
+    pub(crate) fn snapdir_child(&mut self, dir: Ino, name: &[u8]) -> FsResult<Ino> {
+        let (_, path, id) = self
+            .snapshots_containing(dir)?
+            .into_iter()
+            .find(|(n, _, _)| n == name)
+            .ok_or(libc::ENOENT)?;
+        let mut cur = self.namespaces.get(&id).ok_or(libc::ENOENT)?.root;
+        for n in &path {
+            cur = self.child(cur, n)?.ok_or(libc::ENOENT)?;
+        }
+        if self.node(cur)?.inode.kind != Kind::Dir {
+            return Err(libc::ENOENT);
+        }
+        if path.is_empty() {
+            self.namespaces.get_mut(&id).ok_or(libc::EIO)?.mounted_at = Some((dir | SNAPDIR_BIT, name.to_vec()));
+        }
+        Ok(cur)
+    }
+
+    pub(crate) fn snapdir_list(&mut self, dir: Ino) -> FsResult<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        for (name, _, _) in self.snapshots_containing(dir)? {
+            if let Ok(ino) = self.snapdir_child(dir, &name) {
+                out.push(DirEntry {
+                    name,
+                    ino,
+                    kind: Kind::Dir,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}
+
+impl Fs {
+    /// The inode at `path` (names separated by '/', from the mount root; `.snapshot` and
+    /// `..` understood). Takes no kernel reference.
+    pub fn resolve_path(&mut self, path: &[u8]) -> FsResult<Ino> {
+        let mut cur = ROOT_INO;
+        for name in path.split(|b| *b == b'/') {
+            match name {
+                b"" | b"." => {}
+                b".." => cur = self.parent_of(cur),
+                _ if cur & SNAPDIR_BIT != 0 => cur = self.snapdir_child(cur & !SNAPDIR_BIT, name)?,
+                SNAPDIR_NAME => {
+                    self.dir_node(cur)?;
+                    cur |= SNAPDIR_BIT;
+                }
+                _ => {
+                    if self.node(cur)?.inode.kind != Kind::Dir {
+                        return Err(libc::ENOTDIR);
+                    }
+                    cur = self.child(cur, name)?.ok_or(libc::ENOENT)?;
+                }
+            }
+        }
+        Ok(cur)
+    }
+
+    /// The directory and last name of `path`.
+    pub fn resolve_parent(&mut self, path: &[u8]) -> FsResult<(Ino, Vec<u8>)> {
+        let trimmed = path.strip_suffix(b"/").unwrap_or(path);
+        let (dir, name) = match trimmed.iter().rposition(|b| *b == b'/') {
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => (&b""[..], trimmed),
+        };
+        if name.is_empty() || name == b"." || name == b".." {
+            return Err(libc::EINVAL);
+        }
+        Ok((self.resolve_path(dir)?, name.to_vec()))
+    }
+
+    /// Refuses writes to a read-only namespace (checked at open, since with writeback
+    /// caching a write error would only surface at writeback, too late).
+    pub fn check_writable(&self, ino: Ino) -> FsResult<()> {
+        if ino & SNAPDIR_BIT != 0 {
+            return Err(libc::EROFS);
+        }
+        self.rw(ino)
+    }
+}

@@ -1,6 +1,7 @@
 //! The engine: inodes in memory, their overlays, and every POSIX operation.
 
 use crate::acl;
+use crate::clone::{SNAPDIR_BIT, SNAPDIR_NAME};
 use crate::inode::*;
 use crate::journal::{Journal, Record, Target};
 use crate::{SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
@@ -257,6 +258,8 @@ pub struct Fs {
     pub(crate) failed: Option<String>,
     /// Namespaces destroyed since the last checkpoint: their records leave the table then.
     pub(crate) dropped_ns: Vec<u32>,
+    /// List `.snapshot` in directory listings (mount option `snapdir=visible`).
+    pub show_snapdir: bool,
 }
 
 fn eio(e: Error) -> i32 {
@@ -602,12 +605,22 @@ impl Fs {
         if name.len() > MAX_NAME {
             return Err(libc::ENAMETOOLONG);
         }
+        if parent & SNAPDIR_BIT != 0 {
+            let ino = self.snapdir_child(parent & !SNAPDIR_BIT, name)?;
+            return self.remember(ino);
+        }
+        if name == SNAPDIR_NAME {
+            return self.snapdir_attr(parent);
+        }
         let ino = self.child(parent, name)?.ok_or(libc::ENOENT)?;
         self.remember(ino)
     }
 
     /// Counts one kernel reference and returns the attributes.
     pub fn remember(&mut self, ino: Ino) -> FsResult<Attr> {
+        if ino & SNAPDIR_BIT != 0 {
+            return self.snapdir_attr(ino & !SNAPDIR_BIT);
+        }
         let n = self.node_mut(ino)?;
         n.lookups += 1;
         let n = self.node(ino)?;
@@ -647,6 +660,9 @@ impl Fs {
     }
 
     pub fn getattr(&mut self, ino: Ino) -> FsResult<Attr> {
+        if ino & SNAPDIR_BIT != 0 {
+            return self.snapdir_attr(ino & !SNAPDIR_BIT);
+        }
         let n = self.node(ino)?;
         Ok(self.attr_of(n, ino))
     }
@@ -900,7 +916,12 @@ impl Fs {
         n.inode.ctime = now;
         if n.loc == Loc::Root {
             // The root of a clone: its mount entry goes, and the clone with it.
-            let oid = self.namespaces.get(&ns).ok_or(libc::EIO)?.info.anchor;
+            let info = self.namespaces.get(&ns).ok_or(libc::EIO)?.info.clone();
+            let oid = info.anchor;
+            if let Some(p) = self.namespaces.get_mut(&info.parent) {
+                p.mounts.remove(&oid);
+                p.dirty = true;
+            }
             self.destroy_ns(ns)?;
             self.node_mut(parent)?.inode.nlink -= 1;
             self.bump(parent, &summary_mount_key(oid), -1)?;
@@ -936,7 +957,8 @@ impl Fs {
             }
         }
         if self.node(ino)?.loc == Loc::Gone {
-            self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.inodes -= 1;
+            let c = &mut self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.inodes;
+            *c = c.saturating_sub(1);
             self.maybe_evict(ino);
         }
         Ok(())
@@ -1199,6 +1221,25 @@ impl Fs {
 
     /// All entries of a directory, in name order (without "." and "..").
     pub fn readdir(&mut self, ino: Ino) -> FsResult<Vec<DirEntry>> {
+        if ino & SNAPDIR_BIT != 0 {
+            return self.snapdir_list(ino & !SNAPDIR_BIT);
+        }
+        let mut out = self.readdir_real(ino)?;
+        if self.show_snapdir {
+            let at = out.partition_point(|e| e.name.as_slice() < SNAPDIR_NAME);
+            out.insert(
+                at,
+                DirEntry {
+                    name: SNAPDIR_NAME.to_vec(),
+                    ino: ino | SNAPDIR_BIT,
+                    kind: Kind::Dir,
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    fn readdir_real(&mut self, ino: Ino) -> FsResult<Vec<DirEntry>> {
         let n = self.dir_node(ino)?;
         let ns = n.ns;
         let mut out: BTreeMap<Vec<u8>, (Ino, Kind)> = BTreeMap::new();
@@ -1262,6 +1303,9 @@ impl Fs {
 
     /// The parent directory of a directory (itself for a namespace root).
     pub fn parent_of(&self, ino: Ino) -> Ino {
+        if ino & SNAPDIR_BIT != 0 {
+            return ino & !SNAPDIR_BIT;
+        }
         match self.nodes.get(&ino).map(|n| (&n.loc, n.ns)) {
             Some((Loc::Entry { parent, .. }, _)) => *parent,
             Some((Loc::Root, ns)) => self

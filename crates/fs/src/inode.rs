@@ -388,7 +388,7 @@ pub fn summary_mount_key(oid: u64) -> Vec<u8> {
 
 /// A summary key back to its kind (`b'L'` or `b'M'`) and oid.
 pub fn summary_key_parts(k: &[u8]) -> Result<(u8, u64)> {
-    if k.len() != 9 || (k[0] != b'L' && k[0] != b'M') {
+    if k.len() != 9 || !matches!(k[0], b'L' | b'M' | b'S') {
         return Err(Error::corrupt("subtree summary", "key", format!("malformed key of {} bytes", k.len())));
     }
     Ok((k[0], u64::from_be_bytes(k[1..].try_into().unwrap())))

@@ -273,8 +273,16 @@ impl Filesystem for ScionFuse {
         self.entry(r, reply)
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs().open_file(ino.0) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let mut fs = self.fs();
+        if flags.0 & (libc::O_ACCMODE | libc::O_TRUNC) != libc::O_RDONLY {
+            // A snapshot refuses writes here: with writeback caching a write error would
+            // only surface at writeback.
+            if let Err(e) = fs.check_writable(ino.0) {
+                return reply.error(err(e));
+            }
+        }
+        match fs.open_file(ino.0) {
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(err(e)),
         }

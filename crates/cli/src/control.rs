@@ -1,0 +1,313 @@
+//! The control socket: while a store is mounted, `scion clone`, `snapshot`, `destroy` and
+//! `list` ask its daemon to do the work (the store is locked by it), through a Unix socket
+//! in the store directory (mode 0600: only the user who mounted it may ask).
+//!
+//! Messages are framed: `u32 length (LE)` then the body. A request body is `b"SCNC"`, a
+//! version byte, an op byte, a u32 field count and the fields (u32 length + bytes); a reply
+//! body is a status byte (0, or the errno) and a UTF-8 text. Decoding is bounded: at most
+//! `MAX_MESSAGE` bytes and `MAX_FIELDS` fields, every length checked against what remains.
+
+use scion_fs::{Fs, Ino, NsKind};
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+const MAGIC: &[u8; 4] = b"SCNC";
+const VERSION: u8 = 1;
+pub const MAX_MESSAGE: usize = 1 << 20;
+pub const MAX_FIELDS: usize = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// src, dst, excludes...
+    Clone = 1,
+    /// path, name
+    Snapshot = 2,
+    /// path
+    Destroy = 3,
+    List = 4,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Request {
+    pub op: Op,
+    pub fields: Vec<Vec<u8>>,
+}
+
+pub fn socket_path(store: &Path) -> PathBuf {
+    store.join("control.sock")
+}
+
+impl Request {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(MAGIC);
+        b.push(VERSION);
+        b.push(self.op as u8);
+        b.extend_from_slice(&(self.fields.len() as u32).to_le_bytes());
+        for f in &self.fields {
+            b.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            b.extend_from_slice(f);
+        }
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Request, String> {
+        let mut r = b;
+        let mut take = |n: usize| -> Result<&[u8], String> {
+            if r.len() < n {
+                return Err("truncated request".into());
+            }
+            let (a, rest) = r.split_at(n);
+            r = rest;
+            Ok(a)
+        };
+        if take(4)? != MAGIC {
+            return Err("not a scion control request".into());
+        }
+        let v = take(1)?[0];
+        if v != VERSION {
+            return Err(format!("control protocol version {v} is not supported (this daemon speaks {VERSION})"));
+        }
+        let op = match take(1)?[0] {
+            1 => Op::Clone,
+            2 => Op::Snapshot,
+            3 => Op::Destroy,
+            4 => Op::List,
+            o => return Err(format!("unknown operation {o}")),
+        };
+        let n = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;
+        if n > MAX_FIELDS {
+            return Err(format!("{n} fields, more than {MAX_FIELDS}"));
+        }
+        let mut fields = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;
+            fields.push(take(len)?.to_vec());
+        }
+        if !r.is_empty() {
+            return Err("trailing bytes after the request".into());
+        }
+        Ok(Request { op, fields })
+    }
+}
+
+pub fn write_frame(s: &mut impl Write, body: &[u8]) -> std::io::Result<()> {
+    s.write_all(&(body.len() as u32).to_le_bytes())?;
+    s.write_all(body)
+}
+
+pub fn read_frame(s: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut l = [0u8; 4];
+    s.read_exact(&mut l)?;
+    let len = u32::from_le_bytes(l) as usize;
+    if len > MAX_MESSAGE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("message of {len} bytes exceeds {MAX_MESSAGE}"),
+        ));
+    }
+    let mut b = vec![0u8; len];
+    s.read_exact(&mut b)?;
+    Ok(b)
+}
+
+/// Sends a request to the daemon of `store`; the reply's text on success, or an error.
+pub fn call(store: &Path, req: &Request) -> Result<String, String> {
+    let sock = socket_path(store);
+    let mut s = UnixStream::connect(&sock).map_err(|e| format!("cannot reach the daemon at {}: {e}", sock.display()))?;
+    write_frame(&mut s, &req.encode()).map_err(|e| format!("sending to the daemon: {e}"))?;
+    let reply = read_frame(&mut s).map_err(|e| format!("reading the daemon's reply: {e}"))?;
+    let (status, text) = reply.split_first().ok_or("empty reply from the daemon")?;
+    let text = String::from_utf8_lossy(text).into_owned();
+    if *status == 0 {
+        Ok(text)
+    } else {
+        Err(text)
+    }
+}
+
+/// What the kernel must forget after a change made behind its back.
+pub enum Invalidate {
+    Entry(Ino, Vec<u8>),
+    Inode(Ino),
+}
+
+/// Performs a request on an open filesystem: the reply text, and what to invalidate.
+pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), String> {
+    let f = |i: usize| -> Result<&[u8], String> {
+        req.fields.get(i).map(|v| v.as_slice()).ok_or_else(|| "missing argument".to_string())
+    };
+    let show = |p: &[u8]| format!("/{}", String::from_utf8_lossy(p).trim_start_matches('/'));
+    let errno = |what: String| move |e: i32| format!("{what}: {}", std::io::Error::from_raw_os_error(e));
+    match req.op {
+        Op::Clone => {
+            let (src, dst) = (f(0)?, f(1)?);
+            let excludes: Vec<Vec<Vec<u8>>> = req.fields[2..]
+                .iter()
+                .map(|e| {
+                    e.split(|b| *b == b'/')
+                        .filter(|c| !c.is_empty() && *c != b".")
+                        .map(|c| c.to_vec())
+                        .collect()
+                })
+                .filter(|v: &Vec<Vec<u8>>| !v.is_empty())
+                .collect();
+            if excludes.iter().any(|e| e.iter().any(|c| c == b"..")) {
+                return Err("an excluded path may not contain '..'".into());
+            }
+            let s = fs.resolve_path(src).map_err(errno(show(src)))?;
+            let (p, name) = fs.resolve_parent(dst).map_err(errno(show(dst)))?;
+            fs.clone_dir(s, p, &name, &excludes, &show(src).into_bytes())
+                .map_err(errno(format!("clone of {} to {}", show(src), show(dst))))?;
+            Ok((
+                format!("cloned {} to {}", show(src), show(dst)),
+                vec![Invalidate::Entry(p, name), Invalidate::Inode(p)],
+            ))
+        }
+        Op::Snapshot => {
+            let (path, name) = (f(0)?, f(1)?);
+            let d = fs.resolve_path(path).map_err(errno(show(path)))?;
+            fs.snapshot(d, name, &show(path).into_bytes())
+                .map_err(errno(format!("snapshot of {}", show(path))))?;
+            let snapdir = d | scion_fs::clone::SNAPDIR_BIT;
+            Ok((
+                format!(
+                    "snapshot {} of {} (at {}/.snapshot/{})",
+                    String::from_utf8_lossy(name),
+                    show(path),
+                    show(path).trim_end_matches('/'),
+                    String::from_utf8_lossy(name)
+                ),
+                vec![Invalidate::Entry(snapdir, name.to_vec()), Invalidate::Inode(snapdir)],
+            ))
+        }
+        Op::Destroy => {
+            let path = f(0)?;
+            let (p, name) = fs.resolve_parent(path).map_err(errno(show(path)))?;
+            let ino = fs.resolve_path(path).map_err(errno(show(path)))?;
+            fs.destroy(ino).map_err(|e| {
+                if e == libc::EINVAL {
+                    format!("{} is not a clone or snapshot", show(path))
+                } else {
+                    errno(format!("destroy of {}", show(path)))(e)
+                }
+            })?;
+            Ok((
+                format!("destroyed {}", show(path)),
+                vec![Invalidate::Entry(p, name), Invalidate::Inode(p)],
+            ))
+        }
+        Op::List => {
+            let mut out = format!(
+                "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12}\n",
+                "KIND", "ID", "PATH", "ORIGIN", "CREATED", "REFER", "USED"
+            );
+            for l in fs.list().map_err(errno("list".into()))? {
+                let kind = match l.kind {
+                    NsKind::Clone => "clone",
+                    NsKind::Snapshot => "snapshot",
+                    NsKind::Main => "main",
+                };
+                let path = l.path.map(|p| show(&p)).unwrap_or_else(|| "(directory gone)".into());
+                out += &format!(
+                    "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12}\n",
+                    kind,
+                    l.ns,
+                    path,
+                    String::from_utf8_lossy(&l.origin),
+                    l.created.sec,
+                    human(l.referenced),
+                    human(l.exclusive)
+                );
+            }
+            Ok((out, Vec::new()))
+        }
+    }
+}
+
+pub fn human(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+/// Serves the control socket of a mounted store until the process ends.
+pub fn serve(store: &Path, fs: Arc<Mutex<Fs>>, notifier: fuser::Notifier) -> Result<(), String> {
+    let path = socket_path(store);
+    // We hold the store's lock, so a socket left here is a dead daemon's.
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).map_err(|e| format!("control socket {}: {e}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+    // Weak: the daemon's final checkpoint needs sole ownership once the session ends.
+    let fs = Arc::downgrade(&fs);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let reply = match read_frame(&mut s).map_err(|e| e.to_string()).and_then(|b| Request::decode(&b)) {
+                Err(e) => Err(e),
+                Ok(req) => {
+                    let r = match fs.upgrade() {
+                        Some(fs) => {
+                            let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
+                            execute(&mut fs, &req)
+                        }
+                        None => Err("the filesystem is being unmounted".into()),
+                    };
+                    // Outside the engine lock: the kernel may call back into the daemon.
+                    if let Ok((_, inval)) = &r {
+                        for i in inval {
+                            let _ = match i {
+                                Invalidate::Entry(p, n) => {
+                                    notifier.inval_entry(fuser::INodeNo(*p), std::ffi::OsStr::from_bytes(n))
+                                }
+                                Invalidate::Inode(p) => notifier.inval_inode(fuser::INodeNo(*p), 0, 0),
+                            };
+                        }
+                    }
+                    r.map(|(t, _)| t)
+                }
+            };
+            let body = match reply {
+                Ok(t) => [&[0u8][..], t.as_bytes()].concat(),
+                Err(t) => [&[1u8][..], t.as_bytes()].concat(),
+            };
+            let _ = write_frame(&mut s, &body);
+        }
+    });
+    Ok(())
+}
+
+use std::os::unix::ffi::OsStrExt;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_garbage_is_refused() {
+        let r = Request {
+            op: Op::Clone,
+            fields: vec![b"a/b".to_vec(), b"c".to_vec(), b"x".to_vec()],
+        };
+        assert_eq!(Request::decode(&r.encode()).unwrap(), r);
+        let b = r.encode();
+        for cut in 0..b.len() {
+            assert!(Request::decode(&b[..cut]).is_err());
+        }
+        let mut huge = b[..6].to_vec();
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Request::decode(&huge).is_err());
+    }
+}

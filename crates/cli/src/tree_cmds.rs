@@ -1,0 +1,227 @@
+//! `scion clone`, `snapshot`, `destroy`, `list`: find the store behind a path, then ask its
+//! daemon (mounted) or open it directly (unmounted, with `--store`).
+
+use crate::control::{self, Op, Request};
+use scion_fs::{Fs, MountOptions};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// A path resolved to its store: the store directory, the path inside it, and whether the
+/// store is mounted (then the daemon does the work).
+struct Located {
+    store: PathBuf,
+    rel: Vec<u8>,
+    mounted: bool,
+}
+
+/// Scion mounts: (mount point, store), from the kernel's mount table.
+fn scion_mounts() -> Vec<(PathBuf, PathBuf)> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let unescape = |s: &str| s.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\");
+    let mut out = Vec::new();
+    for line in table.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(dash) = f.iter().position(|x| *x == "-") else { continue };
+        if !f.get(dash + 1).is_some_and(|t| t.starts_with("fuse")) {
+            continue;
+        }
+        if let (Some(mp), Some(src)) = (f.get(4), f.get(dash + 2).and_then(|s| s.strip_prefix("scion:"))) {
+            out.push((PathBuf::from(unescape(mp)), PathBuf::from(unescape(src))));
+        }
+    }
+    out
+}
+
+fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located, String> {
+    if let Some(store) = store {
+        return Ok(Located {
+            store: store.clone(),
+            rel: path.as_os_str().as_bytes().to_vec(),
+            mounted: false,
+        });
+    }
+    let abs = if exists {
+        std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?
+    } else {
+        let name = path
+            .file_name()
+            .ok_or_else(|| format!("{}: not a name for a new directory", path.display()))?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let parent = std::fs::canonicalize(&parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        if path.exists() || path.symlink_metadata().is_ok() {
+            return Err(format!("{} already exists", path.display()));
+        }
+        parent.join(name)
+    };
+    let best = scion_mounts()
+        .into_iter()
+        .filter(|(mp, _)| abs.starts_with(mp))
+        .max_by_key(|(mp, _)| mp.as_os_str().len());
+    let Some((mp, store)) = best else {
+        return Err(format!(
+            "{} is not inside a scion mount (for an unmounted store, give --store STORE and store paths)",
+            abs.display()
+        ));
+    };
+    let rel = abs.strip_prefix(&mp).unwrap();
+    Ok(Located {
+        store,
+        rel: rel.as_os_str().as_bytes().to_vec(),
+        mounted: true,
+    })
+}
+
+fn run(at: &Located, req: Request) -> Result<(), String> {
+    let text = if at.mounted {
+        control::call(&at.store, &req)?
+    } else {
+        let mut fs = Fs::open(
+            &at.store,
+            MountOptions {
+                holder: "scion (clone/snapshot/destroy/list)".into(),
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        let r = control::execute(&mut fs, &req).map(|(t, _)| t);
+        fs.close().map_err(|e| e.to_string())?;
+        r?
+    };
+    print!("{text}");
+    if !text.ends_with('\n') {
+        println!();
+    }
+    Ok(())
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Template {
+    source: PathBuf,
+    destination: PathBuf,
+    #[serde(default)]
+    exclude: Vec<PathBuf>,
+}
+
+pub fn clone(
+    src: Option<PathBuf>,
+    dst: Option<PathBuf>,
+    mut exclude: Vec<PathBuf>,
+    template: Option<PathBuf>,
+    store: Option<PathBuf>,
+) -> Result<(), String> {
+    let (src, dst) = match template {
+        Some(t) => {
+            let text = std::fs::read_to_string(&t).map_err(|e| format!("{}: {e}", t.display()))?;
+            let tp: Template = toml::from_str(&text).map_err(|e| format!("template {}: {e}", t.display()))?;
+            // Relative paths in a template are taken from the template's directory.
+            let base = t.parent().map(Path::to_path_buf).unwrap_or_default();
+            let fix = |p: PathBuf| if p.is_absolute() || store.is_some() { p } else { base.join(p) };
+            exclude.extend(tp.exclude);
+            (
+                src.unwrap_or_else(|| fix(tp.source)),
+                dst.unwrap_or_else(|| fix(tp.destination)),
+            )
+        }
+        None => (
+            src.ok_or("clone needs SRC and DST (or --template FILE)")?,
+            dst.ok_or("clone needs DST")?,
+        ),
+    };
+    let s = locate(&src, true, &store)?;
+    let d = locate(&dst, false, &store)?;
+    if s.store != d.store {
+        return Err(format!(
+            "{} and {} are on different stores: a clone is made on the same mount",
+            src.display(),
+            dst.display()
+        ));
+    }
+    let mut fields = vec![s.rel.clone(), d.rel.clone()];
+    for e in &exclude {
+        // Absolute: must lie inside SRC. Relative: taken from SRC.
+        let rel = if e.is_absolute() && store.is_none() {
+            let abs = std::fs::canonicalize(e).map_err(|err| format!("excluded path {}: {err}", e.display()))?;
+            let srcabs = std::fs::canonicalize(&src).map_err(|err| format!("{}: {err}", src.display()))?;
+            abs.strip_prefix(&srcabs)
+                .map_err(|_| format!("excluded path {} is not inside {}", e.display(), src.display()))?
+                .to_path_buf()
+        } else if e.is_absolute() {
+            let sp = Path::new(std::str::from_utf8(&s.rel).unwrap_or(""));
+            e.strip_prefix(sp)
+                .map_err(|_| format!("excluded path {} is not inside {}", e.display(), src.display()))?
+                .to_path_buf()
+        } else {
+            e.clone()
+        };
+        fields.push(rel.as_os_str().as_bytes().to_vec());
+    }
+    run(&s, Request { op: Op::Clone, fields })
+}
+
+fn utc_now_name() -> String {
+    let t = unsafe { libc::time(std::ptr::null_mut()) };
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    unsafe { libc::gmtime_r(&t, &mut tm) };
+    format!(
+        "{:04}-{:02}-{:02}T{:02}{:02}{:02}Z",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+pub fn snapshot(path: PathBuf, name: Option<String>, store: Option<PathBuf>) -> Result<(), String> {
+    let at = locate(&path, true, &store)?;
+    let name = name.unwrap_or_else(utc_now_name);
+    run(
+        &at,
+        Request {
+            op: Op::Snapshot,
+            fields: vec![at.rel.clone(), name.into_bytes()],
+        },
+    )
+}
+
+pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
+    // Not canonicalised: the last name is the clone itself, not what a symlink points at.
+    let at = if store.is_some() {
+        locate(&path, true, &store)?
+    } else {
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = path.file_name().ok_or_else(|| format!("{}: not a clone", path.display()))?;
+        let mut l = locate(&parent, true, &store)?;
+        if !l.rel.is_empty() {
+            l.rel.push(b'/');
+        }
+        l.rel.extend_from_slice(name.as_bytes());
+        l
+    };
+    run(
+        &at,
+        Request {
+            op: Op::Destroy,
+            fields: vec![at.rel.clone()],
+        },
+    )
+}
+
+pub fn list(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
+    let at = match &store {
+        Some(s) => Located {
+            store: s.clone(),
+            rel: Vec::new(),
+            mounted: false,
+        },
+        None => locate(&path.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
+    };
+    run(&at, Request { op: Op::List, fields: Vec::new() })
+}
