@@ -1,0 +1,403 @@
+"""Clones and snapshots through the mount.
+
+test_clone_isolation is differential: random operations run on several trees of the mount
+(an original, its clones, clones of clones, clones of subdirectories) and on plain-directory
+models of each, where a clone is modelled by `cp -a` at the same instant; every tree is
+compared with its model after each batch (names, kinds, modes, owners, sizes, contents, link
+counts, hard-link groups, xattrs, symlink targets). Snapshots are modelled the same way and
+must refuse writes.
+
+  SCION_SEED        seed (printed as seed=N; replay with SCION_SEED=N pytest -k clone_isolation)
+  SCION_CLONE_OPS   operations (default 1500)
+"""
+
+import errno
+import os
+import random
+import shutil
+import subprocess
+
+import pytest
+
+from scion_helpers import compare_snapshots, link_partition, snapshot
+
+NAMES = ["a", "b", "c", "d", "dir1", "dir2", "x y"]
+
+
+def env_int(name, default):
+    v = os.environ.get(name)
+    return int(v) if v not in (None, "") else default
+
+
+def scion_ok(m, *args):
+    r = m.run(*args)
+    assert r.returncode == 0, r.describe()
+    return r.stdout
+
+
+def store_bytes(m):
+    """Bytes the store's files take on the host filesystem."""
+    total = 0
+    for d, _, files in os.walk(m.store):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(d, f)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def compare_trees(ref, mnt, what):
+    a, b = snapshot(ref), snapshot(mnt)
+    diffs = compare_snapshots(a, b, root_a=ref, root_b=mnt)
+    la = {frozenset(g) for g in link_partition(a)}
+    lb = {frozenset(g) for g in link_partition(b)}
+    if la != lb:
+        diffs.append(f"hard-link groups differ: ref={sorted(map(sorted, la))} scion={sorted(map(sorted, lb))}")
+    assert not diffs, f"{what}:\n" + "\n".join(diffs)
+
+
+class Trees:
+    """Trees on the mount with their plain-directory models."""
+
+    def __init__(self, m, seed):
+        self.m = m
+        self.rng = random.Random(seed)
+        self.trees = {}       # name -> (ref root, mnt root, writable)
+        self.nclones = 0
+        self.log = []
+
+    def add(self, name, writable=True):
+        ref, mnt = os.path.join(self.m.ref, name), os.path.join(self.m.mnt, name)
+        self.trees[name] = (ref, mnt, writable)
+        return ref, mnt
+
+    def entries(self, ref):
+        out = []
+        for d, dirs, files in os.walk(ref):
+            rel = os.path.relpath(d, ref)
+            for n in dirs + files:
+                out.append(os.path.normpath(os.path.join(rel, n)))
+        return out
+
+    def dirs(self, ref):
+        return [""] + [e for e in self.entries(ref) if os.path.isdir(os.path.join(ref, e))
+                       and not os.path.islink(os.path.join(ref, e))]
+
+    def both(self, fn, ref, mnt, rel, *args):
+        """Runs fn on both sides; they must fail or succeed alike."""
+        res = []
+        for root in (ref, mnt):
+            try:
+                fn(os.path.join(root, rel) if rel else root, *args)
+                res.append(None)
+            except OSError as e:
+                res.append(e.errno)
+        assert res[0] == res[1], f"{fn.__name__} {rel}: ref {res[0]} scion {res[1]}\n" + "\n".join(self.log[-20:])
+
+    def step(self):
+        rng = self.rng
+        name = rng.choice([n for n, t in self.trees.items() if t[2]])
+        ref, mnt, _ = self.trees[name]
+        d = rng.choice(self.dirs(ref))
+        ents = self.entries(ref)
+        target = os.path.join(d, rng.choice(NAMES)) if d else rng.choice(NAMES)
+        op = rng.randrange(100)
+        self.log.append(f"{name}: op {op} {target}")
+        if op < 30:
+            data = os.urandom(rng.choice([0, 10, 5000, 70000, 200000]))
+            off = rng.choice([0, 100, 65536])
+
+            def write(p):
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+                try:
+                    os.pwrite(fd, data, off)
+                finally:
+                    os.close(fd)
+            self.both(write, ref, mnt, target)
+        elif op < 40:
+            self.both(os.mkdir, ref, mnt, target)
+        elif op < 50 and ents:
+            files = [e for e in ents if os.path.isfile(os.path.join(ref, e)) and not os.path.islink(os.path.join(ref, e))]
+            if files:
+                src = rng.choice(files)
+                res = []
+                for root in (ref, mnt):
+                    try:
+                        os.link(os.path.join(root, src), os.path.join(root, target))
+                        res.append(None)
+                    except OSError as e:
+                        res.append(e.errno)
+                assert res[0] == res[1], f"link {src} {target}: {res}"
+        elif op < 60 and ents and rng.random() < 0.5:
+            e = rng.choice(ents)
+            res = []
+            for root in (ref, mnt):
+                p = os.path.join(root, e)
+                try:
+                    if os.path.isdir(p) and not os.path.islink(p):
+                        shutil.rmtree(p)
+                    else:
+                        os.unlink(p)
+                    res.append(None)
+                except OSError as ex:
+                    res.append(ex.errno)
+            assert res[0] == res[1], f"remove {e}: {res}"
+        elif op < 70 and ents:
+            e = rng.choice(ents)
+            res = []
+            for root in (ref, mnt):
+                try:
+                    os.rename(os.path.join(root, e), os.path.join(root, target))
+                    res.append(None)
+                except OSError as ex:
+                    res.append(ex.errno)
+            assert res[0] == res[1], f"rename {e} {target}: {res}"
+        elif op < 78 and ents:
+            e = rng.choice(ents)
+            mode = rng.choice([0o600, 0o755, 0o644, 0o4755])
+            self.both(lambda p: os.chmod(p, mode), ref, mnt, e)
+        elif op < 84 and ents:
+            e = rng.choice(ents)
+            v = os.urandom(rng.randrange(1, 50))
+            self.both(lambda p: os.setxattr(p, "user.t", v, follow_symlinks=False), ref, mnt, e)
+        elif op < 88 and ents:
+            e = rng.choice(ents)
+            size = rng.choice([0, 1, 70000, 300000])
+            self.both(lambda p: os.truncate(p, size), ref, mnt, e)
+        elif op < 93 and len(self.trees) < 8:
+            self.clone(name, d)
+        elif op < 96 and len(self.trees) < 10:
+            self.snap(name, d)
+        else:
+            self.destroy()
+
+    def clone(self, name, d):
+        ref, mnt, _ = self.trees[name]
+        self.nclones += 1
+        new = f"clone{self.nclones}"
+        src_ref, src_mnt = os.path.join(ref, d), os.path.join(mnt, d)
+        excl = []
+        subs = [e for e in os.listdir(src_ref)]
+        if subs and self.rng.random() < 0.3:
+            excl = [self.rng.choice(subs)]
+        self.log.append(f"clone {name}/{d} -> {new} excluding {excl}")
+        nref, nmnt = self.add(new)
+        # The model: cp -a at this instant (hard links among the copied names kept).
+        subprocess.run(["cp", "-a", src_ref, nref], check=True)
+        for e in excl:
+            p = os.path.join(nref, e)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
+        args = ["clone", src_mnt, nmnt] + sum([["--exclude", e] for e in excl], [])
+        scion_ok(self.m, *args)
+
+    def snap(self, name, d):
+        ref, mnt, _ = self.trees[name]
+        self.nclones += 1
+        sname = f"s{self.nclones}"
+        src_ref, src_mnt = os.path.join(ref, d), os.path.join(mnt, d)
+        self.log.append(f"snapshot {name}/{d} as {sname}")
+        nref = os.path.join(self.m.ref, sname)
+        subprocess.run(["cp", "-a", src_ref, nref], check=True)
+        scion_ok(self.m, "snapshot", src_mnt, "--name", sname)
+        self.trees[sname] = (nref, os.path.join(src_mnt, ".snapshot", sname), False)
+        assert ".snapshot" not in os.listdir(src_mnt)
+
+    def destroy(self):
+        gone = [n for n in self.trees if n != "orig"]
+        if not gone:
+            return
+        name = self.rng.choice(gone)
+        ref, mnt, writable = self.trees.pop(name)
+        self.log.append(f"destroy {name}")
+        if not os.path.exists(mnt):
+            # A snapshot whose directory was since removed or renamed away (or that went
+            # with the clone it was taken in): not reachable by this path any more.
+            assert not writable
+            shutil.rmtree(ref)
+            return
+        if writable and self.rng.random() < 0.5:
+            shutil.rmtree(mnt)           # rm -rf of a clone works too
+        else:
+            scion_ok(self.m, "destroy", mnt)
+        assert not os.path.exists(mnt)
+        shutil.rmtree(ref)
+
+    def compare(self, what):
+        for name, (ref, mnt, writable) in sorted(self.trees.items()):
+            if os.path.exists(mnt):
+                compare_trees(ref, mnt, f"{what}: tree {name}")
+
+
+def test_clone_isolation(scion_mount):
+    m = scion_mount
+    seed = env_int("SCION_SEED", random.SystemRandom().randrange(1 << 32))
+    print(f"seed={seed}")
+    t = Trees(m, seed)
+    ref, mnt = t.add("orig")
+    os.mkdir(ref)
+    os.mkdir(mnt)
+    ops = env_int("SCION_CLONE_OPS", 3000)
+    for i in range(ops):
+        t.step()
+        if i % 100 == 99:
+            t.compare(f"seed {seed} op {i}")
+    print(f"{len(t.trees)} trees, {t.nclones} clones and snapshots, "
+          f"{sum(len(t.entries(r)) for r, _, _ in t.trees.values())} entries")
+    assert t.nclones > 0
+    # Snapshots refuse writes.
+    for name, (_, mnt_root, writable) in t.trees.items():
+        if not writable and os.path.isdir(mnt_root):
+            with pytest.raises(OSError) as e:
+                open(os.path.join(mnt_root, "new-file"), "w")
+            assert e.value.errno == errno.EROFS
+    m.umount()
+    m.check()
+    m.mount()
+    t.compare(f"seed {seed} after remount")
+
+
+def test_hard_links_in_clones(scion_mount):
+    """Prism's figures 3 and 5: names of one file inside and outside the clone."""
+    m = scion_mount
+    mnt = m.mnt
+    os.makedirs(f"{mnt}/src/d")
+    os.makedirs(f"{mnt}/out")
+    with open(f"{mnt}/src/x", "w") as f:
+        f.write("original")
+    os.link(f"{mnt}/src/x", f"{mnt}/src/d/y")
+    os.link(f"{mnt}/src/x", f"{mnt}/out/z")           # a name outside SRC
+    scion_ok(m, "clone", f"{mnt}/src", f"{mnt}/c1")
+    x, y, cx, cy = (os.stat(p) for p in (f"{mnt}/src/x", f"{mnt}/src/d/y", f"{mnt}/c1/x", f"{mnt}/c1/d/y"))
+    assert x.st_nlink == 3 and cx.st_nlink == 2 and cy.st_nlink == 2
+    assert cx.st_ino == cy.st_ino and cx.st_ino != x.st_ino
+    with open(f"{mnt}/c1/x", "a") as f:
+        f.write(" + clone")
+    assert open(f"{mnt}/c1/d/y").read() == "original + clone"
+    assert open(f"{mnt}/src/d/y").read() == "original"
+    assert open(f"{mnt}/out/z").read() == "original"
+    # Excluding one name leaves one: nlink 1 in the clone.
+    scion_ok(m, "clone", f"{mnt}/src", f"{mnt}/c2", "--exclude", "d")
+    assert os.stat(f"{mnt}/c2/x").st_nlink == 1
+    assert not os.path.exists(f"{mnt}/c2/d")
+    # A clone of a clone, and a new link inside it.
+    scion_ok(m, "clone", f"{mnt}/c1", f"{mnt}/c3")
+    os.link(f"{mnt}/c3/x", f"{mnt}/c3/w")
+    assert os.stat(f"{mnt}/c3/d/y").st_nlink == 3
+    assert os.stat(f"{mnt}/c1/d/y").st_nlink == 2
+    # Distinct files to find -samefile / du.
+    inos = {os.stat(p).st_ino for p in (f"{mnt}/src/x", f"{mnt}/c1/x", f"{mnt}/c2/x", f"{mnt}/c3/x")}
+    assert len(inos) == 4
+    m.umount()
+    m.check()
+
+
+def test_nested_clones_rename_and_copy(scion_mount):
+    m = scion_mount
+    mnt = m.mnt
+    os.makedirs(f"{mnt}/top/inner")
+    with open(f"{mnt}/top/inner/f", "w") as f:
+        f.write("v1")
+    scion_ok(m, "clone", f"{mnt}/top/inner", f"{mnt}/top/nested")
+    scion_ok(m, "clone", f"{mnt}/top", f"{mnt}/copy")
+    with open(f"{mnt}/copy/nested/f", "w") as f:
+        f.write("v2")
+    assert open(f"{mnt}/top/nested/f").read() == "v1"
+    assert open(f"{mnt}/copy/nested/f").read() == "v2"
+    # Renames across a clone's boundary fail with EXDEV; mv copies instead.
+    with pytest.raises(OSError) as e:
+        os.rename(f"{mnt}/copy/inner/f", f"{mnt}/top/g")
+    assert e.value.errno == errno.EXDEV
+    subprocess.run(["mv", f"{mnt}/copy/inner/f", f"{mnt}/top/g"], check=True)
+    assert open(f"{mnt}/top/g").read() == "v1"
+    # The clone itself can be renamed in its parent.
+    os.rename(f"{mnt}/copy", f"{mnt}/copy2")
+    assert open(f"{mnt}/copy2/nested/f").read() == "v2"
+    # rm -rf of a clone works.
+    shutil.rmtree(f"{mnt}/copy2")
+    assert sorted(os.listdir(mnt)) == ["top"]
+    m.umount()
+    m.check()
+
+
+def test_snapshots(scion_mount):
+    m = scion_mount
+    mnt = m.mnt
+    os.makedirs(f"{mnt}/p/q")
+    with open(f"{mnt}/p/q/f", "w") as f:
+        f.write("then")
+    scion_ok(m, "snapshot", f"{mnt}/p", "--name", "one")
+    with open(f"{mnt}/p/q/f", "w") as f:
+        f.write("now")
+    assert open(f"{mnt}/p/.snapshot/one/q/f").read() == "then"
+    assert open(f"{mnt}/p/q/.snapshot/one/f").read() == "then"     # from a directory below
+    assert ".snapshot" not in os.listdir(f"{mnt}/p")
+    assert os.listdir(f"{mnt}/p/.snapshot") == ["one"]
+    for op in (lambda: open(f"{mnt}/p/.snapshot/one/q/f", "w"),
+               lambda: os.mkdir(f"{mnt}/p/.snapshot/one/new"),
+               lambda: os.unlink(f"{mnt}/p/.snapshot/one/q/f"),
+               lambda: os.chmod(f"{mnt}/p/.snapshot/one/q/f", 0o600)):
+        with pytest.raises(OSError) as e:
+            op()
+        assert e.value.errno == errno.EROFS
+    out = scion_ok(m, "list", mnt)
+    assert "/p/.snapshot/one" in out, out
+    scion_ok(m, "destroy", f"{mnt}/p/.snapshot/one")
+    assert not os.path.exists(f"{mnt}/p/.snapshot/one")
+    m.umount()
+    m.check()
+
+
+def test_clone_space(scion_mount):
+    """A clone adds almost nothing; 1 MiB changed in it adds about 1 MiB; destroying it
+    returns that space to the host. (64 MiB here, to keep CI fast; bench/ does 1 GiB.)"""
+    m = scion_mount
+    mnt = m.mnt
+    os.makedirs(f"{mnt}/data")
+    for i in range(4):
+        with open(f"{mnt}/data/f{i}", "wb") as f:
+            f.write(os.urandom(16 << 20))
+    os.sync()
+    base = store_bytes(m)
+    scion_ok(m, "clone", f"{mnt}/data", f"{mnt}/c")
+    os.sync()
+    after_clone = store_bytes(m)
+    assert after_clone - base < (512 << 10), (base, after_clone)
+    with open(f"{mnt}/c/f1", "r+b") as f:
+        f.seek(4 << 20)
+        f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    scion_ok(m, "list", mnt)      # checkpoints
+    after_write = store_bytes(m)
+    grown = after_write - after_clone
+    assert (1 << 20) * 0.9 < grown < (3 << 20), grown
+    scion_ok(m, "destroy", f"{mnt}/c")
+    scion_ok(m, "list", mnt)
+    after_destroy = store_bytes(m)
+    assert after_destroy - base < (512 << 10), (base, after_destroy)
+    m.umount()
+    m.check()
+
+
+def test_unmounted_clone_and_template(scion_mount, tmp_path):
+    m = scion_mount
+    os.makedirs(f"{m.mnt}/src/skip")
+    with open(f"{m.mnt}/src/f", "w") as f:
+        f.write("x")
+    m.umount()
+    t = tmp_path / "t.toml"
+    t.write_text('source = "/src"\ndestination = "/dst"\nexclude = ["skip"]\n')
+    scion_ok(m, "clone", "--store", m.store, "--template", t)
+    out = scion_ok(m, "list", "--store", m.store)
+    assert "/dst" in out
+    bad = tmp_path / "bad.toml"
+    bad.write_text('source = "/src"\nnonsense = 1\n')
+    r = m.run("clone", "--store", m.store, "--template", bad)
+    assert r.returncode != 0 and "template" in r.stderr
+    m.check()
+    m.mount()
+    assert os.listdir(f"{m.mnt}/dst") == ["f"]
