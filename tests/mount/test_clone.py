@@ -401,3 +401,28 @@ def test_unmounted_clone_and_template(scion_mount, tmp_path):
     m.check()
     m.mount()
     assert os.listdir(f"{m.mnt}/dst") == ["f"]
+
+
+def test_copy_inside_mount_shares_blocks(scion_mount):
+    """cp inside the mount (copy_file_range) shares committed blocks instead of copying."""
+    m = scion_mount
+    mnt = m.mnt
+    data = os.urandom(8 << 20) + b"tail"
+    with open(f"{mnt}/big", "wb") as f:
+        f.write(data)
+    os.sync()
+    scion_ok(m, "list", mnt)          # a checkpoint: the blocks are committed
+    base = store_bytes(m)
+    subprocess.run(["cp", f"{mnt}/big", f"{mnt}/copy"], check=True)
+    os.sync()
+    scion_ok(m, "list", mnt)
+    grown = store_bytes(m) - base
+    assert grown < (1 << 20), grown
+    assert open(f"{mnt}/copy", "rb").read() == data
+    with open(f"{mnt}/copy", "r+b") as f:
+        f.write(b"changed")
+    assert open(f"{mnt}/big", "rb").read() == data
+    m.umount()
+    m.check()
+    m.mount()
+    assert open(f"{mnt}/copy", "rb").read() == b"changed" + data[7:]

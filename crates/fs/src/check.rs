@@ -77,7 +77,7 @@ impl std::fmt::Display for Report {
 #[derive(Clone, Copy)]
 enum Ctx {
     Dir { ns: u32, oid: u64 },
-    File { ns: u32, oid: u64, size: u64, root: u64 },
+    File { oid: u64, size: u64, root: u64 },
     Links { ns: u32 },
     Summary,
 }
@@ -275,7 +275,6 @@ impl Checker<'_> {
                     // Keyed by content root: records that share content are checked once.
                     Some(c) => {
                         let ctx = Ctx::File {
-                            ns,
                             oid: i.oid,
                             size: i.size,
                             root: c.addr,

@@ -458,6 +458,15 @@ impl Fs {
                 let i = self.resolve(ino)?;
                 self.op_put_chunks(i, *first, chunks, *time)
             }
+            Record::ShareChunks {
+                ino,
+                first,
+                chunks,
+                time,
+            } => {
+                let i = self.resolve(ino)?;
+                self.op_share_chunks(i, *first, chunks, *time)
+            }
             Record::Fallocate {
                 ino,
                 mode,
@@ -574,7 +583,9 @@ impl Fs {
                         ops.push((chunk_key(idx), None));
                     }
                     // Written ahead: the tree takes the block's one reference.
-                    Chunk::Block(ptr) => ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr])))),
+                    Chunk::Block(ptr) | Chunk::Shared(ptr) => {
+                        ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr]))))
+                    }
                     Chunk::Hole => ops.push((chunk_key(idx), None)),
                 }
             }

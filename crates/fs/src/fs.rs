@@ -53,6 +53,9 @@ pub(crate) enum Chunk {
     Block(BlockPtr),
     /// Zeros.
     Hole,
+    /// A committed block of another file, shared by copy_file_range; this overlay holds one
+    /// reference to it, which the checkpoint hands to the tree.
+    Shared(BlockPtr),
 }
 
 /// A change waiting in a directory's overlay.
@@ -649,11 +652,17 @@ impl Fs {
             }
             self.dirty_bytes = self.dirty_bytes.saturating_sub(chunk_bytes(n));
             let n = self.nodes.remove(&ino).unwrap();
-            self.garbage.extend(
-                n.chunks
-                    .values()
-                    .filter_map(|c| if let Chunk::Block(p) = c { Some(*p) } else { None }),
-            );
+            for c in n.chunks.values() {
+                match c {
+                    Chunk::Block(p) => self.garbage.push(*p),
+                    Chunk::Shared(p) => {
+                        if let Err(e) = self.forest.release(p) {
+                            log::error!("release of a shared chunk: {e}");
+                        }
+                    }
+                    _ => {}
+                }
+            }
         } else if !n.pinned && n.inode.kind != Kind::Dir && n.chunks.is_empty() {
             self.nodes.remove(&ino);
         }
@@ -1358,7 +1367,7 @@ impl Fs {
     fn chunk(&self, n: &Node, idx: u64) -> FsResult<Option<Vec<u8>>> {
         match n.chunks.get(&idx) {
             Some(Chunk::Buf(b)) => Ok(Some(b.clone())),
-            Some(Chunk::Block(p)) => self.read_block(n, idx, p).map(Some),
+            Some(Chunk::Block(p) | Chunk::Shared(p)) => self.read_block(n, idx, p).map(Some),
             Some(Chunk::Hole) => Ok(None),
             None => match self.stored_chunk(n, idx)? {
                 Some(p) => self.read_block(n, idx, &p).map(Some),
@@ -1370,7 +1379,7 @@ impl Fs {
     fn chunk_len(&self, n: &Node, idx: u64) -> FsResult<u64> {
         match n.chunks.get(&idx) {
             Some(Chunk::Buf(b)) => Ok(b.len() as u64),
-            Some(Chunk::Block(p)) => Ok(p.len as u64),
+            Some(Chunk::Block(p) | Chunk::Shared(p)) => Ok(p.len as u64),
             Some(Chunk::Hole) => Ok(0),
             None => Ok(self.stored_chunk(n, idx)?.map(|p| p.len as u64).unwrap_or(0)),
         }
@@ -1382,7 +1391,7 @@ impl Fs {
         let old = self.chunk_len(n, idx)?;
         let new = match &c {
             Chunk::Buf(b) => b.len() as u64,
-            Chunk::Block(p) => p.len as u64,
+            Chunk::Block(p) | Chunk::Shared(p) => p.len as u64,
             Chunk::Hole => 0,
         };
         let n = self.node_mut(ino)?;
@@ -1393,6 +1402,7 @@ impl Fs {
             // Written ahead and replaced before any checkpoint took it: the journal still
             // names it until the next checkpoint, which then frees it.
             Some(Chunk::Block(p)) => self.garbage.push(p),
+            Some(Chunk::Shared(p)) => self.forest.release(&p).map_err(eio)?,
             _ => {}
         }
         self.dirty_bytes += new_mem;
@@ -1434,7 +1444,7 @@ impl Fs {
                     }
                     None
                 }
-                Some(Chunk::Block(p)) => Some(*p),
+                Some(Chunk::Block(p) | Chunk::Shared(p)) => Some(*p),
                 Some(Chunk::Hole) => None,
                 None => self.stored_chunk(n, idx)?,
             };
@@ -1770,21 +1780,91 @@ impl Fs {
         }
     }
 
-    /// Copies a byte range between files of the store.
+    /// Copies a byte range between files of the store. Whole chunks at chunk-aligned
+    /// offsets share the source's committed blocks (a reflink); the rest is copied.
     pub fn copy_range(&mut self, from: Ino, off_in: u64, to: Ino, off_out: u64, len: u64) -> FsResult<u64> {
+        self.writable()?;
+        self.rw(to)?;
         let size = self.node(from)?.inode.size;
         let len = len.min(size.saturating_sub(off_in));
         let mut done = 0;
         while done < len {
-            let n = (len - done).min(4 << 20) as u32;
-            let data = self.read(from, off_in + done, n)?;
+            let (pin, pout) = (off_in + done, off_out + done);
+            if pin % CHUNK == 0 && pout % CHUNK == 0 && len - done >= CHUNK {
+                let want = ((len - done) / CHUNK).min(1024);
+                let n = self.node(from)?;
+                let mut run = Vec::new();
+                for i in 0..want {
+                    let idx = pin / CHUNK + i;
+                    let c = match n.chunks.get(&idx) {
+                        None => match self.stored_chunk(n, idx)? {
+                            Some(p) if p.len as u64 == CHUNK => Some(p),
+                            None => None,
+                            Some(_) => break,
+                        },
+                        Some(Chunk::Hole) => None,
+                        // Not committed yet (or partial): copied below.
+                        Some(_) => break,
+                    };
+                    run.push(c);
+                }
+                if !run.is_empty() {
+                    self.share_chunks(to, pout / CHUNK, &run)?;
+                    done += run.len() as u64 * CHUNK;
+                    continue;
+                }
+            }
+            let step = (CHUNK - pin % CHUNK).min(len - done).min(4 << 20) as u32;
+            let data = self.read(from, pin, step)?;
             if data.is_empty() {
                 break;
             }
-            self.write(to, off_out + done, &data)?;
+            self.write(to, pout, &data)?;
             done += data.len() as u64;
         }
         Ok(done)
+    }
+
+    fn share_chunks(&mut self, ino: Ino, first: u64, chunks: &[Option<BlockPtr>]) -> FsResult<()> {
+        let now = Ts::now();
+        let target = self.target(ino);
+        self.op_share_chunks(ino, first, chunks, now)?;
+        self.log(|| {
+            target.map(|ino| Record::ShareChunks {
+                ino,
+                first,
+                chunks: chunks.to_vec(),
+                time: now,
+            })
+        })?;
+        self.maybe_checkpoint()
+    }
+
+    pub(crate) fn op_share_chunks(&mut self, ino: Ino, first: u64, chunks: &[Option<BlockPtr>], now: Ts) -> FsResult<()> {
+        if self.node(ino)?.inode.kind != Kind::File {
+            return Err(libc::EINVAL);
+        }
+        let end = (first + chunks.len() as u64).checked_mul(CHUNK).ok_or(libc::EFBIG)?;
+        if end > MAX_FILE_SIZE {
+            return Err(libc::EFBIG);
+        }
+        for (i, c) in chunks.iter().enumerate() {
+            let c = match c {
+                Some(p) if p.len as u64 == CHUNK && p.kind == scion_store::BlockKind::Data => {
+                    self.forest.refs.inc(p);
+                    Chunk::Shared(*p)
+                }
+                Some(_) => return Err(libc::EINVAL),
+                None => Chunk::Hole,
+            };
+            self.set_chunk(ino, first + i as u64, c)?;
+        }
+        let n = self.node_mut(ino)?;
+        n.inode.size = n.inode.size.max(end);
+        n.inode.mtime = now;
+        n.inode.ctime = now;
+        self.touch(ino);
+        Ok(())
     }
 
     // ----- extended attributes -------------------------------------------------------------

@@ -85,6 +85,14 @@ pub enum Record {
         chunks: Vec<Option<scion_store::BlockPtr>>,
         time: Ts,
     },
+    /// Whole chunks made to share committed blocks of another file (copy_file_range): the
+    /// blocks gain a reference (`None`: a hole).
+    ShareChunks {
+        ino: Target,
+        first: u64,
+        chunks: Vec<Option<scion_store::BlockPtr>>,
+        time: Ts,
+    },
     Fallocate {
         ino: Target,
         mode: i32,
@@ -309,8 +317,14 @@ impl Record {
                 first,
                 chunks,
                 time,
+            }
+            | Record::ShareChunks {
+                ino,
+                first,
+                chunks,
+                time,
             } => {
-                w.u8(10);
+                w.u8(if matches!(self, Record::PutChunks { .. }) { 10 } else { 11 });
                 put_target(&mut w, ino);
                 w.u64(*first).u32(chunks.len() as u32);
                 for c in chunks {
@@ -338,7 +352,8 @@ impl Record {
 
     pub fn decode(bytes: &[u8]) -> Result<Record> {
         let mut r = Reader::new(bytes, "journal record");
-        let rec = match r.u8()? {
+        let tag = r.u8()?;
+        let rec = match tag {
             1 => {
                 let parent = get_target(&mut r)?;
                 let name = r.bytes()?.to_vec();
@@ -423,7 +438,7 @@ impl Record {
                 flags: r.u32()? as i32,
                 time: get_ts(&mut r)?,
             },
-            10 => {
+            10 | 11 => {
                 let ino = get_target(&mut r)?;
                 let first = r.u64()?;
                 let n = r.count(1)?;
@@ -435,11 +450,21 @@ impl Record {
                         t => return Err(Error::corrupt("journal record", "chunk", format!("tag {t}"))),
                     });
                 }
-                Record::PutChunks {
-                    ino,
-                    first,
-                    chunks,
-                    time: get_ts(&mut r)?,
+                let time = get_ts(&mut r)?;
+                if tag == 10 {
+                    Record::PutChunks {
+                        ino,
+                        first,
+                        chunks,
+                        time,
+                    }
+                } else {
+                    Record::ShareChunks {
+                        ino,
+                        first,
+                        chunks,
+                        time,
+                    }
                 }
             }
             9 => Record::RemoveXattr {

@@ -11,7 +11,7 @@ use std::path::Path;
 
 pub const SUPERBLOCK_FILE: &str = "superblock";
 pub const SUPERBLOCK_SLOT: usize = 4096;
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SCIONSB\0";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
