@@ -20,6 +20,8 @@ enum M {
 struct Model {
     paths: BTreeMap<String, M>,
     files: Vec<(Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>)>,
+    /// Roots of clones: names never cross their boundaries (EXDEV).
+    clones: std::collections::BTreeSet<String>,
 }
 
 impl Model {
@@ -39,6 +41,20 @@ impl Model {
         let mut v = vec![String::new()];
         v.extend(self.paths.iter().filter(|(_, m)| **m == M::Dir).map(|(p, _)| p.clone()));
         v
+    }
+    /// The clone whose tree holds the *name* `path` ("" for the main tree).
+    fn ns_of_name(&self, path: &str) -> String {
+        let (d, _) = split(path);
+        self.ns_of_dir(d)
+    }
+    /// The clone a directory's entries live in.
+    fn ns_of_dir(&self, dir: &str) -> String {
+        self.clones
+            .iter()
+            .filter(|c| dir == c.as_str() || dir.starts_with(&format!("{c}/")))
+            .max_by_key(|c| c.len())
+            .cloned()
+            .unwrap_or_default()
     }
     fn files(&self) -> Vec<String> {
         self.paths
@@ -81,6 +97,7 @@ fn compare(fs: &mut Fs, m: &Model, ctx: &str) {
                 format!("{path}/{name}")
             };
             let a = fs.lookup(ino, &e.name).unwrap();
+            assert_eq!(a.ino, e.ino, "{p}: readdir and lookup disagree on the inode");
             let data = match a.kind {
                 Kind::File => fs.read(a.ino, 0, (a.size as u32).max(1)).unwrap(),
                 Kind::Symlink => fs.readlink(a.ino).unwrap(),
@@ -115,6 +132,8 @@ fn compare(fs: &mut Fs, m: &Model, ctx: &str) {
                     m.files[*id].0.len()
                 );
                 // Names of one file share an inode; different files do not.
+                let names = m.paths.values().filter(|e| **e == M::File(*id)).count() as u32;
+                assert_eq!(fs.getattr(*ino).unwrap().nlink, names, "{ctx}: nlink of {p}");
                 let prev = ino_of_file.insert(*id, *ino);
                 assert!(prev.is_none() || prev == Some(*ino), "{ctx}: {p} lost its hard link");
                 let xa = fs.listxattr(*ino).unwrap();
@@ -130,7 +149,8 @@ fn compare(fs: &mut Fs, m: &Model, ctx: &str) {
     assert_eq!(distinct.len(), ino_of_file.len(), "{ctx}: two files share an inode");
 }
 
-fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
+/// One random operation; true if it made everything so far durable (a clone commits).
+fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
     let trace = std::env::var("SCION_TRACE").is_ok();
     let dirs = m.dirs();
     let files = m.files();
@@ -144,7 +164,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
                 format!("{d}/{name}")
             };
             if m.paths.contains_key(&p) {
-                return;
+                return false;
             }
             let parent = resolve(fs, d);
             fs.mknod(parent, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[])
@@ -163,7 +183,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
                 format!("{d}/{name}")
             };
             if m.paths.contains_key(&p) || d.matches('/').count() > 4 {
-                return;
+                return false;
             }
             let parent = resolve(fs, d);
             fs.mknod(parent, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[])
@@ -220,7 +240,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
         53..=62 => {
             let all: Vec<String> = m.paths.keys().cloned().collect();
             if all.is_empty() {
-                return;
+                return false;
             }
             let p = all[rng.gen_range(0..all.len())].clone();
             let (d, n) = split(&p);
@@ -240,12 +260,13 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
             } else {
                 r.unwrap();
                 m.paths.remove(&p);
+                m.clones.remove(&p);
             }
         }
         63..=77 => {
             let all: Vec<String> = m.paths.keys().cloned().collect();
             if all.is_empty() {
-                return;
+                return false;
             }
             let src = all[rng.gen_range(0..all.len())].clone();
             let d = &dirs[rng.gen_range(0..dirs.len())];
@@ -256,22 +277,27 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
             };
             let src_dir = m.paths[&src] == M::Dir;
             if dst == src || (src_dir && (d == &src || d.starts_with(&format!("{src}/")))) {
-                return;
+                return false;
             }
             if let Some(t) = m.paths.get(&dst) {
                 let tdir = *t == M::Dir;
                 if tdir != src_dir || (tdir && !m.children(&dst).is_empty()) {
-                    return;
+                    return false;
                 }
                 if let (M::File(a), M::File(b)) = (&m.paths[&src], t) {
                     if a == b {
-                        return; // two names of one file
+                        return false; // two names of one file
                     }
                 }
             }
             let (sd, sn) = split(&src);
             let (sp, dp) = (resolve(fs, sd), resolve(fs, d));
-            fs.rename(sp, sn.as_bytes(), dp, name.as_bytes(), 0).unwrap();
+            let r = fs.rename(sp, sn.as_bytes(), dp, name.as_bytes(), 0);
+            if m.ns_of_name(&src) != m.ns_of_dir(d) || (m.paths.contains_key(&dst) && m.ns_of_name(&dst) != m.ns_of_dir(d)) {
+                assert_eq!(r, Err(libc::EXDEV), "rename {src} {dst} across a clone boundary");
+                return false;
+            }
+            r.unwrap();
             if trace {
                 eprintln!("rename {src} {dst}");
             }
@@ -284,6 +310,17 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
             m.paths.remove(&dst);
             for (p, _) in &moved {
                 m.paths.remove(p);
+            }
+            m.clones.remove(&dst);
+            let moved_clones: Vec<String> = m
+                .clones
+                .iter()
+                .filter(|c| **c == src || c.starts_with(&format!("{src}/")))
+                .cloned()
+                .collect();
+            for c in moved_clones {
+                m.clones.remove(&c);
+                m.clones.insert(format!("{dst}{}", &c[src.len()..]));
             }
             for (p, e) in moved {
                 m.paths.insert(format!("{dst}{}", &p[src.len()..]), e);
@@ -298,10 +335,15 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
                 format!("{d}/{name}")
             };
             if m.paths.contains_key(&dst) {
-                return;
+                return false;
             }
             let (ino, dp) = (resolve(fs, src), resolve(fs, d));
-            fs.link(ino, dp, name.as_bytes()).unwrap();
+            let r = fs.link(ino, dp, name.as_bytes());
+            if m.ns_of_name(src) != m.ns_of_dir(d) {
+                assert_eq!(r.map(|_| ()), Err(libc::EXDEV), "link {src} {dst} across a clone boundary");
+                return false;
+            }
+            r.unwrap();
             if trace {
                 eprintln!("link {src} {dst}");
             }
@@ -316,7 +358,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
                 format!("{d}/{name}")
             };
             if m.paths.contains_key(&p) {
-                return;
+                return false;
             }
             let target = format!("target-{}", rng.gen_range(0..1000)).into_bytes();
             let parent = resolve(fs, d);
@@ -324,7 +366,63 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
                 .unwrap();
             m.paths.insert(p, M::Symlink(target));
         }
-        90..=99 if !files.is_empty() => {
+        97..=99 => {
+            // A clone of any directory (perhaps the root, perhaps holding clones) to a new
+            // name anywhere, sometimes leaving one entry out; modelled as `cp -a`.
+            let src = dirs[rng.gen_range(0..dirs.len())].clone();
+            let d = &dirs[rng.gen_range(0..dirs.len())];
+            let dst = if d.is_empty() {
+                name.clone()
+            } else {
+                format!("{d}/{name}")
+            };
+            if m.paths.contains_key(&dst) || d.matches('/').count() > 6 {
+                return false;
+            }
+            let prefix = if src.is_empty() { String::new() } else { format!("{src}/") };
+            let kids = m.children(&src);
+            let excl = (!kids.is_empty() && rng.gen_bool(0.3)).then(|| kids[rng.gen_range(0..kids.len())].clone());
+            let (sino, pino) = (resolve(fs, &src), resolve(fs, d));
+            let ex: Vec<Vec<Vec<u8>>> = excl
+                .iter()
+                .map(|e| vec![e[prefix.len()..].as_bytes().to_vec()])
+                .collect();
+            fs.clone_dir(sino, pino, name.as_bytes(), &ex, b"model").unwrap();
+            if trace {
+                eprintln!("clone {src} {dst} excluding {excl:?}");
+            }
+            let inside = |p: &str| {
+                p.starts_with(&prefix)
+                    && !excl
+                        .as_ref()
+                        .is_some_and(|e| p == e.as_str() || p.starts_with(&format!("{e}/")))
+            };
+            let copied: Vec<(String, M)> = m
+                .paths
+                .iter()
+                .filter(|(p, _)| inside(p))
+                .map(|(p, e)| (p.clone(), e.clone()))
+                .collect();
+            let nested: Vec<String> = m.clones.iter().filter(|c| inside(c)).cloned().collect();
+            let mut ids: BTreeMap<usize, usize> = BTreeMap::new();
+            m.paths.insert(dst.clone(), M::Dir);
+            for (p, e) in copied {
+                let e = match e {
+                    M::File(id) => M::File(*ids.entry(id).or_insert_with(|| {
+                        m.files.push(m.files[id].clone());
+                        m.files.len() - 1
+                    })),
+                    other => other,
+                };
+                m.paths.insert(format!("{dst}/{}", &p[prefix.len()..]), e);
+            }
+            for c in nested {
+                m.clones.insert(format!("{dst}/{}", &c[prefix.len()..]));
+            }
+            m.clones.insert(dst);
+            return true;
+        }
+        90..=96 if !files.is_empty() => {
             let p = &files[rng.gen_range(0..files.len())];
             let M::File(id) = m.paths[p] else { unreachable!() };
             let ino = resolve(fs, p);
@@ -340,6 +438,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) {
         }
         _ => {}
     }
+    false
 }
 
 fn run(seed: u64, ops: usize) {
@@ -352,7 +451,9 @@ fn run(seed: u64, ops: usize) {
     let mut m = Model::default();
     let mut synced = m.clone();
     for i in 0..ops {
-        random_op(&mut fs, &mut m, &mut rng);
+        if random_op(&mut fs, &mut m, &mut rng) {
+            synced = m.clone();
+        }
         if std::env::var("SCION_PARANOID").is_ok_and(|v| v.parse::<usize>().unwrap_or(0) <= i) {
             fs.checkpoint().unwrap();
             let rep = scion_fs::check::check_committed(&store).unwrap();
