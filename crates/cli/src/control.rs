@@ -183,6 +183,21 @@ pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), 
                 vec![Invalidate::Entry(snapdir, name.to_vec()), Invalidate::Inode(snapdir)],
             ))
         }
+        Op::Destroy if f(0)?.starts_with(b"@") => {
+            // By id, as `scion list` shows it (a snapshot whose directory is gone has no path).
+            let id: u32 = std::str::from_utf8(&f(0)?[1..])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or("a clone id is @ and a number, as `scion list` shows it")?;
+            fs.destroy_id(id).map_err(|e| {
+                if e == libc::EINVAL || e == libc::ENOENT {
+                    format!("no clone or snapshot with id {id}")
+                } else {
+                    errno(format!("destroy of @{id}"))(e)
+                }
+            })?;
+            Ok((format!("destroyed @{id}"), Vec::new()))
+        }
         Op::Destroy => {
             let path = f(0)?;
             let (p, name) = fs.resolve_parent(path).map_err(errno(show(path)))?;
@@ -204,7 +219,15 @@ pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), 
                 "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12}\n",
                 "KIND", "ID", "PATH", "ORIGIN", "CREATED", "REFER", "USED"
             );
+            // With a path: the clones and snapshots at or below it.
+            let under = req.fields.first().map(|p| show(p)).filter(|p| p != "/");
             for l in fs.list().map_err(errno("list".into()))? {
+                if let Some(u) = &under {
+                    let p = l.path.as_ref().map(|p| show(p)).unwrap_or_default();
+                    if !(p == *u || p.starts_with(&format!("{u}/"))) {
+                        continue;
+                    }
+                }
                 let kind = match l.kind {
                     NsKind::Clone => "clone",
                     NsKind::Snapshot => "snapshot",

@@ -59,7 +59,7 @@ enum Cmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
-    /// Destroy a clone or snapshot, freeing what only it held.
+    /// Destroy a clone or snapshot (a path, or @ID as `scion list` shows), freeing what only it held.
     Destroy {
         path: PathBuf,
         #[arg(long)]

@@ -12,6 +12,8 @@ struct Located {
     store: PathBuf,
     rel: Vec<u8>,
     mounted: bool,
+    /// The mount point, when mounted.
+    mnt: Option<PathBuf>,
 }
 
 /// Scion mounts: (mount point, store), from the kernel's mount table.
@@ -38,6 +40,7 @@ fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located,
             store: store.clone(),
             rel: path.as_os_str().as_bytes().to_vec(),
             mounted: false,
+            mnt: None,
         });
     }
     let abs = if exists {
@@ -71,11 +74,22 @@ fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located,
         store,
         rel: rel.as_os_str().as_bytes().to_vec(),
         mounted: true,
+        mnt: Some(mp),
     })
 }
 
 fn run(at: &Located, req: Request) -> Result<(), String> {
     let text = if at.mounted {
+        if matches!(req.op, Op::Clone | Op::Snapshot) {
+            // The kernel may hold written data the daemon has not seen yet (writeback
+            // caching): a clone is of what processes see, so flush it first.
+            if let Some(mnt) = &at.mnt {
+                if let Ok(d) = std::fs::File::open(mnt) {
+                    use std::os::fd::AsRawFd;
+                    unsafe { libc::syncfs(d.as_raw_fd()) };
+                }
+            }
+        }
         control::call(&at.store, &req)?
     } else {
         let mut fs = Fs::open(
@@ -189,6 +203,25 @@ pub fn snapshot(path: PathBuf, name: Option<String>, store: Option<PathBuf>) -> 
 }
 
 pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
+    // `@ID` names a clone or snapshot by the id `scion list` shows.
+    if let Some(id) = path.to_str().filter(|p| p.starts_with('@')) {
+        let at = match &store {
+            Some(s) => Located {
+                store: s.clone(),
+                rel: Vec::new(),
+                mounted: false,
+                mnt: None,
+            },
+            None => locate(Path::new("."), true, &store)?,
+        };
+        return run(
+            &at,
+            Request {
+                op: Op::Destroy,
+                fields: vec![id.as_bytes().to_vec()],
+            },
+        );
+    }
     // Not canonicalised: the last name is the clone itself, not what a symlink points at.
     let at = if store.is_some() {
         locate(&path, true, &store)?
@@ -215,13 +248,15 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
 }
 
 pub fn list(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
-    let at = match &store {
-        Some(s) => Located {
+    let at = match (&store, path) {
+        (Some(s), p) => Located {
             store: s.clone(),
-            rel: Vec::new(),
+            rel: p.map(|p| p.as_os_str().as_bytes().to_vec()).unwrap_or_default(),
             mounted: false,
+            mnt: None,
         },
-        None => locate(&path.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
+        (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
     };
-    run(&at, Request { op: Op::List, fields: Vec::new() })
+    let fields = if at.rel.is_empty() { Vec::new() } else { vec![at.rel.clone()] };
+    run(&at, Request { op: Op::List, fields })
 }

@@ -273,6 +273,9 @@ impl Fs {
             failed: None,
             dropped_ns: Vec::new(),
             show_snapdir: false,
+            dirty: HashSet::new(),
+            orphans: HashSet::new(),
+            sweep_at: 1 << 16,
         };
         match &sb.checkpoint {
             Some(ptr) => {
@@ -514,9 +517,16 @@ impl Fs {
             self.forest.release(&p)?;
         }
 
+        // Only what changed is visited (see `Fs::dirty`).
+        let dirty: Vec<Ino> = std::mem::take(&mut self.dirty)
+            .into_iter()
+            .filter(|i| self.nodes.contains_key(i))
+            .collect();
+
         // 1. Prepass: references for every record about to be rewritten, and for orphans.
         let mut targets: HashSet<Ino> = HashSet::new();
-        for (dir, n) in &self.nodes {
+        for dir in &dirty {
+            let n = &self.nodes[dir];
             if n.loc == Loc::Gone {
                 continue;
             }
@@ -549,7 +559,8 @@ impl Fs {
                 n.prepass_sum = Some(c);
             }
         }
-        for n in self.nodes.values_mut() {
+        for ino in &self.orphans {
+            let n = self.nodes.get_mut(ino).expect("an orphan is loaded");
             if n.loc == Loc::Gone && n.opens > 0 && n.orphan_ref.is_none() && n.inode.kind == Kind::File {
                 if let Some(c) = n.inode.content {
                     self.forest.refs.inc(&c);
@@ -559,11 +570,13 @@ impl Fs {
         }
 
         // 2. File overlays become content trees.
-        let files: Vec<Ino> = self
-            .nodes
+        let files: Vec<Ino> = dirty
             .iter()
-            .filter(|(_, n)| !n.chunks.is_empty() && n.loc != Loc::Gone)
-            .map(|(i, _)| *i)
+            .filter(|i| {
+                let n = &self.nodes[i];
+                !n.chunks.is_empty() && n.loc != Loc::Gone
+            })
+            .copied()
             .collect();
         for ino in files {
             let n = self.nodes.get_mut(&ino).unwrap();
@@ -597,12 +610,7 @@ impl Fs {
                 self.forest.release(&p)?;
             }
         }
-        self.dirty_bytes = self
-            .nodes
-            .values()
-            .filter(|n| n.loc == Loc::Gone)
-            .map(chunk_bytes)
-            .sum();
+        self.dirty_bytes = self.orphans.iter().map(|i| chunk_bytes(&self.nodes[i])).sum();
 
         // 3. Directories, deepest first.
         let mut heap: BinaryHeap<(usize, Ino)> = BinaryHeap::new();
@@ -615,7 +623,8 @@ impl Fs {
             }
             d
         };
-        for (ino, n) in &self.nodes {
+        for ino in &dirty {
+            let n = &self.nodes[ino];
             if (!n.entries.is_empty() || !n.sum_delta.is_empty()) && n.loc != Loc::Gone {
                 heap.push((depth_of(&self.nodes, *ino), *ino));
                 queued.insert(*ino);
@@ -787,14 +796,16 @@ impl Fs {
         }
 
         // The prepass references not released above now belong to the records written.
-        for n in self.nodes.values_mut() {
-            n.prepass = None;
-            n.prepass_sum = None;
+        for ino in targets.iter().chain(&dirty) {
+            if let Some(n) = self.nodes.get_mut(ino) {
+                n.prepass = None;
+                n.prepass_sum = None;
+            }
         }
 
         // 5. Meta blocks, then commit.
         let generation = self.generation + 1;
-        let orphans: Vec<BlockPtr> = self.nodes.values().filter_map(|n| n.orphan_ref).collect();
+        let orphans: Vec<BlockPtr> = self.orphans.iter().filter_map(|i| self.nodes[i].orphan_ref).collect();
         let mut freed = std::mem::take(&mut self.forest.freed);
         freed.extend(std::mem::take(&mut self.meta_blocks));
         freed.extend(std::mem::take(&mut self.garbage));
@@ -851,17 +862,20 @@ impl Fs {
                 log::warn!("could not remove old journal {}: {e}", old.display());
             }
         }
-        let mut evict = Vec::new();
-        for (ino, n) in self.nodes.iter_mut() {
+        // Unpin what this checkpoint wrote and drop what nothing holds. Inodes loaded for a
+        // path walk and never changed are swept too, whenever the table has doubled since the
+        // last sweep (amortised: a sweep visits every loaded inode).
+        let sweep = self.nodes.len() > self.sweep_at;
+        let candidates: Vec<Ino> = if sweep { self.nodes.keys().copied().collect() } else { dirty };
+        for ino in candidates {
+            let Some(n) = self.nodes.get_mut(&ino) else { continue };
             n.pinned = false;
-            if n.lookups == 0 && n.opens == 0 && n.inode.kind != Kind::Dir && *ino != ROOT_INO {
-                evict.push(*ino);
-            }
-        }
-        for ino in evict {
-            if self.nodes[&ino].chunks.is_empty() {
+            if n.lookups == 0 && n.opens == 0 && n.inode.kind != Kind::Dir && ino != ROOT_INO && n.chunks.is_empty() {
                 self.nodes.remove(&ino);
             }
+        }
+        if sweep {
+            self.sweep_at = (2 * self.nodes.len()).max(1 << 16);
         }
         self.last_checkpoint = Instant::now();
         Ok(())

@@ -364,10 +364,23 @@ impl Fs {
             n.entries.clear();
             n.sum_delta.clear();
             n.inode.nlink = 0;
+            if n.opens > 0 {
+                self.orphans.insert(ino);
+            }
+            self.dirty.insert(ino);
             self.maybe_evict(ino);
         }
         self.dropped_ns.push(id);
         Ok(())
+    }
+
+    /// Destroys a clone or snapshot by namespace id.
+    pub fn destroy_id(&mut self, id: u32) -> FsResult<()> {
+        if id == 1 {
+            return Err(libc::EINVAL);
+        }
+        let root = self.namespaces.get(&id).ok_or(libc::ENOENT)?.root;
+        self.destroy(root)
     }
 
     /// Destroys the clone or snapshot whose root is `ino`.

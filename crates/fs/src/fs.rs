@@ -263,6 +263,13 @@ pub struct Fs {
     pub(crate) dropped_ns: Vec<u32>,
     /// List `.snapshot` in directory listings (mount option `snapdir=visible`).
     pub show_snapdir: bool,
+    /// Inodes changed since the last checkpoint (records, overlays, chunks): what the next
+    /// checkpoint visits, so its cost follows the changes, not the inodes in memory.
+    pub(crate) dirty: std::collections::HashSet<Ino>,
+    /// Removed inodes still open (their content is kept by an orphan reference).
+    pub(crate) orphans: std::collections::HashSet<Ino>,
+    /// Inode table size that triggers a full sweep of unused inodes at a checkpoint.
+    pub(crate) sweep_at: usize,
 }
 
 fn eio(e: Error) -> i32 {
@@ -503,6 +510,7 @@ impl Fs {
     pub(crate) fn touch(&mut self, ino: Ino) {
         let Some(n) = self.nodes.get_mut(&ino) else { return };
         n.pinned = true;
+        self.dirty.insert(ino);
         let (loc, ns, oid) = (n.loc.clone(), n.ns, n.inode.oid);
         match loc {
             Loc::Root => {
@@ -513,6 +521,7 @@ impl Fs {
             Loc::Entry { parent, name } => {
                 if let Some(p) = self.nodes.get_mut(&parent) {
                     p.entries.insert(name, Some(Ent::Node(ino)));
+                    self.dirty.insert(parent);
                 }
             }
             Loc::Linked => {
@@ -646,6 +655,7 @@ impl Fs {
             return;
         }
         let gone = n.loc == Loc::Gone;
+        self.orphans.remove(&ino);
         if gone {
             if let Some(r) = n.orphan_ref {
                 self.orphan_releases.push(r);
@@ -860,6 +870,7 @@ impl Fs {
         );
         node.pinned = true;
         self.nodes.insert(ino, node);
+        self.dirty.insert(ino);
         let p = self.node_mut(parent)?;
         p.entries.insert(name.to_vec(), Some(Ent::Node(ino)));
         if kind == Kind::Dir {
@@ -968,6 +979,10 @@ impl Fs {
         if self.node(ino)?.loc == Loc::Gone {
             let c = &mut self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.inodes;
             *c = c.saturating_sub(1);
+            self.dirty.insert(ino);
+            if self.node(ino)?.opens > 0 {
+                self.orphans.insert(ino);
+            }
             self.maybe_evict(ino);
         }
         Ok(())
@@ -1044,6 +1059,7 @@ impl Fs {
                     name: name.to_vec(),
                 };
                 self.node_mut(ino)?.pinned = true;
+                self.dirty.insert(ino);
             }
             Ent::Mount { .. } => {
                 let ns = self.node(ino)?.ns;
@@ -1406,6 +1422,7 @@ impl Fs {
             _ => {}
         }
         self.dirty_bytes += new_mem;
+        self.dirty.insert(ino);
         Ok(())
     }
 
@@ -1988,10 +2005,7 @@ impl Fs {
     pub fn has_changes(&self) -> bool {
         self.journal.as_ref().is_some_and(|j| j.len > 64)
             || self.namespaces.values().any(|n| n.dirty || !n.links.is_empty())
-            || self
-                .nodes
-                .values()
-                .any(|n| !n.entries.is_empty() || !n.chunks.is_empty())
+            || !self.dirty.is_empty()
     }
 
     pub fn statfs(&self) -> StatFs {
