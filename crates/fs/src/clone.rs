@@ -79,7 +79,7 @@ impl Fs {
             return Err(libc::EMLINK);
         }
         // Fold every overlay, so S's record names its whole current tree.
-        self.checkpoint().map_err(eio)?;
+        self.fold()?;
         let pns = self.node(parent)?.ns;
         let oid = {
             let p = self.namespaces.get_mut(&pns).ok_or(libc::EIO)?;
@@ -125,7 +125,7 @@ impl Fs {
         if self.snapshots_of(ns, oid).iter().any(|(_, s)| s.as_slice() == name) {
             return Err(libc::EEXIST);
         }
-        self.checkpoint().map_err(eio)?;
+        self.fold()?;
         let info = NsInfo {
             kind: NsKind::Snapshot,
             parent: ns,
@@ -138,6 +138,20 @@ impl Fs {
         self.bump(dir, &summary_snap_key(oid), 1)?;
         self.checkpoint().map_err(eio)?;
         Ok(id)
+    }
+
+    /// Checkpoints if anything in memory is not in the committed trees yet (a clone needs
+    /// its source's record to name the whole current tree). Back-to-back clones skip it.
+    fn fold(&mut self) -> FsResult<()> {
+        let pending = !self.dirty.is_empty()
+            || !self.orphan_releases.is_empty()
+            || !self.garbage.is_empty()
+            || !self.dropped_ns.is_empty()
+            || self.namespaces.values().any(|n| n.dirty || !n.links.is_empty());
+        if pending {
+            self.checkpoint().map_err(eio)?;
+        }
+        Ok(())
     }
 
     /// Snapshots taken of directory `oid` of namespace `ns`: (namespace, name).
