@@ -217,7 +217,7 @@ pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), 
         Op::List => {
             let mut out = format!(
                 "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12}\n",
-                "KIND", "ID", "PATH", "ORIGIN", "CREATED", "REFER", "USED"
+                "KIND", "ID", "PATH", "ORIGIN", "CREATED (UTC)", "REFER", "USED"
             );
             // With a path: the clones and snapshots at or below it.
             let under = req.fields.first().map(|p| show(p)).filter(|p| p != "/");
@@ -240,7 +240,7 @@ pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), 
                     l.ns,
                     path,
                     String::from_utf8_lossy(&l.origin),
-                    l.created.sec,
+                    utc(l.created.sec),
                     human(l.referenced),
                     human(l.exclusive)
                 );
@@ -248,6 +248,24 @@ pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), 
             Ok((out, Vec::new()))
         }
     }
+}
+
+/// Seconds since the epoch as UTC "YYYY-MM-DD HH:MM:SS".
+fn utc(sec: i64) -> String {
+    let t = sec as libc::time_t;
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::gmtime_r(&t, &mut tm) }.is_null() {
+        return sec.to_string();
+    }
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
 }
 
 pub fn human(b: u64) -> String {

@@ -203,6 +203,10 @@ impl Fs {
         }
 
         let id = self.next_ns;
+        // st_ino is (namespace - 1) << 40 | oid below the `.snapshot` bit: 2^23 namespaces.
+        if id >= 1 << 23 {
+            return Err(libc::ENOSPC);
+        }
         self.next_ns += 1;
         let s = self.node(src)?;
         let root = s.inode.clone();
