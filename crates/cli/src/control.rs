@@ -250,22 +250,19 @@ pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), 
     }
 }
 
-/// Seconds since the epoch as UTC "YYYY-MM-DD HH:MM:SS".
-fn utc(sec: i64) -> String {
+/// Seconds since the epoch as UTC, formatted as `fmt` does with
+/// (year, month, day, hour, minute, second).
+pub fn utc_with(sec: i64, fmt: fn(i32, i32, i32, i32, i32, i32) -> String) -> String {
     let t = sec as libc::time_t;
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     if unsafe { libc::gmtime_r(&t, &mut tm) }.is_null() {
         return sec.to_string();
     }
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec
-    )
+    fmt(tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
+}
+
+fn utc(sec: i64) -> String {
+    utc_with(sec, |y, mo, d, h, mi, s| format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}"))
 }
 
 pub fn human(b: u64) -> String {

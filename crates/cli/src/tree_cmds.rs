@@ -176,18 +176,11 @@ pub fn clone(
 }
 
 fn utc_now_name() -> String {
-    let t = unsafe { libc::time(std::ptr::null_mut()) };
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    unsafe { libc::gmtime_r(&t, &mut tm) };
-    format!(
-        "{:04}-{:02}-{:02}T{:02}{:02}{:02}Z",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec
-    )
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    control::utc_with(now, |y, mo, d, h, mi, s| format!("{y:04}-{mo:02}-{d:02}T{h:02}{mi:02}{s:02}Z"))
 }
 
 pub fn snapshot(path: PathBuf, name: Option<String>, store: Option<PathBuf>) -> Result<(), String> {

@@ -459,7 +459,7 @@ impl Fs {
                 time,
             } => {
                 let i = self.resolve(ino)?;
-                self.op_put_chunks(i, *first, chunks, *time)
+                self.op_put_chunks(i, *first, chunks, *time, false)
             }
             Record::ShareChunks {
                 ino,
@@ -468,7 +468,7 @@ impl Fs {
                 time,
             } => {
                 let i = self.resolve(ino)?;
-                self.op_share_chunks(i, *first, chunks, *time)
+                self.op_put_chunks(i, *first, chunks, *time, true)
             }
             Record::Fallocate {
                 ino,

@@ -331,26 +331,7 @@ impl Fs {
             .map_err(eio)?
             .ok_or(libc::EIO)?;
         Ok(match EntryRecord::from_value(&v).map_err(eio)? {
-            EntryRecord::Inline(i) if i.kind == Kind::Dir => {
-                let mut out = BTreeMap::new();
-                let mut err = None;
-                self.forest
-                    .scan(i.summary.as_ref(), &[], &mut |k, v| match summary_count(v) {
-                        Ok(c) => {
-                            out.insert(k.to_vec(), c as i64);
-                            true
-                        }
-                        Err(e) => {
-                            err = Some(e);
-                            false
-                        }
-                    })
-                    .map_err(eio)?;
-                if let Some(e) = err {
-                    return Err(eio(e));
-                }
-                (out, true)
-            }
+            EntryRecord::Inline(i) if i.kind == Kind::Dir => (self.stored_summary(i.summary.as_ref())?, true),
             EntryRecord::Inline(_) => (BTreeMap::new(), false),
             EntryRecord::Linked { oid, .. } => ([(summary_link_key(oid), 1)].into(), false),
             EntryRecord::Mount { oid } => ([(summary_mount_key(oid), 1)].into(), true),

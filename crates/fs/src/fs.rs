@@ -431,13 +431,12 @@ impl Fs {
         }
     }
 
-    /// A directory's whole summary: the stored tree plus pending changes.
-    pub(crate) fn summary_of(&self, dir: Ino) -> FsResult<BTreeMap<Vec<u8>, i64>> {
-        let n = self.node(dir)?;
+    /// The counts of a stored summary tree.
+    pub(crate) fn stored_summary(&self, root: Option<&BlockPtr>) -> FsResult<BTreeMap<Vec<u8>, i64>> {
         let mut out: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
         let mut err = None;
         self.forest
-            .scan(n.inode.summary.as_ref(), &[], &mut |k, v| match summary_count(v) {
+            .scan(root, &[], &mut |k, v| match summary_count(v) {
                 Ok(c) => {
                     out.insert(k.to_vec(), c as i64);
                     true
@@ -448,9 +447,16 @@ impl Fs {
                 }
             })
             .map_err(eio)?;
-        if let Some(e) = err {
-            return Err(eio(e));
+        match err {
+            Some(e) => Err(eio(e)),
+            None => Ok(out),
         }
+    }
+
+    /// A directory's whole summary: the stored tree plus pending changes.
+    pub(crate) fn summary_of(&self, dir: Ino) -> FsResult<BTreeMap<Vec<u8>, i64>> {
+        let n = self.node(dir)?;
+        let mut out = self.stored_summary(n.inode.summary.as_ref())?;
         for (k, d) in &n.sum_delta {
             let e = out.entry(k.clone()).or_insert(0);
             *e += d;
@@ -1517,7 +1523,7 @@ impl Fs {
                     )
                 });
             }
-            self.op_put_chunks(ino, first_full, &chunks, now)?;
+            self.op_put_chunks(ino, first_full, &chunks, now, false)?;
             self.log(|| {
                 target.clone().map(|ino| Record::PutChunks {
                     ino,
@@ -1548,8 +1554,16 @@ impl Fs {
         Ok(data.len() as u32)
     }
 
-    /// Installs whole chunks written ahead (`None`: zeros).
-    pub(crate) fn op_put_chunks(&mut self, ino: Ino, first: u64, chunks: &[Option<BlockPtr>], now: Ts) -> FsResult<()> {
+    /// Installs whole chunks (`None`: zeros): blocks written ahead for this file, or, when
+    /// `shared`, committed blocks of another file, which gain a reference.
+    pub(crate) fn op_put_chunks(
+        &mut self,
+        ino: Ino,
+        first: u64,
+        chunks: &[Option<BlockPtr>],
+        now: Ts,
+        shared: bool,
+    ) -> FsResult<()> {
         let n = self.node(ino)?;
         if n.inode.kind != Kind::File {
             return Err(libc::EINVAL);
@@ -1560,7 +1574,14 @@ impl Fs {
         }
         for (i, c) in chunks.iter().enumerate() {
             let c = match c {
-                Some(p) if p.len as u64 == CHUNK && p.kind == scion_store::BlockKind::Data => Chunk::Block(*p),
+                Some(p) if p.len as u64 == CHUNK && p.kind == scion_store::BlockKind::Data => {
+                    if shared {
+                        self.forest.refs.inc(p);
+                        Chunk::Shared(*p)
+                    } else {
+                        Chunk::Block(*p)
+                    }
+                }
                 Some(_) => return Err(libc::EINVAL),
                 None => Chunk::Hole,
             };
@@ -1571,7 +1592,9 @@ impl Fs {
         n.inode.mtime = now;
         n.inode.ctime = now;
         self.touch(ino);
-        self.pending_chunks += chunks.len() as u64;
+        if !shared {
+            self.pending_chunks += chunks.len() as u64;
+        }
         Ok(())
     }
 
@@ -1845,7 +1868,7 @@ impl Fs {
     fn share_chunks(&mut self, ino: Ino, first: u64, chunks: &[Option<BlockPtr>]) -> FsResult<()> {
         let now = Ts::now();
         let target = self.target(ino);
-        self.op_share_chunks(ino, first, chunks, now)?;
+        self.op_put_chunks(ino, first, chunks, now, true)?;
         self.log(|| {
             target.map(|ino| Record::ShareChunks {
                 ino,
@@ -1855,33 +1878,6 @@ impl Fs {
             })
         })?;
         self.maybe_checkpoint()
-    }
-
-    pub(crate) fn op_share_chunks(&mut self, ino: Ino, first: u64, chunks: &[Option<BlockPtr>], now: Ts) -> FsResult<()> {
-        if self.node(ino)?.inode.kind != Kind::File {
-            return Err(libc::EINVAL);
-        }
-        let end = (first + chunks.len() as u64).checked_mul(CHUNK).ok_or(libc::EFBIG)?;
-        if end > MAX_FILE_SIZE {
-            return Err(libc::EFBIG);
-        }
-        for (i, c) in chunks.iter().enumerate() {
-            let c = match c {
-                Some(p) if p.len as u64 == CHUNK && p.kind == scion_store::BlockKind::Data => {
-                    self.forest.refs.inc(p);
-                    Chunk::Shared(*p)
-                }
-                Some(_) => return Err(libc::EINVAL),
-                None => Chunk::Hole,
-            };
-            self.set_chunk(ino, first + i as u64, c)?;
-        }
-        let n = self.node_mut(ino)?;
-        n.inode.size = n.inode.size.max(end);
-        n.inode.mtime = now;
-        n.inode.ctime = now;
-        self.touch(ino);
-        Ok(())
     }
 
     // ----- extended attributes -------------------------------------------------------------
