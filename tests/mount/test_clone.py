@@ -446,3 +446,27 @@ def test_copy_inside_mount_shares_blocks(scion_mount):
     m.check()
     m.mount()
     assert open(f"{mnt}/copy", "rb").read() == b"changed" + data[7:]
+
+
+def test_refused_clone_changes_nothing(scion_mount):
+    """A clone refused for a bad argument leaves the store as it was: what follows is
+    journaled and replayed after a crash as if it had never been asked."""
+    m = scion_mount
+    mnt = m.mnt
+    os.makedirs(f"{mnt}/src")
+    r = m.run("clone", f"{mnt}/src", f"{mnt}/dst", "--exclude", "missing")
+    assert r.returncode != 0 and "No such file" in r.stderr, r.describe()
+    r = m.run("clone", f"{mnt}/nowhere", f"{mnt}/dst")
+    assert r.returncode != 0 and "No such file" in r.stderr, r.describe()
+    r = m.run("clone", f"{mnt}/src", f"{mnt}/src")
+    assert r.returncode != 0 and "exists" in r.stderr, r.describe()
+    assert sorted(os.listdir(mnt)) == ["src"]
+    fd = os.open(f"{mnt}/src/f", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, b"after")
+    os.fsync(fd)
+    os.close(fd)
+    m.kill9()
+    m.mount()
+    assert open(f"{mnt}/src/f").read() == "after"
+    m.umount()
+    m.check()

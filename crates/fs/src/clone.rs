@@ -81,12 +81,8 @@ impl Fs {
         // Fold every overlay, so S's record names its whole current tree.
         self.fold()?;
         let pns = self.node(parent)?.ns;
-        let oid = {
-            let p = self.namespaces.get_mut(&pns).ok_or(libc::EIO)?;
-            p.next_oid += 1;
-            p.dirty = true;
-            p.next_oid - 1
-        };
+        // Taken only once the clone is made: a refused clone must change nothing.
+        let oid = self.namespaces.get(&pns).ok_or(libc::EIO)?.next_oid;
         let info = NsInfo {
             kind: NsKind::Clone,
             parent: pns,
@@ -95,8 +91,11 @@ impl Fs {
             origin: origin.to_vec(),
             created: Ts::now(),
         };
-        let id = self.make_clone(src, excludes, info)?;
-        self.namespaces.get_mut(&pns).ok_or(libc::EIO)?.mounts.insert(oid, id);
+        let id = self.make_clone_or_fail(src, excludes, info)?;
+        let p = self.namespaces.get_mut(&pns).ok_or(libc::EIO)?;
+        p.next_oid += 1;
+        p.dirty = true;
+        p.mounts.insert(oid, id);
         let now = Ts::now();
         let p = self.node_mut(parent)?;
         p.entries.insert(name.to_vec(), Some(Ent::Mount { oid }));
@@ -134,7 +133,7 @@ impl Fs {
             origin: origin.to_vec(),
             created: Ts::now(),
         };
-        let id = self.make_clone(dir, &[], info)?;
+        let id = self.make_clone_or_fail(dir, &[], info)?;
         self.bump(dir, &summary_snap_key(oid), 1)?;
         self.checkpoint().map_err(eio)?;
         Ok(id)
@@ -163,7 +162,24 @@ impl Fs {
             .collect()
     }
 
+    /// `make_clone`, and if it fails after it began changing the namespace table and the
+    /// reference counts, the filesystem refuses changes until a remount replays the journal
+    /// (which holds everything acknowledged), as after a failed checkpoint.
+    fn make_clone_or_fail(&mut self, src: Ino, excludes: &[Vec<Vec<u8>>], info: NsInfo) -> FsResult<u32> {
+        let before = self.next_ns;
+        let r = self.make_clone(src, excludes, info);
+        if let Err(e) = r {
+            if self.next_ns != before {
+                let why = format!("a clone failed half way (errno {e})");
+                log::error!("{why}; refusing changes until remount");
+                self.failed = Some(why);
+            }
+        }
+        r
+    }
+
     /// Builds the namespace of a clone of `src` and stages its record in the namespace table.
+    /// Refusals (bad excluded paths, too many namespaces) come before anything changes.
     fn make_clone(&mut self, src: Ino, excludes: &[Vec<Vec<u8>>], info: NsInfo) -> FsResult<u32> {
         let sns = self.node(src)?.ns;
         // What the clone's summary will hold: S's, less what the excluded names bring.
