@@ -1,6 +1,6 @@
 """Damage through the mount: a rotten data block gives EIO to the reads that need it, with
 its location in the daemon's log, while everything else keeps working; `scion check`
-itemises it. A dead daemon's mount point is recovered by the next `scion mount`."""
+itemises it and `scion scrub` names the damaged file, mounted or not. A dead daemon's mount point is recovered by the next `scion mount`."""
 
 import errno
 import glob
@@ -34,7 +34,14 @@ def test_rotten_block_gives_eio_not_a_crash(scion_mount):
                 f.write(b"\xff" * 64)
                 hits += 1
     assert hits, "victim data not found in any pack"
+    # scrub names the damaged file by path (unmounted store)...
+    r = m.run("scrub", "--store", m.store)
+    assert r.returncode == 1, r.describe()
+    assert "/victim" in r.stderr and "bystander" not in r.stderr, r.describe()
     m.mount()
+    # ... and through the daemon of a mounted one.
+    r = m.run("scrub", m.mnt)
+    assert r.returncode == 1 and "/victim" in r.stderr, r.describe()
     with open(good, "rb") as f:
         assert f.read() == b"still fine"
     with pytest.raises(OSError) as e:

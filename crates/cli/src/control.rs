@@ -27,6 +27,7 @@ pub enum Op {
     /// path
     Destroy = 3,
     List = 4,
+    Scrub = 5,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -75,6 +76,7 @@ impl Request {
             2 => Op::Snapshot,
             3 => Op::Destroy,
             4 => Op::List,
+            5 => Op::Scrub,
             o => return Err(format!("unknown operation {o}")),
         };
         let n = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;
@@ -213,6 +215,14 @@ pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), 
                 format!("destroyed {}", show(path)),
                 vec![Invalidate::Entry(p, name), Invalidate::Inode(p)],
             ))
+        }
+        Op::Scrub => {
+            let rep = fs.scrub().map_err(errno("scrub".into()))?;
+            let text = rep.to_string();
+            if rep.damaged_total > 0 {
+                return Err(text);
+            }
+            Ok((text, Vec::new()))
         }
         Op::List => {
             let mut out = format!(

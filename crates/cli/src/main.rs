@@ -65,6 +65,14 @@ enum Cmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
+    /// Read every live block (mounted: through the daemon; or an unmounted STORE) and name
+    /// damaged files by path; exits 1 on damage.
+    Scrub {
+        /// A scion mount point (or any path in it), or with --store nothing.
+        path: Option<PathBuf>,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
     /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
     List {
         /// Any path in the mount (default: the current directory).
@@ -111,6 +119,14 @@ fn main() -> ExitCode {
         Cmd::Snapshot { path, name, store } => tree_cmds::snapshot(path, name, store),
         Cmd::Destroy { path, store } => tree_cmds::destroy(path, store),
         Cmd::List { path, store } => tree_cmds::list(path, store),
+        Cmd::Scrub { path, store } => match tree_cmds::scrub(path, store) {
+            Ok(()) => Ok(()),
+            Err(e) if e.contains("damaged") => {
+                eprint!("{e}");
+                return ExitCode::from(1);
+            }
+            Err(e) => Err(e),
+        },
         Cmd::Check { store } => match scion_fs::check::check(&store) {
             Ok(rep) => {
                 print!("{rep}");

@@ -253,3 +253,16 @@ pub fn list(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String>
     let fields = if at.rel.is_empty() { Vec::new() } else { vec![at.rel.clone()] };
     run(&at, Request { op: Op::List, fields })
 }
+
+pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
+    let at = match (&store, path) {
+        (Some(s), _) => Located {
+            store: s.clone(),
+            rel: Vec::new(),
+            mounted: false,
+            mnt: None,
+        },
+        (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
+    };
+    run(&at, Request { op: Op::Scrub, fields: Vec::new() })
+}

@@ -18,6 +18,7 @@ pub mod clone;
 mod fs;
 pub mod inode;
 pub mod journal;
+pub mod scrub;
 
 pub use clone::Listing;
 pub use fs::{Attr, DirEntry, Fs, FsResult, Ino, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, ROOT_INO};
