@@ -6,13 +6,11 @@ use scion_fs::{Fs, MountOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// A path resolved to its store: the store directory, the path inside it, and whether the
-/// store is mounted (then the daemon does the work).
+/// A path resolved to its store: the store directory, the path inside it, and the mount
+/// point when the store is mounted (then the daemon does the work).
 struct Located {
     store: PathBuf,
     rel: Vec<u8>,
-    mounted: bool,
-    /// The mount point, when mounted.
     mnt: Option<PathBuf>,
 }
 
@@ -39,7 +37,6 @@ fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located,
         return Ok(Located {
             store: store.clone(),
             rel: path.as_os_str().as_bytes().to_vec(),
-            mounted: false,
             mnt: None,
         });
     }
@@ -73,21 +70,18 @@ fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located,
     Ok(Located {
         store,
         rel: rel.as_os_str().as_bytes().to_vec(),
-        mounted: true,
         mnt: Some(mp),
     })
 }
 
 fn run(at: &Located, req: Request) -> Result<(), String> {
-    let text = if at.mounted {
+    let text = if let Some(mnt) = &at.mnt {
         if matches!(req.op, Op::Clone | Op::Snapshot) {
             // The kernel may hold written data the daemon has not seen yet (writeback
             // caching): a clone is of what processes see, so flush it first.
-            if let Some(mnt) = &at.mnt {
-                if let Ok(d) = std::fs::File::open(mnt) {
-                    use std::os::fd::AsRawFd;
-                    unsafe { libc::syncfs(d.as_raw_fd()) };
-                }
+            if let Ok(d) = std::fs::File::open(mnt) {
+                use std::os::fd::AsRawFd;
+                unsafe { libc::syncfs(d.as_raw_fd()) };
             }
         }
         control::call(&at.store, &req)?
@@ -202,7 +196,6 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
             Some(s) => Located {
                 store: s.clone(),
                 rel: Vec::new(),
-                mounted: false,
                 mnt: None,
             },
             None => locate(Path::new("."), true, &store)?,
@@ -245,7 +238,6 @@ pub fn list(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String>
         (Some(s), p) => Located {
             store: s.clone(),
             rel: p.map(|p| p.as_os_str().as_bytes().to_vec()).unwrap_or_default(),
-            mounted: false,
             mnt: None,
         },
         (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
@@ -259,7 +251,6 @@ pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String
         (Some(s), _) => Located {
             store: s.clone(),
             rel: Vec::new(),
-            mounted: false,
             mnt: None,
         },
         (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,

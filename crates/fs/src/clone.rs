@@ -142,12 +142,7 @@ impl Fs {
     /// Checkpoints if anything in memory is not in the committed trees yet (a clone needs
     /// its source's record to name the whole current tree). Back-to-back clones skip it.
     fn fold(&mut self) -> FsResult<()> {
-        let pending = !self.dirty.is_empty()
-            || !self.orphan_releases.is_empty()
-            || !self.garbage.is_empty()
-            || !self.dropped_ns.is_empty()
-            || self.namespaces.values().any(|n| n.dirty || !n.links.is_empty());
-        if pending {
+        if self.pending() {
             self.checkpoint().map_err(eio)?;
         }
         Ok(())

@@ -1999,9 +1999,16 @@ impl Fs {
     }
 
     pub fn has_changes(&self) -> bool {
-        self.journal.as_ref().is_some_and(|j| j.len > 64)
+        self.journal.as_ref().is_some_and(|j| j.len > 64) || self.pending()
+    }
+
+    /// Something in memory is not in the committed trees yet.
+    pub(crate) fn pending(&self) -> bool {
+        !self.dirty.is_empty()
+            || !self.orphan_releases.is_empty()
+            || !self.garbage.is_empty()
+            || !self.dropped_ns.is_empty()
             || self.namespaces.values().any(|n| n.dirty || !n.links.is_empty())
-            || !self.dirty.is_empty()
     }
 
     pub fn statfs(&self) -> StatFs {

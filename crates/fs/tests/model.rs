@@ -80,6 +80,15 @@ fn resolve(fs: &mut Fs, path: &str) -> Ino {
     ino
 }
 
+/// `dir/name`, or `name` in the root.
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
 fn split(path: &str) -> (&str, &str) {
     match path.rfind('/') {
         Some(i) => (&path[..i], &path[i + 1..]),
@@ -158,11 +167,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
     match rng.gen_range(0..100) {
         0..=14 => {
             let d = &dirs[rng.gen_range(0..dirs.len())];
-            let p = if d.is_empty() {
-                name.clone()
-            } else {
-                format!("{d}/{name}")
-            };
+            let p = join(d, &name);
             if m.paths.contains_key(&p) {
                 return false;
             }
@@ -177,11 +182,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
         }
         15..=22 => {
             let d = &dirs[rng.gen_range(0..dirs.len())];
-            let p = if d.is_empty() {
-                name.clone()
-            } else {
-                format!("{d}/{name}")
-            };
+            let p = join(d, &name);
             if m.paths.contains_key(&p) || d.matches('/').count() > 4 {
                 return false;
             }
@@ -270,11 +271,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
             }
             let src = all[rng.gen_range(0..all.len())].clone();
             let d = &dirs[rng.gen_range(0..dirs.len())];
-            let dst = if d.is_empty() {
-                name.clone()
-            } else {
-                format!("{d}/{name}")
-            };
+            let dst = join(d, &name);
             let src_dir = m.paths[&src] == M::Dir;
             if dst == src || (src_dir && (d == &src || d.starts_with(&format!("{src}/")))) {
                 return false;
@@ -329,11 +326,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
         78..=84 if !files.is_empty() => {
             let src = &files[rng.gen_range(0..files.len())];
             let d = &dirs[rng.gen_range(0..dirs.len())];
-            let dst = if d.is_empty() {
-                name.clone()
-            } else {
-                format!("{d}/{name}")
-            };
+            let dst = join(d, &name);
             if m.paths.contains_key(&dst) {
                 return false;
             }
@@ -352,11 +345,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
         }
         85..=89 => {
             let d = &dirs[rng.gen_range(0..dirs.len())];
-            let p = if d.is_empty() {
-                name.clone()
-            } else {
-                format!("{d}/{name}")
-            };
+            let p = join(d, &name);
             if m.paths.contains_key(&p) {
                 return false;
             }
@@ -371,11 +360,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
             // name anywhere, sometimes leaving one entry out; modelled as `cp -a`.
             let src = dirs[rng.gen_range(0..dirs.len())].clone();
             let d = &dirs[rng.gen_range(0..dirs.len())];
-            let dst = if d.is_empty() {
-                name.clone()
-            } else {
-                format!("{d}/{name}")
-            };
+            let dst = join(d, &name);
             if m.paths.contains_key(&dst) || d.matches('/').count() > 6 {
                 return false;
             }
