@@ -93,7 +93,7 @@ fn main() -> ExitCode {
         .format_timestamp_millis()
         .init();
     let r = match cli.cmd {
-        Cmd::Init { store } => scion_fs::Fs::create(&store)
+        Cmd::Init { store } => scion_fs::Fs::create(&scion_store::os_host(), &store)
             .map(|_| println!("created store {}", store.display()))
             .map_err(|e| e.to_string()),
         Cmd::Mount {
@@ -127,7 +127,7 @@ fn main() -> ExitCode {
             }
             Err(e) => Err(e),
         },
-        Cmd::Check { store } => match scion_fs::check::check(&store) {
+        Cmd::Check { store } => match scion_fs::check::check(&scion_store::os_host(), &store) {
             Ok(rep) => {
                 print!("{rep}");
                 if rep.is_clean() {

@@ -98,13 +98,14 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     }
     // Signals are taken by a dedicated thread; block them before any thread starts.
     let sigs = block_signals();
-    let fs = Fs::open(
-        &store,
-        MountOptions {
-            holder: format!("mounted at {}", mnt.display()),
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    let mut opts = MountOptions::new(format!("mounted at {}", mnt.display()));
+    // The test mode of the reliability harness: host calls fail as the spec says.
+    if let Ok(spec) = std::env::var("SCION_FAULTS") {
+        let rules = scion_store::faults::parse(&spec)?;
+        log::warn!("SCION_FAULTS set: injecting {} fault rule(s): {spec}", rules.len());
+        opts.host = std::sync::Arc::new(scion_store::faults::FaultyHost::new(opts.host, rules));
+    }
+    let fs = Fs::open(&store, opts).map_err(|e| e.to_string())?;
     let mut fs = fs;
     // Ours, not the kernel's: list `.snapshot` in directory listings.
     fs.show_snapdir = options.iter().any(|o| o == "snapdir=visible");

@@ -88,9 +88,7 @@ fn run(at: &Located, req: Request) -> Result<(), String> {
     } else {
         let mut fs = Fs::open(
             &at.store,
-            MountOptions {
-                holder: "scion (clone/snapshot/destroy/list)".into(),
-            },
+            MountOptions::new("scion (clone/snapshot/destroy/list)"),
         )
         .map_err(|e| e.to_string())?;
         let r = control::execute(&mut fs, &req).map(|(t, _)| t);

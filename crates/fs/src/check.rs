@@ -12,7 +12,7 @@ use crate::checkpoint::{ns_from_value, read_record};
 use crate::fs::ROOT_OID;
 use crate::inode::*;
 use crate::journal;
-use scion_store::{BlockKind, BlockPtr, BlockStore, Result, StoreLock, Superblock};
+use scion_store::{BlockKind, BlockPtr, BlockStore, Host, Result, Superblock};
 use scion_tree::{Forest, RefTable};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
@@ -83,17 +83,17 @@ enum Ctx {
 }
 
 /// Checks the store at `dir`. Takes the store's lock, so it refuses a mounted store.
-pub fn check(dir: &Path) -> Result<Report> {
-    let _lock = StoreLock::acquire(dir, "scion check")?;
-    check_committed(dir)
+pub fn check(host: &Host, dir: &Path) -> Result<Report> {
+    let _lock = host.lock(dir, "scion check")?;
+    check_committed(host, dir)
 }
 
 /// Checks the newest committed checkpoint without taking the lock. Safe while the store is
 /// mounted (committed blocks are never rewritten), though blocks the owner frees meanwhile
 /// may show up as damage; used by tests to audit every checkpoint as it is taken.
-pub fn check_committed(dir: &Path) -> Result<Report> {
-    let sb = Superblock::read(dir)?;
-    let store = Arc::new(BlockStore::open(dir, sb.pack, sb.pack_end, false)?);
+pub fn check_committed(host: &Host, dir: &Path) -> Result<Report> {
+    let sb = Superblock::read(host, dir)?;
+    let store = Arc::new(BlockStore::open(host, dir, sb.pack, sb.pack_end, false)?);
     let mut rep = Report {
         generation: sb.generation,
         ..Default::default()
@@ -129,7 +129,7 @@ pub fn check_committed(dir: &Path) -> Result<Report> {
     }
     c.namespaces();
     c.finish(&rec.refs, &rec.freed);
-    match journal::read(dir, sb.generation, &sb.store_id) {
+    match journal::read(host, dir, sb.generation, &sb.store_id) {
         Ok(j) => {
             rep.journal_records = j.records.len() as u64;
             rep.journal_tail = j.tail_reason.map(|r| format!("{} bytes: {r}", j.tail_bytes));

@@ -17,7 +17,7 @@ use crate::fs::*;
 use crate::inode::*;
 use crate::journal::{self, Journal, Record};
 use scion_store::codec::{Reader, Writer};
-use scion_store::{BlockKind, BlockPtr, BlockStore, Error, Result, StoreLock, Superblock};
+use scion_store::{BlockKind, BlockPtr, BlockStore, Error, Host, Result, Superblock};
 use scion_tree::{Forest, Op, RefTable, Value};
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::path::Path;
@@ -182,10 +182,10 @@ pub(crate) fn ns_key(ns: u32) -> Vec<u8> {
 
 impl Fs {
     /// Makes a new, empty store in `dir` (which must be absent or empty).
-    pub fn create(dir: &Path) -> Result<()> {
-        if dir.exists() {
-            let mut it = std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing of {}", dir.display()), e))?;
-            if it.next().is_some() {
+    pub fn create(host: &Host, dir: &Path) -> Result<()> {
+        if host.exists(dir) {
+            let names = host.list_dir(dir).map_err(|e| Error::io(format!("listing of {}", dir.display()), e))?;
+            if !names.is_empty() {
                 return Err(Error::Format(format!(
                     "{} is not empty; a store is made in a new or empty directory",
                     dir.display()
@@ -193,12 +193,12 @@ impl Fs {
             }
         }
         for sub in ["", "packs", "journal"] {
-            std::fs::create_dir_all(dir.join(sub))
+            host.create_dir_all(&dir.join(sub))
                 .map_err(|e| Error::io(format!("creation of {}", dir.join(sub).display()), e))?;
         }
         let store_id: [u8; 16] = rand::random();
-        BlockStore::open(dir, 1, 0, true)?;
-        Journal::create(dir, 0, &store_id)?;
+        BlockStore::open(host, dir, 1, 0, true)?;
+        Journal::create(host, dir, 0, &store_id)?;
         let sb = Superblock {
             generation: 0,
             store_id,
@@ -206,14 +206,15 @@ impl Fs {
             pack_end: 0,
             checkpoint: None,
         };
-        sb.create(dir)?;
-        scion_store::sync_dir(&dir.join("packs"))?;
-        scion_store::sync_dir(dir)?;
+        sb.create(host, dir)?;
+        scion_store::sync_dir(host, &dir.join("packs"))?;
+        scion_store::sync_dir(host, dir)?;
         // The first open builds the root directory and commits generation 1.
         let fs = Fs::open(
             dir,
             MountOptions {
                 holder: "scion init".into(),
+                host: host.clone(),
             },
         )?;
         fs.close()
@@ -222,13 +223,14 @@ impl Fs {
     /// Opens a store for reading and writing: takes its lock, loads the newest checkpoint,
     /// replays the journal and commits the result as a new checkpoint.
     pub fn open(dir: &Path, opts: MountOptions) -> Result<Fs> {
-        let lock = StoreLock::acquire(dir, &opts.holder)?;
-        let sb = Superblock::read(dir)?;
-        let store = Arc::new(BlockStore::open(dir, sb.pack, sb.pack_end, true)?);
+        let host = opts.host;
+        let lock = host.lock(dir, &opts.holder)?;
+        let sb = Superblock::read(&host, dir)?;
+        let store = Arc::new(BlockStore::open(&host, dir, sb.pack, sb.pack_end, true)?);
         // The journal may name blocks written ahead past the checkpoint's append position.
         // Replay stops at the first record whose block did not reach the disk (it was never
         // covered by an fsync), and appending resumes right after the last block it names.
-        let mut j = journal::read(dir, sb.generation, &sb.store_id)?;
+        let mut j = journal::read(&host, dir, sb.generation, &sb.store_id)?;
         let mut resume = (sb.pack, sb.pack_end);
         let mut usable = j.records.len();
         'records: for (i, rec) in j.records.iter().enumerate() {
@@ -255,6 +257,7 @@ impl Fs {
             dir: dir.to_path_buf(),
             store_id: sb.store_id,
             generation: sb.generation,
+            host,
             _lock: lock,
             forest: Forest::new(store.clone(), RefTable::default()),
             nodes: HashMap::new(),
@@ -835,7 +838,7 @@ impl Fs {
         put_ptrs(&mut w, &pages);
         let record = self.forest.store.write(BlockKind::Meta, &w.finish())?;
         self.forest.store.sync()?;
-        let journal = Journal::create(&self.dir, generation, &self.store_id)?;
+        let journal = Journal::create(&self.host, &self.dir, generation, &self.store_id)?;
         let (pack, pack_end) = self.forest.store.position();
         let sb = Superblock {
             generation,
@@ -844,7 +847,7 @@ impl Fs {
             pack_end,
             checkpoint: Some(record),
         };
-        sb.write(&self.dir)?;
+        sb.write(&self.host, &self.dir)?;
 
         // 6. Committed: reclaim, rotate the journal, forget pins.
         let old_generation = self.generation;
@@ -857,7 +860,7 @@ impl Fs {
             self.forest.store.punch(p)?;
         }
         let old = journal::journal_path(&self.dir, old_generation);
-        if let Err(e) = std::fs::remove_file(&old) {
+        if let Err(e) = self.host.remove_file(&old) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 log::warn!("could not remove old journal {}: {e}", old.display());
             }

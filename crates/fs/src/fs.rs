@@ -5,7 +5,7 @@ use crate::clone::{SNAPDIR_BIT, SNAPDIR_NAME};
 use crate::inode::*;
 use crate::journal::{Journal, Record, Target};
 use crate::{SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
-use scion_store::{BlockPtr, BlockStore, Error, Result, StoreLock};
+use scion_store::{BlockPtr, BlockStore, Error, Host, Result};
 use scion_tree::Forest;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -226,17 +226,30 @@ pub struct StatFs {
     pub namelen: u32,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone)]
 pub struct MountOptions {
     /// Who holds the store, recorded in its lock file (for example the mount point).
     pub holder: String,
+    /// The filesystem the store lives on: the real one, or a test's simulation of it.
+    pub host: Host,
+}
+
+impl MountOptions {
+    /// Options for a store on the real filesystem.
+    pub fn new(holder: impl Into<String>) -> MountOptions {
+        MountOptions {
+            holder: holder.into(),
+            host: scion_store::os_host(),
+        }
+    }
 }
 
 pub struct Fs {
     pub(crate) dir: PathBuf,
     pub(crate) store_id: [u8; 16],
     pub(crate) generation: u64,
-    pub(crate) _lock: StoreLock,
+    pub(crate) host: Host,
+    pub(crate) _lock: Box<dyn std::any::Any + Send>,
     pub(crate) forest: Forest,
     pub(crate) nodes: HashMap<Ino, Node>,
     pub(crate) namespaces: BTreeMap<u32, Namespace>,
@@ -2012,17 +2025,15 @@ impl Fs {
     }
 
     pub fn statfs(&self) -> StatFs {
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        let c = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes()).unwrap_or_default();
-        unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-        let bsize = st.f_frsize.max(512);
+        let st = self.host.space(&self.dir).unwrap_or_default();
+        let bsize = st.block_size.max(512);
         let inodes: u64 = self.namespaces.values().map(|n| n.inodes).sum();
         // Inodes cost no host inodes; a small record each, so free space bounds them.
-        let ffree = st.f_bavail * bsize / 256;
+        let ffree = st.available * bsize / 256;
         StatFs {
-            blocks: st.f_blocks,
-            bfree: st.f_bfree,
-            bavail: st.f_bavail,
+            blocks: st.blocks,
+            bfree: st.free,
+            bavail: st.available,
             files: inodes + ffree,
             ffree,
             bsize: bsize as u32,

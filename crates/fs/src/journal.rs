@@ -9,10 +9,10 @@
 
 use crate::inode::{Kind, Ts};
 use scion_store::codec::{Reader, Writer};
-use scion_store::{Error, Result};
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use scion_store::host::{HostFile, OpenMode};
+use scion_store::{Error, Host, Result};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"SCIONJL1";
 const VERSION: u32 = 1;
@@ -499,7 +499,9 @@ fn header(generation: u64, store_id: &[u8; 16]) -> Vec<u8> {
 
 /// The journal being appended to.
 pub struct Journal {
-    file: File,
+    file: Arc<dyn HostFile>,
+    /// Bytes in the file: where the buffer goes next.
+    written: u64,
     buf: Vec<u8>,
     /// Bytes in the file plus the buffer.
     pub len: u64,
@@ -508,20 +510,18 @@ pub struct Journal {
 
 impl Journal {
     /// Creates the (empty) journal of `generation` and makes its existence durable.
-    pub fn create(dir: &Path, generation: u64, store_id: &[u8; 16]) -> Result<Journal> {
+    pub fn create(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16]) -> Result<Journal> {
         let path = journal_path(dir, generation);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
+        let file = host
+            .open(&path, OpenMode::Truncate)
             .map_err(|e| Error::io(format!("creation of {}", path.display()), e))?;
         let h = header(generation, store_id);
-        file.write_all(&h).map_err(|e| Error::io("journal write", e))?;
-        file.sync_all().map_err(|e| Error::io("journal fsync", e))?;
-        scion_store::sync_dir(&dir.join("journal"))?;
+        file.write_all_at(&h, 0).map_err(|e| Error::io("journal write", e))?;
+        file.sync_data().map_err(|e| Error::io("journal fsync", e))?;
+        scion_store::sync_dir(host, &dir.join("journal"))?;
         Ok(Journal {
             file,
+            written: h.len() as u64,
             buf: Vec::new(),
             len: h.len() as u64,
             unsynced: false,
@@ -546,9 +546,11 @@ impl Journal {
 
     fn flush(&mut self) -> Result<()> {
         if !self.buf.is_empty() {
+            // On failure nothing advances: the next flush writes the same bytes again.
             self.file
-                .write_all(&self.buf)
+                .write_all_at(&self.buf, self.written)
                 .map_err(|e| Error::io("journal write", e))?;
+            self.written += self.buf.len() as u64;
             self.buf.clear();
         }
         Ok(())
@@ -579,9 +581,10 @@ pub struct JournalContents {
 
 /// Reads the journal of `generation`. A missing file or a bad header is an error (the
 /// checkpoint names this journal, so it must exist); a bad record ends the journal there.
-pub fn read(dir: &Path, generation: u64, store_id: &[u8; 16]) -> Result<JournalContents> {
+pub fn read(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16]) -> Result<JournalContents> {
     let path = journal_path(dir, generation);
-    let data = std::fs::read(&path).map_err(|e| Error::io(format!("read of journal {}", path.display()), e))?;
+    let data = host
+        .read(&path).map_err(|e| Error::io(format!("read of journal {}", path.display()), e))?;
     if data.len() < HEADER_LEN || data[..HEADER_LEN] != header(generation, store_id)[..] {
         return Err(Error::corrupt(
             "journal",

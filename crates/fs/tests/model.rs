@@ -66,7 +66,7 @@ impl Model {
 }
 
 fn open(dir: &Path) -> Fs {
-    Fs::open(dir, MountOptions { holder: "test".into() }).unwrap()
+    Fs::open(dir, MountOptions::new("test")).unwrap()
 }
 
 fn resolve(fs: &mut Fs, path: &str) -> Ino {
@@ -430,7 +430,7 @@ fn run(seed: u64, ops: usize) {
     println!("seed={seed}");
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    Fs::create(&store).unwrap();
+    Fs::create(&scion_store::os_host(), &store).unwrap();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut fs = open(&store);
     let mut m = Model::default();
@@ -441,7 +441,7 @@ fn run(seed: u64, ops: usize) {
         }
         if std::env::var("SCION_PARANOID").is_ok_and(|v| v.parse::<usize>().unwrap_or(0) <= i) {
             fs.checkpoint().unwrap();
-            let rep = scion_fs::check::check_committed(&store).unwrap();
+            let rep = scion_fs::check::check_committed(&scion_store::os_host(), &store).unwrap();
             assert!(rep.is_clean(), "paranoid: seed {seed} op {i}: {rep}");
         }
         if i % 50 == 49 {
@@ -453,7 +453,7 @@ fn run(seed: u64, ops: usize) {
                     eprintln!("checkpoint at {i}");
                 }
                 fs.checkpoint().unwrap();
-                let rep = scion_fs::check::check_committed(&store).unwrap();
+                let rep = scion_fs::check::check_committed(&scion_store::os_host(), &store).unwrap();
                 if !rep.is_clean() && std::env::var("SCION_TRACE").is_ok() {
                     for p in m.paths.keys() {
                         eprintln!("ino {} = {p}", resolve(&mut fs, p));
@@ -467,7 +467,7 @@ fn run(seed: u64, ops: usize) {
             }
             8 => {
                 fs.close().unwrap();
-                let rep = scion_fs::check::check(&store).unwrap();
+                let rep = scion_fs::check::check(&scion_store::os_host(), &store).unwrap();
                 assert!(rep.is_clean(), "seed {seed} op {i}: {rep}");
                 fs = open(&store);
                 compare(&mut fs, &m, &format!("seed {seed} after remount at op {i}"));
@@ -478,7 +478,7 @@ fn run(seed: u64, ops: usize) {
                 fs.fsync().unwrap();
                 synced = m.clone();
                 drop(fs);
-                let rep = scion_fs::check::check(&store).unwrap();
+                let rep = scion_fs::check::check(&scion_store::os_host(), &store).unwrap();
                 assert!(rep.is_clean(), "seed {seed} crash at op {i}: {rep}");
                 fs = open(&store);
                 compare(&mut fs, &synced, &format!("seed {seed} after crash at op {i}"));
@@ -489,7 +489,7 @@ fn run(seed: u64, ops: usize) {
     }
     let _ = synced;
     fs.close().unwrap();
-    let rep = scion_fs::check::check(&store).unwrap();
+    let rep = scion_fs::check::check(&scion_store::os_host(), &store).unwrap();
     assert!(rep.is_clean(), "seed {seed} at the end: {rep}");
     let mut fs = open(&store);
     compare(&mut fs, &m, &format!("seed {seed} final"));

@@ -8,23 +8,17 @@
 
 pub mod codec;
 mod error;
+pub mod faults;
+pub mod host;
 mod lock;
 mod pack;
 mod ptr;
+pub mod sim;
 mod superblock;
 
 pub use error::{Error, Result};
+pub use host::{os_host, sync_dir, Host, HostFs, OpenMode};
 pub use lock::StoreLock;
 pub use pack::{BlockStore, BLOCK_ALIGN, BLOCK_HEADER_LEN, MAX_BLOCK_LEN};
 pub use ptr::{BlockKind, BlockPtr, HASH_LEN, PTR_LEN};
 pub use superblock::{Superblock, FORMAT_VERSION, SUPERBLOCK_FILE, SUPERBLOCK_SLOT};
-
-use std::fs::File;
-use std::path::Path;
-
-/// Fsync a directory so that entries created or removed in it are durable.
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("fsync of directory {}", dir.display()), e))
-}

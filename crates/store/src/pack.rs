@@ -5,12 +5,10 @@
 //! rewritten in place; a freed block's bytes are returned to the host filesystem by punching
 //! a hole over them, so a pack shrinks on disk as its blocks die without any block moving.
 
+use crate::host::{Host, HostFile, OpenMode};
 use crate::ptr::{BlockKind, BlockPtr};
 use crate::{Error, Result};
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -48,17 +46,18 @@ pub fn pack_path(dir: &Path, id: u32) -> PathBuf {
 
 struct Active {
     id: u32,
-    file: Arc<File>,
+    file: Arc<dyn HostFile>,
     end: u64,
     /// Packs written to since the last `sync`.
-    unsynced: Vec<Arc<File>>,
+    unsynced: Vec<Arc<dyn HostFile>>,
 }
 
 pub struct BlockStore {
+    host: Host,
     dir: PathBuf,
     /// Pack handles are opened for writing too, so freed blocks can be punched.
     writable: bool,
-    readers: RwLock<HashMap<u32, Arc<File>>>,
+    readers: RwLock<HashMap<u32, Arc<dyn HostFile>>>,
     active: Mutex<Active>,
 }
 
@@ -66,16 +65,13 @@ impl BlockStore {
     /// Opens the packs of the store at `dir`, appending from `(pack, end)`, the position the
     /// newest superblock recorded. Nothing is cut off yet: the journal may name blocks past
     /// that position; the owner calls [`BlockStore::resume_at`] once it knows where to append.
-    pub fn open(dir: &Path, pack: u32, end: u64, writable: bool) -> Result<BlockStore> {
+    pub fn open(host: &Host, dir: &Path, pack: u32, end: u64, writable: bool) -> Result<BlockStore> {
         let path = pack_path(dir, pack);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .create(writable)
-            .truncate(false)
-            .open(&path)
+        let mode = if writable { OpenMode::Create } else { OpenMode::Read };
+        let file = host
+            .open(&path, mode)
             .map_err(|e| Error::io(format!("open of pack {}", path.display()), e))?;
-        let len = file.metadata().map_err(|e| Error::io("stat of pack", e))?.len();
+        let len = file.len().map_err(|e| Error::io("stat of pack", e))?;
         if len < end {
             return Err(Error::corrupt(
                 "pack file",
@@ -83,10 +79,10 @@ impl BlockStore {
                 format!("is {len} bytes long, the superblock says {end} bytes were committed (truncated store?)"),
             ));
         }
-        let file = Arc::new(file);
         let mut readers = HashMap::new();
         readers.insert(pack, file.clone());
         Ok(BlockStore {
+            host: host.clone(),
             dir: dir.to_path_buf(),
             writable,
             readers: RwLock::new(readers),
@@ -104,14 +100,11 @@ impl BlockStore {
     /// and removing later packs.
     pub fn resume_at(&self, pack: u32, end: u64) -> Result<()> {
         let path = pack_path(&self.dir, pack);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
+        let file = self
+            .host
+            .open(&path, OpenMode::Create)
             .map_err(|e| Error::io(format!("open of pack {}", path.display()), e))?;
-        let len = file.metadata().map_err(|e| Error::io("stat of pack", e))?.len();
+        let len = file.len().map_err(|e| Error::io("stat of pack", e))?;
         if len < end {
             return Err(Error::corrupt(
                 "pack file",
@@ -122,15 +115,21 @@ impl BlockStore {
         if len > end {
             file.set_len(end)
                 .map_err(|e| Error::io("truncation of uncommitted pack tail", e))?;
-            file.sync_all().map_err(|e| Error::io("fsync of pack", e))?;
+            file.sync_data().map_err(|e| Error::io("fsync of pack", e))?;
         }
+        let mut removed = false;
         for id in self.pack_ids()? {
             if id > pack {
                 let p = pack_path(&self.dir, id);
-                std::fs::remove_file(&p).map_err(|e| Error::io(format!("removal of {}", p.display()), e))?;
+                self.host
+                    .remove_file(&p)
+                    .map_err(|e| Error::io(format!("removal of {}", p.display()), e))?;
+                removed = true;
             }
         }
-        let file = Arc::new(file);
+        if removed {
+            crate::sync_dir(&self.host, &self.dir.join("packs"))?;
+        }
         self.readers.write().unwrap().insert(pack, file.clone());
         let mut a = self.active.lock().unwrap();
         a.id = pack;
@@ -145,17 +144,16 @@ impl BlockStore {
         (a.id, a.end)
     }
 
-    fn reader(&self, pack: u32) -> Result<Arc<File>> {
+    fn reader(&self, pack: u32) -> Result<Arc<dyn HostFile>> {
         if let Some(f) = self.readers.read().unwrap().get(&pack) {
             return Ok(f.clone());
         }
         let path = pack_path(&self.dir, pack);
-        let f = OpenOptions::new()
-            .read(true)
-            .write(self.writable)
-            .open(&path)
+        let mode = if self.writable { OpenMode::ReadWrite } else { OpenMode::Read };
+        let f = self
+            .host
+            .open(&path, mode)
             .map_err(|e| Error::io(format!("open of pack {}", path.display()), e))?;
-        let f = Arc::new(f);
         self.readers.write().unwrap().insert(pack, f.clone());
         Ok(f)
     }
@@ -206,15 +204,11 @@ impl BlockStore {
     fn roll(&self, a: &mut Active) -> Result<()> {
         let id = a.id + 1;
         let path = pack_path(&self.dir, id);
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
+        let f = self
+            .host
+            .open(&path, OpenMode::Truncate)
             .map_err(|e| Error::io(format!("creation of pack {}", path.display()), e))?;
-        crate::sync_dir(&self.dir.join("packs"))?;
-        let f = Arc::new(f);
+        crate::sync_dir(&self.host, &self.dir.join("packs"))?;
         self.readers.write().unwrap().insert(id, f.clone());
         a.id = id;
         a.file = f;
@@ -277,16 +271,7 @@ impl BlockStore {
     /// checkpoint can reach the block any more.
     pub fn punch(&self, ptr: &BlockPtr) -> Result<()> {
         let f = self.reader(ptr.pack())?;
-        let r = unsafe {
-            libc::fallocate(
-                f.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                ptr.offset() as libc::off_t,
-                ptr.footprint() as libc::off_t,
-            )
-        };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
+        if let Err(e) = f.punch_hole(ptr.offset(), ptr.footprint()) {
             // A host filesystem without hole punching keeps the bytes; nothing is lost.
             if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
                 return Err(Error::io(format!("hole punch of {ptr}"), e));
@@ -299,10 +284,7 @@ impl BlockStore {
     pub fn pack_ids(&self) -> Result<Vec<u32>> {
         let mut ids = Vec::new();
         let dir = self.dir.join("packs");
-        for e in std::fs::read_dir(&dir).map_err(|e| Error::io("listing of packs", e))? {
-            let e = e.map_err(|e| Error::io("listing of packs", e))?;
-            let name = e.file_name();
-            let name = name.to_string_lossy();
+        for name in self.host.list_dir(&dir).map_err(|e| Error::io("listing of packs", e))? {
             if let Some(id) = name.strip_suffix(".pack").and_then(|s| s.parse().ok()) {
                 ids.push(id);
             }
@@ -313,11 +295,12 @@ impl BlockStore {
 
     /// Bytes the packs occupy on the host filesystem (holes excluded).
     pub fn allocated_bytes(&self) -> Result<u64> {
-        use std::os::unix::fs::MetadataExt;
         let mut total = 0;
         for id in self.pack_ids()? {
-            let m = std::fs::metadata(pack_path(&self.dir, id)).map_err(|e| Error::io("stat of pack", e))?;
-            total += m.blocks() * 512;
+            total += self
+                .host
+                .allocated_bytes(&pack_path(&self.dir, id))
+                .map_err(|e| Error::io("stat of pack", e))?;
         }
         Ok(total)
     }

@@ -3,10 +3,9 @@
 //! highest generation, so a torn superblock write leaves the previous one in force.
 
 use crate::codec::{Reader, Writer};
+use crate::host::{Host, OpenMode};
 use crate::ptr::BlockPtr;
 use crate::{Error, Result};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 pub const SUPERBLOCK_FILE: &str = "superblock";
@@ -90,9 +89,9 @@ impl Superblock {
     }
 
     /// Reads the newest valid superblock of the store at `dir`.
-    pub fn read(dir: &Path) -> Result<Superblock> {
+    pub fn read(host: &Host, dir: &Path) -> Result<Superblock> {
         let path = dir.join(SUPERBLOCK_FILE);
-        let data = match std::fs::read(&path) {
+        let data = match host.read(&path) {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::Format(format!(
@@ -129,13 +128,10 @@ impl Superblock {
     }
 
     /// Writes this superblock into its slot and makes it durable.
-    pub fn write(&self, dir: &Path) -> Result<()> {
+    pub fn write(&self, host: &Host, dir: &Path) -> Result<()> {
         let path = dir.join(SUPERBLOCK_FILE);
-        let f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
+        let f = host
+            .open(&path, OpenMode::Create)
             .map_err(|e| Error::io(format!("open of {}", path.display()), e))?;
         let slot = (self.generation % 2) as u64;
         f.write_all_at(&self.encode(), slot * SUPERBLOCK_SLOT as u64)
@@ -146,14 +142,16 @@ impl Superblock {
 
     /// Creates the superblock file of a new store: this superblock in its slot, the other
     /// slot blank (invalid), so it is the one in force.
-    pub fn create(&self, dir: &Path) -> Result<()> {
+    pub fn create(&self, host: &Host, dir: &Path) -> Result<()> {
         let path = dir.join(SUPERBLOCK_FILE);
-        let f = File::create(&path).map_err(|e| Error::io(format!("creation of {}", path.display()), e))?;
+        let f = host
+            .open(&path, OpenMode::Truncate)
+            .map_err(|e| Error::io(format!("creation of {}", path.display()), e))?;
         let mut buf = vec![0u8; 2 * SUPERBLOCK_SLOT];
         let s = (self.generation % 2) as usize;
         buf[s * SUPERBLOCK_SLOT..(s + 1) * SUPERBLOCK_SLOT].copy_from_slice(&self.encode());
         f.write_all_at(&buf, 0).map_err(|e| Error::io("superblock write", e))?;
-        f.sync_all().map_err(|e| Error::io("superblock fsync", e))?;
+        f.sync_data().map_err(|e| Error::io("superblock fsync", e))?;
         Ok(())
     }
 }

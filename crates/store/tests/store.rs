@@ -1,9 +1,9 @@
-use scion_store::{BlockKind, BlockStore, Error, StoreLock, Superblock, SUPERBLOCK_FILE, SUPERBLOCK_SLOT};
+use scion_store::{os_host, BlockKind, BlockStore, Error, StoreLock, Superblock, SUPERBLOCK_FILE, SUPERBLOCK_SLOT};
 use std::os::unix::fs::FileExt;
 
 fn store(dir: &std::path::Path) -> BlockStore {
     std::fs::create_dir_all(dir.join("packs")).unwrap();
-    BlockStore::open(dir, 1, 0, true).unwrap()
+    BlockStore::open(&os_host(), dir, 1, 0, true).unwrap()
 }
 
 #[test]
@@ -50,7 +50,7 @@ fn uncommitted_pack_tail_is_cut_and_short_packs_are_refused() {
     let (pack, end) = s.position();
     s.write(BlockKind::Data, b"never committed").unwrap();
     drop(s);
-    let s = BlockStore::open(d.path(), pack, end, true).unwrap();
+    let s = BlockStore::open(&os_host(), d.path(), pack, end, true).unwrap();
     s.resume_at(pack, end).unwrap();
     assert_eq!(s.position(), (pack, end));
     assert_eq!(
@@ -60,7 +60,7 @@ fn uncommitted_pack_tail_is_cut_and_short_packs_are_refused() {
     assert_eq!(s.read(&a).unwrap(), b"kept");
     drop(s);
     assert!(matches!(
-        BlockStore::open(d.path(), pack, end + 4096, true),
+        BlockStore::open(&os_host(), d.path(), pack, end + 4096, true),
         Err(Error::Corrupt { .. })
     ));
 }
@@ -97,11 +97,11 @@ fn superblock_newest_valid_slot_wins() {
         pack_end: 0,
         checkpoint: None,
     };
-    sb.create(d.path()).unwrap();
+    sb.create(&os_host(), d.path()).unwrap();
     sb.generation = 5;
     sb.pack_end = 8192;
-    sb.write(d.path()).unwrap();
-    assert_eq!(Superblock::read(d.path()).unwrap().generation, 5);
+    sb.write(&os_host(), d.path()).unwrap();
+    assert_eq!(Superblock::read(&os_host(), d.path()).unwrap().generation, 5);
     // Tear the newest slot: the previous one is used.
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -109,18 +109,18 @@ fn superblock_newest_valid_slot_wins() {
         .unwrap();
     f.write_all_at(&[0xff; 100], (5 % 2) * SUPERBLOCK_SLOT as u64 + 200)
         .unwrap();
-    assert_eq!(Superblock::read(d.path()).unwrap().generation, 4);
+    assert_eq!(Superblock::read(&os_host(), d.path()).unwrap().generation, 4);
     // Both torn: a clear error.
     f.write_all_at(&[0xff; 100], (4 % 2) * SUPERBLOCK_SLOT as u64 + 200)
         .unwrap();
-    let e = Superblock::read(d.path()).unwrap_err().to_string();
+    let e = Superblock::read(&os_host(), d.path()).unwrap_err().to_string();
     assert!(e.contains("superblock"), "{e}");
 }
 
 #[test]
 fn unknown_format_version_and_missing_store_are_clear_errors() {
     let d = tempfile::tempdir().unwrap();
-    let e = Superblock::read(d.path()).unwrap_err().to_string();
+    let e = Superblock::read(&os_host(), d.path()).unwrap_err().to_string();
     assert!(e.contains("not a scion store"), "{e}");
     let sb = Superblock {
         generation: 1,
@@ -129,7 +129,7 @@ fn unknown_format_version_and_missing_store_are_clear_errors() {
         pack_end: 0,
         checkpoint: None,
     };
-    sb.create(d.path()).unwrap();
+    sb.create(&os_host(), d.path()).unwrap();
     // Rewrite the version field and fix the slot checksum, as a future scion would write it.
     let path = d.path().join(SUPERBLOCK_FILE);
     let mut data = std::fs::read(&path).unwrap();
@@ -138,7 +138,7 @@ fn unknown_format_version_and_missing_store_are_clear_errors() {
     let crc = crc32c::crc32c(&slot[..SUPERBLOCK_SLOT - 4]);
     slot[SUPERBLOCK_SLOT - 4..].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&path, &data).unwrap();
-    let e = Superblock::read(d.path()).unwrap_err().to_string();
+    let e = Superblock::read(&os_host(), d.path()).unwrap_err().to_string();
     assert!(e.contains("version 99"), "{e}");
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 fn forest(dir: &std::path::Path) -> Forest {
     std::fs::create_dir_all(dir.join("packs")).unwrap();
-    let store = Arc::new(BlockStore::open(dir, 1, 0, true).unwrap());
+    let store = Arc::new(BlockStore::open(&scion_store::os_host(), dir, 1, 0, true).unwrap());
     Forest::new(store, RefTable::default())
 }
 

@@ -1,0 +1,188 @@
+//! The host filesystem, as scion sees it.
+//!
+//! Every byte scion reads from or writes to the directory that holds a store goes through
+//! [`HostFs`]. In production that is [`OsHost`], a thin layer over `std::fs`. The tests put
+//! other hosts in its place: [`crate::sim::SimHost`] keeps the files in memory and records
+//! every write and sync, so the crash harness can rebuild each state a power cut could
+//! leave; [`crate::faults::FaultyHost`] wraps any host and makes chosen calls fail or
+//! return flipped bits. The interface is the few calls the store needs, nothing more.
+
+use crate::{Error, Result};
+use std::any::Any;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A shared handle on a host filesystem.
+pub type Host = Arc<dyn HostFs>;
+
+/// The real filesystem.
+pub fn os_host() -> Host {
+    Arc::new(OsHost)
+}
+
+/// How a file is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Must exist; reads only.
+    Read,
+    /// Must exist; reads and writes.
+    ReadWrite,
+    /// Created if absent, content kept.
+    Create,
+    /// Created if absent, emptied if present.
+    Truncate,
+}
+
+/// An open host file. Positions are explicit: scion never relies on a file offset.
+pub trait HostFile: Send + Sync {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    fn len(&self) -> io::Result<u64>;
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes the file's data and size durable (`fdatasync`).
+    fn sync_data(&self) -> io::Result<()>;
+    /// Deallocates a range, which then reads as zeros; the size stays.
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()>;
+}
+
+/// Space of the host filesystem, as `statvfs` gives it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostSpace {
+    pub block_size: u64,
+    pub blocks: u64,
+    pub free: u64,
+    pub available: u64,
+}
+
+pub trait HostFs: Send + Sync {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn HostFile>>;
+    /// The whole content of a file.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let f = self.open(path, OpenMode::Read)?;
+        let mut buf = vec![0; f.len()? as usize];
+        f.read_exact_at(&mut buf, 0)?;
+        Ok(buf)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Names in a directory (`.` and `..` excluded), unsorted.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    fn exists(&self, path: &Path) -> bool;
+    /// Makes the entries created and removed in a directory durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Bytes a file occupies (holes excluded).
+    fn allocated_bytes(&self, path: &Path) -> io::Result<u64>;
+    fn space(&self, path: &Path) -> io::Result<HostSpace>;
+    /// Takes the store's exclusive lock; dropping the returned value releases it.
+    fn lock(&self, dir: &Path, holder: &str) -> Result<Box<dyn Any + Send>>;
+}
+
+/// The real filesystem, through `std::fs` and a few `libc` calls.
+pub struct OsHost;
+
+struct OsFile(File);
+
+impl HostFile for OsFile {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        let r = unsafe {
+            libc::fallocate(
+                self.0.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl HostFs for OsHost {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn HostFile>> {
+        let mut o = OpenOptions::new();
+        o.read(true);
+        match mode {
+            OpenMode::Read => {}
+            OpenMode::ReadWrite => {
+                o.write(true);
+            }
+            OpenMode::Create => {
+                o.write(true).create(true).truncate(false);
+            }
+            OpenMode::Truncate => {
+                o.write(true).create(true).truncate(true);
+            }
+        }
+        Ok(Arc::new(OsFile(o.open(path)?)))
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(path)? {
+            names.push(e?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+    fn allocated_bytes(&self, path: &Path) -> io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(std::fs::metadata(path)?.blocks() * 512)
+    }
+    fn space(&self, path: &Path) -> io::Result<HostSpace> {
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(HostSpace {
+            block_size: st.f_frsize.max(512),
+            blocks: st.f_blocks,
+            free: st.f_bfree,
+            available: st.f_bavail,
+        })
+    }
+    fn lock(&self, dir: &Path, holder: &str) -> Result<Box<dyn Any + Send>> {
+        Ok(Box::new(crate::StoreLock::acquire(dir, holder)?))
+    }
+}
+
+/// Fsyncs a directory so that entries created or removed in it are durable.
+pub fn sync_dir(host: &Host, dir: &Path) -> Result<()> {
+    host.sync_dir(dir)
+        .map_err(|e| Error::io(format!("fsync of directory {}", dir.display()), e))
+}
