@@ -247,10 +247,15 @@ impl Fs {
                 }
             }
         }
+        // An operation is replayed whole or not at all.
+        while usable > 0 && usable < j.records.len() && !j.op_start[usable] {
+            usable -= 1;
+        }
         if usable < j.records.len() {
             j.tail_reason
                 .get_or_insert_with(|| "a record names a block that was never written".into());
             j.records.truncate(usable);
+            j.op_start.truncate(usable);
         }
         store.resume_at(resume.0, resume.1)?;
         let mut fs = Fs {

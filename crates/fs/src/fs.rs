@@ -594,12 +594,18 @@ impl Fs {
     }
 
     fn log(&mut self, rec: impl FnOnce() -> Option<Record>) -> FsResult<()> {
+        self.log_part(false, rec)
+    }
+
+    /// Journals one record of an operation that needs several; `more`: others follow, and
+    /// recovery replays them all or none.
+    fn log_part(&mut self, more: bool, rec: impl FnOnce() -> Option<Record>) -> FsResult<()> {
         if self.replaying {
             return Ok(());
         }
         if let Some(r) = rec() {
             if let Some(j) = self.journal.as_mut() {
-                j.append(&r).map_err(eio)?;
+                j.append(&r, more).map_err(eio)?;
             }
         }
         Ok(())
@@ -1536,8 +1542,11 @@ impl Fs {
                     )
                 });
             }
+            if last_full * CHUNK < end {
+                pieces.push((last_full * CHUNK, end));
+            }
             self.op_put_chunks(ino, first_full, &chunks, now, false)?;
-            self.log(|| {
+            self.log_part(!pieces.is_empty(), || {
                 target.clone().map(|ino| Record::PutChunks {
                     ino,
                     first: first_full,
@@ -1545,16 +1554,14 @@ impl Fs {
                     time: now,
                 })
             })?;
-            if last_full * CHUNK < end {
-                pieces.push((last_full * CHUNK, end));
-            }
         } else {
             pieces.push((offset, end));
         }
-        for (a, b) in pieces {
+        let n = pieces.len();
+        for (i, (a, b)) in pieces.into_iter().enumerate() {
             let bytes = &data[(a - offset) as usize..(b - offset) as usize];
             self.op_write(ino, a, bytes, now)?;
-            self.log(|| {
+            self.log_part(i + 1 < n, || {
                 target.clone().map(|ino| Record::Write {
                     ino,
                     offset: a,

@@ -4,8 +4,14 @@
 //! and deletes it. Recovery replays the records of the newest checkpoint's journal, stopping
 //! at the first record that is torn or fails its checksum.
 //!
+//! One operation may need several records (a write: its unaligned head as bytes, its whole
+//! chunks as pointers, its tail as bytes). They are replayed all or none: every record but
+//! the last of an operation carries the `MORE` flag, and recovery drops an operation whose
+//! last record is missing, so a power cut never leaves half a write.
+//!
 //! File layout: header (magic `SCIONJL1`, format version u32, generation u64, store id 16
-//! bytes, crc32c u32), then records: `len u32, crc32c u32 (of len and payload), payload`.
+//! bytes, crc32c u32), then records: `len u32 (bit 31: MORE), crc32c u32 (of the len field
+//! and payload), payload`. Version 1 journals (no MORE flag) are read as well.
 
 use crate::inode::{Kind, Ts};
 use scion_store::codec::{Reader, Writer};
@@ -15,7 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"SCIONJL1";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// Flag in a record's length field: more records of the same operation follow.
+const MORE: u32 = 1 << 31;
 const HEADER_LEN: usize = 8 + 4 + 8 + 16 + 4;
 /// Bounds one record, so a garbled length cannot ask for a huge buffer.
 pub const MAX_RECORD: usize = 64 << 20;
@@ -489,9 +497,9 @@ pub fn journal_path(dir: &Path, generation: u64) -> PathBuf {
     dir.join("journal").join(format!("{generation:016x}.log"))
 }
 
-fn header(generation: u64, store_id: &[u8; 16]) -> Vec<u8> {
+fn header(version: u32, generation: u64, store_id: &[u8; 16]) -> Vec<u8> {
     let mut w = Writer::new();
-    w.raw(MAGIC).u32(VERSION).u64(generation).raw(store_id);
+    w.raw(MAGIC).u32(version).u64(generation).raw(store_id);
     let crc = crc32c::crc32c(&w.buf);
     w.u32(crc);
     w.finish()
@@ -515,7 +523,7 @@ impl Journal {
         let file = host
             .open(&path, OpenMode::Truncate)
             .map_err(|e| Error::io(format!("creation of {}", path.display()), e))?;
-        let h = header(generation, store_id);
+        let h = header(VERSION, generation, store_id);
         file.write_all_at(&h, 0).map_err(|e| Error::io("journal write", e))?;
         file.sync_data().map_err(|e| Error::io("journal fsync", e))?;
         scion_store::sync_dir(host, &dir.join("journal"))?;
@@ -528,10 +536,11 @@ impl Journal {
         })
     }
 
-    pub fn append(&mut self, rec: &Record) -> Result<()> {
+    /// Appends a record; `more`: further records of the same operation follow.
+    pub fn append(&mut self, rec: &Record, more: bool) -> Result<()> {
         let payload = rec.encode();
         assert!(payload.len() <= MAX_RECORD, "journal record of {} bytes", payload.len());
-        let len = (payload.len() as u32).to_le_bytes();
+        let len = (payload.len() as u32 | if more { MORE } else { 0 }).to_le_bytes();
         let crc = crc32c::crc32c_append(crc32c::crc32c(&len), &payload);
         self.buf.extend_from_slice(&len);
         self.buf.extend_from_slice(&crc.to_le_bytes());
@@ -573,7 +582,10 @@ impl Journal {
 
 /// What reading a journal found.
 pub struct JournalContents {
+    /// The records of the operations that are whole, in order.
     pub records: Vec<Record>,
+    /// For each record, whether it begins an operation.
+    pub op_start: Vec<bool>,
     /// Bytes after the last valid record (a torn tail after a crash, or damage).
     pub tail_bytes: u64,
     pub tail_reason: Option<String>,
@@ -585,7 +597,8 @@ pub fn read(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16]) -> Re
     let path = journal_path(dir, generation);
     let data = host
         .read(&path).map_err(|e| Error::io(format!("read of journal {}", path.display()), e))?;
-    if data.len() < HEADER_LEN || data[..HEADER_LEN] != header(generation, store_id)[..] {
+    let known = [1, VERSION].map(|v| header(v, generation, store_id));
+    if data.len() < HEADER_LEN || !known.iter().any(|h| data[..HEADER_LEN] == h[..]) {
         return Err(Error::corrupt(
             "journal",
             path.display(),
@@ -594,13 +607,18 @@ pub fn read(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16]) -> Re
     }
     let mut pos = HEADER_LEN;
     let mut records = Vec::new();
+    let mut op_start = Vec::new();
+    // End of the last whole operation: (bytes, records).
+    let mut whole = (pos, 0);
+    let mut more = false;
     let mut tail_reason = None;
     while pos < data.len() {
         if data.len() - pos < 8 {
             tail_reason = Some("torn record header".to_string());
             break;
         }
-        let len = u32::from_le_bytes(data[pos..pos + 4].try_into().unwrap()) as usize;
+        let field = u32::from_le_bytes(data[pos..pos + 4].try_into().unwrap());
+        let len = (field & !MORE) as usize;
         let crc = u32::from_le_bytes(data[pos + 4..pos + 8].try_into().unwrap());
         if len > MAX_RECORD || data.len() - pos - 8 < len {
             tail_reason = Some(format!("record at byte {pos} is cut short"));
@@ -612,17 +630,30 @@ pub fn read(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16]) -> Re
             break;
         }
         match Record::decode(payload) {
-            Ok(r) => records.push(r),
+            Ok(r) => {
+                op_start.push(!more);
+                records.push(r);
+            }
             Err(e) => {
                 tail_reason = Some(format!("record at byte {pos} does not decode: {e}"));
                 break;
             }
         }
         pos += 8 + len;
+        more = field & MORE != 0;
+        if !more {
+            whole = (pos, records.len());
+        }
+    }
+    if records.len() > whole.1 {
+        tail_reason.get_or_insert_with(|| "the last operation's records are incomplete".to_string());
+        records.truncate(whole.1);
+        op_start.truncate(whole.1);
     }
     Ok(JournalContents {
         records,
-        tail_bytes: (data.len() - pos) as u64,
+        op_start,
+        tail_bytes: (data.len() - whole.0) as u64,
         tail_reason,
     })
 }

@@ -1,0 +1,570 @@
+//! Crash consistency, in the spirit of CrashMonkey and ALICE.
+//!
+//! Each workload runs the engine on a simulated host ([`SimHost`]) that records every write
+//! and sync scion issues. Then, for every point of that record, the harness rebuilds the
+//! states a power cut there could leave: everything issued reached the disk; only what a
+//! sync covered did; and random mixes in between, where each uncovered write, truncation,
+//! hole punch, creation or removal independently did or did not reach the disk, and a
+//! write may be torn at 4 KiB sector boundaries. Each distinct state is opened as a mount
+//! opens it (journal replay included) and must:
+//! - have a committed checkpoint that `check` finds clean, before and after recovery;
+//! - open without error;
+//! - hold a tree (names, kinds, modes, owners, link counts, sizes, times, contents, xattrs,
+//!   symlink targets, clones and snapshots) equal to one the workload passed through since
+//!   its last acknowledged sync (fsync, checkpoint, clone, snapshot or destroy): nothing
+//!   acknowledged lost, nothing half-done.
+//!
+//! `SCION_CRASH=full` checks more mixes per point (the figures in docs/testing.md);
+//! the default is the reduced set CI runs. `SCION_CRASH_SEED` changes the seed.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use scion_fs::{Fs, Ino, Kind, MountOptions, SetAttr};
+use scion_store::sim::{crash_image, durable, sector_spans, Fate, HostOp, Image, SimHost};
+use scion_store::Host;
+use std::collections::{HashMap, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Arc;
+
+const STORE: &str = "/store";
+
+/// One step of a workload, by path from the root.
+#[derive(Clone, Debug)]
+enum Step {
+    Create(String),
+    Mkdir(String),
+    Write(String, u64, Vec<u8>),
+    Truncate(String, u64),
+    Unlink(String),
+    Rmdir(String),
+    Rename(String, String),
+    Link(String, String),
+    Symlink(String, Vec<u8>),
+    SetXattr(String, Vec<u8>, Vec<u8>),
+    Chmod(String, u16),
+    Fsync,
+    Checkpoint,
+    Clone(String, String),
+    Snapshot(String, String),
+    Destroy(String),
+}
+
+impl Step {
+    /// True if the step, once it returns, has made everything before it durable.
+    fn acks(&self) -> bool {
+        matches!(
+            self,
+            Step::Fsync | Step::Checkpoint | Step::Clone(..) | Step::Snapshot(..) | Step::Destroy(_)
+        )
+    }
+}
+
+fn opts(host: &SimHost) -> MountOptions {
+    MountOptions {
+        holder: "crash harness".into(),
+        host: Arc::new(host.clone()) as Host,
+    }
+}
+
+fn split(path: &str) -> (&str, &str) {
+    match path.rfind('/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
+    }
+}
+
+fn resolve(fs: &mut Fs, path: &str) -> Result<Ino, i32> {
+    let mut ino = fs.root();
+    for c in path.split('/').filter(|c| !c.is_empty()) {
+        ino = fs.lookup(ino, c.as_bytes())?.ino;
+    }
+    Ok(ino)
+}
+
+fn apply(fs: &mut Fs, step: &Step) -> Result<(), i32> {
+    let parent_of = |fs: &mut Fs, p: &str| -> Result<(Ino, Vec<u8>), i32> {
+        let (d, n) = split(p);
+        Ok((resolve(fs, d)?, n.as_bytes().to_vec()))
+    };
+    match step {
+        Step::Create(p) => {
+            let (d, n) = parent_of(fs, p)?;
+            fs.mknod(d, &n, Kind::File, 0o644, 0, 0, 0, 0, &[])?;
+        }
+        Step::Mkdir(p) => {
+            let (d, n) = parent_of(fs, p)?;
+            fs.mknod(d, &n, Kind::Dir, 0o755, 0, 0, 0, 0, &[])?;
+        }
+        Step::Symlink(p, t) => {
+            let (d, n) = parent_of(fs, p)?;
+            fs.mknod(d, &n, Kind::Symlink, 0o777, 0, 0, 0, 0, t)?;
+        }
+        Step::Write(p, off, data) => {
+            let ino = resolve(fs, p)?;
+            fs.write(ino, *off, data)?;
+        }
+        Step::Truncate(p, size) => {
+            let ino = resolve(fs, p)?;
+            fs.setattr(
+                ino,
+                SetAttr {
+                    size: Some(*size),
+                    ..Default::default()
+                },
+            )?;
+        }
+        Step::Chmod(p, mode) => {
+            let ino = resolve(fs, p)?;
+            fs.setattr(
+                ino,
+                SetAttr {
+                    mode: Some(*mode as u32),
+                    ..Default::default()
+                },
+            )?;
+        }
+        Step::Unlink(p) => {
+            let (d, n) = parent_of(fs, p)?;
+            fs.unlink(d, &n)?;
+        }
+        Step::Rmdir(p) => {
+            let (d, n) = parent_of(fs, p)?;
+            fs.rmdir(d, &n)?;
+        }
+        Step::Rename(a, b) => {
+            let (d, n) = parent_of(fs, a)?;
+            let (d2, n2) = parent_of(fs, b)?;
+            fs.rename(d, &n, d2, &n2, 0)?;
+        }
+        Step::Link(a, b) => {
+            let ino = resolve(fs, a)?;
+            let (d, n) = parent_of(fs, b)?;
+            fs.link(ino, d, &n)?;
+        }
+        Step::SetXattr(p, k, v) => {
+            let ino = resolve(fs, p)?;
+            fs.setxattr(ino, k, v, 0)?;
+        }
+        Step::Fsync => fs.fsync()?,
+        Step::Checkpoint => fs.checkpoint().map_err(|e| e.errno())?,
+        Step::Clone(src, dst) => {
+            let s = resolve(fs, src)?;
+            let (d, n) = parent_of(fs, dst)?;
+            fs.clone_dir(s, d, &n, &[], b"crash harness")?;
+        }
+        Step::Snapshot(dir, name) => {
+            let d = resolve(fs, dir)?;
+            fs.snapshot(d, name.as_bytes(), b"crash harness")?;
+        }
+        Step::Destroy(p) => {
+            let ino = resolve(fs, p)?;
+            fs.destroy(ino)?;
+        }
+    }
+    Ok(())
+}
+
+/// Everything a user can observe of the tree, as bytes (snapshots included, atimes not).
+fn dump(fs: &mut Fs) -> Result<Vec<u8>, String> {
+    fn walk(
+        fs: &mut Fs,
+        dir: Ino,
+        path: &str,
+        snapdirs: bool,
+        out: &mut Vec<u8>,
+        seen: &mut HashMap<Ino, String>,
+    ) -> Result<(), String> {
+        let err = |what: &str, p: &str, e: i32| format!("{what} of {p}: errno {e}");
+        let mut ents = fs.readdir(dir).map_err(|e| err("readdir", path, e))?;
+        ents.sort_by(|a, b| a.name.cmp(&b.name));
+        for e in ents {
+            let p = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+            let a = fs.lookup(dir, &e.name).map_err(|er| err("lookup", &p, er))?;
+            out.extend_from_slice(
+                format!(
+                    "{p} {:?} {:o} {}:{} n{} s{} m{:?} c{:?}",
+                    a.kind, a.perm, a.uid, a.gid, a.nlink, a.size, a.mtime, a.ctime
+                )
+                .as_bytes(),
+            );
+            if let Some(first) = seen.get(&a.ino) {
+                out.extend_from_slice(format!(" = {first}\n").as_bytes());
+                continue;
+            }
+            seen.insert(a.ino, p.clone());
+            match a.kind {
+                Kind::File => {
+                    let data = fs.read(a.ino, 0, a.size as u32 + 1).map_err(|er| err("read", &p, er))?;
+                    if data.len() as u64 != a.size {
+                        return Err(format!("{p}: size {} but {} bytes read", a.size, data.len()));
+                    }
+                    out.extend_from_slice(blake3::hash(&data).to_hex().as_bytes());
+                }
+                Kind::Symlink => out.extend_from_slice(&fs.readlink(a.ino).map_err(|er| err("readlink", &p, er))?),
+                _ => {}
+            }
+            for k in fs.listxattr(a.ino).map_err(|er| err("listxattr", &p, er))? {
+                let v = fs.getxattr(a.ino, &k).map_err(|er| err("getxattr", &p, er))?;
+                out.extend_from_slice(b" x:");
+                out.extend_from_slice(&k);
+                out.push(b'=');
+                out.extend_from_slice(&v);
+            }
+            out.push(b'\n');
+            if a.kind == Kind::Dir {
+                walk(fs, a.ino, &p, snapdirs, out, seen)?;
+            }
+        }
+        if snapdirs {
+            if let Ok(s) = fs.lookup(dir, b".snapshot") {
+                let mut snaps = fs.readdir(s.ino).map_err(|e| err("readdir", path, e))?;
+                snaps.sort_by(|a, b| a.name.cmp(&b.name));
+                for e in snaps {
+                    let p = format!("{path}/.snapshot/{}", String::from_utf8_lossy(&e.name));
+                    out.extend_from_slice(format!("{p} snapshot\n").as_bytes());
+                    let root = fs.lookup(s.ino, &e.name).map_err(|er| err("lookup", &p, er))?;
+                    walk(fs, root.ino, &p, false, out, seen)?;
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    let root = fs.root();
+    walk(fs, root, "", true, &mut out, &mut HashMap::new())?;
+    Ok(out)
+}
+
+fn digest(b: &[u8]) -> [u8; 32] {
+    *blake3::hash(b).as_bytes()
+}
+
+/// Marks in the host log: step `i` begins; steps up to `i` are acknowledged durable.
+const BEGIN: u64 = 1 << 32;
+const ACKED: u64 = 2 << 32;
+
+/// A recorded run of a workload.
+struct Recording {
+    base: Image,
+    log: Vec<HostOp>,
+    /// Tree after `j` steps, `j = 0..=steps` (as digests), and the dumps for messages.
+    states: Vec<[u8; 32]>,
+    dumps: Vec<Vec<u8>>,
+}
+
+fn record(steps: &[Step]) -> Recording {
+    let host = SimHost::default();
+    Fs::create(&(Arc::new(host.clone()) as Host), Path::new(STORE)).unwrap();
+    let base = host.image();
+    host.record();
+    let mut fs = Fs::open(Path::new(STORE), opts(&host)).unwrap();
+    let d0 = dump(&mut fs).unwrap();
+    let mut states = vec![digest(&d0)];
+    let mut dumps = vec![d0];
+    host.mark(ACKED); // the open committed its recovery checkpoint: state 0 is durable
+    for (i, s) in steps.iter().enumerate() {
+        host.mark(BEGIN | i as u64);
+        apply(&mut fs, s).unwrap_or_else(|e| panic!("step {i} {s:?}: errno {e}"));
+        if s.acks() {
+            host.mark(ACKED | (i as u64 + 1));
+        }
+        let d = dump(&mut fs).unwrap();
+        states.push(digest(&d));
+        dumps.push(d);
+    }
+    drop(fs); // a crash at the very end: no closing checkpoint
+    Recording {
+        base,
+        log: host.take_log(),
+        states,
+        dumps,
+    }
+}
+
+/// Checks one crash state; `Err` says what is wrong.
+fn verify(img: Image, acceptable: &HashSet<[u8; 32]>) -> Result<(), String> {
+    let host = SimHost::from_image(img);
+    let h: Host = Arc::new(host.clone());
+    let dir = Path::new(STORE);
+    let rep = scion_fs::check::check(&h, dir).map_err(|e| format!("check before recovery: {e}"))?;
+    if !rep.is_clean() {
+        return Err(format!("check before recovery:\n{rep}"));
+    }
+    let mut fs = Fs::open(dir, opts(&host)).map_err(|e| format!("open: {e}"))?;
+    let d = dump(&mut fs)?;
+    if !acceptable.contains(&digest(&d)) {
+        return Err(format!("tree after recovery is no state since the last sync:\n{}", String::from_utf8_lossy(&d)));
+    }
+    fs.close().map_err(|e| format!("close after recovery: {e}"))?;
+    let rep = scion_fs::check::check(&h, dir).map_err(|e| format!("check after recovery: {e}"))?;
+    if !rep.is_clean() {
+        return Err(format!("check after recovery:\n{rep}"));
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct Tally {
+    points: usize,
+    states: usize,
+    failures: Vec<String>,
+}
+
+/// Replays the crash states of a recording. `mixes`: random mixes per crash point.
+fn explore(rec: &Recording, mixes: usize, seed: u64) -> Tally {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut done: HashSet<[u8; 32]> = HashSet::new();
+    let mut t = Tally::default();
+    let (mut step, mut acked) = (0usize, 0usize);
+    for upto in 0..=rec.log.len() {
+        if upto > 0 {
+            match rec.log[upto - 1] {
+                HostOp::Mark(m) if m & !0xffff_ffff == BEGIN => step = (m & 0xffff_ffff) as usize + 1,
+                HostOp::Mark(m) if m & !0xffff_ffff == ACKED => acked = (m & 0xffff_ffff) as usize,
+                _ => {}
+            }
+        }
+        // A cut only matters just before a change or a sync, and at the end.
+        if upto < rec.log.len() && !rec.log[upto].is_change() && !rec.log[upto].is_sync() {
+            continue;
+        }
+        t.points += 1;
+        // Step `step` (1-based) is under way: any tree from the acknowledged one to the
+        // one it leaves is acceptable.
+        let acceptable: HashSet<[u8; 32]> = rec.states[acked..=step.min(rec.states.len() - 1)].iter().copied().collect();
+        let uncovered = durable(&rec.log, upto).iter().filter(|d| !**d).count();
+        let mut variants: Vec<Box<dyn FnMut(usize, &HostOp) -> Fate>> =
+            vec![Box::new(|_, _| Fate::Kept), Box::new(|_, _| Fate::Lost)];
+        if uncovered > 0 {
+            for _ in 0..mixes {
+                let mut r = StdRng::seed_from_u64(rng.gen());
+                let p_keep = r.gen_range(0.2..0.8);
+                variants.push(Box::new(move |_, op: &HostOp| {
+                    if let HostOp::Write { offset, data, .. } = op {
+                        let n = sector_spans(*offset, offset + data.len() as u64).count();
+                        if n > 1 && r.gen_bool(0.3) {
+                            return Fate::Torn((0..n).map(|_| r.gen_bool(0.5)).collect());
+                        }
+                    }
+                    if r.gen_bool(p_keep) {
+                        Fate::Kept
+                    } else {
+                        Fate::Lost
+                    }
+                }));
+            }
+        }
+        for (vi, fate) in variants.iter_mut().enumerate() {
+            let img = crash_image(&rec.base, &rec.log, upto, fate);
+            if !done.insert(img.digest()) {
+                continue;
+            }
+            t.states += 1;
+            let r = catch_unwind(AssertUnwindSafe(|| verify(img, &acceptable))).unwrap_or_else(|p| {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                Err(format!("panic: {msg}"))
+            });
+            if let Err(e) = r {
+                let expected: Vec<String> = (acked..=step.min(rec.states.len() - 1))
+                    .map(|j| format!("-- state after {j} steps:\n{}", String::from_utf8_lossy(&rec.dumps[j])))
+                    .collect();
+                t.failures.push(format!(
+                    "cut before host op {upto} of {} (step {step}, acknowledged through {acked}), variant {vi}: {e}\n{}",
+                    rec.log.len(),
+                    expected.join("")
+                ));
+                if t.failures.len() >= 3 {
+                    return t;
+                }
+            }
+        }
+    }
+    t
+}
+
+// ----- workloads ----------------------------------------------------------------------------
+
+fn bytes(rng: &mut StdRng, n: usize) -> Vec<u8> {
+    let b: u8 = rng.gen();
+    (0..n).map(|i| b.wrapping_add((i / 7) as u8)).collect()
+}
+
+/// Files created and overwritten in place, some ranges large enough to be written ahead as
+/// whole chunks, with fsyncs between and an occasional background checkpoint.
+fn overwrite(rng: &mut StdRng) -> Vec<Step> {
+    let mut s = Vec::new();
+    for f in 0..3 {
+        s.push(Step::Create(format!("f{f}")));
+    }
+    for i in 0..24 {
+        let f = format!("f{}", rng.gen_range(0..3));
+        let big = rng.gen_bool(0.25);
+        let off = if big { rng.gen_range(0..3) * 65536 } else { rng.gen_range(0..200_000) };
+        let len = if big { 65536 * rng.gen_range(1..3) } else { rng.gen_range(1..9000) };
+        s.push(Step::Write(f.clone(), off, bytes(rng, len)));
+        if rng.gen_bool(0.1) {
+            s.push(Step::Truncate(f, rng.gen_range(0..150_000)));
+        }
+        if rng.gen_bool(0.35) {
+            s.push(Step::Fsync);
+        }
+        if i % 9 == 8 {
+            s.push(Step::Checkpoint);
+        }
+    }
+    s
+}
+
+/// The atomic-replace pattern: write a temporary file, fsync it, rename it over the target.
+fn rename_over(rng: &mut StdRng) -> Vec<Step> {
+    let mut s = vec![Step::Mkdir("conf".into())];
+    for i in 0..14 {
+        let target = format!("conf/c{}", rng.gen_range(0..3));
+        let tmp = format!("conf/.tmp{i}");
+        s.push(Step::Create(tmp.clone()));
+        let n = rng.gen_range(10..70_000);
+        s.push(Step::Write(tmp.clone(), 0, bytes(rng, n)));
+        s.push(Step::SetXattr(tmp.clone(), b"user.v".to_vec(), format!("{i}").into_bytes()));
+        s.push(Step::Fsync);
+        s.push(Step::Rename(tmp, target));
+        if rng.gen_bool(0.5) {
+            s.push(Step::Fsync);
+        }
+        if i == 7 {
+            s.push(Step::Checkpoint);
+        }
+    }
+    s
+}
+
+/// Directory trees: nested creation, files, symlinks, hard links, renames of whole
+/// directories, removal.
+fn dir_tree(rng: &mut StdRng) -> Vec<Step> {
+    let mut s = Vec::new();
+    for a in 0..3 {
+        s.push(Step::Mkdir(format!("d{a}")));
+        for b in 0..2 {
+            s.push(Step::Mkdir(format!("d{a}/e{b}")));
+            for c in 0..2 {
+                let f = format!("d{a}/e{b}/f{c}");
+                s.push(Step::Create(f.clone()));
+                let n = rng.gen_range(0..6000);
+                s.push(Step::Write(f, 0, bytes(rng, n)));
+            }
+        }
+        if rng.gen_bool(0.5) {
+            s.push(Step::Fsync);
+        }
+    }
+    s.push(Step::Symlink("d0/link".into(), b"e0/f0".to_vec()));
+    s.push(Step::Link("d0/e0/f0".into(), "d1/hard".into()));
+    s.push(Step::Chmod("d1/e1".into(), 0o700));
+    s.push(Step::Rename("d0/e1".into(), "d2/moved".into()));
+    s.push(Step::Fsync);
+    s.push(Step::Checkpoint);
+    s.push(Step::Rename("d1".into(), "d2/moved/d1".into()));
+    s.push(Step::Unlink("d0/e0/f1".into()));
+    s.push(Step::Unlink("d2/e0/f0".into()));
+    s.push(Step::Unlink("d2/e0/f1".into()));
+    s.push(Step::Rmdir("d2/e0".into()));
+    s.push(Step::Fsync);
+    s.push(Step::Unlink("d0/e0/f0".into()));
+    s.push(Step::Write("d2/moved/d1/hard".into(), 100, bytes(rng, 3000)));
+    s
+}
+
+/// Clones and snapshots taken while files change, writes on both sides, a destroy.
+fn clones(rng: &mut StdRng) -> Vec<Step> {
+    let mut s = vec![Step::Mkdir("src".into()), Step::Mkdir("src/sub".into())];
+    for f in 0..4 {
+        let p = format!("src/sub/f{f}");
+        s.push(Step::Create(p.clone()));
+        let n = rng.gen_range(100..70_000);
+        s.push(Step::Write(p, 0, bytes(rng, n)));
+    }
+    s.push(Step::Link("src/sub/f0".into(), "src/f0-link".into()));
+    s.push(Step::Clone("src".into(), "c1".into()));
+    s.push(Step::Write("c1/sub/f1".into(), 10, bytes(rng, 5000)));
+    s.push(Step::Write("src/sub/f1".into(), 20, bytes(rng, 5000)));
+    s.push(Step::Snapshot("src".into(), "s1".into()));
+    s.push(Step::Unlink("src/sub/f2".into()));
+    s.push(Step::Create("c1/new".into()));
+    s.push(Step::Write("c1/new".into(), 0, bytes(rng, 70_000)));
+    s.push(Step::Fsync);
+    s.push(Step::Clone("c1/sub".into(), "c2".into()));
+    s.push(Step::Write("c2/f3".into(), 0, bytes(rng, 200)));
+    s.push(Step::Rename("c1/new".into(), "c1/sub/new".into()));
+    s.push(Step::Destroy("c1".into()));
+    s.push(Step::Write("c2/f0".into(), 0, bytes(rng, 300)));
+    s.push(Step::Snapshot("c2".into(), "s2".into()));
+    s.push(Step::Write("c2/f0".into(), 0, bytes(rng, 300)));
+    s
+}
+
+/// Large files written, checkpointed and deleted, so checkpoints free blocks and punch
+/// holes while new data is written ahead.
+fn free_space(rng: &mut StdRng) -> Vec<Step> {
+    let mut s = Vec::new();
+    for round in 0..4 {
+        let f = format!("big{round}");
+        s.push(Step::Create(f.clone()));
+        for c in 0..4 {
+            s.push(Step::Write(f.clone(), c * 65536, bytes(rng, 65536)));
+        }
+        s.push(Step::Fsync);
+        s.push(Step::Checkpoint);
+        if round > 0 {
+            s.push(Step::Unlink(format!("big{}", round - 1)));
+        }
+        s.push(Step::Truncate(f.clone(), 70_000));
+        if rng.gen_bool(0.5) {
+            s.push(Step::Fsync);
+        }
+        s.push(Step::Checkpoint);
+        s.push(Step::Write(f, 1000, bytes(rng, 2000)));
+    }
+    s
+}
+
+#[test]
+fn every_crash_state_recovers() {
+    let full = std::env::var("SCION_CRASH").is_ok_and(|v| v == "full");
+    let seed: u64 = std::env::var("SCION_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let mixes = if full { 24 } else { 3 };
+    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 5] = [
+        ("overwrite + fsync", overwrite),
+        ("rename over", rename_over),
+        ("directory trees", dir_tree),
+        ("clones + snapshots", clones),
+        ("deletes freeing space", free_space),
+    ];
+    println!("crash states: seed {seed}, {mixes} random mixes per crash point");
+    println!("{:<24} {:>6} {:>9} {:>8} {:>8} {:>9}", "workload", "steps", "host ops", "points", "states", "failures");
+    let mut failures = Vec::new();
+    let mut total = 0;
+    for (name, gen) in workloads {
+        let steps = gen(&mut StdRng::seed_from_u64(seed));
+        let rec = record(&steps);
+        let t = explore(&rec, mixes, seed);
+        println!(
+            "{name:<24} {:>6} {:>9} {:>8} {:>8} {:>9}",
+            steps.len(),
+            rec.log.iter().filter(|o| !matches!(o, HostOp::Mark(_))).count(),
+            t.points,
+            t.states,
+            t.failures.len()
+        );
+        total += t.states;
+        failures.extend(t.failures.into_iter().map(|f| format!("[{name}] {f}")));
+    }
+    println!("{total} crash states checked, {} failures", failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
