@@ -284,6 +284,7 @@ impl Fs {
             dirty: HashSet::new(),
             orphans: HashSet::new(),
             sweep_at: 1 << 16,
+            room: Default::default(),
         };
         match &sb.checkpoint {
             Some(ptr) => {
@@ -300,7 +301,9 @@ impl Fs {
                 }
                 // Finish the space reclamation the last checkpoint may not have completed.
                 for p in &rec.freed {
-                    store.punch(p)?;
+                    if let Err(e) = store.punch(p) {
+                        log::warn!("{e}: the block's space stays allocated until a later open");
+                    }
                 }
                 fs.forest.refs = rec.refs;
                 fs.ns_root = rec.ns_root;
@@ -861,8 +864,12 @@ impl Fs {
         self.meta_blocks = vec![record];
         self.meta_blocks.extend(pages);
         self.read_gate.wait_idle();
+        // Committed: a failed punch only leaves space allocated (the next open punches the
+        // freed list again); it must not fail what is already durable.
         for p in &freed {
-            self.forest.store.punch(p)?;
+            if let Err(e) = self.forest.store.punch(p) {
+                log::warn!("{e}: the block's space stays allocated until the next open");
+            }
         }
         let old = journal::journal_path(&self.dir, old_generation);
         if let Err(e) = self.host.remove_file(&old) {

@@ -283,6 +283,29 @@ pub struct Fs {
     pub(crate) orphans: std::collections::HashSet<Ino>,
     /// Inode table size that triggers a full sweep of unused inodes at a checkpoint.
     pub(crate) sweep_at: usize,
+    pub(crate) room: Room,
+}
+
+/// Host space kept free for the checkpoint that must follow any change: without it, a full
+/// host would fail a checkpoint half way and the filesystem would refuse changes until a
+/// remount. Changes that would eat into it get ENOSPC; removals never do.
+const HOST_RESERVE: u64 = 16 << 20;
+
+/// How much room was left at the last look at the host, so most changes need no statvfs.
+#[derive(Debug)]
+pub(crate) struct Room {
+    checked_at: Instant,
+    /// Bytes changes may still add before the next look.
+    slack: u64,
+}
+
+impl Default for Room {
+    fn default() -> Self {
+        Room {
+            checked_at: Instant::now(),
+            slack: 0,
+        }
+    }
 }
 
 fn eio(e: Error) -> i32 {
@@ -620,6 +643,34 @@ impl Fs {
     }
 
     /// Takes a checkpoint if enough has accumulated.
+    /// ENOSPC if a change adding about `bytes` would leave the host less than the next
+    /// checkpoint needs (the data waiting in memory, the journal and data copies of these
+    /// bytes, and `HOST_RESERVE` for metadata).
+    fn room_for(&mut self, bytes: u64) -> FsResult<()> {
+        if self.replaying {
+            return Ok(());
+        }
+        let cost = 2 * bytes;
+        if cost <= self.room.slack && self.room.checked_at.elapsed() < std::time::Duration::from_secs(1) {
+            self.room.slack -= cost;
+            return Ok(());
+        }
+        let Ok(sp) = self.host.space(&self.dir) else {
+            return Ok(()); // a host that cannot say is not refused
+        };
+        let avail = sp.available.saturating_mul(sp.block_size);
+        let need = self.dirty_bytes + cost + HOST_RESERVE;
+        self.room.checked_at = Instant::now();
+        if avail < need {
+            self.room.slack = 0;
+            log::warn!("host filesystem nearly full ({avail} bytes free): refusing a change of {bytes} bytes");
+            return Err(libc::ENOSPC);
+        }
+        // Half the margin: the host may be filled by others meanwhile.
+        self.room.slack = (avail - need) / 2;
+        Ok(())
+    }
+
     fn maybe_checkpoint(&mut self) -> FsResult<()> {
         if self.replaying {
             return Ok(());
@@ -792,6 +843,7 @@ impl Fs {
         self.writable()?;
         check_name(name)?;
         self.rw(parent)?;
+        self.room_for(4096 + target.len() as u64)?;
         if kind == Kind::Symlink && (target.is_empty() || target.len() > MAX_SYMLINK) {
             return Err(if target.is_empty() {
                 libc::ENOENT
@@ -1515,6 +1567,7 @@ impl Fs {
     pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
         self.writable()?;
         self.rw(ino)?;
+        self.room_for(data.len() as u64)?;
         let now = Ts::now();
         let target = self.target(ino);
         let end = offset.checked_add(data.len() as u64).ok_or(libc::EFBIG)?;
@@ -1913,6 +1966,7 @@ impl Fs {
     pub fn setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
         self.writable()?;
         self.rw(ino)?;
+        self.room_for((name.len() + value.len()) as u64)?;
         let now = Ts::now();
         let target = self.target(ino);
         self.op_setxattr(ino, name, value, flags, now)?;
@@ -1993,12 +2047,37 @@ impl Fs {
 
     /// Makes every acknowledged change durable (the journal is fsynced).
     pub fn fsync(&mut self) -> FsResult<()> {
+        if let Some(why) = &self.failed {
+            log::warn!("refusing fsync: {why}");
+            return Err(libc::EIO);
+        }
+        let r = self.sync_journal();
+        if let Err(e) = &r {
+            self.sync_failed(e);
+        }
+        r.map_err(eio)
+    }
+
+    fn sync_journal(&mut self) -> Result<()> {
         // Blocks written ahead before the journal records that name them.
-        self.forest.store.sync().map_err(eio)?;
+        self.forest.store.sync()?;
         if let Some(j) = self.journal.as_mut() {
-            j.sync().map_err(eio)?;
+            j.sync()?;
         }
         Ok(())
+    }
+
+    /// After a failed fsync the host may have dropped the unsynced data while marking it
+    /// clean, so a retry could "succeed" without it: the filesystem refuses changes until a
+    /// remount replays what the disk really holds. A failed write of the journal buffer
+    /// (ENOSPC, say) reached no sync and is retried instead.
+    fn sync_failed(&mut self, e: &Error) {
+        let sync_call = matches!(e, Error::Io { context, .. } | Error::NoSpace(context) if context.contains("fsync"));
+        if sync_call {
+            let why = format!("fsync failed ({e}); unsynced changes may be lost");
+            log::error!("{why}; refusing changes until remount");
+            self.failed = Some(why);
+        }
     }
 
     /// Periodic work: syncs the journal, checkpoints when changes are old enough.
@@ -2007,9 +2086,9 @@ impl Fs {
             return Ok(());
         }
         if self.journal.as_ref().is_some_and(|j| j.has_unsynced()) {
-            self.forest.store.sync()?;
-            if let Some(j) = self.journal.as_mut() {
-                j.sync()?;
+            if let Err(e) = self.sync_journal() {
+                self.sync_failed(&e);
+                return Err(e);
             }
         }
         if self.last_checkpoint.elapsed() >= checkpoint_after && self.has_changes() {

@@ -18,7 +18,7 @@ use crate::Result;
 use std::any::Any;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,24 +131,43 @@ pub fn parse(spec: &str) -> std::result::Result<Vec<Rule>, String> {
 /// A host whose calls go to `inner` unless a rule hits them.
 pub struct FaultyHost {
     inner: Host,
-    rules: Arc<Vec<Rule>>,
+    rules: Arc<Rules>,
+}
+
+/// The rules and whether they apply yet.
+struct Rules {
+    list: Vec<Rule>,
+    armed: AtomicBool,
 }
 
 impl FaultyHost {
+    /// A host with these rules, armed.
     pub fn new(inner: Host, rules: Vec<Rule>) -> FaultyHost {
         FaultyHost {
             inner,
-            rules: Arc::new(rules),
+            rules: Arc::new(Rules {
+                list: rules,
+                armed: AtomicBool::new(true),
+            }),
         }
     }
 
+    /// Turns the rules on or off (tests open a store first, then arm its faults).
+    pub fn arm(&self, on: bool) {
+        self.rules.armed.store(on, Ordering::SeqCst);
+    }
+
     pub fn rules(&self) -> &[Rule] {
-        &self.rules
+        &self.rules.list
     }
 }
 
 /// The effect of the first rule hitting this call, if any (every matching rule counts it).
-fn check(rules: &[Rule], call: Call, path: &str) -> Option<Effect> {
+fn check(rules: &Rules, call: Call, path: &str) -> Option<Effect> {
+    if !rules.armed.load(Ordering::SeqCst) {
+        return None;
+    }
+    let rules = &rules.list;
     let mut effect = None;
     for r in rules.iter().filter(|r| r.matches(call, path)) {
         if r.fires() && effect.is_none() {
@@ -159,7 +178,7 @@ fn check(rules: &[Rule], call: Call, path: &str) -> Option<Effect> {
     effect
 }
 
-fn fail(rules: &[Rule], call: Call, path: &str) -> io::Result<()> {
+fn fail(rules: &Rules, call: Call, path: &str) -> io::Result<()> {
     match check(rules, call, path) {
         Some(Effect::Errno(e)) => Err(io::Error::from_raw_os_error(e)),
         _ => Ok(()),
@@ -168,7 +187,7 @@ fn fail(rules: &[Rule], call: Call, path: &str) -> io::Result<()> {
 
 struct FaultyFile {
     inner: Arc<dyn HostFile>,
-    rules: Arc<Vec<Rule>>,
+    rules: Arc<Rules>,
     path: String,
 }
 
