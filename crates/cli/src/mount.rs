@@ -99,13 +99,21 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     // Signals are taken by a dedicated thread; block them before any thread starts.
     let sigs = block_signals();
     let mut opts = MountOptions::new(format!("mounted at {}", mnt.display()));
-    // The test mode of the reliability harness: host calls fail as the spec says.
+    // The test mode of the reliability harness: once mounted, host calls fail as the spec
+    // says (faults at mount time are tested on the engine).
+    let mut faults = None;
     if let Ok(spec) = std::env::var("SCION_FAULTS") {
         let rules = scion_store::faults::parse(&spec)?;
-        log::warn!("SCION_FAULTS set: injecting {} fault rule(s): {spec}", rules.len());
-        opts.host = std::sync::Arc::new(scion_store::faults::FaultyHost::new(opts.host, rules));
+        log::warn!("SCION_FAULTS set: injecting {} fault rule(s) once mounted: {spec}", rules.len());
+        let host = std::sync::Arc::new(scion_store::faults::FaultyHost::new(opts.host, rules));
+        host.arm(false);
+        opts.host = host.clone();
+        faults = Some(host);
     }
     let fs = Fs::open(&store, opts).map_err(|e| e.to_string())?;
+    if let Some(h) = faults {
+        h.arm(true);
+    }
     let mut fs = fs;
     // Ours, not the kernel's: list `.snapshot` in directory listings.
     fs.show_snapdir = options.iter().any(|o| o == "snapdir=visible");

@@ -1,0 +1,153 @@
+"""Host faults through a real mount: a full host filesystem (a small tmpfs under the store),
+and faults injected into the daemon's host calls with SCION_FAULTS (armed once mounted; the
+syntax is in crates/store/src/faults.rs and docs/testing.md). Each test checks what the
+application sees, then restarts the daemon without the fault and requires `scion check`
+clean and every fsynced byte back."""
+
+import errno
+import hashlib
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import PLAIN
+
+pytestmark = pytest.mark.skipif(PLAIN, reason="scion-specific")
+
+
+def write_synced(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def digest(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def verify(m, synced):
+    for p, h in synced.items():
+        assert digest(read(p)) == h, f"{p}: fsynced content lost"
+
+
+def mount_with_faults(m, spec):
+    os.environ["SCION_FAULTS"] = spec
+    try:
+        m.mount()
+    finally:
+        del os.environ["SCION_FAULTS"]
+
+
+def test_full_host_gives_enospc_and_keeps_the_store(scion_store):
+    m = scion_store
+    shutil.rmtree(m.store)
+    os.makedirs(m.store)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", m.store], check=True)
+    try:
+        m.init()
+        m.mount()
+        synced, err = {}, None
+        for i in range(200):
+            p = os.path.join(m.mnt, f"f{i:03d}")
+            data = os.urandom(1 << 20)
+            try:
+                write_synced(p, data)
+            except OSError as e:
+                err = e
+                break
+            synced[p] = digest(data)
+        assert err is not None and err.errno == errno.ENOSPC, f"expected ENOSPC, got {err!r}"
+        assert len(synced) >= 40, f"only {len(synced)} MiB fitted on a 96 MiB host"
+        print(f"{len(synced)} MiB fitted on a 96 MiB host before ENOSPC")
+        verify(m, synced)
+        # Removing files works on the full host; so does a clean unmount (its checkpoint
+        # has the reserve).
+        for p in sorted(synced)[:5]:
+            os.unlink(p)
+            del synced[p]
+        m.umount()
+        m.check()
+        m.mount()
+        verify(m, synced)
+        # The space came back: a new file fits.
+        p = os.path.join(m.mnt, "after")
+        data = os.urandom(3 << 20)
+        write_synced(p, data)
+        synced[p] = digest(data)
+
+        # Another program fills the host to the last byte: scion's changes fail, nothing
+        # acknowledged is lost, and once the space is back a restart gives a clean store.
+        filler = os.path.join(m.store, "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+        errs = set()
+        for i in range(8):
+            try:
+                write_synced(os.path.join(m.mnt, f"late{i}"), os.urandom(256 << 10))
+            except OSError as e:
+                errs.add(e.errno)
+        assert errs and errs <= {errno.ENOSPC, errno.EIO}, f"errors seen: {errs}"
+        print("errors with the host filled by another program:", sorted(errno.errorcode[e] for e in errs))
+        m.kill9()
+        os.unlink(filler)
+        m.check()
+        m.mount()
+        verify(m, synced)
+        m.umount()
+        m.check()
+    finally:
+        if m.mounted:
+            m.kill9()
+        subprocess.run(["umount", m.store], check=False)
+
+
+def test_flipped_bits_from_the_host_give_eio(scion_mount):
+    m = scion_mount
+    a = os.urandom(256 << 10)
+    b = b"bystander" * 1000
+    write_synced(os.path.join(m.mnt, "a"), a)
+    write_synced(os.path.join(m.mnt, "b"), b)
+    m.umount()
+    mount_with_faults(m, "read:packs/:flip")
+    with pytest.raises(OSError) as ei:
+        read(os.path.join(m.mnt, "a"))
+    assert ei.value.errno == errno.EIO
+    assert os.path.exists(f"/proc/{m.daemon_pid()}"), "the daemon died"
+    with open(os.path.join(m.store, "daemon.log")) as f:
+        log = f.read()
+    assert "fault injected" in log and "hash" in log, "the damaged block is not named in the log"
+    m.umount()
+    m.check()
+    m.mount()
+    assert read(os.path.join(m.mnt, "a")) == a
+    assert read(os.path.join(m.mnt, "b")) == b
+
+
+def test_failing_pack_writes_give_eio_and_lose_nothing(scion_mount):
+    m = scion_mount
+    m.umount()
+    mount_with_faults(m, "write:packs/:eio")
+    small = b"journaled only" * 100
+    write_synced(os.path.join(m.mnt, "small"), small)
+    with pytest.raises(OSError) as ei:
+        write_synced(os.path.join(m.mnt, "big"), os.urandom(1 << 20))
+    assert ei.value.errno == errno.EIO
+    assert read(os.path.join(m.mnt, "small")) == small
+    m.kill9()
+    m.check()
+    m.mount()
+    assert read(os.path.join(m.mnt, "small")) == small
+    m.umount()
+    m.check()
