@@ -8,111 +8,14 @@
 //! `MAX_MESSAGE` bytes and `MAX_FIELDS` fields, every length checked against what remains.
 
 use scion_fs::{Fs, Ino, NsKind};
-use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-const MAGIC: &[u8; 4] = b"SCNC";
-const VERSION: u8 = 1;
-pub const MAX_MESSAGE: usize = 1 << 20;
-pub const MAX_FIELDS: usize = 4096;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// src, dst, excludes...
-    Clone = 1,
-    /// path, name
-    Snapshot = 2,
-    /// path
-    Destroy = 3,
-    List = 4,
-    Scrub = 5,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub struct Request {
-    pub op: Op,
-    pub fields: Vec<Vec<u8>>,
-}
+pub use scion::wire::{read_frame, write_frame, Op, Request};
 
 pub fn socket_path(store: &Path) -> PathBuf {
     store.join("control.sock")
-}
-
-impl Request {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::new();
-        b.extend_from_slice(MAGIC);
-        b.push(VERSION);
-        b.push(self.op as u8);
-        b.extend_from_slice(&(self.fields.len() as u32).to_le_bytes());
-        for f in &self.fields {
-            b.extend_from_slice(&(f.len() as u32).to_le_bytes());
-            b.extend_from_slice(f);
-        }
-        b
-    }
-
-    pub fn decode(b: &[u8]) -> Result<Request, String> {
-        let mut r = b;
-        let mut take = |n: usize| -> Result<&[u8], String> {
-            if r.len() < n {
-                return Err("truncated request".into());
-            }
-            let (a, rest) = r.split_at(n);
-            r = rest;
-            Ok(a)
-        };
-        if take(4)? != MAGIC {
-            return Err("not a scion control request".into());
-        }
-        let v = take(1)?[0];
-        if v != VERSION {
-            return Err(format!("control protocol version {v} is not supported (this daemon speaks {VERSION})"));
-        }
-        let op = match take(1)?[0] {
-            1 => Op::Clone,
-            2 => Op::Snapshot,
-            3 => Op::Destroy,
-            4 => Op::List,
-            5 => Op::Scrub,
-            o => return Err(format!("unknown operation {o}")),
-        };
-        let n = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;
-        if n > MAX_FIELDS {
-            return Err(format!("{n} fields, more than {MAX_FIELDS}"));
-        }
-        let mut fields = Vec::with_capacity(n);
-        for _ in 0..n {
-            let len = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;
-            fields.push(take(len)?.to_vec());
-        }
-        if !r.is_empty() {
-            return Err("trailing bytes after the request".into());
-        }
-        Ok(Request { op, fields })
-    }
-}
-
-pub fn write_frame(s: &mut impl Write, body: &[u8]) -> std::io::Result<()> {
-    s.write_all(&(body.len() as u32).to_le_bytes())?;
-    s.write_all(body)
-}
-
-pub fn read_frame(s: &mut impl Read) -> std::io::Result<Vec<u8>> {
-    let mut l = [0u8; 4];
-    s.read_exact(&mut l)?;
-    let len = u32::from_le_bytes(l) as usize;
-    if len > MAX_MESSAGE {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("message of {len} bytes exceeds {MAX_MESSAGE}"),
-        ));
-    }
-    let mut b = vec![0u8; len];
-    s.read_exact(&mut b)?;
-    Ok(b)
 }
 
 /// Sends a request to the daemon of `store`; the reply's text on success, or an error.

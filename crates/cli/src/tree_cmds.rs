@@ -2,6 +2,7 @@
 //! daemon (mounted) or open it directly (unmounted, with `--store`).
 
 use crate::control::{self, Op, Request};
+use scion::wire::Template;
 use scion_fs::{Fs, MountOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -102,15 +103,6 @@ fn run(at: &Located, req: Request) -> Result<(), String> {
     Ok(())
 }
 
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Template {
-    source: PathBuf,
-    destination: PathBuf,
-    #[serde(default)]
-    exclude: Vec<PathBuf>,
-}
-
 pub fn clone(
     src: Option<PathBuf>,
     dst: Option<PathBuf>,
@@ -121,7 +113,7 @@ pub fn clone(
     let (src, dst) = match template {
         Some(t) => {
             let text = std::fs::read_to_string(&t).map_err(|e| format!("{}: {e}", t.display()))?;
-            let tp: Template = toml::from_str(&text).map_err(|e| format!("template {}: {e}", t.display()))?;
+            let tp = Template::parse(&text).map_err(|e| format!("template {}: {e}", t.display()))?;
             // Relative paths in a template are taken from the template's directory.
             let base = t.parent().map(Path::to_path_buf).unwrap_or_default();
             let fix = |p: PathBuf| if p.is_absolute() || store.is_some() { p } else { base.join(p) };

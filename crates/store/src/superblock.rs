@@ -50,7 +50,7 @@ impl Superblock {
 
     /// Decodes one slot. `Ok(None)` for a slot that is blank or fails its checksum (a torn
     /// write); `Err` for a valid slot of a version this build cannot read.
-    fn decode(slot: &[u8]) -> Result<Option<Superblock>> {
+    pub fn decode(slot: &[u8]) -> Result<Option<Superblock>> {
         if slot.len() != SUPERBLOCK_SLOT || &slot[..8] != MAGIC {
             return Ok(None);
         }

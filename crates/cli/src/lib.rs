@@ -1,0 +1,3 @@
+//! The parts of the `scion` command that other code reaches: what it decodes from outside.
+
+pub mod wire;
