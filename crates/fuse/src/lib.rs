@@ -367,10 +367,9 @@ impl Filesystem for ScionFuse {
         v.extend(list.into_iter().map(|e| (e.name, e.ino, e.kind)));
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs.lock().unwrap().insert(fh, Arc::new(v));
-        reply.opened(
-            FileHandle(fh),
-            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
-        )
+        // No FOPEN_CACHE_DIR: the listing is taken at opendir, and a kernel cache filled from
+        // a listing taken while the directory changed stayed stale (found by tests/soak.py).
+        reply.opened(FileHandle(fh), FopenFlags::empty())
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
