@@ -124,42 +124,9 @@ def exc_text(ex):
     return f"{ex!r}\n" + "".join(traceback.format_exception(ex)).rstrip()
 
 
-def _unescape_mountinfo(s):
-    out, i = [], 0
-    while i < len(s):
-        if s[i] == "\\" and i + 3 < len(s) and s[i + 1:i + 4].isdigit():
-            out.append(chr(int(s[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(s[i])
-            i += 1
-    return "".join(out)
-
-
-def is_mounted(path):
-    """From the mount table only (no FUSE call: safe when the daemon hangs)."""
-    path = os.path.realpath(path)
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) > 4 and _unescape_mountinfo(parts[4]) == path:
-                    return True
-    except OSError:
-        pass
-    return False
-
-
-def pid_alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            data = f.read()
-    except OSError:
-        return False
-    try:
-        return data.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except IndexError:
-        return True
+# The mount-table helpers of the mount tests (stdlib only; no FUSE calls).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "mount"))
+from scion_helpers import is_mounted, pid_alive  # noqa: E402
 
 
 def wait_for(cond, timeout, step=0.05):

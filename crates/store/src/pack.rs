@@ -44,6 +44,24 @@ pub fn pack_path(dir: &Path, id: u32) -> PathBuf {
     dir.join("packs").join(format!("{id:08}.pack"))
 }
 
+/// Opens pack `id` and checks it holds at least `end` bytes (what the superblock or the
+/// journal says was written); returns it with its length.
+fn open_pack(host: &Host, dir: &Path, id: u32, mode: OpenMode, end: u64) -> Result<(Arc<dyn HostFile>, u64)> {
+    let path = pack_path(dir, id);
+    let file = host
+        .open(&path, mode)
+        .map_err(|e| Error::io(format!("open of pack {}", path.display()), e))?;
+    let len = file.len().map_err(|e| Error::io("stat of pack", e))?;
+    if len < end {
+        return Err(Error::corrupt(
+            "pack file",
+            path.display(),
+            format!("is {len} bytes long, {end} bytes were committed (truncated store?)"),
+        ));
+    }
+    Ok((file, len))
+}
+
 struct Active {
     id: u32,
     file: Arc<dyn HostFile>,
@@ -66,19 +84,8 @@ impl BlockStore {
     /// newest superblock recorded. Nothing is cut off yet: the journal may name blocks past
     /// that position; the owner calls [`BlockStore::resume_at`] once it knows where to append.
     pub fn open(host: &Host, dir: &Path, pack: u32, end: u64, writable: bool) -> Result<BlockStore> {
-        let path = pack_path(dir, pack);
         let mode = if writable { OpenMode::Create } else { OpenMode::Read };
-        let file = host
-            .open(&path, mode)
-            .map_err(|e| Error::io(format!("open of pack {}", path.display()), e))?;
-        let len = file.len().map_err(|e| Error::io("stat of pack", e))?;
-        if len < end {
-            return Err(Error::corrupt(
-                "pack file",
-                path.display(),
-                format!("is {len} bytes long, the superblock says {end} bytes were committed (truncated store?)"),
-            ));
-        }
+        let (file, _) = open_pack(host, dir, pack, mode, end)?;
         let mut readers = HashMap::new();
         readers.insert(pack, file.clone());
         Ok(BlockStore {
@@ -99,19 +106,7 @@ impl BlockStore {
     /// (blocks of a checkpoint that never committed, or written ahead and never journaled)
     /// and removing later packs.
     pub fn resume_at(&self, pack: u32, end: u64) -> Result<()> {
-        let path = pack_path(&self.dir, pack);
-        let file = self
-            .host
-            .open(&path, OpenMode::Create)
-            .map_err(|e| Error::io(format!("open of pack {}", path.display()), e))?;
-        let len = file.len().map_err(|e| Error::io("stat of pack", e))?;
-        if len < end {
-            return Err(Error::corrupt(
-                "pack file",
-                path.display(),
-                format!("is {len} bytes long, {end} are needed"),
-            ));
-        }
+        let (file, len) = open_pack(&self.host, &self.dir, pack, OpenMode::Create, end)?;
         if len > end {
             file.set_len(end)
                 .map_err(|e| Error::io("truncation of uncommitted pack tail", e))?;
