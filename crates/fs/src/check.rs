@@ -5,10 +5,12 @@
 //! depth); reference counts (each block's count in the table equals the number of pointers
 //! to it, and no table entry is left for a dead block); no reachable block is on the freed
 //! list; filesystem invariants (directory link counts, hard-link counts against the entries
-//! that refer to the link table, chunk extents within file sizes, stored byte counts,
+//! that refer to the link table, chunk extents within file sizes, chunk patches (sorted,
+//! disjoint, within the chunk, at most PATCH_MAX bytes), stored byte counts,
 //! object ids below the namespace's counter, inode counts); and the journal's records.
 
 use crate::checkpoint::{ns_from_value, read_record};
+use crate::delta::StoredChunk;
 use crate::fs::ROOT_OID;
 use crate::inode::*;
 use crate::journal;
@@ -32,6 +34,9 @@ pub struct Report {
     pub blocks: u64,
     pub block_bytes: u64,
     pub shared_blocks: u64,
+    /// Chunks kept as a block with patches over it (copy-on-abundant-write), and their bytes.
+    pub patched_chunks: u64,
+    pub patch_bytes: u64,
     pub journal_records: u64,
     pub journal_tail: Option<String>,
     pub problems: Vec<String>,
@@ -57,6 +62,9 @@ impl std::fmt::Display for Report {
             "{} live blocks ({} payload bytes), {} shared, all checksums verified",
             self.blocks, self.block_bytes, self.shared_blocks
         )?;
+        if self.patched_chunks > 0 {
+            writeln!(f, "{} chunks patched ({} patch bytes)", self.patched_chunks, self.patch_bytes)?;
+        }
         write!(f, "journal: {} records to replay at next mount", self.journal_records)?;
         if let Some(t) = &self.journal_tail {
             write!(f, "; torn tail ignored ({t})")?;
@@ -355,16 +363,31 @@ impl Checker<'_> {
                         self.problem(format!("file oid {oid}: chunk {idx} without data"));
                         continue;
                     };
-                    if idx * CHUNK + d.len as u64 > size {
+                    // Counted even when the patches are damaged, so it is not also unreachable.
+                    self.reference(&d, None);
+                    let c = match StoredChunk::from_value(&v) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            self.problem(format!("file oid {oid}: chunk {idx}: {e}"));
+                            continue;
+                        }
+                    };
+                    if c.block.kind != BlockKind::Data {
+                        self.problem(format!("file oid {oid}: chunk {idx} points at a {:?} block", c.block.kind));
+                    }
+                    if idx * CHUNK + c.len() > size {
                         self.problem(format!(
                             "file oid {oid}: chunk {idx} ({} bytes) lies past the size {size}",
-                            d.len
+                            c.len()
                         ));
                     }
-                    if let Some(e) = self.file_alloc.get_mut(&root) {
-                        e.3 += d.len as u64;
+                    if !c.patches.is_empty() {
+                        self.rep.patched_chunks += 1;
+                        self.rep.patch_bytes += c.patches.bytes() as u64;
                     }
-                    self.reference(&d, None);
+                    if let Some(e) = self.file_alloc.get_mut(&root) {
+                        e.3 += c.len();
+                    }
                 }
                 // Checked against the tree by `agg`.
                 Ctx::Summary => {}

@@ -13,6 +13,7 @@
 //!    fsynced, the next journal is created, and the superblock is written and fsynced;
 //! 6. only then are freed blocks punched out of their packs and the old journal deleted.
 
+use crate::delta::StoredChunk;
 use crate::fs::*;
 use crate::inode::*;
 use crate::journal::{self, Journal, Record};
@@ -611,6 +612,11 @@ impl Fs {
                         ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr]))))
                     }
                     Chunk::Hole => ops.push((chunk_key(idx), None)),
+                    // The new value owns a reference to the block, the old one drops its own.
+                    Chunk::Patched { base, patches } => {
+                        self.forest.refs.inc(&base);
+                        ops.push((chunk_key(idx), Some(StoredChunk { block: base, patches }.to_value())))
+                    }
                 }
             }
             let new = self.forest.apply(content.as_ref(), ops)?;

@@ -2,6 +2,7 @@
 
 use crate::acl;
 use crate::clone::{SNAPDIR_BIT, SNAPDIR_NAME};
+use crate::delta::{Patches, StoredChunk, PATCH_MAX};
 use crate::inode::*;
 use crate::journal::{Journal, Record, Target};
 use crate::{SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
@@ -56,6 +57,22 @@ pub(crate) enum Chunk {
     /// A committed block of another file, shared by copy_file_range; this overlay holds one
     /// reference to it, which the checkpoint hands to the tree.
     Shared(BlockPtr),
+    /// Small overwrites of the committed chunk `base` (copy-on-abundant-write, `delta.rs`):
+    /// the block stays as it is, shared with whatever else holds it, and the patches (at most
+    /// `PATCH_MAX` bytes, the stored ones included) are laid over it. The stored tree owns
+    /// `base`; the checkpoint stores the patches beside it.
+    Patched { base: BlockPtr, patches: Patches },
+}
+
+impl Chunk {
+    /// Bytes this overlay holds in memory (what `Fs::dirty_bytes` counts).
+    fn memory(&self) -> u64 {
+        match self {
+            Chunk::Buf(b) => b.len() as u64,
+            Chunk::Patched { patches, .. } => patches.bytes() as u64,
+            _ => 0,
+        }
+    }
 }
 
 /// A change waiting in a directory's overlay.
@@ -1434,8 +1451,8 @@ impl Fs {
         self.maybe_evict(ino);
     }
 
-    /// The data block holding chunk `idx` in the stored content tree.
-    fn stored_chunk(&self, n: &Node, idx: u64) -> FsResult<Option<BlockPtr>> {
+    /// Chunk `idx` in the stored content tree: its block and patches.
+    fn stored_chunk(&self, n: &Node, idx: u64) -> FsResult<Option<StoredChunk>> {
         let Some(v) = self
             .forest
             .get(n.inode.content.as_ref(), &chunk_key(idx))
@@ -1443,8 +1460,8 @@ impl Fs {
         else {
             return Ok(None);
         };
-        v.ptrs.first().copied().map(Some).ok_or_else(|| {
-            log::error!("content entry {idx} of oid {} has no data pointer", n.inode.oid);
+        StoredChunk::from_value(&v).map(Some).map_err(|e| {
+            log::error!("content entry {idx} of oid {}: {e}", n.inode.oid);
             libc::EIO
         })
     }
@@ -1462,8 +1479,17 @@ impl Fs {
             Some(Chunk::Buf(b)) => Ok(Some(b.clone())),
             Some(Chunk::Block(p) | Chunk::Shared(p)) => self.read_block(n, idx, p).map(Some),
             Some(Chunk::Hole) => Ok(None),
+            Some(Chunk::Patched { base, patches }) => {
+                let mut b = self.read_block(n, idx, base)?;
+                patches.apply(&mut b);
+                Ok(Some(b))
+            }
             None => match self.stored_chunk(n, idx)? {
-                Some(p) => self.read_block(n, idx, &p).map(Some),
+                Some(s) => {
+                    let mut b = self.read_block(n, idx, &s.block)?;
+                    s.patches.apply(&mut b);
+                    Ok(Some(b))
+                }
                 None => Ok(None),
             },
         }
@@ -1474,7 +1500,8 @@ impl Fs {
             Some(Chunk::Buf(b)) => Ok(b.len() as u64),
             Some(Chunk::Block(p) | Chunk::Shared(p)) => Ok(p.len as u64),
             Some(Chunk::Hole) => Ok(0),
-            None => Ok(self.stored_chunk(n, idx)?.map(|p| p.len as u64).unwrap_or(0)),
+            Some(Chunk::Patched { base, patches }) => Ok((base.len as u64).max(patches.end() as u64)),
+            None => Ok(self.stored_chunk(n, idx)?.map(|s| s.len()).unwrap_or(0)),
         }
     }
 
@@ -1486,12 +1513,15 @@ impl Fs {
             Chunk::Buf(b) => b.len() as u64,
             Chunk::Block(p) | Chunk::Shared(p) => p.len as u64,
             Chunk::Hole => 0,
+            Chunk::Patched { base, patches } => (base.len as u64).max(patches.end() as u64),
         };
         let n = self.node_mut(ino)?;
         n.inode.alloc = n.inode.alloc + new - old.min(n.inode.alloc);
-        let new_mem = if let Chunk::Buf(b) = &c { b.len() as u64 } else { 0 };
+        let new_mem = c.memory();
         match n.chunks.insert(idx, c) {
-            Some(Chunk::Buf(b)) => self.dirty_bytes = self.dirty_bytes.saturating_sub(b.len() as u64),
+            Some(c @ (Chunk::Buf(_) | Chunk::Patched { .. })) => {
+                self.dirty_bytes = self.dirty_bytes.saturating_sub(c.memory())
+            }
             // Written ahead and replaced before any checkpoint took it: the journal still
             // names it until the next checkpoint, which then frees it.
             Some(Chunk::Block(p)) => self.garbage.push(p),
@@ -1530,17 +1560,25 @@ impl Fs {
             let within = (pos % CHUNK) as usize;
             let take = ((CHUNK - within as u64).min(end - pos)) as usize;
             let at = (pos - offset) as usize;
-            let block = match n.chunks.get(&idx) {
+            let stored;
+            let (block, patches) = match n.chunks.get(&idx) {
                 Some(Chunk::Buf(b)) => {
                     if within < b.len() {
                         let avail = (b.len() - within).min(take);
                         plan.parts.push((at, Part::Bytes(b[within..within + avail].to_vec())));
                     }
-                    None
+                    (None, None)
                 }
-                Some(Chunk::Block(p) | Chunk::Shared(p)) => Some(*p),
-                Some(Chunk::Hole) => None,
-                None => self.stored_chunk(n, idx)?,
+                Some(Chunk::Block(p) | Chunk::Shared(p)) => (Some(*p), None),
+                Some(Chunk::Hole) => (None, None),
+                Some(Chunk::Patched { base, patches }) => (Some(*base), Some(patches)),
+                None => match self.stored_chunk(n, idx)? {
+                    Some(s) => {
+                        stored = s;
+                        (Some(stored.block), Some(&stored.patches))
+                    }
+                    None => (None, None),
+                },
             };
             if let Some(ptr) = block {
                 if within < ptr.len as usize {
@@ -1555,6 +1593,10 @@ impl Fs {
                         },
                     ));
                 }
+            }
+            // Patches after their block: `execute` lays parts in order.
+            for (o, d) in patches.into_iter().flat_map(|p| p.within(within, take)) {
+                plan.parts.push((at + o, Part::Bytes(d.to_vec())));
             }
             pos += take as u64;
         }
@@ -1688,17 +1730,19 @@ impl Fs {
             let within = (pos % CHUNK) as usize;
             let take = ((CHUNK - within as u64).min(end - pos)) as usize;
             let src = &data[(pos - offset) as usize..(pos - offset) as usize + take];
-            let buf = if within == 0 && take as u64 == CHUNK {
-                src.to_vec()
+            let c = if within == 0 && take as u64 == CHUNK {
+                Chunk::Buf(src.to_vec())
+            } else if let Some(c) = self.patched(ino, idx, within as u32, src)? {
+                c
             } else {
                 let mut buf = self.chunk(self.node(ino)?, idx)?.unwrap_or_default();
                 if buf.len() < within + take {
                     buf.resize(within + take, 0);
                 }
                 buf[within..within + take].copy_from_slice(src);
-                buf
+                Chunk::Buf(buf)
             };
-            self.set_chunk(ino, idx, Chunk::Buf(buf))?;
+            self.set_chunk(ino, idx, c)?;
             pos += take as u64;
         }
         let n = self.node_mut(ino)?;
@@ -1707,6 +1751,23 @@ impl Fs {
         n.inode.ctime = now;
         self.touch(ino);
         Ok(())
+    }
+
+    /// A small write to a committed chunk as patches over its block (copy-on-abundant-write),
+    /// or `None` when the chunk has no committed block or would exceed `PATCH_MAX`: then the
+    /// chunk is rewritten whole.
+    fn patched(&self, ino: Ino, idx: u64, within: u32, src: &[u8]) -> FsResult<Option<Chunk>> {
+        let n = self.node(ino)?;
+        let (base, mut patches) = match n.chunks.get(&idx) {
+            Some(Chunk::Patched { base, patches }) => (*base, patches.clone()),
+            None => match self.stored_chunk(n, idx)? {
+                Some(s) => (s.block, s.patches),
+                None => return Ok(None),
+            },
+            Some(_) => return Ok(None),
+        };
+        patches.write(within, src);
+        Ok((patches.bytes() <= PATCH_MAX).then_some(Chunk::Patched { base, patches }))
     }
 
     /// Chunk indexes at or after `from` that hold data, stored or in the overlay.
@@ -1911,9 +1972,12 @@ impl Fs {
                     let idx = pin / CHUNK + i;
                     let c = match n.chunks.get(&idx) {
                         None => match self.stored_chunk(n, idx)? {
-                            Some(p) if p.len as u64 == CHUNK => Some(p),
+                            // A plain whole block is shared; a patched one is copied below.
+                            Some(s) => match s.plain_full() {
+                                Some(p) => Some(p),
+                                None => break,
+                            },
                             None => None,
-                            Some(_) => break,
                         },
                         Some(Chunk::Hole) => None,
                         // Not committed yet (or partial): copied below.
@@ -2238,6 +2302,6 @@ impl ReadPlan {
 pub(crate) fn chunk_bytes(n: &Node) -> u64 {
     n.chunks
         .values()
-        .map(|c| if let Chunk::Buf(b) = c { b.len() as u64 } else { 0 })
+        .map(Chunk::memory)
         .sum()
 }

@@ -15,6 +15,7 @@ pub mod acl;
 pub mod check;
 mod checkpoint;
 pub mod clone;
+pub mod delta;
 mod fs;
 pub mod inode;
 pub mod journal;

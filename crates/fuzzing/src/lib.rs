@@ -26,6 +26,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("ref_table", ref_table),
     ("control", control),
     ("template", template),
+    ("chunk_patches", chunk_patches),
 ];
 
 fn fix_up(data: &[u8]) -> bool {
@@ -154,5 +155,16 @@ pub fn control(data: &[u8]) {
 pub fn template(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = scion::wire::Template::parse(text);
+    }
+}
+
+/// The patches a file content value keeps beside its block (copy-on-abundant-write); what
+/// decodes must re-encode to the same bytes and lay over a chunk without panicking.
+pub fn chunk_patches(data: &[u8]) {
+    if let Ok(p) = scion_fs::delta::Patches::decode(data) {
+        assert_eq!(p.encode(), data, "patches re-encode differently");
+        let mut chunk = Vec::new();
+        p.apply(&mut chunk);
+        assert_eq!(chunk.len(), p.end() as usize);
     }
 }

@@ -10,7 +10,12 @@ use std::path::Path;
 
 pub const SUPERBLOCK_FILE: &str = "superblock";
 pub const SUPERBLOCK_SLOT: usize = 4096;
-pub const FORMAT_VERSION: u32 = 2;
+/// The version this build writes. Version 3 added patches beside file chunks
+/// (copy-on-abundant-write); a version 2 store is read as is (it has none) and becomes
+/// version 3 at its next checkpoint, after which older builds refuse it.
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest version this build reads.
+pub const OLDEST_READABLE_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SCIONSB\0";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,9 +65,9 @@ impl Superblock {
         }
         let mut r = Reader::new(&slot[8..], "superblock");
         let version = r.u32()?;
-        if version != FORMAT_VERSION {
+        if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(Error::Format(format!(
-                "store format version {version} is not supported by this scion (it reads version {FORMAT_VERSION})"
+                "store format version {version} is not supported by this scion (it reads versions {OLDEST_READABLE_VERSION} to {FORMAT_VERSION})"
             )));
         }
         let slot_len = r.u32()?;

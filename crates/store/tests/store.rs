@@ -130,16 +130,26 @@ fn unknown_format_version_and_missing_store_are_clear_errors() {
         checkpoint: None,
     };
     sb.create(&os_host(), d.path()).unwrap();
-    // Rewrite the version field and fix the slot checksum, as a future scion would write it.
+    // Rewrite the version field and fix the slot checksum, as another scion would write it.
     let path = d.path().join(SUPERBLOCK_FILE);
-    let mut data = std::fs::read(&path).unwrap();
-    let slot = &mut data[SUPERBLOCK_SLOT..2 * SUPERBLOCK_SLOT];
-    slot[8..12].copy_from_slice(&99u32.to_le_bytes());
-    let crc = crc32c::crc32c(&slot[..SUPERBLOCK_SLOT - 4]);
-    slot[SUPERBLOCK_SLOT - 4..].copy_from_slice(&crc.to_le_bytes());
-    std::fs::write(&path, &data).unwrap();
+    let pristine = std::fs::read(&path).unwrap();
+    let with_version = |v: u32| {
+        let mut data = pristine.clone();
+        let slot = &mut data[SUPERBLOCK_SLOT..2 * SUPERBLOCK_SLOT];
+        slot[8..12].copy_from_slice(&v.to_le_bytes());
+        let crc = crc32c::crc32c(&slot[..SUPERBLOCK_SLOT - 4]);
+        slot[SUPERBLOCK_SLOT - 4..].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &data).unwrap();
+    };
+    with_version(99);
     let e = Superblock::read(&os_host(), d.path()).unwrap_err().to_string();
     assert!(e.contains("version 99"), "{e}");
+    with_version(1);
+    let e = Superblock::read(&os_host(), d.path()).unwrap_err().to_string();
+    assert!(e.contains("version 1 "), "{e}");
+    // Version 2 (before chunk patches) is read as is.
+    with_version(2);
+    assert_eq!(Superblock::read(&os_host(), d.path()).unwrap().generation, 1);
 }
 
 #[test]

@@ -1,0 +1,131 @@
+//! Copy-on-abundant-write: small overwrites of committed chunks are stored as patches beside
+//! the shared block (no new data block), read back right in the source and its clones,
+//! survive remounts and journal replay, and fold into a new block once a chunk's patches pass
+//! PATCH_MAX. The sizes asserted are what `scion check` counts in the committed store.
+
+use scion_fs::check::{check, check_committed, Report};
+use scion_fs::delta::PATCH_MAX;
+use scion_fs::{Fs, Ino, Kind, MountOptions};
+use std::path::Path;
+
+const CHUNK: usize = 64 << 10;
+
+fn open(dir: &Path) -> Fs {
+    Fs::open(dir, MountOptions::new("test")).unwrap()
+}
+
+fn committed(dir: &Path) -> Report {
+    let rep = check_committed(&scion_store::os_host(), dir).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+    rep
+}
+
+fn read_all(fs: &mut Fs, ino: Ino) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size;
+    fs.read(ino, 0, size as u32).unwrap()
+}
+
+fn lookup(fs: &mut Fs, dir: Ino, name: &str) -> Ino {
+    fs.lookup(dir, name.as_bytes()).unwrap().ino
+}
+
+fn at_root(fs: &mut Fs, name: &str) -> Ino {
+    let root = fs.root();
+    lookup(fs, root, name)
+}
+
+#[test]
+fn small_writes_to_clones_are_patches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    Fs::create(&scion_store::os_host(), &store).unwrap();
+    let mut fs = open(&store);
+    let root = fs.root();
+    let dir = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let f = fs.mknod(dir, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    // Four chunks of data that compress badly, the last one partial.
+    let mut orig: Vec<u8> = (0..3 * CHUNK + 1000).map(|i| (i * 7 % 251) as u8 + 1).collect();
+    fs.write(f, 0, &orig).unwrap();
+    fs.checkpoint().unwrap();
+    let before = committed(&store);
+    assert_eq!(before.patched_chunks, 0);
+
+    // A clone, then 16 bytes into every chunk of the clone's file, one of them past the end
+    // of the partial last chunk (a patch may lengthen its chunk).
+    let c = fs.clone_dir(dir, root, b"c", &[], b"test").unwrap();
+    let cf = lookup(&mut fs, c, "f");
+    let mut cloned = orig.clone();
+    for (i, at) in [100usize, CHUNK + 4096, 2 * CHUNK + 65520, 3 * CHUNK + 990].into_iter().enumerate() {
+        let data = [i as u8 + 0xa0; 16];
+        fs.write(cf, at as u64, &data).unwrap();
+        if cloned.len() < at + 16 {
+            cloned.resize(at + 16, 0);
+        }
+        cloned[at..at + 16].copy_from_slice(&data);
+    }
+    assert_eq!(read_all(&mut fs, cf), cloned, "clone before the checkpoint");
+    fs.checkpoint().unwrap();
+    let after = committed(&store);
+    assert_eq!(after.patched_chunks, 4, "{after}");
+    assert_eq!(after.patch_bytes, 64, "{after}");
+    // No data block was written: the only new blocks are tree nodes and checkpoint pages.
+    assert!(
+        after.block_bytes - before.block_bytes < CHUNK as u64,
+        "{} new payload bytes",
+        after.block_bytes - before.block_bytes
+    );
+    assert_eq!(read_all(&mut fs, f), orig, "source after the checkpoint");
+    assert_eq!(read_all(&mut fs, cf), cloned, "clone after the checkpoint");
+    // Reads that start and end inside a patch, and across a patch and its block.
+    assert_eq!(fs.read(cf, 104, 8).unwrap(), cloned[104..112]);
+    assert_eq!(fs.read(cf, CHUNK as u64 + 4000, 200).unwrap(), cloned[CHUNK + 4000..CHUNK + 4200]);
+
+    // More small writes to a patched chunk add to its patches (journal, then remount).
+    fs.write(cf, 120, b"more").unwrap();
+    cloned[120..124].copy_from_slice(b"more");
+    fs.fsync().unwrap();
+    drop(fs); // a crash: the last write lives only in the journal
+    let mut fs = open(&store);
+    let c = at_root(&mut fs, "c");
+    let cf = lookup(&mut fs, c, "f");
+    assert_eq!(read_all(&mut fs, cf), cloned, "clone after replay");
+    fs.checkpoint().unwrap();
+    let rep = committed(&store);
+    assert_eq!((rep.patched_chunks, rep.patch_bytes), (4, 68), "{rep}");
+
+    // Abundant writes: past PATCH_MAX bytes the chunk becomes a block of its own again.
+    for k in 0..(PATCH_MAX / 16 + 1) {
+        let at = 2000 + k * 32; // separate runs
+        fs.write(cf, at as u64, &[0x55; 16]).unwrap();
+        cloned[at..at + 16].copy_from_slice(&[0x55; 16]);
+    }
+    fs.checkpoint().unwrap();
+    let rep = committed(&store);
+    assert_eq!(rep.patched_chunks, 3, "chunk 0 folded: {rep}");
+
+    // The source file's own small write does not show in the clone.
+    let d = at_root(&mut fs, "d");
+    let f = lookup(&mut fs, d, "f");
+    fs.write(f, 5, b"src").unwrap();
+    orig[5..8].copy_from_slice(b"src");
+    // A truncate into a patched chunk and a copy_file_range from one.
+    fs.setattr(cf, scion_fs::SetAttr { size: Some(CHUNK as u64 + 4100), ..Default::default() }).unwrap();
+    cloned.truncate(CHUNK + 4100);
+    let g = fs.mknod(c, b"g", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    assert_eq!(fs.copy_range(cf, 0, g, 0, cloned.len() as u64).unwrap(), cloned.len() as u64);
+    fs.close().unwrap();
+    let rep = check(&scion_store::os_host(), &store).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+    let mut fs = open(&store);
+    let (d, c) = (at_root(&mut fs, "d"), at_root(&mut fs, "c"));
+    let (f, cf, g) = (lookup(&mut fs, d, "f"), lookup(&mut fs, c, "f"), lookup(&mut fs, c, "g"));
+    assert_eq!(read_all(&mut fs, f), orig);
+    assert_eq!(read_all(&mut fs, cf), cloned);
+    assert_eq!(read_all(&mut fs, g), cloned);
+    // Destroying the clone leaves the source whole and the store clean.
+    fs.destroy(c).unwrap();
+    fs.close().unwrap();
+    let rep = check(&scion_store::os_host(), &store).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+    assert_eq!(rep.patched_chunks, 1, "the source's own patch: {rep}");
+}
