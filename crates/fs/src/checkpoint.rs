@@ -13,7 +13,7 @@
 //!    fsynced, the next journal is created, and the superblock is written and fsynced;
 //! 6. only then are freed blocks punched out of their packs and the old journal deleted.
 
-use crate::delta::StoredChunk;
+use crate::delta::{Patches, StoredChunk};
 use crate::fs::*;
 use crate::inode::*;
 use crate::journal::{self, Journal, Record};
@@ -29,6 +29,18 @@ const RECORD_MAGIC: &[u8; 4] = b"SCCK";
 const RECORD_VERSION: u32 = 1;
 const PAGE: usize = 4 << 20;
 const NS_RECORD_VERSION: u8 = 2;
+/// The most journal bytes a checkpoint carries forward (see `Fs::carry`).
+const CARRY_MAX: usize = 1 << 20;
+
+/// What a checkpoint must fold into the trees.
+pub(crate) enum Fold {
+    /// Everything but the files it may carry.
+    Carry,
+    /// As `Carry`, but nothing below this directory (about to be cloned or snapshotted).
+    Under(Ino),
+    /// Everything (at open and close).
+    All,
+}
 
 /// What a checkpoint record holds.
 pub struct CheckpointRecord {
@@ -283,6 +295,8 @@ impl Fs {
             dropped_ns: Vec::new(),
             show_snapdir: false,
             dirty: HashSet::new(),
+            carried: HashSet::new(),
+            journal_floor: 0,
             orphans: HashSet::new(),
             sweep_at: 1 << 16,
             room: Default::default(),
@@ -357,7 +371,8 @@ impl Fs {
             log::info!("replayed {n} journal records");
         }
         fs.replaying = false;
-        fs.checkpoint()?;
+        // Everything into the trees: the nodes are dropped below.
+        fs.checkpoint_with(Fold::All)?;
         // Start clean: the kernel knows no inode yet.
         fs.nodes.retain(|_, n| n.loc == Loc::Root);
         Ok(fs)
@@ -506,16 +521,129 @@ impl Fs {
                 let i = self.resolve(ino)?;
                 self.op_removexattr(i, name, *time)
             }
+            Record::Carry {
+                ino,
+                size,
+                atime,
+                mtime,
+                ctime,
+                chunks,
+            } => {
+                let i = self.resolve(ino)?;
+                self.op_carry(i, *size, [*atime, *mtime, *ctime], chunks)
+            }
         }
     }
 
     /// Commits everything changed since the last checkpoint. On failure the filesystem
     /// refuses further changes (the journal still holds them for the next mount).
+    /// Picks the dirty files whose only changes are patches over committed chunks and new
+    /// size and times, takes them out of their parents' overlays, and returns the journal
+    /// record of each. BetrFS keeps such small writes as messages above the shared nodes;
+    /// here they stay in memory and ride at the head of each new journal, so a clone plus a
+    /// few small writes never copies the files' tree nodes (a 4 MiB file's chunk index alone
+    /// is a 4 KiB node). Bounded by `CARRY_MAX`; a file changed in any other way, or lying
+    /// under a directory about to be cloned (`Fold::Under`), is folded.
+    fn carry(&mut self, dirty: &mut Vec<Ino>, fold: &Fold) -> Result<Vec<(Ino, Record)>> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for &ino in dirty.iter() {
+            let n = &self.nodes[&ino];
+            let Loc::Entry { parent, name } = &n.loc else { continue };
+            let only_patches = n.inode.kind == Kind::File
+                && !n.chunks.is_empty()
+                && n.chunks.values().all(|c| matches!(c, Chunk::Patched { .. }));
+            let under = match fold {
+                Fold::Carry => false,
+                Fold::Under(dir) => self.lies_under(ino, *dir),
+                Fold::All => true,
+            };
+            if !only_patches || under {
+                continue;
+            }
+            // Its parent's overlay names it only because its record changed (or not at all,
+            // when it was carried last time and not changed since)...
+            let p = &self.nodes[parent];
+            match p.entries.get(name) {
+                None => {}
+                Some(Some(Ent::Node(i))) if *i == ino => {}
+                Some(_) => continue,
+            }
+            // ... and the committed record differs in size and times only.
+            let Some(v) = self.forest.get(p.inode.content.as_ref(), name)? else { continue };
+            let Ok(EntryRecord::Inline(stored)) = EntryRecord::from_value(&v) else { continue };
+            let now = &n.inode;
+            let same = Inode {
+                size: now.size,
+                alloc: now.alloc,
+                atime: now.atime,
+                mtime: now.mtime,
+                ctime: now.ctime,
+                ..stored.clone()
+            };
+            if same != *now {
+                continue;
+            }
+            let Some(target) = self.target(ino) else { continue };
+            let chunks: Vec<(u64, Patches)> = n
+                .chunks
+                .iter()
+                .filter_map(|(i, c)| match c {
+                    Chunk::Patched { patches, .. } if !patches.is_empty() => Some((*i, patches.clone())),
+                    _ => None,
+                })
+                .collect();
+            let ts = |a: Ts, b: Ts| (a != b).then_some(a);
+            let rec = Record::Carry {
+                ino: target,
+                size: (now.size != stored.size).then_some(now.size),
+                atime: ts(now.atime, stored.atime),
+                mtime: ts(now.mtime, stored.mtime),
+                ctime: ts(now.ctime, stored.ctime),
+                chunks,
+            };
+            bytes += rec.encode().len();
+            if bytes > CARRY_MAX {
+                break;
+            }
+            out.push((ino, rec));
+        }
+        let carried: HashSet<Ino> = out.iter().map(|(i, _)| *i).collect();
+        for ino in &carried {
+            let Loc::Entry { parent, name } = self.nodes[ino].loc.clone() else { unreachable!() };
+            self.nodes.get_mut(&parent).unwrap().entries.remove(&name);
+        }
+        // A file carried last time and folded now needs its parent's overlay to name it
+        // again (the carry took it out), and its parent visited.
+        let mut parents = Vec::new();
+        for ino in std::mem::take(&mut self.carried) {
+            if carried.contains(&ino) {
+                continue;
+            }
+            if let Some(Node { loc: Loc::Entry { parent, name }, .. }) = self.nodes.get(&ino) {
+                let (parent, name) = (*parent, name.clone());
+                self.nodes.get_mut(&parent).unwrap().entries.entry(name).or_insert(Some(Ent::Node(ino)));
+                parents.push(parent);
+            }
+        }
+        dirty.retain(|i| !carried.contains(i));
+        for p in parents {
+            if !dirty.contains(&p) {
+                dirty.push(p);
+            }
+        }
+        Ok(out)
+    }
+
     pub fn checkpoint(&mut self) -> Result<()> {
+        self.checkpoint_with(Fold::Carry)
+    }
+
+    pub(crate) fn checkpoint_with(&mut self, fold: Fold) -> Result<()> {
         if let Some(why) = &self.failed {
             return Err(Error::Format(format!("filesystem failed earlier: {why}")));
         }
-        let r = self.checkpoint_inner();
+        let r = self.checkpoint_inner(fold);
         if let Err(e) = &r {
             log::error!("checkpoint failed, refusing changes until remount: {e}");
             self.failed = Some(format!("checkpoint failed: {e}"));
@@ -523,17 +651,19 @@ impl Fs {
         r
     }
 
-    fn checkpoint_inner(&mut self) -> Result<()> {
+    fn checkpoint_inner(&mut self, fold: Fold) -> Result<()> {
         // Orphans closed since the last checkpoint drop their content now.
         for p in std::mem::take(&mut self.orphan_releases) {
             self.forest.release(&p)?;
         }
 
         // Only what changed is visited (see `Fs::dirty`).
-        let dirty: Vec<Ino> = std::mem::take(&mut self.dirty)
+        let mut dirty: Vec<Ino> = std::mem::take(&mut self.dirty)
             .into_iter()
             .filter(|i| self.nodes.contains_key(i))
             .collect();
+        // 0. Files with only small overwrites are carried, not folded.
+        let carry = self.carry(&mut dirty, &fold)?;
 
         // 1. Prepass: references for every record about to be rewritten, and for orphans.
         let mut targets: HashSet<Ino> = HashSet::new();
@@ -852,7 +982,13 @@ impl Fs {
         put_ptrs(&mut w, &pages);
         let record = self.forest.store.write(BlockKind::Meta, &w.finish())?;
         self.forest.store.sync()?;
-        let journal = Journal::create(&self.host, &self.dir, generation, &self.store_id)?;
+        let mut journal = Journal::create(&self.host, &self.dir, generation, &self.store_id)?;
+        if !carry.is_empty() {
+            for (_, rec) in &carry {
+                journal.append(rec, false)?;
+            }
+            journal.sync()?;
+        }
         let (pack, pack_end) = self.forest.store.position();
         let sb = Superblock {
             generation,
@@ -866,7 +1002,11 @@ impl Fs {
         // 6. Committed: reclaim, rotate the journal, forget pins.
         let old_generation = self.generation;
         self.generation = generation;
+        self.journal_floor = journal.len;
         self.journal = Some(journal);
+        self.carried = carry.iter().map(|(i, _)| *i).collect();
+        self.dirty.extend(self.carried.iter().copied());
+        self.dirty_bytes += self.carried.iter().map(|i| chunk_bytes(&self.nodes[i])).sum::<u64>();
         self.meta_blocks = vec![record];
         self.meta_blocks.extend(pages);
         self.read_gate.wait_idle();

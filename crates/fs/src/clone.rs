@@ -15,7 +15,7 @@
 //! to its files. A clone is committed by a checkpoint before it is answered, so it needs no
 //! journal record: after a crash it either exists whole or not at all.
 
-use crate::checkpoint::{ns_key, ns_to_value, NsRecord};
+use crate::checkpoint::{ns_key, ns_to_value, Fold, NsRecord};
 use crate::fs::*;
 use crate::inode::*;
 use scion_store::{BlockKind, BlockPtr, Result};
@@ -79,7 +79,7 @@ impl Fs {
             return Err(libc::EMLINK);
         }
         // Fold every overlay, so S's record names its whole current tree.
-        self.fold()?;
+        self.fold(src)?;
         let pns = self.node(parent)?.ns;
         // Taken only once the clone is made: a refused clone must change nothing.
         let oid = self.namespaces.get(&pns).ok_or(libc::EIO)?.next_oid;
@@ -124,7 +124,7 @@ impl Fs {
         if self.snapshots_of(ns, oid).iter().any(|(_, s)| s.as_slice() == name) {
             return Err(libc::EEXIST);
         }
-        self.fold()?;
+        self.fold(dir)?;
         let info = NsInfo {
             kind: NsKind::Snapshot,
             parent: ns,
@@ -140,10 +140,11 @@ impl Fs {
     }
 
     /// Checkpoints if anything in memory is not in the committed trees yet (a clone needs
-    /// its source's record to name the whole current tree). Back-to-back clones skip it.
-    fn fold(&mut self) -> FsResult<()> {
-        if self.pending() {
-            self.checkpoint().map_err(eio)?;
+    /// its source's record to name the whole current tree), folding the carried changes of
+    /// files below `dir` too. Back-to-back clones skip it.
+    fn fold(&mut self, dir: Ino) -> FsResult<()> {
+        if self.pending() || self.carried.iter().any(|i| self.lies_under(*i, dir)) {
+            self.checkpoint_with(Fold::Under(dir)).map_err(eio)?;
         }
         Ok(())
     }

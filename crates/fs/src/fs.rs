@@ -1,8 +1,9 @@
 //! The engine: inodes in memory, their overlays, and every POSIX operation.
 
 use crate::acl;
+use crate::checkpoint::Fold;
 use crate::clone::{SNAPDIR_BIT, SNAPDIR_NAME};
-use crate::delta::{Patches, StoredChunk, PATCH_MAX};
+use crate::delta::{changed_runs, Patches, StoredChunk, PATCH_MAX};
 use crate::inode::*;
 use crate::journal::{Journal, Record, Target};
 use crate::{SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
@@ -296,6 +297,12 @@ pub struct Fs {
     /// Inodes changed since the last checkpoint (records, overlays, chunks): what the next
     /// checkpoint visits, so its cost follows the changes, not the inodes in memory.
     pub(crate) dirty: std::collections::HashSet<Ino>,
+    /// Files whose small overwrites the last checkpoint carried forward at the head of the
+    /// new journal instead of folding them into their trees (`checkpoint.rs`, "carry"). They
+    /// stay in `dirty`, so each checkpoint decides again.
+    pub(crate) carried: std::collections::HashSet<Ino>,
+    /// Journal length after the carried records: anything past it is a change.
+    pub(crate) journal_floor: u64,
     /// Removed inodes still open (their content is kept by an orphan reference).
     pub(crate) orphans: std::collections::HashSet<Ino>,
     /// Inode table size that triggers a full sweep of unused inodes at a checkpoint.
@@ -594,7 +601,7 @@ impl Fs {
 
     /// The journal's name for an inode; `None` for one that has no name any more (its
     /// changes cannot outlive a crash, so they are not journaled).
-    fn target(&self, ino: Ino) -> Option<Target> {
+    pub(crate) fn target(&self, ino: Ino) -> Option<Target> {
         let mut names = Vec::new();
         let mut cur = ino;
         loop {
@@ -1766,8 +1773,69 @@ impl Fs {
             },
             Some(_) => return Ok(None),
         };
-        patches.write(within, src);
-        Ok((patches.bytes() <= PATCH_MAX).then_some(Chunk::Patched { base, patches }))
+        let mut cur = self.read_block(n, idx, &base)?;
+        patches.apply(&mut cur);
+        for (a, b) in changed_runs(&cur, within as usize, src) {
+            patches.write(within + a as u32, &src[a..b]);
+            if patches.bytes() > PATCH_MAX {
+                return Ok(None);
+            }
+        }
+        Ok(Some(Chunk::Patched { base, patches }))
+    }
+
+    /// Replays a carried record: each chunk's patch list over its committed block.
+    pub(crate) fn op_carry(
+        &mut self,
+        ino: Ino,
+        size: Option<u64>,
+        times: [Option<Ts>; 3],
+        chunks: &[(u64, Patches)],
+    ) -> FsResult<()> {
+        if self.node(ino)?.inode.kind != Kind::File {
+            return Err(libc::EINVAL);
+        }
+        for (idx, patches) in chunks {
+            let Some(s) = self.stored_chunk(self.node(ino)?, *idx)? else {
+                log::error!("carried patches of oid {} name chunk {idx}, which is not stored", self.node(ino)?.inode.oid);
+                return Err(libc::EIO);
+            };
+            let c = Chunk::Patched {
+                base: s.block,
+                patches: patches.clone(),
+            };
+            self.set_chunk(ino, *idx, c)?;
+        }
+        let n = self.node_mut(ino)?;
+        let i = &mut n.inode;
+        i.size = size.unwrap_or(i.size);
+        for (t, new) in [&mut i.atime, &mut i.mtime, &mut i.ctime].into_iter().zip(times) {
+            *t = new.unwrap_or(*t);
+        }
+        self.touch(ino);
+        Ok(())
+    }
+
+    /// Whether `ino` lies in directory `dir`'s subtree, following clone roots to their mount
+    /// entries; `true` when unsure (what it guards is folding, which is always safe).
+    pub(crate) fn lies_under(&self, ino: Ino, dir: Ino) -> bool {
+        let mut cur = ino;
+        for _ in 0..1 << 16 {
+            if cur == dir {
+                return true;
+            }
+            let Some(n) = self.nodes.get(&cur) else { return true };
+            cur = match &n.loc {
+                Loc::Entry { parent, .. } => *parent,
+                Loc::Root if n.ns == 1 => return false,
+                Loc::Root => match self.namespaces.get(&n.ns).and_then(|ns| ns.mounted_at.as_ref()) {
+                    Some((parent, _)) => *parent,
+                    None => return true,
+                },
+                Loc::Linked | Loc::Gone => return true,
+            };
+        }
+        true
     }
 
     /// Chunk indexes at or after `from` that hold data, stored or in the overlay.
@@ -2162,12 +2230,12 @@ impl Fs {
     }
 
     pub fn has_changes(&self) -> bool {
-        self.journal.as_ref().is_some_and(|j| j.len > 64) || self.pending()
+        self.journal.as_ref().is_some_and(|j| j.len > self.journal_floor) || self.pending()
     }
 
-    /// Something in memory is not in the committed trees yet.
+    /// Something in memory is not in the committed trees (nor carried in the journal) yet.
     pub(crate) fn pending(&self) -> bool {
-        !self.dirty.is_empty()
+        self.dirty.iter().any(|i| !self.carried.contains(i))
             || !self.orphan_releases.is_empty()
             || !self.garbage.is_empty()
             || !self.dropped_ns.is_empty()
@@ -2202,7 +2270,8 @@ impl Fs {
     /// Flushes everything into a final checkpoint.
     pub fn close(mut self) -> Result<()> {
         if self.failed.is_none() {
-            self.checkpoint()?;
+            // Everything into the trees: an unmounted store has an empty journal.
+            self.checkpoint_with(Fold::All)?;
         }
         Ok(())
     }

@@ -65,20 +65,36 @@ fn small_writes_to_clones_are_patches() {
     }
     assert_eq!(read_all(&mut fs, cf), cloned, "clone before the checkpoint");
     fs.checkpoint().unwrap();
+    // The checkpoint carries the file's patches at the head of the new journal instead of
+    // rewriting its chunk index and its directory: no data block, no content node.
     let after = committed(&store);
-    assert_eq!(after.patched_chunks, 4, "{after}");
-    assert_eq!(after.patch_bytes, 64, "{after}");
-    // No data block was written: the only new blocks are tree nodes and checkpoint pages.
+    assert_eq!((after.patched_chunks, after.journal_records), (0, 1), "{after}");
     assert!(
-        after.block_bytes - before.block_bytes < CHUNK as u64,
+        after.block_bytes - before.block_bytes < 8 * 4096,
         "{} new payload bytes",
         after.block_bytes - before.block_bytes
     );
+    fs.checkpoint().unwrap();
+    assert_eq!(committed(&store).journal_records, 1, "carried again");
     assert_eq!(read_all(&mut fs, f), orig, "source after the checkpoint");
     assert_eq!(read_all(&mut fs, cf), cloned, "clone after the checkpoint");
     // Reads that start and end inside a patch, and across a patch and its block.
     assert_eq!(fs.read(cf, 104, 8).unwrap(), cloned[104..112]);
     assert_eq!(fs.read(cf, CHUNK as u64 + 4000, 200).unwrap(), cloned[CHUNK + 4000..CHUNK + 4200]);
+    // A clone of the directory holding a carried file folds it first, and sees the patches.
+    let c2 = fs.clone_dir(c, root, b"c2", &[], b"test").unwrap();
+    let c2f = lookup(&mut fs, c2, "f");
+    assert_eq!(read_all(&mut fs, c2f), cloned, "clone of the clone");
+    let rep = committed(&store);
+    assert_eq!((rep.patched_chunks, rep.journal_records), (4, 0), "folded for the clone: {rep}");
+    fs.destroy(c2).unwrap();
+    // A chmod makes the file's record change in more than times: folded, not carried.
+    fs.write(cf, 200, b"x").unwrap();
+    cloned[200] = b'x';
+    fs.setattr(cf, scion_fs::SetAttr { mode: Some(0o600), ..Default::default() }).unwrap();
+    fs.checkpoint().unwrap();
+    let rep = committed(&store);
+    assert_eq!((rep.patched_chunks, rep.patch_bytes, rep.journal_records), (4, 65, 0), "{rep}");
 
     // More small writes to a patched chunk add to its patches (journal, then remount).
     fs.write(cf, 120, b"more").unwrap();
@@ -89,12 +105,12 @@ fn small_writes_to_clones_are_patches() {
     let c = at_root(&mut fs, "c");
     let cf = lookup(&mut fs, c, "f");
     assert_eq!(read_all(&mut fs, cf), cloned, "clone after replay");
-    fs.checkpoint().unwrap();
+    // Opening folds everything carried or replayed into the trees.
     let rep = committed(&store);
-    assert_eq!((rep.patched_chunks, rep.patch_bytes), (4, 68), "{rep}");
+    assert_eq!((rep.patched_chunks, rep.patch_bytes), (4, 69), "{rep}");
 
     // Abundant writes: past PATCH_MAX bytes the chunk becomes a block of its own again.
-    for k in 0..(PATCH_MAX / 16 + 1) {
+    for k in 0..(PATCH_MAX / 16 + 8) {
         let at = 2000 + k * 32; // separate runs
         fs.write(cf, at as u64, &[0x55; 16]).unwrap();
         cloned[at..at + 16].copy_from_slice(&[0x55; 16]);
