@@ -506,6 +506,46 @@ fn clones(rng: &mut StdRng) -> Vec<Step> {
     s
 }
 
+/// Small overwrites of committed, shared chunks (copy-on-abundant-write): patches carried at
+/// the head of each new journal across checkpoints, folded for a clone of their directory, on
+/// a rename and once a chunk has taken too many.
+fn small_writes(rng: &mut StdRng) -> Vec<Step> {
+    let mut s = vec![Step::Mkdir("src".into())];
+    for f in 0..3 {
+        let p = format!("src/f{f}");
+        s.push(Step::Create(p.clone()));
+        s.push(Step::Write(p, 0, bytes(rng, 2 * 65536 + 100)));
+    }
+    s.push(Step::Clone("src".into(), "c1".into()));
+    let small = |rng: &mut StdRng, s: &mut Vec<Step>, dir: &str| {
+        for _ in 0..3 {
+            let p = format!("{dir}/f{}", rng.gen_range(0..3));
+            let off = rng.gen_range(0..32) * 4096 + rng.gen_range(0..4080);
+            s.push(Step::Write(p, off, bytes(rng, 16)));
+        }
+    };
+    for round in 0..4 {
+        small(rng, &mut s, "c1");
+        if rng.gen_bool(0.5) {
+            s.push(Step::Fsync);
+        }
+        s.push(Step::Checkpoint);
+        if round == 1 {
+            s.push(Step::Clone("c1".into(), "c2".into()));
+            small(rng, &mut s, "c2");
+        }
+        if round == 2 {
+            s.push(Step::Rename("c1/f2".into(), "c1/f9".into()));
+            s.push(Step::Create("c1/f2".into()));
+            s.push(Step::Write("c1/f0".into(), 0, bytes(rng, 6000)));
+        }
+    }
+    small(rng, &mut s, "c1");
+    s.push(Step::Fsync);
+    small(rng, &mut s, "c2");
+    s
+}
+
 /// Large files written, checkpointed and deleted, so checkpoints free blocks and punch
 /// holes while new data is written ahead.
 fn free_space(rng: &mut StdRng) -> Vec<Step> {
@@ -539,12 +579,13 @@ fn every_crash_state_recovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let mixes = if full { 24 } else { 3 };
-    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 5] = [
+    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 6] = [
         ("overwrite + fsync", overwrite),
         ("rename over", rename_over),
         ("directory trees", dir_tree),
         ("clones + snapshots", clones),
         ("deletes freeing space", free_space),
+        ("small writes to clones", small_writes),
     ];
     println!("crash states: seed {seed}, {mixes} random mixes per crash point");
     println!("{:<24} {:>6} {:>9} {:>8} {:>8} {:>9}", "workload", "steps", "host ops", "points", "states", "failures");
