@@ -66,6 +66,16 @@ pub(crate) enum Chunk {
 }
 
 impl Chunk {
+    /// The chunk's length in the file (what `alloc` counts).
+    fn len(&self) -> u64 {
+        match self {
+            Chunk::Buf(b) => b.len() as u64,
+            Chunk::Block(p) | Chunk::Shared(p) => p.len as u64,
+            Chunk::Hole => 0,
+            Chunk::Patched { base, patches } => (base.len as u64).max(patches.end() as u64),
+        }
+    }
+
     /// Bytes this overlay holds in memory (what `Fs::dirty_bytes` counts).
     fn memory(&self) -> u64 {
         match self {
@@ -1504,10 +1514,7 @@ impl Fs {
 
     fn chunk_len(&self, n: &Node, idx: u64) -> FsResult<u64> {
         match n.chunks.get(&idx) {
-            Some(Chunk::Buf(b)) => Ok(b.len() as u64),
-            Some(Chunk::Block(p) | Chunk::Shared(p)) => Ok(p.len as u64),
-            Some(Chunk::Hole) => Ok(0),
-            Some(Chunk::Patched { base, patches }) => Ok((base.len as u64).max(patches.end() as u64)),
+            Some(c) => Ok(c.len()),
             None => Ok(self.stored_chunk(n, idx)?.map(|s| s.len()).unwrap_or(0)),
         }
     }
@@ -1516,12 +1523,7 @@ impl Fs {
     fn set_chunk(&mut self, ino: Ino, idx: u64, c: Chunk) -> FsResult<()> {
         let n = self.node(ino)?;
         let old = self.chunk_len(n, idx)?;
-        let new = match &c {
-            Chunk::Buf(b) => b.len() as u64,
-            Chunk::Block(p) | Chunk::Shared(p) => p.len as u64,
-            Chunk::Hole => 0,
-            Chunk::Patched { base, patches } => (base.len as u64).max(patches.end() as u64),
-        };
+        let new = c.len();
         let n = self.node_mut(ino)?;
         n.inode.alloc = n.inode.alloc + new - old.min(n.inode.alloc);
         let new_mem = c.memory();
