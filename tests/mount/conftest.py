@@ -33,6 +33,9 @@ BASE = "/tmp/scion-tests"
 CMD_TIMEOUT = float(os.environ.get("SCION_CMD_TIMEOUT", "120"))
 TEST_TIMEOUT = float(os.environ.get("SCION_TEST_TIMEOUT", "300"))
 KEEP = os.environ.get("SCION_KEEP", "") == "1"
+# extra `scion mount -o` options for every mount, e.g. "uring=off" (scripts/test runs the
+# differential test a second time with it, over /dev/fuse instead of io_uring)
+MOUNT_OPTIONS = os.environ.get("SCION_MOUNT_OPTIONS", "").strip()
 
 if TARGET not in ("scion", "plain"):
     raise pytest.UsageError(f"SCION_TEST_TARGET must be 'scion' or 'plain', not {TARGET!r}")
@@ -141,12 +144,13 @@ class ScionMount:
             time.sleep(0.02)
         pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
-    def mount(self):
+    def mount(self, *options):
         if self.plain:
             self.mounted = True
             return
         assert not is_mounted(self.mnt), f"{self.mnt} is already mounted"
-        r = self.run("mount", self.store, self.mnt)
+        opts = [o for o in (MOUNT_OPTIONS, *options) if o]
+        r = self.run("mount", *(["-o", ",".join(opts)] if opts else []), self.store, self.mnt)
         if r.returncode != 0:
             pytest.fail("scion mount failed\n" + r.describe())
         # `scion mount` is expected to return once mounted; allow a short grace period.

@@ -117,10 +117,20 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let mut fs = fs;
     // Ours, not the kernel's: list `.snapshot` in directory listings.
     fs.show_snapdir = options.iter().any(|o| o == "snapdir=visible");
-    let options: Vec<String> = options.iter().filter(|o| !o.starts_with("snapdir=")).cloned().collect();
+    // Ours too: FUSE over io_uring when the kernel offers it (uring=off: /dev/fuse only).
+    let uring = match options.iter().rev().find_map(|o| o.strip_prefix("uring=")) {
+        None | Some("auto") => true,
+        Some("off") => false,
+        Some(v) => return Err(format!("uring={v}: expected uring=auto or uring=off")),
+    };
+    let options: Vec<String> = options
+        .iter()
+        .filter(|o| !o.starts_with("snapdir=") && !o.starts_with("uring="))
+        .cloned()
+        .collect();
     let fs = Arc::new(Mutex::new(fs));
     let cfg = mount_options(&store, &options);
-    let session = fuser::Session::new(scion_fuse::ScionFuse::new(fs.clone()), &mnt, &cfg)
+    let session = fuser::Session::new(scion_fuse::ScionFuse::new(fs.clone()).with_uring(uring), &mnt, &cfg)
         .map_err(|e| format!("mount of {} failed: {e}", mnt.display()))?;
     crate::control::serve(&store, fs.clone(), session.notifier())?;
     log::info!("mounted {} at {}", store.display(), mnt.display());

@@ -749,6 +749,12 @@ impl Fs {
         Ok(self.attr_of(n, ino))
     }
 
+    /// True if the kernel holds a reference to `ino` (it has the inode cached, attributes and
+    /// all, since this daemon tells it of every change it did not make itself).
+    pub fn kernel_holds(&self, ino: Ino) -> bool {
+        ino & SNAPDIR_BIT == 0 && self.nodes.get(&ino).is_some_and(|n| n.lookups > 0)
+    }
+
     /// The kernel dropped `count` references.
     pub fn forget(&mut self, ino: Ino, count: u64) {
         if let Some(n) = self.nodes.get_mut(&ino) {

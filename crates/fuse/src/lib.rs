@@ -30,6 +30,8 @@ pub struct ScionFuse {
     /// Directory listings taken at opendir, read by offset.
     dirs: Mutex<HashMap<u64, Arc<Vec<(Vec<u8>, u64, Kind)>>>>,
     next_fh: AtomicU64,
+    /// Ask for FUSE over io_uring (per-CPU queues: no cross-CPU wake-up per round trip).
+    uring: bool,
 }
 
 fn kind(k: Kind) -> FileType {
@@ -81,7 +83,15 @@ impl ScionFuse {
             fs,
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            uring: false,
         }
+    }
+
+    /// Serve requests through io_uring if the kernel offers it (Linux 6.14+, with the fuse
+    /// module parameter enable_uring=Y); /dev/fuse otherwise.
+    pub fn with_uring(mut self, on: bool) -> ScionFuse {
+        self.uring = on;
+        self
     }
 
     fn fs(&self) -> std::sync::MutexGuard<'_, Fs> {
@@ -116,6 +126,12 @@ impl Filesystem for ScionFuse {
         ] {
             if config.add_capabilities(cap).is_err() {
                 log::info!("kernel lacks {cap:?}");
+            }
+        }
+        if self.uring {
+            match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
+                Ok(()) => log::info!("FUSE over io_uring: one queue per CPU"),
+                Err(_) => log::info!("FUSE over io_uring not offered by the kernel (fuse module parameter enable_uring); using /dev/fuse"),
             }
         }
         let _ = config.set_max_write(MAX_WRITE);
@@ -392,21 +408,26 @@ impl Filesystem for ScionFuse {
         for (i, (name, child, _)) in list.iter().enumerate().skip(offset as usize) {
             let dots = i < 2;
             // "." and ".." are not instantiated by the kernel, so they take no reference.
-            let a = if dots {
+            // Nor does a child the kernel already holds: it gets name and type only (node id
+            // 0), because a full entry would make the kernel refresh the cached inode and drop
+            // its cached ACLs, and `ls -l` would then ask for them again, one round trip each.
+            let known = !dots && fs.kernel_holds(*child);
+            let a = if dots || known {
                 fs.getattr(*child)
             } else {
                 fs.lookup(ino.0, name)
             };
             let Ok(a) = a else { continue };
+            let counted = !dots && !known;
             if reply.add(
-                INodeNo(a.ino),
+                INodeNo(if known { 0 } else { a.ino }),
                 i as u64 + 1,
                 OsStr::from_bytes(name),
                 &TTL,
                 &file_attr(&a),
                 Generation(0),
             ) {
-                if !dots {
+                if counted {
                     fs.forget(a.ino, 1);
                 }
                 break;

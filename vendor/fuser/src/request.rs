@@ -29,11 +29,29 @@ use crate::reply::ReplySender;
 use crate::session::SessionACL;
 use crate::session::SessionEventLoop;
 
+/// Where a request's reply goes (scion's patch: requests also arrive through io_uring).
+#[derive(Debug, Clone)]
+pub(crate) enum ReplyTo {
+    Channel(ChannelSender),
+    #[cfg(target_os = "linux")]
+    Ring(crate::uring::RingReply),
+}
+
+impl ReplyTo {
+    fn sender(&self) -> ReplySender {
+        match self {
+            ReplyTo::Channel(c) => ReplySender::Channel(c.clone()),
+            #[cfg(target_os = "linux")]
+            ReplyTo::Ring(r) => ReplySender::Ring(r.clone()),
+        }
+    }
+}
+
 /// Request data structure
 #[derive(Debug)]
 pub(crate) struct RequestWithSender<'a> {
-    /// Channel sender for sending the reply
-    ch: ChannelSender,
+    /// Where the reply goes
+    ch: ReplyTo,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
 }
@@ -41,6 +59,11 @@ pub(crate) struct RequestWithSender<'a> {
 impl<'a> RequestWithSender<'a> {
     /// Create a new request from the given data
     pub(crate) fn new(ch: ChannelSender, data: &'a [u8]) -> Option<RequestWithSender<'a>> {
+        Self::new_to(ReplyTo::Channel(ch), data)
+    }
+
+    /// Create a new request whose reply goes to `ch` (scion's patch: `/dev/fuse` or a ring entry)
+    pub(crate) fn new_to(ch: ReplyTo, data: &'a [u8]) -> Option<RequestWithSender<'a>> {
         let request = match ll::AnyRequest::try_from(data) {
             Ok(request) => request,
             Err(err) => {
@@ -304,7 +327,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectory::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.ch.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -479,7 +502,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.ch.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -552,7 +575,7 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), ReplySender::Channel(self.ch.clone()))
+        Reply::new(self.request.unique(), self.ch.sender())
     }
 
     /// Returns a Request reference for this request

@@ -139,6 +139,9 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// scion's patch: set when FUSE_INIT negotiated FUSE_OVER_IO_URING.
+    #[cfg(target_os = "linux")]
+    pub(crate) uring: Option<crate::uring::RingParams>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +189,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            #[cfg(target_os = "linux")]
+            uring: None,
         };
 
         session.handshake()?;
@@ -214,6 +219,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            #[cfg(target_os = "linux")]
+            uring: None,
         };
 
         session.handshake()?;
@@ -252,6 +259,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            #[cfg(target_os = "linux")]
+            uring,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -269,6 +278,8 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut filesystem = Arc::new(filesystem);
 
+        #[cfg(target_os = "linux")]
+        let ring_ch = ch.clone();
         let mut channels = Vec::with_capacity(n_threads);
 
         for _ in 0..n_threads_minus_one {
@@ -304,6 +315,28 @@ impl<FS: Filesystem> Session<FS> {
                     .name(thread_name)
                     .spawn(move || event_loop.event_loop())?,
             );
+        }
+
+        // scion's patch: one io_uring queue per CPU beside the /dev/fuse threads, which keep
+        // serving FORGET and INTERRUPT (and everything, should the kernel refuse the rings).
+        #[cfg(target_os = "linux")]
+        if let Some(params) = uring {
+            use std::os::fd::AsRawFd;
+            let fd = ring_ch.as_fd().as_raw_fd();
+            for qid in 0..crate::uring::queue_count() {
+                let se = SessionEventLoop {
+                    thread_name: format!("fuse-uring-{qid}"),
+                    filesystem: filesystem.clone(),
+                    ch: ring_ch.clone(),
+                    allowed,
+                    session_owner,
+                };
+                threads.push(
+                    thread::Builder::new()
+                        .name(se.thread_name.clone())
+                        .spawn(move || crate::uring::run_queue(qid, fd, params, se))?,
+                );
+            }
         }
 
         let mut reply: io::Result<()> = Ok(());
@@ -469,6 +502,10 @@ impl<FS: Filesystem> Session<FS> {
                 config.max_write
             );
 
+            #[cfg(target_os = "linux")]
+            if (init.capabilities() & config.requested).contains(InitFlags::FUSE_OVER_IO_URING) {
+                self.uring = Some(crate::uring::RingParams::new(config.max_write, config.max_pages()));
+            }
             let response = init.reply(&config);
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                 .send_ll(&response);

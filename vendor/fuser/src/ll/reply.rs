@@ -464,7 +464,6 @@ impl DirEntList {
 
 #[derive(Debug)]
 pub(crate) struct DirEntryPlus<T: AsRef<Path>> {
-    #[allow(unused)] // We use `attr.ino` instead
     ino: INodeNo,
     generation: Generation,
     offset: DirEntOffset,
@@ -518,7 +517,9 @@ impl DirEntPlusList {
         let name = x.name.as_ref().as_os_str().as_bytes();
         let header = abi::fuse_direntplus {
             entry_out: abi::fuse_entry_out {
-                nodeid: x.attr.attr.ino,
+                // scion's patch: the caller's `ino`, not `attr.ino`, so that 0 can say "name
+                // and type only, no entry" (the kernel then leaves its cached inode alone).
+                nodeid: x.ino.0,
                 generation: x.generation.into(),
                 entry_valid: x.entry_valid.as_secs(),
                 attr_valid: x.attr_valid.as_secs(),

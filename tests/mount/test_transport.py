@@ -1,0 +1,108 @@
+"""How requests reach the daemon: FUSE over io_uring (one queue per CPU, when the kernel offers
+it) or /dev/fuse (`-o uring=off`, or a kernel without it). Every other test runs over whichever
+transport the machine gives; scripts/test turns io_uring on (scripts/setup) and runs the
+differential test a second time over /dev/fuse."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import MOUNT_OPTIONS, PLAIN
+
+PARAM = "/sys/module/fuse/parameters/enable_uring"
+
+
+def kernel_offers_uring():
+    try:
+        with open(PARAM) as f:
+            return f.read().strip() == "Y"
+    except OSError:
+        return False
+
+
+def thread_names(pid):
+    names = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    return names
+
+
+def daemon_log(m):
+    with open(os.path.join(m.store, "daemon.log"), errors="replace") as f:
+        return f.read()
+
+
+def workload(root, cpu):
+    """Files written, read, renamed and removed by a process pinned to `cpu`, so that its
+    requests go to that CPU's queue."""
+    script = r"""
+import os, sys
+d = sys.argv[1]
+os.makedirs(d)
+for i in range(200):
+    p = os.path.join(d, "f%d" % i)
+    with open(p, "wb") as f:
+        f.write(os.urandom(100 + 997 * i))
+    os.setxattr(p, "user.n", str(i).encode())
+for i in range(200):
+    p = os.path.join(d, "f%d" % i)
+    assert len(open(p, "rb").read()) == 100 + 997 * i
+    assert os.getxattr(p, "user.n") == str(i).encode()
+    os.rename(p, p + ".r")
+assert sorted(os.listdir(d)) == sorted("f%d.r" % i for i in range(200))
+for n in os.listdir(d):
+    os.unlink(os.path.join(d, n))
+os.rmdir(d)
+"""
+    return subprocess.Popen(["taskset", "-c", str(cpu), "python3", "-c", script,
+                             os.path.join(root, f"cpu{cpu}")])
+
+
+@pytest.mark.skipif(PLAIN, reason="transport of a scion mount")
+def test_uring_serves_every_cpu(scion_mount):
+    m = scion_mount
+    if not kernel_offers_uring() or "uring=off" in MOUNT_OPTIONS:
+        pytest.skip(f"FUSE over io_uring not offered ({PARAM} is not Y) or turned off")
+    pid = m.daemon_pid()
+    rings = sorted(n for n in thread_names(pid) if n.startswith("fuse-uring-"))
+    ncpu = os.cpu_count()
+    assert rings == sorted(f"fuse-uring-{q}" for q in range(ncpu)), rings
+    procs = [workload(m.mnt, cpu) for cpu in range(min(ncpu, 4))]
+    assert [p.wait(timeout=120) for p in procs] == [0] * len(procs)
+    assert os.listdir(m.mnt) == []
+    m.umount()
+    log = daemon_log(m)
+    assert "FUSE over io_uring" in log, log[-2000:]
+    served = {int(q): int(n) for q, n in re.findall(r"fuse-uring queue (\d+): (\d+) requests served", log)}
+    assert sorted(served) == list(range(ncpu)), log[-2000:]
+    # each pinned workload makes well over a thousand requests on its own CPU's queue
+    for q in range(min(ncpu, 4)):
+        assert served[q] > 1000, served
+    bad = [l for l in log.splitlines() if "fuse-uring" in l and (" WARN " in l or " ERROR " in l)]
+    assert not bad, bad
+    m.check()
+
+
+@pytest.mark.skipif(PLAIN, reason="transport of a scion mount")
+def test_uring_off_uses_dev_fuse(scion_store):
+    m = scion_store
+    m.mount("uring=off")
+    pid = m.daemon_pid()
+    assert not [n for n in thread_names(pid) if n.startswith("fuse-uring")]
+    p = workload(m.mnt, 0)
+    assert p.wait(timeout=120) == 0
+    m.umount()
+    assert "requests served" not in daemon_log(m)
+
+
+@pytest.mark.skipif(PLAIN, reason="transport of a scion mount")
+def test_uring_option_is_checked(scion_store):
+    m = scion_store
+    r = m.run("mount", "-o", "uring=sometimes", m.store, m.mnt)
+    assert r.returncode != 0
+    assert "uring=sometimes" in r.stderr and "uring=auto or uring=off" in r.stderr, r.describe()
