@@ -103,6 +103,7 @@ pb_begin() {
     fi
     [[ -x $SCION ]] || command -v "$SCION" >/dev/null || { warn "no scion binary at $SCION"; exit 1; }
   fi
+  [[ " ${targets[*]} " == *" scion "* ]] && pb_enable_uring
   cleanup_all   # leftovers of a killed earlier run (only what this script recorded)
   trap cleanup_all EXIT
   trap 'exit 130' INT TERM
@@ -110,11 +111,20 @@ pb_begin() {
   echo "workload,target,param,rep,metric,value" > "$CSV"
   { env_info
     echo "bench/$NAME: targets: ${targets[*]}"
+    echo "fuse enable_uring: $(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null || echo absent)"
     [[ " ${targets[*]} " == *" scion "* ]] &&
       echo "scion: $SCION ($("$SCION" --version 2>/dev/null); git $(git -C "$here" describe --always --dirty 2>/dev/null))"
   } > "$PB/$NAME-env.txt"
   cat "$PB/$NAME-env.txt" >&2
   T0=$EPOCHREALTIME
+}
+
+# pb_enable_uring : lets scion serve FUSE over io_uring (the fuse module's enable_uring, off by
+# default; scion mounts with uring=auto use it when on). URING=0 leaves the parameter alone.
+pb_enable_uring() {
+  local p=/sys/module/fuse/parameters/enable_uring
+  [[ ${URING:-1} == 1 && -w $p ]] || return 0
+  [[ $(cat "$p") == Y ]] || { log "turning on FUSE over io_uring ($p = Y)"; echo Y > "$p"; }
 }
 
 # pb_env_footer : the env file and total wall time, for the top of the text report

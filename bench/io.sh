@@ -19,6 +19,10 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pk[@]}" >/dev/null
 fi
 (cd "$here" && cargo build --release --locked -q)
+# scion serves FUSE over io_uring when the fuse module allows it (URING=0: leave it as it is)
+uring=/sys/module/fuse/parameters/enable_uring
+if [[ ${URING:-1} == 1 && -w $uring ]]; then echo Y > "$uring"; fi
+echo "fuse enable_uring: $(cat "$uring" 2>/dev/null || echo absent)"
 export SCION="$here/target/release/scion"
 WORKLOADS=io bash "$peers" ext4-native bindfs scion
 python3 "$(dirname "$peers")/peerbench_util.py" summarize /tmp/peerbench/results.csv 2>/dev/null || cat /tmp/peerbench/results.txt

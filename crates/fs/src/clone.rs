@@ -139,14 +139,28 @@ impl Fs {
         Ok(id)
     }
 
-    /// Checkpoints if anything in memory is not in the committed trees yet (a clone needs
-    /// its source's record to name the whole current tree), folding the carried changes of
-    /// files below `dir` too. Back-to-back clones skip it.
+    /// Checkpoints if `dir`'s record does not name its whole current tree yet (a clone copies
+    /// that record), folding the carried changes of files below `dir` too. Changes elsewhere
+    /// wait for the clone's own checkpoint, so a clone after writes to other trees (a new
+    /// clone after writing to the last one) takes one checkpoint, not two.
     fn fold(&mut self, dir: Ino) -> FsResult<()> {
-        if self.pending() || self.carried.iter().any(|i| self.lies_under(*i, dir)) {
+        if self.changed_below(dir) {
             self.checkpoint_with(Fold::Under(dir)).map_err(eio)?;
         }
         Ok(())
+    }
+
+    /// True if something below `dir` (itself included) is not in the committed trees: a
+    /// dirty or carried inode (`lies_under` says yes when unsure: hard-linked, removed or
+    /// unloaded inodes), or staged link-table changes of `dir`'s namespace or of a clone
+    /// nested below it (make_clone reads their committed link tables).
+    fn changed_below(&self, dir: Ino) -> bool {
+        let Some(ns) = self.nodes.get(&dir).map(|n| n.ns) else { return true };
+        self.dirty.iter().chain(&self.carried).any(|i| self.lies_under(*i, dir))
+            || self
+                .namespaces
+                .iter()
+                .any(|(id, n)| !n.links.is_empty() && (*id == ns || self.lies_under(n.root, dir)))
     }
 
     /// Snapshots taken of directory `oid` of namespace `ns`: (namespace, name).
