@@ -115,8 +115,11 @@ impl UmountOnDrop {
 
 impl Drop for UmountOnDrop {
     fn drop(&mut self) {
-        if let Err(e) = self.umount() {
-            warn!("Failed to umount filesystem: {}", e);
+        match self.umount() {
+            Ok(()) => {}
+            // scion's patch: EINVAL is "not mounted": someone (`umount`) got there first.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => debug!("filesystem already unmounted"),
+            Err(e) => warn!("Failed to umount filesystem: {}", e),
         }
     }
 }
