@@ -69,16 +69,19 @@ def test_uring_serves_every_cpu(scion_mount):
     if not kernel_offers_uring() or "uring=off" in MOUNT_OPTIONS:
         pytest.skip(f"FUSE over io_uring not offered ({PARAM} is not Y) or turned off")
     pid = m.daemon_pid()
+    # two rings (threads) per CPU queue: fuse-uring-QUEUE.RING
     rings = sorted(n for n in thread_names(pid) if n.startswith("fuse-uring-"))
     ncpu = os.cpu_count()
-    assert rings == sorted(f"fuse-uring-{q}" for q in range(ncpu)), rings
+    assert rings == sorted(f"fuse-uring-{q}.{r}" for q in range(ncpu) for r in range(2)), rings
     procs = [workload(m.mnt, cpu) for cpu in range(min(ncpu, 4))]
     assert [p.wait(timeout=120) for p in procs] == [0] * len(procs)
     assert os.listdir(m.mnt) == []
     m.umount()
     log = daemon_log(m)
     assert "FUSE over io_uring" in log, log[-2000:]
-    served = {int(q): int(n) for q, n in re.findall(r"fuse-uring queue (\d+): (\d+) requests served", log)}
+    served = {}
+    for q, n in re.findall(r"fuse-uring queue (\d+) ring \d+: (\d+) requests served", log):
+        served[int(q)] = served.get(int(q), 0) + int(n)
     assert sorted(served) == list(range(ncpu)), log[-2000:]
     # each pinned workload makes well over a thousand requests on its own CPU's queue
     for q in range(min(ncpu, 4)):

@@ -327,18 +327,20 @@ impl<FS: Filesystem> Session<FS> {
             use std::os::fd::AsRawFd;
             let fd = ring_ch.as_fd().as_raw_fd();
             for qid in 0..crate::uring::queue_count() {
-                let se = SessionEventLoop {
-                    thread_name: format!("fuse-uring-{qid}"),
-                    filesystem: filesystem.clone(),
-                    ch: ring_ch.clone(),
-                    allowed,
-                    session_owner,
-                };
-                threads.push(
-                    thread::Builder::new()
-                        .name(se.thread_name.clone())
-                        .spawn(move || crate::uring::run_queue(qid, fd, params, se))?,
-                );
+                for ring_no in 0..params.rings {
+                    let se = SessionEventLoop {
+                        thread_name: format!("fuse-uring-{qid}.{ring_no}"),
+                        filesystem: filesystem.clone(),
+                        ch: ring_ch.clone(),
+                        allowed,
+                        session_owner,
+                    };
+                    threads.push(
+                        thread::Builder::new()
+                            .name(se.thread_name.clone())
+                            .spawn(move || crate::uring::run_queue(qid, ring_no, fd, params, se))?,
+                    );
+                }
             }
         }
 

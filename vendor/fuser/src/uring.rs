@@ -60,8 +60,12 @@ pub(crate) struct RingParams {
     /// Bytes of each entry's payload buffer: at least the kernel's `max_payload_sz`,
     /// max(FUSE_MIN_READ_BUFFER, max_write, max_pages * PAGE_SIZE).
     pub(crate) payload_size: usize,
-    /// Entries per queue: requests a queue can hold in flight.
+    /// Entries per ring: requests a ring can hold in flight.
     pub(crate) depth: u32,
+    /// Rings (threads) per queue. A queue thread serves one request at a time; a second one
+    /// keeps the queue going while the first waits for the disk (readahead of a sequential
+    /// read sends several READs at once, all to the reader's CPU).
+    pub(crate) rings: usize,
 }
 
 impl RingParams {
@@ -69,7 +73,8 @@ impl RingParams {
         let pages = max_pages as usize * page_size::get();
         RingParams {
             payload_size: MIN_PAYLOAD.max(max_write as usize).max(pages),
-            depth: 4,
+            depth: 2,
+            rings: 2,
         }
     }
 }
@@ -258,8 +263,15 @@ impl RingReply {
     }
 }
 
-/// Serves queue `qid` until the connection ends. Runs on its own thread, pinned to CPU `qid`.
-pub(crate) fn run_queue<FS: Filesystem>(qid: usize, fd: RawFd, params: RingParams, se: SessionEventLoop<FS>) -> io::Result<()> {
+/// Serves queue `qid` with ring `ring_no` until the connection ends. Runs on its own thread,
+/// pinned to CPU `qid`; the kernel hands the queue's requests to whichever ring has a free entry.
+pub(crate) fn run_queue<FS: Filesystem>(
+    qid: usize,
+    ring_no: usize,
+    fd: RawFd,
+    params: RingParams,
+    se: SessionEventLoop<FS>,
+) -> io::Result<()> {
     pin_to_cpu(qid);
     // SCHED_IDLE: a CPU whose only running task is SCHED_IDLE counts as idle when the kernel
     // places a woken task. The reply to a caller is sent from this thread, on the caller's CPU;
@@ -325,7 +337,7 @@ pub(crate) fn run_queue<FS: Filesystem>(qid: usize, fd: RawFd, params: RingParam
             unsafe { ring.submission().push(&sqe) }.map_err(|_| io::Error::other("io_uring submission queue full"))?;
         }
     }
-    log::info!("fuse-uring queue {qid}: {served} requests served");
+    log::info!("fuse-uring queue {qid} ring {ring_no}: {served} requests served");
     Ok(())
 }
 
