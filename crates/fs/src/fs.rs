@@ -2361,13 +2361,15 @@ impl ReadPlan {
                         })
                         .collect();
                     let ptrs: Vec<BlockPtr> = run.iter().map(|r| r.1).collect();
-                    let blocks = self.store.read_run(&ptrs).map_err(|e| {
-                        log::error!("read of file oid {oid}: {e}");
-                        e.errno()
-                    })?;
-                    for ((at, _, within, len), data) in run.iter().zip(blocks) {
-                        out[*at..*at + len].copy_from_slice(&data[*within..*within + len]);
-                    }
+                    self.store
+                        .read_run_each(&ptrs, &mut |k, data| {
+                            let (at, _, within, len) = run[k];
+                            out[at..at + len].copy_from_slice(&data[within..within + len]);
+                        })
+                        .map_err(|e| {
+                            log::error!("read of file oid {oid}: {e}");
+                            e.errno()
+                        })?;
                     i += run.len();
                 }
             }
