@@ -119,6 +119,29 @@ pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), 
                 vec![Invalidate::Entry(p, name), Invalidate::Inode(p)],
             ))
         }
+        Op::Repack => {
+            let path = f(0)?;
+            let budget: u64 = std::str::from_utf8(f(1)?)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or("the budget is a number of bytes")?;
+            let d = fs.resolve_path(path).map_err(errno(show(path)))?;
+            let r = fs.repack(d, budget).map_err(errno(format!("repack of {}", show(path))))?;
+            Ok((
+                format!(
+                    "repacked {}: {} files looked at, {} moved ({} MiB), {} already contiguous, {} left (blocks shared with a clone or snapshot), {} left (changes pending, patches or hard links){}",
+                    show(path),
+                    r.files,
+                    r.moved_files,
+                    r.moved_bytes >> 20,
+                    r.contiguous,
+                    r.shared,
+                    r.busy,
+                    if r.budget_reached { "; stopped at the budget" } else { "" }
+                ),
+                Vec::new(),
+            ))
+        }
         Op::Scrub => {
             let rep = fs.scrub().map_err(errno("scrub".into()))?;
             let text = rep.to_string();

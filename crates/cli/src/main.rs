@@ -73,6 +73,18 @@ enum Cmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
+    /// Rewrite scattered files below a directory back to back (blocks shared with clones and
+    /// snapshots stay where they are); the daemon also does it by itself when idle.
+    Repack {
+        /// A directory in a scion mount (default: the current directory), or with --store a
+        /// path inside the store.
+        path: Option<PathBuf>,
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// Stop after moving about this many MiB.
+        #[arg(long, default_value_t = 1 << 20)]
+        budget_mib: u64,
+    },
     /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
     List {
         /// Any path in the mount (default: the current directory).
@@ -118,6 +130,7 @@ fn main() -> ExitCode {
         } => tree_cmds::clone(src, dst, exclude, template, store),
         Cmd::Snapshot { path, name, store } => tree_cmds::snapshot(path, name, store),
         Cmd::Destroy { path, store } => tree_cmds::destroy(path, store),
+        Cmd::Repack { path, store, budget_mib } => tree_cmds::repack(path, store, budget_mib.saturating_mul(1 << 20)),
         Cmd::List { path, store } => tree_cmds::list(path, store),
         Cmd::Scrub { path, store } => match tree_cmds::scrub(path, store) {
             Ok(()) => Ok(()),

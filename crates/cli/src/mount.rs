@@ -123,9 +123,15 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         Some("off") => false,
         Some(v) => return Err(format!("uring={v}: expected uring=auto or uring=off")),
     };
+    // And: repack scattered files when the store is idle (repack=off: only `scion repack`).
+    let background_repack = match options.iter().rev().find_map(|o| o.strip_prefix("repack=")) {
+        None | Some("idle") => true,
+        Some("off") => false,
+        Some(v) => return Err(format!("repack={v}: expected repack=idle or repack=off")),
+    };
     let options: Vec<String> = options
         .iter()
-        .filter(|o| !o.starts_with("snapdir=") && !o.starts_with("uring="))
+        .filter(|o| !o.starts_with("snapdir=") && !o.starts_with("uring=") && !o.starts_with("repack="))
         .cloned()
         .collect();
     let fs = Arc::new(Mutex::new(fs));
@@ -140,12 +146,18 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let stop = Arc::new(AtomicBool::new(false));
     let ticker = {
         let (fs, stop) = (fs.clone(), stop.clone());
+        let repack = background_repack;
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(500));
                 let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
                 if let Err(e) = fs.tick(CHECKPOINT_AFTER) {
                     log::error!("background checkpoint: {e}");
+                }
+                if repack {
+                    if let Err(e) = fs.background_repack() {
+                        log::error!("background repack: {}", std::io::Error::from_raw_os_error(e));
+                    }
                 }
             }
         })

@@ -247,3 +247,21 @@ pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String
     };
     run(&at, Request { op: Op::Scrub, fields: Vec::new() })
 }
+
+pub fn repack(path: Option<PathBuf>, store: Option<PathBuf>, budget: u64) -> Result<(), String> {
+    let at = match (&store, path) {
+        (Some(s), p) => Located {
+            store: s.clone(),
+            rel: p.map(|p| p.as_os_str().as_bytes().to_vec()).unwrap_or_default(),
+            mnt: None,
+        },
+        (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
+    };
+    run(
+        &at,
+        Request {
+            op: Op::Repack,
+            fields: vec![at.rel.clone(), budget.to_string().into_bytes()],
+        },
+    )
+}

@@ -23,6 +23,8 @@ pub enum Op {
     Destroy = 3,
     List = 4,
     Scrub = 5,
+    /// path, budget in bytes (decimal text)
+    Repack = 6,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -69,6 +71,7 @@ impl Request {
             3 => Op::Destroy,
             4 => Op::List,
             5 => Op::Scrub,
+            6 => Op::Repack,
             o => return Err(format!("unknown operation {o}")),
         };
         let n = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;

@@ -291,6 +291,8 @@ impl Fs {
             orphan_releases: Vec::new(),
             meta_blocks: Vec::new(),
             last_checkpoint: Instant::now(),
+            last_change: Instant::now(),
+            last_repack: None,
             failed: None,
             dropped_ns: Vec::new(),
             show_snapdir: false,

@@ -562,12 +562,25 @@ impl Fs {
     /// Adds up the footprint of the blocks reachable from `root` (only those with a single
     /// reference, reached through blocks with a single reference, when `exclusive`).
     fn usage(&self, root: &BlockPtr, exclusive: bool, seen: &mut HashSet<u64>, bytes: &mut u64) -> Result<()> {
+        self.walk_blocks(root, exclusive, seen, &mut |p| *bytes += p.footprint())
+    }
+
+    /// Calls `f` on every block reachable from `root` that is not in `seen` yet, and adds
+    /// it there (with `exclusive`, only blocks with a single reference, reached through
+    /// blocks with a single reference).
+    pub(crate) fn walk_blocks(
+        &self,
+        root: &BlockPtr,
+        exclusive: bool,
+        seen: &mut HashSet<u64>,
+        f: &mut dyn FnMut(&BlockPtr),
+    ) -> Result<()> {
         let mut stack = vec![*root];
         while let Some(p) = stack.pop() {
             if (exclusive && self.forest.refs.get(p.addr) > 1) || !seen.insert(p.addr) {
                 continue;
             }
-            *bytes += p.footprint();
+            f(&p);
             if p.kind != BlockKind::Node {
                 continue;
             }

@@ -297,6 +297,10 @@ pub struct Fs {
     /// Meta blocks of the committed checkpoint, freed by the next one.
     pub(crate) meta_blocks: Vec<BlockPtr>,
     pub(crate) last_checkpoint: Instant,
+    /// When a change last marked an inode dirty (background repack waits for quiet).
+    pub(crate) last_change: Instant,
+    /// When the last background repack pass ran, and whether it stopped at its budget.
+    pub(crate) last_repack: Option<(Instant, bool)>,
     /// Set when a checkpoint failed half way: the in-memory state can no longer be trusted
     /// to match the store, so every change is refused until a remount replays the journal.
     pub(crate) failed: Option<String>,
@@ -584,6 +588,7 @@ impl Fs {
     /// Records that an inode's record changed: its location's overlay gets the new record at
     /// the next checkpoint.
     pub(crate) fn touch(&mut self, ino: Ino) {
+        self.last_change = Instant::now();
         let Some(n) = self.nodes.get_mut(&ino) else { return };
         n.pinned = true;
         self.dirty.insert(ino);

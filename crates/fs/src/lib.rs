@@ -19,9 +19,11 @@ pub mod delta;
 mod fs;
 pub mod inode;
 pub mod journal;
+pub mod repack;
 pub mod scrub;
 
 pub use clone::Listing;
+pub use repack::RepackReport;
 pub use fs::{Attr, DirEntry, Fs, FsResult, Ino, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, ROOT_INO};
 pub use inode::{Kind, Ts};
 

@@ -1,0 +1,218 @@
+//! Repack: rewriting scattered files so that each file's data, and a directory's files, lie
+//! together in the packs again.
+//!
+//! Blocks are placed where the pack's append point is when they are written, so a file
+//! written a chunk at a time beside other files (parallel writers, a download manager, a
+//! VM image written at random) ends up interleaved with them, and a later cold read of it
+//! seeks. Copy-on-abundant-write keeps small overwrites off the packs, so clones keep reading
+//! their original, contiguous blocks; repack is for what was written in abundance.
+//!
+//! A pass walks a directory tree in name order, and for each regular file whose blocks are
+//! not back to back in one pack, and are all held by this file alone, reads the blocks and
+//! writes them again at the append point, one file after another. Blocks shared with a clone
+//! or snapshot are never moved: moving them would copy them, and sharing is what clones are
+//! for. Files with pending changes, patches or several names are left as they are.
+//!
+//! Safety: the new blocks go into the file's overlay as written-ahead chunks with the same
+//! bytes, and the pass ends with a checkpoint taken under the same engine lock, so no
+//! journaled operation can come between. After a crash before that checkpoint the committed
+//! trees still name the old blocks, and the new ones lie past the last block the journal
+//! names, so opening the store truncates them away.
+
+use crate::clone::SNAPDIR_BIT;
+use crate::delta::StoredChunk;
+use crate::fs::*;
+use crate::inode::*;
+use scion_store::{BlockKind, BlockPtr, Result};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+/// When the daemon repacks on its own: the store has been quiet this long...
+pub const IDLE: Duration = Duration::from_secs(60);
+/// ... and the last pass is this old (a pass that stopped at its budget is followed by the
+/// next one as soon as the store is quiet again).
+pub const EVERY: Duration = Duration::from_secs(600);
+/// Bytes a background pass moves at most (it holds the engine lock: ~0.3 s here).
+pub const BACKGROUND_BUDGET: u64 = 64 << 20;
+
+/// What a repack pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RepackReport {
+    /// Regular files looked at.
+    pub files: u64,
+    /// Files whose blocks were already back to back (or that have fewer than two blocks).
+    pub contiguous: u64,
+    /// Scattered files left alone: blocks shared with a clone or snapshot.
+    pub shared: u64,
+    /// Scattered files left alone: pending changes, patches or several names.
+    pub busy: u64,
+    /// Files rewritten, and the bytes of data moved.
+    pub moved_files: u64,
+    pub moved_bytes: u64,
+    /// The byte budget ran out before the walk ended.
+    pub budget_reached: bool,
+}
+
+impl Fs {
+    /// Repacks the files below directory `dir` (see the module comment), stopping before the
+    /// next file once `budget` bytes of data were moved, and commits with a checkpoint.
+    pub fn repack(&mut self, dir: Ino, budget: u64) -> FsResult<RepackReport> {
+        self.writable()?;
+        if self.dir_node(dir)?.loc == Loc::Gone {
+            return Err(libc::ENOENT);
+        }
+        // The committed trees must be current: exclusivity is read from their counts.
+        self.checkpoint().map_err(eio)?;
+        let ns = self.node(dir)?.ns;
+        let exclusive = self.exclusive_blocks(ns).map_err(eio)?;
+        let mut report = RepackReport::default();
+        let mut stack = vec![dir];
+        'walk: while let Some(d) = stack.pop() {
+            let entries = self.readdir_real_sorted(d)?;
+            // Depth first, in name order: a directory's files are moved next to each other.
+            let mut subdirs = Vec::new();
+            for e in entries {
+                match e.kind {
+                    Kind::Dir => subdirs.push(e.name),
+                    Kind::File => {
+                        let Some(ino) = self.child(d, &e.name)? else { continue };
+                        if report.moved_bytes >= budget {
+                            report.budget_reached = true;
+                            break 'walk;
+                        }
+                        report.files += 1;
+                        self.repack_file(ino, ns, &exclusive, &mut report)?;
+                    }
+                    _ => {}
+                }
+            }
+            for name in subdirs.into_iter().rev() {
+                if let Some(sub) = self.child(d, &name)? {
+                    // A nested clone is another namespace, repacked on its own.
+                    if self.node(sub)?.ns == ns {
+                        stack.push(sub);
+                    }
+                }
+            }
+        }
+        if report.moved_files > 0 {
+            self.checkpoint().map_err(eio)?;
+        }
+        log::info!("repack: {report:?}");
+        Ok(report)
+    }
+
+    /// The daemon's background pass over the whole tree, when the store has been quiet for
+    /// `IDLE` and the last pass is `EVERY` old; None when it is not time.
+    pub fn background_repack(&mut self) -> FsResult<Option<RepackReport>> {
+        let due = match self.last_repack {
+            None => true,
+            Some((at, budget_reached)) => at.elapsed() >= if budget_reached { IDLE } else { EVERY },
+        };
+        if !due || self.last_change.elapsed() < IDLE || self.failed.is_some() {
+            return Ok(None);
+        }
+        let r = self.repack(ROOT_INO, BACKGROUND_BUDGET);
+        // (Its own changes restart the quiet period: the next pass waits IDLE at least.)
+        self.last_repack = Some((Instant::now(), r.as_ref().is_ok_and(|r| r.budget_reached)));
+        r.map(Some)
+    }
+
+    fn repack_file(&mut self, ino: Ino, ns: u32, exclusive: &HashSet<u64>, report: &mut RepackReport) -> FsResult<()> {
+        let n = self.node(ino)?;
+        if n.ns != ns || !n.chunks.is_empty() || !matches!(n.loc, Loc::Entry { .. }) {
+            report.busy += 1;
+            return Ok(());
+        }
+        let stored = self.stored_chunks(ino)?;
+        let patched = stored.iter().any(|(_, c)| !c.patches.is_empty());
+        let blocks: Vec<(u64, BlockPtr)> = stored.into_iter().map(|(i, c)| (i, c.block)).collect();
+        if is_contiguous(&blocks) {
+            report.contiguous += 1;
+            return Ok(());
+        }
+        if patched {
+            report.busy += 1;
+            return Ok(());
+        }
+        if !blocks.iter().all(|(_, p)| exclusive.contains(&p.addr)) {
+            report.shared += 1;
+            return Ok(());
+        }
+        let mut moved = Vec::with_capacity(blocks.len());
+        let mut bytes = 0;
+        for (idx, old) in &blocks {
+            let data = self.forest.store.read(old).map_err(|e| {
+                log::error!("repack: read of chunk {idx} of ino {ino}: {e}");
+                e.errno()
+            })?;
+            let new = self.forest.store.write(BlockKind::Data, &data).map_err(eio)?;
+            bytes += data.len() as u64;
+            moved.push((*idx, new));
+        }
+        let n = self.node_mut(ino)?;
+        for (idx, new) in moved {
+            n.chunks.insert(idx, Chunk::Block(new));
+        }
+        self.touch(ino);
+        report.moved_files += 1;
+        report.moved_bytes += bytes;
+        Ok(())
+    }
+
+    /// The committed chunks of file `ino` (block and patches), in chunk order; the changes
+    /// waiting in memory are not included.
+    pub fn stored_chunks(&self, ino: Ino) -> FsResult<Vec<(u64, StoredChunk)>> {
+        let n = self.node(ino)?;
+        let mut out = Vec::new();
+        let mut bad = None;
+        self.forest
+            .scan(n.inode.content.as_ref(), &chunk_key(0), &mut |k, v| {
+                match (chunk_index(k), StoredChunk::from_value(v)) {
+                    (Ok(idx), Ok(c)) => out.push((idx, c)),
+                    (Err(e), _) | (_, Err(e)) => bad = Some(e),
+                }
+                bad.is_none()
+            })
+            .map_err(eio)?;
+        if let Some(e) = bad {
+            log::error!("content tree of ino {ino}: {e}");
+            return Err(libc::EIO);
+        }
+        Ok(out)
+    }
+
+    /// Addresses of the blocks that namespace `ns` alone holds: reachable from its roots
+    /// through blocks with a single reference each (as `scion list` counts exclusive space).
+    fn exclusive_blocks(&self, ns: u32) -> Result<HashSet<u64>> {
+        let info = &self.namespaces[&ns];
+        let mut roots: Vec<BlockPtr> = self.nodes.get(&info.root).map(|n| n.inode.ptrs()).unwrap_or_default();
+        roots.extend(info.link_root);
+        let mut seen = HashSet::new();
+        for r in &roots {
+            self.walk_blocks(r, true, &mut seen, &mut |_| {})?;
+        }
+        Ok(seen)
+    }
+
+    /// Directory entries of `d` in name order, without `.snapshot`.
+    fn readdir_real_sorted(&mut self, d: Ino) -> FsResult<Vec<DirEntry>> {
+        let mut v = self.readdir(d)?;
+        v.retain(|e| e.ino & SNAPDIR_BIT == 0);
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(v)
+    }
+}
+
+/// True if the blocks lie back to back in one pack, in chunk order (holes between chunks
+/// do not count).
+pub fn is_contiguous(blocks: &[(u64, BlockPtr)]) -> bool {
+    blocks
+        .windows(2)
+        .all(|w| w[0].1.pack() == w[1].1.pack() && w[1].1.offset() == w[0].1.offset() + w[0].1.footprint())
+}
+
+fn eio(e: scion_store::Error) -> i32 {
+    log::error!("{e}");
+    e.errno()
+}
