@@ -20,7 +20,7 @@ use crate::journal::{self, Journal, Record};
 use scion_store::codec::{Reader, Writer};
 use scion_store::{BlockKind, BlockPtr, BlockStore, Error, Host, Result, Superblock};
 use scion_tree::{Forest, Op, RefTable, Value};
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -278,7 +278,7 @@ impl Fs {
             host,
             _lock: lock,
             forest: Forest::new(store.clone(), RefTable::default()),
-            nodes: HashMap::new(),
+            nodes: Default::default(),
             namespaces: BTreeMap::new(),
             next_ns: 1,
             ns_root: None,
@@ -296,10 +296,11 @@ impl Fs {
             failed: None,
             dropped_ns: Vec::new(),
             show_snapdir: false,
-            dirty: HashSet::new(),
-            carried: HashSet::new(),
+            dirty: Default::default(),
+            carried: Default::default(),
+            carry_memo: Default::default(),
             journal_floor: 0,
-            orphans: HashSet::new(),
+            orphans: Default::default(),
             sweep_at: 1 << 16,
             room: Default::default(),
         };
@@ -546,8 +547,9 @@ impl Fs {
     /// few small writes never copies the files' tree nodes (a 4 MiB file's chunk index alone
     /// is a 4 KiB node). Bounded by `CARRY_MAX`; a file changed in any other way, or lying
     /// under a directory about to be cloned (`Fold::Under`), is folded.
-    fn carry(&mut self, dirty: &mut Vec<Ino>, fold: &Fold) -> Result<Vec<(Ino, Record)>> {
+    fn carry(&mut self, dirty: &mut Vec<Ino>, fold: &Fold) -> Result<Vec<(Ino, Vec<u8>)>> {
         let mut out = Vec::new();
+        let mut memo: InoMap<CarryMemo> = InoMap::default();
         let mut bytes = 0;
         for &ino in dirty.iter() {
             let n = &self.nodes[&ino];
@@ -572,20 +574,7 @@ impl Fs {
                 Some(_) => continue,
             }
             // ... and the committed record differs in size and times only.
-            let Some(v) = self.forest.get(p.inode.content.as_ref(), name)? else { continue };
-            let Ok(EntryRecord::Inline(stored)) = EntryRecord::from_value(&v) else { continue };
-            let now = &n.inode;
-            let same = Inode {
-                size: now.size,
-                alloc: now.alloc,
-                atime: now.atime,
-                mtime: now.mtime,
-                ctime: now.ctime,
-                ..stored.clone()
-            };
-            if same != *now {
-                continue;
-            }
+            let p_content = p.inode.content;
             let Some(target) = self.target(ino) else { continue };
             let chunks: Vec<(u64, Patches)> = n
                 .chunks
@@ -595,22 +584,61 @@ impl Fs {
                     _ => None,
                 })
                 .collect();
-            let ts = |a: Ts, b: Ts| (a != b).then_some(a);
-            let rec = Record::Carry {
-                ino: target,
-                size: (now.size != stored.size).then_some(now.size),
-                atime: ts(now.atime, stored.atime),
-                mtime: ts(now.mtime, stored.mtime),
-                ctime: ts(now.ctime, stored.ctime),
-                chunks,
+            let now = &n.inode;
+            let payload = match self.carry_memo.get(&ino) {
+                // The same committed record (the parent's committed tree is immutable), the
+                // same inode, path and patches: the same record.
+                Some(m) if m.parent_content == p_content && m.inode == *now && m.target == target && m.chunks == chunks => {
+                    m.payload.clone()
+                }
+                _ => {
+                    let Some(v) = self.forest.get(p_content.as_ref(), name)? else { continue };
+                    let Ok(EntryRecord::Inline(stored)) = EntryRecord::from_value(&v) else { continue };
+                    let same = Inode {
+                        size: now.size,
+                        alloc: now.alloc,
+                        atime: now.atime,
+                        mtime: now.mtime,
+                        ctime: now.ctime,
+                        ..stored.clone()
+                    };
+                    if same != *now {
+                        continue;
+                    }
+                    let ts = |a: Ts, b: Ts| (a != b).then_some(a);
+                    let rec = Record::Carry {
+                        ino: target.clone(),
+                        size: (now.size != stored.size).then_some(now.size),
+                        atime: ts(now.atime, stored.atime),
+                        mtime: ts(now.mtime, stored.mtime),
+                        ctime: ts(now.ctime, stored.ctime),
+                        chunks: chunks.clone(),
+                    };
+                    let payload = rec.encode();
+                    memo.insert(
+                        ino,
+                        CarryMemo {
+                            parent_content: p_content,
+                            inode: now.clone(),
+                            target,
+                            chunks,
+                            payload: payload.clone(),
+                        },
+                    );
+                    payload
+                }
             };
-            bytes += rec.encode().len();
+            bytes += payload.len();
             if bytes > CARRY_MAX {
                 break;
             }
-            out.push((ino, rec));
+            out.push((ino, payload));
         }
-        let carried: HashSet<Ino> = out.iter().map(|(i, _)| *i).collect();
+        // Memos of what is carried now; the others are dropped.
+        let now_carried: InoSet = out.iter().map(|(i, _)| *i).collect();
+        self.carry_memo.retain(|i, _| now_carried.contains(i));
+        self.carry_memo.extend(memo.into_iter().filter(|(i, _)| now_carried.contains(i)));
+        let carried = now_carried;
         for ino in &carried {
             let Loc::Entry { parent, name } = self.nodes[ino].loc.clone() else { unreachable!() };
             self.nodes.get_mut(&parent).unwrap().entries.remove(&name);
@@ -764,7 +792,7 @@ impl Fs {
         // 3. Directories, deepest first.
         let mut heap: BinaryHeap<(usize, Ino)> = BinaryHeap::new();
         let mut queued: HashSet<Ino> = HashSet::new();
-        let depth_of = |nodes: &HashMap<Ino, Node>, mut ino: Ino| {
+        let depth_of = |nodes: &InoMap<Node>, mut ino: Ino| {
             let mut d = 0;
             while let Some(Loc::Entry { parent, .. }) = nodes.get(&ino).map(|n| &n.loc) {
                 ino = *parent;
@@ -986,8 +1014,8 @@ impl Fs {
         self.forest.store.sync()?;
         let mut journal = Journal::create(&self.host, &self.dir, generation, &self.store_id)?;
         if !carry.is_empty() {
-            for (_, rec) in &carry {
-                journal.append(rec, false)?;
+            for (_, payload) in &carry {
+                journal.append_encoded(payload, false)?;
             }
             journal.sync()?;
         }
@@ -1043,6 +1071,15 @@ impl Fs {
         self.last_checkpoint = Instant::now();
         Ok(())
     }
+}
+
+/// What `carry` built a file's record from, and the record (encoded).
+pub(crate) struct CarryMemo {
+    parent_content: Option<BlockPtr>,
+    inode: Inode,
+    target: crate::journal::Target,
+    chunks: Vec<(u64, Patches)>,
+    payload: Vec<u8>,
 }
 
 impl Node {

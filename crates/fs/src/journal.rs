@@ -611,13 +611,17 @@ impl Journal {
 
     /// Appends a record; `more`: further records of the same operation follow.
     pub fn append(&mut self, rec: &Record, more: bool) -> Result<()> {
-        let payload = rec.encode();
+        self.append_encoded(&rec.encode(), more)
+    }
+
+    /// `append` of a record encoded beforehand (`Record::encode`).
+    pub fn append_encoded(&mut self, payload: &[u8], more: bool) -> Result<()> {
         assert!(payload.len() <= MAX_RECORD, "journal record of {} bytes", payload.len());
         let len = (payload.len() as u32 | if more { MORE } else { 0 }).to_le_bytes();
         let crc = crc32c::crc32c_append(crc32c::crc32c(&len), &payload);
         self.buf.extend_from_slice(&len);
         self.buf.extend_from_slice(&crc.to_le_bytes());
-        self.buf.extend_from_slice(&payload);
+        self.buf.extend_from_slice(payload);
         self.len += 8 + payload.len() as u64;
         self.unsynced = true;
         if self.buf.len() >= BUFFER_FLUSH {
