@@ -223,15 +223,21 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
     )
 }
 
-pub fn list(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
-    let at = match (&store, path) {
-        (Some(s), p) => Located {
+/// An optional path: inside the store given with --store (taken as is), or in a mount
+/// (default: the current directory).
+fn optional_path(path: Option<PathBuf>, store: &Option<PathBuf>) -> Result<Located, String> {
+    match (store, path) {
+        (Some(s), p) => Ok(Located {
             store: s.clone(),
             rel: p.map(|p| p.as_os_str().as_bytes().to_vec()).unwrap_or_default(),
             mnt: None,
-        },
-        (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
-    };
+        }),
+        (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, store),
+    }
+}
+
+pub fn list(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
+    let at = optional_path(path, &store)?;
     let fields = if at.rel.is_empty() { Vec::new() } else { vec![at.rel.clone()] };
     run(&at, Request { op: Op::List, fields })
 }
@@ -249,14 +255,7 @@ pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String
 }
 
 pub fn repack(path: Option<PathBuf>, store: Option<PathBuf>, budget: u64) -> Result<(), String> {
-    let at = match (&store, path) {
-        (Some(s), p) => Located {
-            store: s.clone(),
-            rel: p.map(|p| p.as_os_str().as_bytes().to_vec()).unwrap_or_default(),
-            mnt: None,
-        },
-        (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
-    };
+    let at = optional_path(path, &store)?;
     run(
         &at,
         Request {
