@@ -347,6 +347,20 @@ def test_snapshots(scion_mount):
         with pytest.raises(OSError) as e:
             op()
         assert e.value.errno == errno.EROFS
+    # The .snapshot directory itself (also the ".." of each snapshot, which `ls -la` asks
+    # for xattrs): no xattrs, and changes refused as read-only (it said "Stale file handle").
+    for d in (f"{mnt}/p/.snapshot", f"{mnt}/p/.snapshot/one/.."):
+        assert os.listxattr(d) == []
+        with pytest.raises(OSError) as e:
+            os.getxattr(d, "security.selinux")
+        assert e.value.errno == errno.ENODATA
+        for op in (lambda: os.setxattr(d, "user.x", b"1"), lambda: os.chmod(d, 0o700)):
+            with pytest.raises(OSError) as e:
+                op()
+            assert e.value.errno == errno.EROFS
+    r = subprocess.run(["ls", "-la", f"{mnt}/p/.snapshot", f"{mnt}/p/.snapshot/one"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "Stale" not in r.stderr, r.stderr
     out = scion_ok(m, "list", mnt)
     assert "/p/.snapshot/one" in out, out
     # The mount option that lists .snapshot.

@@ -480,6 +480,10 @@ impl Fs {
 
     /// Refuses changes to a read-only namespace (a snapshot).
     pub(crate) fn rw(&self, ino: Ino) -> FsResult<()> {
+        // A `.snapshot` directory is made up from the snapshot table: nothing to change.
+        if ino & SNAPDIR_BIT != 0 {
+            return Err(libc::EROFS);
+        }
         let ns = self.node(ino)?.ns;
         match self.namespaces.get(&ns) {
             Some(n) if n.info.kind == NsKind::Snapshot => Err(libc::EROFS),
@@ -2111,10 +2115,16 @@ impl Fs {
     // ----- extended attributes -------------------------------------------------------------
 
     pub fn getxattr(&mut self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        if ino & SNAPDIR_BIT != 0 {
+            return Err(libc::ENODATA); // `.snapshot` has no record, so no xattrs
+        }
         self.node(ino)?.inode.xattrs.get(name).cloned().ok_or(libc::ENODATA)
     }
 
     pub fn listxattr(&mut self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
+        if ino & SNAPDIR_BIT != 0 {
+            return Ok(Vec::new());
+        }
         Ok(self.node(ino)?.inode.xattrs.keys().cloned().collect())
     }
 
