@@ -1012,13 +1012,8 @@ impl Fs {
         put_ptrs(&mut w, &pages);
         let record = self.forest.store.write(BlockKind::Meta, &w.finish())?;
         self.forest.store.sync()?;
-        let mut journal = Journal::create(&self.host, &self.dir, generation, &self.store_id)?;
-        if !carry.is_empty() {
-            for (_, payload) in &carry {
-                journal.append_encoded(payload, false)?;
-            }
-            journal.sync()?;
-        }
+        let head: Vec<&[u8]> = carry.iter().map(|(_, p)| p.as_slice()).collect();
+        let journal = Journal::create_with(&self.host, &self.dir, generation, &self.store_id, &head)?;
         let (pack, pack_end) = self.forest.store.position();
         let sb = Superblock {
             generation,

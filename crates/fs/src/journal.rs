@@ -592,21 +592,37 @@ pub struct Journal {
 impl Journal {
     /// Creates the (empty) journal of `generation` and makes its existence durable.
     pub fn create(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16]) -> Result<Journal> {
+        Self::create_with(host, dir, generation, store_id, &[])
+    }
+
+    /// `create` with records (encoded, each a whole operation) at its head, written and
+    /// synced with the header: one fdatasync for both (a checkpoint's carried records).
+    pub fn create_with(
+        host: &Host,
+        dir: &Path,
+        generation: u64,
+        store_id: &[u8; 16],
+        head: &[&[u8]],
+    ) -> Result<Journal> {
         let path = journal_path(dir, generation);
         let file = host
             .open(&path, OpenMode::Truncate)
             .map_err(|e| Error::io(format!("creation of {}", path.display()), e))?;
         let h = header(VERSION, generation, store_id);
-        file.write_all_at(&h, 0).map_err(|e| Error::io("journal write", e))?;
-        file.sync_data().map_err(|e| Error::io("journal fsync", e))?;
-        scion_store::sync_dir(host, &dir.join("journal"))?;
-        Ok(Journal {
+        let mut j = Journal {
             file,
-            written: h.len() as u64,
-            buf: Vec::new(),
-            len: h.len() as u64,
-            unsynced: false,
-        })
+            written: 0,
+            buf: h,
+            len: 0,
+            unsynced: true,
+        };
+        j.len = j.buf.len() as u64;
+        for payload in head {
+            j.append_encoded(payload, false)?;
+        }
+        j.sync()?;
+        scion_store::sync_dir(host, &dir.join("journal"))?;
+        Ok(j)
     }
 
     /// Appends a record; `more`: further records of the same operation follow.
