@@ -374,7 +374,13 @@ fn serve<FS: Filesystem>(e: &Entry, buf: &mut [u8], payload_cap: usize, se: &Ses
                     if let Ok(ll::Operation::Destroy(_)) = req.request.operation() {
                         req.reply::<ReplyEmpty>().ok();
                     } else {
-                        req.dispatch(se);
+                        // A panicking handler must not take the queue thread with it: the
+                        // entries it holds would never be committed and every later request
+                        // from this CPU would wait for ever. The request gets EIO below.
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| req.dispatch(se)));
+                        if r.is_err() {
+                            error!("fuse-uring: request {unique} panicked in the filesystem");
+                        }
                     }
                 }
                 None => error!("fuse-uring: unparsable request (opcode {})", e.read_u32(4)),
