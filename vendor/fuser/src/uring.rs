@@ -295,11 +295,16 @@ pub(crate) fn run_queue<FS: Filesystem>(
         Ok(r) => r,
         Err(_) => IoUring::builder().build(2 * params.depth)?,
     };
-    let entries = (0..depth).map(|_| Entry::new(params.payload_size)).collect::<io::Result<Vec<_>>>()?;
+    // The kernel writes requests into these buffers until it has handed each entry back with
+    // an error. If this function returns before that (an io_uring error), they are leaked on
+    // purpose: freeing them could let the kernel write into reused memory.
+    let entries = std::mem::ManuallyDrop::new(
+        (0..depth).map(|_| Entry::new(params.payload_size)).collect::<io::Result<Vec<_>>>()?,
+    );
     for (i, e) in entries.iter().enumerate() {
         let sqe = command(fd, CMD_REGISTER, qid as u16, 0, i, Some(&e.iov));
-        // SAFETY: the iovecs and the buffers they name live in `entries` until this function
-        // returns, after every entry has completed for the last time.
+        // SAFETY: the iovecs and the buffers they name live in `entries` until every entry has
+        // completed for the last time (or for ever, see above).
         unsafe { ring.submission().push(&sqe) }.map_err(|_| io::Error::other("io_uring submission queue full"))?;
     }
     // An aligned buffer for the classic layout of one request (header, op struct, payload).
@@ -338,6 +343,8 @@ pub(crate) fn run_queue<FS: Filesystem>(
         }
     }
     log::info!("fuse-uring queue {qid} ring {ring_no}: {served} requests served");
+    // Every entry is dead: the kernel holds none of the buffers any more.
+    drop(std::mem::ManuallyDrop::into_inner(entries));
     Ok(())
 }
 
