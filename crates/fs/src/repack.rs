@@ -53,11 +53,25 @@ pub struct RepackReport {
     pub budget_reached: bool,
 }
 
+impl RepackReport {
+    fn add(&mut self, r: &RepackReport) {
+        self.files += r.files;
+        self.contiguous += r.contiguous;
+        self.shared += r.shared;
+        self.busy += r.busy;
+        self.moved_files += r.moved_files;
+        self.moved_bytes += r.moved_bytes;
+        self.budget_reached |= r.budget_reached;
+    }
+}
+
 impl Fs {
     /// Repacks the files below directory `dir` (see the module comment), stopping before the
     /// next file once `budget` bytes of data were moved, and commits with a checkpoint.
     pub fn repack(&mut self, dir: Ino, budget: u64) -> FsResult<RepackReport> {
         self.writable()?;
+        // A snapshot's blocks are not moved: it is read-only, even where nothing would show.
+        self.rw(dir)?;
         if self.dir_node(dir)?.loc == Loc::Gone {
             return Err(libc::ENOENT);
         }
@@ -66,8 +80,27 @@ impl Fs {
         let ns = self.node(dir)?.ns;
         let exclusive = self.exclusive_blocks(ns).map_err(eio)?;
         let mut report = RepackReport::default();
+        let walked = self.repack_walk(dir, ns, &exclusive, budget, &mut report);
+        // Moved files are committed even if the walk stopped on an error: uncommitted, their
+        // new blocks could end up behind a later written-ahead block, unreferenced for ever.
+        if report.moved_files > 0 {
+            self.checkpoint().map_err(eio)?;
+        }
+        walked?;
+        log::info!("repack: {report:?}");
+        Ok(report)
+    }
+
+    fn repack_walk(
+        &mut self,
+        dir: Ino,
+        ns: u32,
+        exclusive: &HashSet<u64>,
+        budget: u64,
+        report: &mut RepackReport,
+    ) -> FsResult<()> {
         let mut stack = vec![dir];
-        'walk: while let Some(d) = stack.pop() {
+        while let Some(d) = stack.pop() {
             let entries = self.readdir_real_sorted(d)?;
             // Depth first, in name order: a directory's files are moved next to each other.
             let mut subdirs = Vec::new();
@@ -78,10 +111,10 @@ impl Fs {
                         let Some(ino) = self.child(d, &e.name)? else { continue };
                         if report.moved_bytes >= budget {
                             report.budget_reached = true;
-                            break 'walk;
+                            return Ok(());
                         }
                         report.files += 1;
-                        self.repack_file(ino, ns, &exclusive, &mut report)?;
+                        self.repack_file(ino, ns, exclusive, report)?;
                     }
                     _ => {}
                 }
@@ -95,15 +128,12 @@ impl Fs {
                 }
             }
         }
-        if report.moved_files > 0 {
-            self.checkpoint().map_err(eio)?;
-        }
-        log::info!("repack: {report:?}");
-        Ok(report)
+        Ok(())
     }
 
-    /// The daemon's background pass over the whole tree, when the store has been quiet for
-    /// `IDLE` and the last pass is `EVERY` old; None when it is not time.
+    /// The daemon's background pass over the main tree and every clone (not snapshots), when
+    /// the store has been quiet for `IDLE` and the last pass is `EVERY` old; None when it is
+    /// not time.
     pub fn background_repack(&mut self) -> FsResult<Option<RepackReport>> {
         let due = match self.last_repack {
             None => true,
@@ -112,10 +142,31 @@ impl Fs {
         if !due || self.last_change.elapsed() < IDLE || self.failed.is_some() {
             return Ok(None);
         }
-        let r = self.repack(ROOT_INO, BACKGROUND_BUDGET);
+        let roots: Vec<Ino> = self
+            .namespaces
+            .values()
+            .filter(|n| matches!(n.info.kind, NsKind::Main | NsKind::Clone))
+            .map(|n| n.root)
+            .collect();
+        let mut total = RepackReport::default();
+        let mut result = Ok(());
+        for root in roots {
+            match self.repack(root, BACKGROUND_BUDGET - total.moved_bytes.min(BACKGROUND_BUDGET)) {
+                Ok(r) => total.add(&r),
+                // A clone destroyed or unloaded meanwhile: the others still get their turn.
+                Err(libc::ENOENT | libc::ESTALE) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+            if total.budget_reached {
+                break;
+            }
+        }
         // (Its own changes restart the quiet period: the next pass waits IDLE at least.)
-        self.last_repack = Some((Instant::now(), r.as_ref().is_ok_and(|r| r.budget_reached)));
-        r.map(Some)
+        self.last_repack = Some((Instant::now(), total.budget_reached));
+        result.map(|()| Some(total))
     }
 
     fn repack_file(&mut self, ino: Ino, ns: u32, exclusive: &HashSet<u64>, report: &mut RepackReport) -> FsResult<()> {
@@ -215,4 +266,44 @@ pub fn is_contiguous(blocks: &[(u64, BlockPtr)]) -> bool {
 fn eio(e: scion_store::Error) -> i32 {
     log::error!("{e}");
     e.errno()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn background_pass_covers_clones_and_waits_for_quiet() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("store");
+        Fs::create(&scion_store::os_host(), &store).unwrap();
+        let mut fs = Fs::open(&store, MountOptions::new("test")).unwrap();
+        let root = fs.root();
+        let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+        let clone = fs.clone_dir(src, root, b"c", &[], b"test").unwrap();
+        // Two files written a chunk at a time side by side, inside the clone: scattered.
+        let a = fs.mknod(clone, b"a", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+        let b = fs.mknod(clone, b"b", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+        let chunk = vec![5u8; 64 << 10];
+        for c in 0..4u64 {
+            fs.write(a, c << 16, &chunk).unwrap();
+            fs.write(b, c << 16, &chunk).unwrap();
+        }
+        fs.checkpoint().unwrap();
+        let blocks = |fs: &Fs, ino| fs.stored_chunks(ino).unwrap().into_iter().map(|(i, c)| (i, c.block)).collect::<Vec<_>>();
+        assert!(!is_contiguous(&blocks(&fs, a)));
+        // Not quiet yet: nothing happens.
+        assert_eq!(fs.background_repack().unwrap(), None);
+        // Quiet for IDLE: the pass runs over the main tree and the clone.
+        fs.last_change = Instant::now().checked_sub(IDLE * 2).unwrap_or_else(Instant::now);
+        if fs.last_change.elapsed() < IDLE {
+            return; // a machine up for less than two minutes: cannot fake the quiet period
+        }
+        let r = fs.background_repack().unwrap().expect("due");
+        assert_eq!(r.moved_files, 2, "{r:?}");
+        assert!(is_contiguous(&blocks(&fs, a)) && is_contiguous(&blocks(&fs, b)));
+        // Not due again until EVERY has passed.
+        fs.last_change = Instant::now().checked_sub(IDLE * 2).unwrap_or_else(Instant::now);
+        assert_eq!(fs.background_repack().unwrap(), None);
+    }
 }

@@ -132,3 +132,19 @@ fn repack_leaves_changed_files_alone() {
     let b = fs.lookup(fs.root(), b"b").unwrap().ino;
     assert_eq!(content(&mut fs, b), expect);
 }
+
+#[test]
+fn repack_refuses_snapshots() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    Fs::create(&scion_store::os_host(), &store).unwrap();
+    let mut fs = open(&store);
+    let root = fs.root();
+    let d = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    interleaved(&mut fs, d, &["a", "b"], 0);
+    fs.snapshot(d, b"s", b"test").unwrap();
+    let snapdir = fs.lookup(d, b".snapshot").unwrap().ino;
+    let s = fs.lookup(snapdir, b"s").unwrap().ino;
+    assert_eq!(fs.repack(s, u64::MAX), Err(libc::EROFS));
+    assert_eq!(fs.repack(snapdir, u64::MAX), Err(libc::EROFS));
+}
