@@ -21,7 +21,7 @@ fi
 (cd "$here" && cargo build --release --locked -q)
 # scion serves FUSE over io_uring when the fuse module allows it (URING=0: leave it as it is)
 uring=/sys/module/fuse/parameters/enable_uring
-if [[ ${URING:-1} == 1 && -w $uring ]]; then echo Y > "$uring"; fi
+if [[ ${URING:-1} == 1 && -w $uring ]]; then { echo Y > "$uring"; } 2>/dev/null || true; fi
 echo "fuse enable_uring: $(cat "$uring" 2>/dev/null || echo absent)"
 export SCION="$here/target/release/scion"
 WORKLOADS=io bash "$peers" ext4-native bindfs scion
