@@ -1400,7 +1400,8 @@ impl Fs {
         Ok(out)
     }
 
-    fn readdir_real(&mut self, ino: Ino) -> FsResult<Vec<DirEntry>> {
+    /// The entries of directory `ino` in name order, without the virtual `.snapshot`.
+    pub(crate) fn readdir_real(&mut self, ino: Ino) -> FsResult<Vec<DirEntry>> {
         let n = self.dir_node(ino)?;
         let ns = n.ns;
         let mut out: BTreeMap<Vec<u8>, (Ino, Kind)> = BTreeMap::new();

@@ -19,7 +19,6 @@
 //! trees still name the old blocks, and the new ones lie past the last block the journal
 //! names, so opening the store truncates them away.
 
-use crate::clone::SNAPDIR_BIT;
 use crate::delta::StoredChunk;
 use crate::fs::*;
 use crate::inode::*;
@@ -101,7 +100,7 @@ impl Fs {
     ) -> FsResult<()> {
         let mut stack = vec![dir];
         while let Some(d) = stack.pop() {
-            let entries = self.readdir_real_sorted(d)?;
+            let entries = self.readdir_real(d)?;
             // Depth first, in name order: a directory's files are moved next to each other.
             let mut subdirs = Vec::new();
             for e in entries {
@@ -244,14 +243,6 @@ impl Fs {
             self.walk_blocks(r, true, &mut seen, &mut |_| {})?;
         }
         Ok(seen)
-    }
-
-    /// Directory entries of `d` in name order, without `.snapshot`.
-    fn readdir_real_sorted(&mut self, d: Ino) -> FsResult<Vec<DirEntry>> {
-        let mut v = self.readdir(d)?;
-        v.retain(|e| e.ino & SNAPDIR_BIT == 0);
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(v)
     }
 }
 

@@ -6,13 +6,22 @@
 use scion_fs::check::check_committed;
 use scion_fs::repack::is_contiguous;
 use scion_fs::{Fs, Ino, Kind, MountOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const CHUNK: usize = 64 << 10;
 const CHUNKS: usize = 6;
 
 fn open(dir: &Path) -> Fs {
     Fs::open(dir, MountOptions::new("test")).unwrap()
+}
+
+/// A fresh store, opened (the temporary directory lives as long as the first element).
+fn new_store() -> (tempfile::TempDir, PathBuf, Fs) {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    Fs::create(&scion_store::os_host(), &store).unwrap();
+    let fs = open(&store);
+    (tmp, store, fs)
 }
 
 fn clean(dir: &Path) {
@@ -50,10 +59,7 @@ fn interleaved(fs: &mut Fs, dir: Ino, names: &[&str], tag: usize) -> Vec<Ino> {
 
 #[test]
 fn repack_makes_scattered_files_contiguous() {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    Fs::create(&scion_store::os_host(), &store).unwrap();
-    let mut fs = open(&store);
+    let (_tmp, store, mut fs) = new_store();
     let root = fs.root();
     let d = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
     let files = interleaved(&mut fs, d, &["a", "b", "c"], 0);
@@ -109,10 +115,7 @@ fn repack_makes_scattered_files_contiguous() {
 
 #[test]
 fn repack_leaves_changed_files_alone() {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    Fs::create(&scion_store::os_host(), &store).unwrap();
-    let mut fs = open(&store);
+    let (_tmp, store, mut fs) = new_store();
     let root = fs.root();
     let files = interleaved(&mut fs, root, &["a", "b"], 0);
     fs.checkpoint().unwrap();
@@ -135,10 +138,7 @@ fn repack_leaves_changed_files_alone() {
 
 #[test]
 fn repack_refuses_snapshots() {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    Fs::create(&scion_store::os_host(), &store).unwrap();
-    let mut fs = open(&store);
+    let (_tmp, _store, mut fs) = new_store();
     let root = fs.root();
     let d = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
     interleaved(&mut fs, d, &["a", "b"], 0);
