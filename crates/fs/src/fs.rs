@@ -2366,10 +2366,37 @@ pub struct ReadPlan {
 }
 
 impl ReadPlan {
-    /// Fetches and verifies the blocks, back-to-back ones in one read; unread ranges are
-    /// holes (zeros).
+    /// Bytes the read returns (the request, cut at the end of the file).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Fetches and verifies the blocks into a new buffer; see [`ReadPlan::fill`].
     pub fn execute(self) -> FsResult<Vec<u8>> {
         let mut out = vec![0u8; self.len];
+        self.fill(&mut out)?;
+        Ok(out)
+    }
+
+    /// Fetches and verifies the blocks into `out` (exactly `len()` bytes, whatever they hold:
+    /// the FUSE adapter passes the reply buffer itself). Ranges no part covers are holes and
+    /// become zeros. Whole blocks lying back to back in a pack are read straight into `out` in
+    /// one read and verified there; the rest goes through a per-thread buffer and a copy.
+    pub fn fill(&self, out: &mut [u8]) -> FsResult<()> {
+        assert_eq!(out.len(), self.len, "read buffer of the wrong size");
+        // Parts start in ascending order (patches lie at or after their block's start).
+        let mut covered = 0;
+        for (at, p) in &self.parts {
+            if *at > covered {
+                out[covered..*at].fill(0);
+            }
+            covered = covered.max(at + p.len());
+        }
+        out[covered.min(self.len)..].fill(0);
         let mut i = 0;
         while i < self.parts.len() {
             match &self.parts[i].1 {
@@ -2378,7 +2405,7 @@ impl ReadPlan {
                     out[at..at + b.len()].copy_from_slice(b);
                     i += 1;
                 }
-                Part::Block { oid, .. } => {
+                Part::Block { .. } => {
                     let run: Vec<(usize, BlockPtr, usize, usize)> = self.parts[i..]
                         .iter()
                         .map_while(|(at, p)| match p {
@@ -2386,21 +2413,58 @@ impl ReadPlan {
                             Part::Bytes(_) => None,
                         })
                         .collect();
-                    let ptrs: Vec<BlockPtr> = run.iter().map(|r| r.1).collect();
-                    self.store
-                        .read_run_each(&ptrs, &mut |k, data| {
-                            let (at, _, within, len) = run[k];
-                            out[at..at + len].copy_from_slice(&data[within..within + len]);
-                        })
-                        .map_err(|e| {
-                            log::error!("read of file oid {oid}: {e}");
-                            e.errno()
-                        })?;
+                    let oid = match &self.parts[i].1 {
+                        Part::Block { oid, .. } => *oid,
+                        Part::Bytes(_) => unreachable!(),
+                    };
+                    self.fill_run(&run, out).map_err(|e| {
+                        log::error!("read of file oid {oid}: {e}");
+                        e.errno()
+                    })?;
                     i += run.len();
                 }
             }
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// One run of consecutive block parts: stretches of whole blocks adjacent in `out` go
+    /// through `read_whole_into` (no copy); partial blocks, and stretches the store cannot
+    /// read in place, through `read_run_each`.
+    fn fill_run(&self, run: &[(usize, BlockPtr, usize, usize)], out: &mut [u8]) -> scion_store::Result<()> {
+        let whole = |r: &(usize, BlockPtr, usize, usize)| r.2 == 0 && r.3 == r.1.len as usize;
+        let mut j = 0;
+        while j < run.len() {
+            let mut k = j + 1;
+            if whole(&run[j]) {
+                while k < run.len() && whole(&run[k]) && run[k].0 == run[k - 1].0 + run[k - 1].3 {
+                    k += 1;
+                }
+                let ptrs: Vec<BlockPtr> = run[j..k].iter().map(|r| r.1).collect();
+                let (at, end) = (run[j].0, run[k - 1].0 + run[k - 1].3);
+                if self.store.read_whole_into(&ptrs, &mut out[at..end])? {
+                    j = k;
+                    continue;
+                }
+            }
+            let ptrs: Vec<BlockPtr> = run[j..k].iter().map(|r| r.1).collect();
+            self.store.read_run_each(&ptrs, &mut |n, data| {
+                let (at, _, within, len) = run[j + n];
+                out[at..at + len].copy_from_slice(&data[within..within + len]);
+            })?;
+            j = k;
+        }
+        Ok(())
+    }
+}
+
+impl Part {
+    /// Bytes of the read this part supplies.
+    fn len(&self) -> usize {
+        match self {
+            Part::Bytes(b) => b.len(),
+            Part::Block { len, .. } => *len,
+        }
     }
 }
 

@@ -315,10 +315,10 @@ impl Filesystem for ScionFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        // Resolved under the engine lock, fetched outside it.
+        // Resolved under the engine lock, fetched outside it, straight into the reply buffer.
         let plan = self.fs().read_plan(ino.0, offset, size);
-        match plan.and_then(|p| p.execute()) {
-            Ok(d) => reply.data(&d),
+        match plan {
+            Ok(p) => reply.data_with(p.len(), |buf| p.fill(buf).map_err(err)),
             Err(e) => reply.error(err(e)),
         }
     }

@@ -284,6 +284,38 @@ impl BlockStore {
         })
     }
 
+    /// Reads whole headerless blocks whose payloads lie back to back in one pack straight into
+    /// `out` (their payloads concatenated, `out.len()` bytes) with one read, and verifies each
+    /// in place. Returns false, having read nothing, when the blocks do not lie so.
+    pub fn read_whole_into(&self, ptrs: &[BlockPtr], out: &mut [u8]) -> Result<bool> {
+        let Some(first) = ptrs.first() else { return Ok(out.is_empty()) };
+        let adjacent = ptrs.iter().all(|p| header_len(p.kind) == 0)
+            && ptrs
+                .windows(2)
+                .all(|w| w[1].pack() == w[0].pack() && w[1].offset() == w[0].offset() + w[0].len as u64);
+        if !adjacent || ptrs.iter().map(|p| p.len as usize).sum::<usize>() != out.len() {
+            return Ok(false);
+        }
+        let file = self.reader(first.pack())?;
+        if let Err(e) = file.read_exact_at(out, first.offset()) {
+            // Let the block-by-block path say which block is missing or unreadable.
+            log::debug!("in-place read of {} blocks at {first}: {e}", ptrs.len());
+            let mut at = 0;
+            for p in ptrs {
+                let data = self.read(p)?;
+                out[at..at + data.len()].copy_from_slice(&data);
+                at += data.len();
+            }
+            return Ok(true);
+        }
+        let mut at = 0;
+        for p in ptrs {
+            verify(p, &out[at..at + p.len as usize])?;
+            at += p.len as usize;
+        }
+        Ok(true)
+    }
+
     /// Returns a freed block's space to the host filesystem. Only called once no committed
     /// checkpoint can reach the block any more.
     pub fn punch(&self, ptr: &BlockPtr) -> Result<()> {

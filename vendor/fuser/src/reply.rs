@@ -64,6 +64,30 @@ impl ReplySender {
         }
     }
 
+    /// scion's patch: a data reply of `len` bytes written by `fill` straight into the reply
+    /// buffer where the transport has one (an io_uring entry's payload), else into a fresh
+    /// buffer that is then sent. `Ok(Err(e))`: `fill` failed and nothing was sent.
+    pub(crate) fn send_filled(
+        &self,
+        unique: ll::RequestId,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), Errno>,
+    ) -> std::io::Result<Result<(), Errno>> {
+        #[cfg(target_os = "linux")]
+        if let ReplySender::Ring(ring) = self {
+            if let Some(r) = ring.send_filled(unique.0, len, fill) {
+                return r;
+            }
+        }
+        let mut buf = vec![0u8; len];
+        if let Err(e) = fill(&mut buf) {
+            return Ok(Err(e));
+        }
+        ll::ResponseSlice(&buf)
+            .with_iovec(unique, |iov| self.send(iov))
+            .map(Ok)
+    }
+
     /// Open a backing file
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
@@ -216,6 +240,25 @@ impl ReplyData {
     /// Reply to a request with the given data
     pub fn data(self, data: &[u8]) {
         self.reply.send_ll(&ll::ResponseSlice(data));
+    }
+
+    /// scion's patch: reply with `len` bytes that `fill` writes in place, in the buffer the
+    /// reply leaves from (over io_uring, the entry's payload), saving a copy of every read.
+    /// `fill` gets a buffer of exactly `len` bytes with unspecified contents and must write
+    /// all of them; if it returns an error, that error is the reply.
+    pub fn data_with(mut self, len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), Errno>) {
+        let sender = self.reply.sender.take().expect("reply sent twice");
+        let unique = self.reply.unique;
+        let mut fill = Some(fill);
+        let res = sender.send_filled(unique, len, &mut |buf| (fill.take().expect("filled twice"))(buf));
+        match res {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                self.reply.sender = Some(sender);
+                self.reply.error(e);
+            }
+            Err(err) => error!("Failed to send FUSE reply: {err}"),
+        }
     }
 
     /// Reply to a request with the given error code

@@ -263,6 +263,44 @@ impl RingReply {
     }
 }
 
+impl RingReply {
+    /// scion's patch: a data reply of `len` bytes that `fill` writes straight into the entry's
+    /// payload buffer. None: the reply does not fit (the caller sends it the usual way).
+    pub(crate) fn send_filled(
+        &self,
+        unique: u64,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), crate::Errno>,
+    ) -> Option<io::Result<Result<(), crate::Errno>>> {
+        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.state != SlotState::Waiting {
+            return Some(Err(io::Error::other("FUSE reply after its io_uring entry moved on (reply before returning)")));
+        }
+        if len > slot.payload_cap {
+            return None;
+        }
+        // SAFETY: the payload buffer holds payload_cap >= len bytes, stays allocated while the
+        // slot is Waiting (we hold its lock), and the kernel does not touch it until the entry
+        // is committed; the request was copied out of it before dispatch.
+        let buf = unsafe { std::slice::from_raw_parts_mut(slot.payload, len) };
+        if let Err(e) = fill(buf) {
+            return Some(Ok(Err(e)));
+        }
+        let mut h = [0u8; OUT_HEADER];
+        h[0..4].copy_from_slice(&((OUT_HEADER + len) as u32).to_ne_bytes());
+        // error 0 in h[4..8]
+        h[8..16].copy_from_slice(&unique.to_ne_bytes());
+        let body = (len as u32).to_ne_bytes();
+        // SAFETY: OUT_HEADER <= HEADER_SIZE and ENT_PAYLOAD_SZ + 4 <= HEADER_SIZE
+        unsafe {
+            std::ptr::copy_nonoverlapping(h.as_ptr(), slot.header, OUT_HEADER);
+            std::ptr::copy_nonoverlapping(body.as_ptr(), slot.header.add(ENT_PAYLOAD_SZ), 4);
+        }
+        slot.state = SlotState::Replied;
+        Some(Ok(Ok(())))
+    }
+}
+
 /// Serves queue `qid` with ring `ring_no` until the connection ends. Runs on its own thread,
 /// pinned to CPU `qid`; the kernel hands the queue's requests to whichever ring has a free entry.
 pub(crate) fn run_queue<FS: Filesystem>(
