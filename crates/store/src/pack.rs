@@ -161,19 +161,16 @@ impl BlockStore {
             payload.len()
         );
         let fp = footprint(kind, payload.len()) as usize;
-        let mut buf = Vec::with_capacity(fp);
-        if header_len(kind) > 0 {
-            buf.extend_from_slice(BLOCK_MAGIC);
-            buf.push(kind as u8);
-            buf.push(0); // codec: 0 = stored as is
-            buf.extend_from_slice(&[0, 0]);
-            buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-            let crc = header_crc(&buf[..12], payload);
-            buf.extend_from_slice(&crc.to_le_bytes());
-        }
-        buf.extend_from_slice(payload);
-        buf.resize(fp, 0);
         let hash = *blake3::hash(payload).as_bytes();
+        // A whole data block is written as it is; others get their header and padding.
+        let mut buf = Vec::new();
+        let bytes: &[u8] = if header_len(kind) == 0 && fp == payload.len() {
+            payload
+        } else {
+            buf.reserve(fp);
+            Self::frame(kind, payload, fp, &mut buf);
+            &buf
+        };
 
         let mut a = self.active.lock().unwrap();
         if a.end + fp as u64 > PACK_ROLL_BYTES && a.end > 0 {
@@ -181,7 +178,7 @@ impl BlockStore {
         }
         let off = a.end;
         a.file
-            .write_all_at(&buf, off)
+            .write_all_at(bytes, off)
             .map_err(|e| Error::io(format!("write to pack {}", a.id), e))?;
         a.end += fp as u64;
         if !a.unsynced.iter().any(|f| Arc::ptr_eq(f, &a.file)) {
@@ -194,6 +191,21 @@ impl BlockStore {
             kind,
             hash,
         })
+    }
+
+    /// A block as it lies in its pack: header (for kinds that have one), payload, padding.
+    fn frame(kind: BlockKind, payload: &[u8], fp: usize, buf: &mut Vec<u8>) {
+        if header_len(kind) > 0 {
+            buf.extend_from_slice(BLOCK_MAGIC);
+            buf.push(kind as u8);
+            buf.push(0); // codec: 0 = stored as is
+            buf.extend_from_slice(&[0, 0]);
+            buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            let crc = header_crc(&buf[..12], payload);
+            buf.extend_from_slice(&crc.to_le_bytes());
+        }
+        buf.extend_from_slice(payload);
+        buf.resize(fp, 0);
     }
 
     fn roll(&self, a: &mut Active) -> Result<()> {
