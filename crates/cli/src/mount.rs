@@ -129,14 +129,22 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         Some("off") => false,
         Some(v) => return Err(format!("repack={v}: expected repack=idle or repack=off")),
     };
+    // And: the kernel's writeback cache of file data (cache=writethrough: every write is sent
+    // as it is made; see ScionFuse::with_writeback).
+    let writeback = match options.iter().rev().find_map(|o| o.strip_prefix("cache=")) {
+        None | Some("writeback") => true,
+        Some("writethrough") => false,
+        Some(v) => return Err(format!("cache={v}: expected cache=writeback or cache=writethrough")),
+    };
+    let ours = ["snapdir=", "uring=", "repack=", "cache="];
     let options: Vec<String> = options
         .iter()
-        .filter(|o| !o.starts_with("snapdir=") && !o.starts_with("uring=") && !o.starts_with("repack="))
+        .filter(|o| !ours.iter().any(|p| o.starts_with(p)))
         .cloned()
         .collect();
     let fs = Arc::new(Mutex::new(fs));
     let cfg = mount_options(&store, &options);
-    let session = fuser::Session::new(scion_fuse::ScionFuse::new(fs.clone()).with_uring(uring), &mnt, &cfg)
+    let session = fuser::Session::new(scion_fuse::ScionFuse::new(fs.clone()).with_uring(uring).with_writeback(writeback), &mnt, &cfg)
         .map_err(|e| format!("mount of {} failed: {e}", mnt.display()))?;
     crate::control::serve(&store, fs.clone(), session.notifier())?;
     log::info!("mounted {} at {}", store.display(), mnt.display());

@@ -32,6 +32,8 @@ pub struct ScionFuse {
     next_fh: AtomicU64,
     /// Ask for FUSE over io_uring (per-CPU queues: no cross-CPU wake-up per round trip).
     uring: bool,
+    /// Ask for the kernel's writeback cache of file data.
+    writeback: bool,
 }
 
 fn kind(k: Kind) -> FileType {
@@ -84,7 +86,15 @@ impl ScionFuse {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             uring: false,
+            writeback: true,
         }
+    }
+
+    /// Let the kernel cache written data and send it later in large writes (the default), or
+    /// send every write as it is made.
+    pub fn with_writeback(mut self, on: bool) -> ScionFuse {
+        self.writeback = on;
+        self
     }
 
     /// Serve requests through io_uring if the kernel offers it (Linux 6.14+, with the fuse
@@ -109,8 +119,12 @@ impl ScionFuse {
 
 impl Filesystem for ScionFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let writeback = self.writeback && config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE).is_ok();
+        log::info!(
+            "file data: {}",
+            if writeback { "writeback cache" } else { "written through (each write sent as made)" }
+        );
         for cap in [
-            InitFlags::FUSE_WRITEBACK_CACHE,
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
