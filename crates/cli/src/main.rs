@@ -5,6 +5,11 @@ mod mount;
 mod tree_cmds;
 
 use clap::{Parser, Subcommand};
+
+// The daemon keeps every file's unflushed data in many small buffers between checkpoints;
+// glibc's allocator spent ~14% of an untar's daemon time searching its bins (78,579 files).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
