@@ -163,13 +163,12 @@ impl BlockStore {
         let fp = footprint(kind, payload.len()) as usize;
         let hash = *blake3::hash(payload).as_bytes();
         // A whole data block is written as it is; others get their header and padding.
-        let mut buf = Vec::new();
+        let framed;
         let bytes: &[u8] = if header_len(kind) == 0 && fp == payload.len() {
             payload
         } else {
-            buf.reserve(fp);
-            Self::frame(kind, payload, fp, &mut buf);
-            &buf
+            framed = frame(kind, payload, fp);
+            &framed
         };
 
         let mut a = self.active.lock().unwrap();
@@ -191,21 +190,6 @@ impl BlockStore {
             kind,
             hash,
         })
-    }
-
-    /// A block as it lies in its pack: header (for kinds that have one), payload, padding.
-    fn frame(kind: BlockKind, payload: &[u8], fp: usize, buf: &mut Vec<u8>) {
-        if header_len(kind) > 0 {
-            buf.extend_from_slice(BLOCK_MAGIC);
-            buf.push(kind as u8);
-            buf.push(0); // codec: 0 = stored as is
-            buf.extend_from_slice(&[0, 0]);
-            buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-            let crc = header_crc(&buf[..12], payload);
-            buf.extend_from_slice(&crc.to_le_bytes());
-        }
-        buf.extend_from_slice(payload);
-        buf.resize(fp, 0);
     }
 
     fn roll(&self, a: &mut Active) -> Result<()> {
@@ -374,6 +358,24 @@ thread_local! {
 
 /// Largest run buffer a thread keeps between reads (a FUSE read is at most 1 MiB of data).
 const RUN_BUF_KEEP: usize = 4 << 20;
+
+/// A block as it lies in its pack (`fp` bytes): header (for kinds that have one), payload,
+/// zero padding.
+fn frame(kind: BlockKind, payload: &[u8], fp: usize) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(fp);
+    if header_len(kind) > 0 {
+        buf.extend_from_slice(BLOCK_MAGIC);
+        buf.push(kind as u8);
+        buf.push(0); // codec: 0 = stored as is
+        buf.extend_from_slice(&[0, 0]);
+        buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        let crc = header_crc(&buf[..12], payload);
+        buf.extend_from_slice(&crc.to_le_bytes());
+    }
+    buf.extend_from_slice(payload);
+    buf.resize(fp, 0);
+    buf
+}
 
 /// Checks a raw block (header + payload) against its pointer; returns the payload.
 pub fn verify<'a>(ptr: &BlockPtr, buf: &'a [u8]) -> Result<&'a [u8]> {
