@@ -21,7 +21,6 @@ pub use refs::RefTable;
 
 use lru::LruCache;
 use scion_store::{BlockKind, BlockPtr, BlockStore, Error, Result};
-use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
 /// Target encoded size of a node; a node is split when it grows past this.
@@ -30,11 +29,47 @@ pub const NODE_TARGET: usize = 16 << 10;
 /// One change of a batch: `Some(value)` puts, `None` removes.
 pub type Op = (Vec<u8>, Option<Value>);
 
+/// What the node cache may hold, counted in encoded bytes (decoded nodes take about twice
+/// that). Sized so that the metadata of a tree like the Linux sources (78,579 files: a content
+/// tree leaf per file, directory trees holding the inode records, ~40 MiB encoded) stays in
+/// the daemon after the kernel's caches are dropped, as ZFS's ARC would keep it.
+pub const NODE_CACHE_BYTES: usize = 64 << 20;
+
+/// Decoded nodes by block address, bounded by their encoded size, least recently used out
+/// first. (A bound in nodes held 16,384 of them: one per small file's content tree, so a
+/// tree of 78,579 files went back to the disk for every file it listed or read.)
+struct NodeCache {
+    lru: LruCache<u64, (Arc<Node>, usize)>,
+    bytes: usize,
+    limit: usize,
+}
+
+impl NodeCache {
+    fn new(limit: usize) -> NodeCache {
+        NodeCache { lru: LruCache::unbounded(), bytes: 0, limit }
+    }
+
+    fn get(&mut self, addr: u64) -> Option<Arc<Node>> {
+        self.lru.get(&addr).map(|(n, _)| n.clone())
+    }
+
+    fn put(&mut self, addr: u64, node: Arc<Node>, size: usize) {
+        if let Some((_, old)) = self.lru.put(addr, (node, size)) {
+            self.bytes -= old;
+        }
+        self.bytes += size;
+        while self.bytes > self.limit {
+            let Some((_, (_, s))) = self.lru.pop_lru() else { break };
+            self.bytes -= s;
+        }
+    }
+}
+
 /// The set of all trees of a store: their blocks, a cache of decoded nodes, the reference
 /// counts and the list of blocks freed since the last checkpoint.
 pub struct Forest {
     pub store: Arc<BlockStore>,
-    cache: Mutex<LruCache<u64, Arc<Node>>>,
+    cache: Mutex<NodeCache>,
     pub refs: RefTable,
     /// Blocks whose count reached zero. They stay readable until the checkpoint that drops
     /// them is durable; then the layer above punches them.
@@ -45,7 +80,7 @@ impl Forest {
     pub fn new(store: Arc<BlockStore>, refs: RefTable) -> Forest {
         Forest {
             store,
-            cache: Mutex::new(LruCache::new(NonZeroUsize::new(16384).unwrap())),
+            cache: Mutex::new(NodeCache::new(NODE_CACHE_BYTES)),
             refs,
             freed: Vec::new(),
         }
@@ -56,8 +91,8 @@ impl Forest {
         if ptr.kind != BlockKind::Node {
             return Err(Error::corrupt("tree pointer", ptr, "points at a non-node block"));
         }
-        if let Some(n) = self.cache.lock().unwrap().get(&ptr.addr) {
-            return Ok(n.clone());
+        if let Some(n) = self.cache.lock().unwrap().get(ptr.addr) {
+            return Ok(n);
         }
         let bytes = self.store.read(ptr)?;
         let node = Arc::new(Node::decode(&bytes).map_err(|e| match e {
@@ -66,13 +101,14 @@ impl Forest {
             }
             e => e,
         })?);
-        self.cache.lock().unwrap().put(ptr.addr, node.clone());
+        self.cache.lock().unwrap().put(ptr.addr, node.clone(), bytes.len());
         Ok(node)
     }
 
     fn write_node(&mut self, node: Node) -> Result<BlockPtr> {
-        let ptr = self.store.write(BlockKind::Node, &node.encode())?;
-        self.cache.lock().unwrap().put(ptr.addr, Arc::new(node));
+        let bytes = node.encode();
+        let ptr = self.store.write(BlockKind::Node, &bytes)?;
+        self.cache.lock().unwrap().put(ptr.addr, Arc::new(node), bytes.len());
         Ok(ptr)
     }
 
@@ -360,4 +396,37 @@ impl Forest {
 /// Index of the child of an internal node whose range holds `key`.
 fn route(children: &[(Vec<u8>, BlockPtr)], key: &[u8]) -> usize {
     children.partition_point(|(k, _)| k.as_slice() <= key).saturating_sub(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(n: u8) -> Arc<Node> {
+        Arc::new(Node::Leaf(vec![(vec![n], Value::default())]))
+    }
+
+    #[test]
+    fn node_cache_is_bounded_by_bytes_and_evicts_least_recently_used() {
+        let mut c = NodeCache::new(100);
+        for a in 0..4u64 {
+            c.put(a, leaf(a as u8), 30);
+        }
+        // 120 bytes asked for 100: the oldest node left.
+        assert_eq!(c.bytes, 90);
+        assert!(c.get(0).is_none());
+        // Touch 1, so 2 is now the oldest; a big node pushes out 2 and 3 but not 1.
+        assert!(c.get(1).is_some());
+        c.put(9, leaf(9), 60);
+        assert_eq!(c.bytes, 90);
+        assert!(c.get(1).is_some() && c.get(9).is_some());
+        assert!(c.get(2).is_none() && c.get(3).is_none());
+        // Putting an address again replaces its size instead of adding to it.
+        c.put(9, leaf(9), 10);
+        assert_eq!(c.bytes, 40);
+        // A node larger than the whole cache is not kept (and nothing else is).
+        c.put(7, leaf(7), 500);
+        assert_eq!(c.bytes, 0);
+        assert!(c.get(7).is_none());
+    }
 }
