@@ -6,7 +6,7 @@
 use scion_fs::check::{check, check_committed, Report};
 use scion_fs::delta::PATCH_MAX;
 use scion_fs::{Fs, Ino, Kind, MountOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const CHUNK: usize = 64 << 10;
 
@@ -34,8 +34,9 @@ fn at_root(fs: &mut Fs, name: &str) -> Ino {
     lookup(fs, root, name)
 }
 
-#[test]
-fn small_writes_to_clones_are_patches() {
+/// A new store holding directory `d` with an empty file `f`: (its temporary directory, the
+/// store's path, the open store, d, f).
+fn store_with_file() -> (tempfile::TempDir, PathBuf, Fs, Ino, Ino) {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     Fs::create(&scion_store::os_host(), &store).unwrap();
@@ -43,6 +44,13 @@ fn small_writes_to_clones_are_patches() {
     let root = fs.root();
     let dir = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
     let f = fs.mknod(dir, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    (tmp, store, fs, dir, f)
+}
+
+#[test]
+fn small_writes_to_clones_are_patches() {
+    let (_tmp, store, mut fs, dir, f) = store_with_file();
+    let root = fs.root();
     // Four chunks of data that compress badly, the last one partial.
     let mut orig: Vec<u8> = (0..3 * CHUNK + 1000).map(|i| (i * 7 % 251) as u8 + 1).collect();
     fs.write(f, 0, &orig).unwrap();
@@ -151,15 +159,10 @@ fn small_writes_to_clones_are_patches() {
 /// blocks, patches, buffered bytes and holes it spans, and match a plain model of the file.
 #[test]
 fn reads_fill_stale_buffers() {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    Fs::create(&scion_store::os_host(), &store).unwrap();
-    let mut fs = open(&store);
+    let (_tmp, _store, mut fs, dir, f) = store_with_file();
     let root = fs.root();
-    let dir = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
-    let f = fs.mknod(dir, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
     let mut model = vec![0u8; 6 * CHUNK + 3000];
-    let mut put = |fs: &mut Fs, model: &mut Vec<u8>, ino: Ino, at: usize, len: usize, seed: usize| {
+    let put = |fs: &mut Fs, model: &mut Vec<u8>, ino: Ino, at: usize, len: usize, seed: usize| {
         let data: Vec<u8> = (0..len).map(|i| ((i + seed) * 13 % 251) as u8 + 1).collect();
         fs.write(ino, at as u64, &data).unwrap();
         model[at..at + len].copy_from_slice(&data);
