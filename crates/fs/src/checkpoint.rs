@@ -480,7 +480,7 @@ impl Fs {
                 time,
             } => {
                 let i = self.resolve(ino)?;
-                self.op_write(i, *offset, data, *time)
+                self.op_write(i, *offset, data, *time).map(|_| ())
             }
             Record::PutChunks {
                 ino,
@@ -534,6 +534,31 @@ impl Fs {
             } => {
                 let i = self.resolve(ino)?;
                 self.op_carry(i, *size, [*atime, *mtime, *ctime], chunks)
+            }
+            Record::Clone {
+                src,
+                parent,
+                name,
+                excludes,
+                origin,
+                ns,
+                oid,
+                time,
+            } => {
+                let s = self.resolve(src)?;
+                let p = self.resolve(parent)?;
+                // The clone gets the namespace and entry it got before the crash, or the
+                // journal does not describe this store's history.
+                let pns = self.node(p)?.ns;
+                let next_oid = self.namespaces.get(&pns).ok_or(libc::EIO)?.next_oid;
+                if (self.next_ns, next_oid) != (*ns, *oid) {
+                    log::error!(
+                        "clone record names namespace {ns} and entry {oid}; replay is at {} and {next_oid}",
+                        self.next_ns
+                    );
+                    return Err(libc::EIO);
+                }
+                self.op_clone(s, p, name, excludes, origin, *time).map(|_| ())
             }
         }
     }

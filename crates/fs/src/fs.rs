@@ -669,7 +669,7 @@ impl Fs {
         }
     }
 
-    fn log(&mut self, rec: impl FnOnce() -> Option<Record>) -> FsResult<()> {
+    pub(crate) fn log(&mut self, rec: impl FnOnce() -> Option<Record>) -> FsResult<()> {
         self.log_part(false, rec)
     }
 
@@ -1687,10 +1687,26 @@ impl Fs {
         } else {
             pieces.push((offset, end));
         }
-        let n = pieces.len();
-        for (i, (a, b)) in pieces.into_iter().enumerate() {
+        // What the journal gets: each piece, or only the bytes it changed. The kernel writes
+        // whole 4 KiB pages back, so a 16-byte write to a committed chunk would otherwise put
+        // 4 KiB in the journal; replaying only the changed runs over the same prior state
+        // gives the same bytes. A piece that extends the file is journaled whole (the zeros
+        // it adds past the end are not "changed" but set the size).
+        let mut records: Vec<(u64, &[u8])> = Vec::new();
+        for (a, b) in pieces {
             let bytes = &data[(a - offset) as usize..(b - offset) as usize];
-            self.op_write(ino, a, bytes, now)?;
+            let size_before = self.node(ino)?.inode.size;
+            let runs = self.op_write(ino, a, bytes, now)?;
+            if b > size_before || runs == [(a, b)] {
+                records.push((a, bytes));
+            } else if runs.is_empty() {
+                records.push((a, &[])); // the same bytes again: only the times change
+            } else {
+                records.extend(runs.iter().map(|&(x, y)| (x, &data[(x - offset) as usize..(y - offset) as usize])));
+            }
+        }
+        let n = records.len();
+        for (i, (a, bytes)) in records.into_iter().enumerate() {
             self.log_part(i + 1 < n, || {
                 target.clone().map(|ino| Record::Write {
                     ino,
@@ -1748,7 +1764,9 @@ impl Fs {
         Ok(())
     }
 
-    pub(crate) fn op_write(&mut self, ino: Ino, offset: u64, data: &[u8], now: Ts) -> FsResult<()> {
+    /// Writes bytes into the file's chunks; returns the ranges that changed content (a piece
+    /// laid as patches over a committed chunk changes only the bytes that differ).
+    pub(crate) fn op_write(&mut self, ino: Ino, offset: u64, data: &[u8], now: Ts) -> FsResult<Vec<(u64, u64)>> {
         let n = self.node(ino)?;
         match n.inode.kind {
             Kind::File => {}
@@ -1759,17 +1777,26 @@ impl Fs {
         if end > MAX_FILE_SIZE {
             return Err(libc::EFBIG);
         }
+        let mut changed = Vec::new();
         let mut pos = offset;
         while pos < end {
             let idx = pos / CHUNK;
             let within = (pos % CHUNK) as usize;
             let take = ((CHUNK - within as u64).min(end - pos)) as usize;
             let src = &data[(pos - offset) as usize..(pos - offset) as usize + take];
-            let c = if within == 0 && take as u64 == CHUNK {
-                Chunk::Buf(src.to_vec())
-            } else if let Some(c) = self.patched(ino, idx, within as u32, src)? {
-                c
+            let patched = if within == 0 && take as u64 == CHUNK {
+                None
             } else {
+                self.patched(ino, idx, within as u32, src)?
+            };
+            let c = if let Some((c, runs)) = patched {
+                changed.extend(runs.into_iter().map(|(a, b)| (pos + a as u64, pos + b as u64)));
+                c
+            } else if within == 0 && take as u64 == CHUNK {
+                changed.push((pos, pos + take as u64));
+                Chunk::Buf(src.to_vec())
+            } else {
+                changed.push((pos, pos + take as u64));
                 let mut buf = self.chunk(self.node(ino)?, idx)?.unwrap_or_default();
                 if buf.len() < within + take {
                     buf.resize(within + take, 0);
@@ -1785,13 +1812,21 @@ impl Fs {
         n.inode.mtime = now;
         n.inode.ctime = now;
         self.touch(ino);
-        Ok(())
+        // Back-to-back ranges (a piece spanning chunks) as one.
+        changed.dedup_by(|next, prev| {
+            let joins = prev.1 == next.0;
+            if joins {
+                prev.1 = next.1;
+            }
+            joins
+        });
+        Ok(changed)
     }
 
     /// A small write to a committed chunk as patches over its block (copy-on-abundant-write),
     /// or `None` when the chunk has no committed block or would exceed `PATCH_MAX`: then the
     /// chunk is rewritten whole.
-    fn patched(&self, ino: Ino, idx: u64, within: u32, src: &[u8]) -> FsResult<Option<Chunk>> {
+    fn patched(&self, ino: Ino, idx: u64, within: u32, src: &[u8]) -> FsResult<Option<(Chunk, Vec<(usize, usize)>)>> {
         let n = self.node(ino)?;
         let (base, mut patches) = match n.chunks.get(&idx) {
             Some(Chunk::Patched { base, patches }) => (*base, patches.clone()),
@@ -1803,13 +1838,14 @@ impl Fs {
         };
         let mut cur = self.read_block(n, idx, &base)?;
         patches.apply(&mut cur);
-        for (a, b) in changed_runs(&cur, within as usize, src) {
+        let runs = changed_runs(&cur, within as usize, src);
+        for &(a, b) in &runs {
             patches.write(within + a as u32, &src[a..b]);
             if patches.bytes() > PATCH_MAX {
                 return Ok(None);
             }
         }
-        Ok(Some(Chunk::Patched { base, patches }))
+        Ok(Some((Chunk::Patched { base, patches }, runs)))
     }
 
     /// Replays a carried record: each chunk's patch list over its committed block.

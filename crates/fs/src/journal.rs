@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"SCIONJL1";
-const VERSION: u32 = 2;
+/// Version 3 added the clone record (type 13); versions 1 and 2 are read as well. Older
+/// builds refuse a version-3 journal instead of ending it at a record they do not know.
+const VERSION: u32 = 3;
 /// Flag in a record's length field: more records of the same operation follow.
 const MORE: u32 = 1 << 31;
 const HEADER_LEN: usize = 8 + 4 + 8 + 16 + 4;
@@ -118,6 +120,19 @@ pub enum Record {
     RemoveXattr {
         ino: Target,
         name: Vec<u8>,
+        time: Ts,
+    },
+    /// A clone of directory `src` (whose whole subtree is committed when the record is
+    /// written) made as entry `name` of `parent`: namespace `ns`, mount entry `oid` in the
+    /// parent's namespace. Replay makes the same clone from the same committed trees.
+    Clone {
+        src: Target,
+        parent: Target,
+        name: Vec<u8>,
+        excludes: Vec<Vec<Vec<u8>>>,
+        origin: Vec<u8>,
+        ns: u32,
+        oid: u64,
         time: Ts,
     },
     /// Written by a checkpoint at the head of the new journal: the file's small overwrites,
@@ -360,6 +375,29 @@ impl Record {
                 }
                 put_ts(&mut w, *time);
             }
+            Record::Clone {
+                src,
+                parent,
+                name,
+                excludes,
+                origin,
+                ns,
+                oid,
+                time,
+            } => {
+                w.u8(13);
+                put_target(&mut w, src);
+                put_target(&mut w, parent);
+                w.bytes(name).u32(excludes.len() as u32);
+                for path in excludes {
+                    w.u32(path.len() as u32);
+                    for n in path {
+                        w.bytes(n);
+                    }
+                }
+                w.bytes(origin).u32(*ns).u64(*oid);
+                put_ts(&mut w, *time);
+            }
             Record::RemoveXattr { ino, name, time } => {
                 w.u8(9);
                 put_target(&mut w, ino);
@@ -548,6 +586,28 @@ impl Record {
                     }
                 }
             }
+            13 => Record::Clone {
+                src: get_target(&mut r)?,
+                parent: get_target(&mut r)?,
+                name: r.bytes()?.to_vec(),
+                excludes: {
+                    let n = r.count(4)?;
+                    let mut paths = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        let m = r.count(4)?;
+                        let mut path = Vec::with_capacity(m);
+                        for _ in 0..m {
+                            path.push(r.bytes()?.to_vec());
+                        }
+                        paths.push(path);
+                    }
+                    paths
+                },
+                origin: r.bytes()?.to_vec(),
+                ns: r.u32()?,
+                oid: r.u64()?,
+                time: get_ts(&mut r)?,
+            },
             9 => Record::RemoveXattr {
                 ino: get_target(&mut r)?,
                 name: r.bytes()?.to_vec(),
@@ -690,7 +750,7 @@ pub fn read(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16]) -> Re
     let path = journal_path(dir, generation);
     let data = host
         .read(&path).map_err(|e| Error::io(format!("read of journal {}", path.display()), e))?;
-    let known = [1, VERSION].map(|v| header(v, generation, store_id));
+    let known = [1, 2, VERSION].map(|v| header(v, generation, store_id));
     if data.len() < HEADER_LEN || !known.iter().any(|h| data[..HEADER_LEN] == h[..]) {
         return Err(Error::corrupt(
             "journal",
@@ -780,5 +840,27 @@ mod tests {
         // A 16-byte overwrite with new mtime = ctime: what a checkpoint carries per file.
         let rec = Record::Carry { ino: target, size: None, atime: None, mtime: Some(t), ctime: Some(t), chunks: vec![(2, p)] };
         assert!(rec.encode().len() < 100, "{} bytes", rec.encode().len());
+    }
+
+    #[test]
+    fn clone_records_round_trip() {
+        let t = Ts { sec: 1_700_000_000, nsec: 5 };
+        for excludes in [vec![], vec![vec![b"a".to_vec()], vec![b"b".to_vec(), b"c".to_vec()]]] {
+            let rec = Record::Clone {
+                src: Target::Path { ns: 1, names: vec![b"src".to_vec()] },
+                parent: Target::Path { ns: 2, names: vec![] },
+                name: b"new".to_vec(),
+                excludes,
+                origin: b"/mnt/src".to_vec(),
+                ns: 7,
+                oid: 42,
+                time: t,
+            };
+            let bytes = rec.encode();
+            assert_eq!(Record::decode(&bytes).unwrap(), rec);
+            for cut in 0..bytes.len() {
+                assert!(Record::decode(&bytes[..cut]).is_err());
+            }
+        }
     }
 }

@@ -94,7 +94,8 @@ fn small_writes_to_clones_are_patches() {
     let c2f = lookup(&mut fs, c2, "f");
     assert_eq!(read_all(&mut fs, c2f), cloned, "clone of the clone");
     let rep = committed(&store);
-    assert_eq!((rep.patched_chunks, rep.journal_records), (4, 0), "folded for the clone: {rep}");
+    // Folded into the committed trees; the clone itself is the journal's one record.
+    assert_eq!((rep.patched_chunks, rep.journal_records), (4, 1), "folded for the clone: {rep}");
     fs.destroy(c2).unwrap();
     // A chmod makes the file's record change in more than times: folded, not carried.
     fs.write(cf, 200, b"x").unwrap();
@@ -196,4 +197,51 @@ fn reads_fill_stale_buffers() {
         // Again with the clone's changes folded into its own committed blocks.
         fs.checkpoint().unwrap();
     }
+}
+
+/// The kernel writes whole pages back: a page that differs from a committed chunk in 16 bytes
+/// puts those bytes in the journal, not the page; an identical page puts nothing but its
+/// times; a page past the end of the file goes whole (it sets the size). Replay after a crash
+/// rebuilds the same file.
+#[test]
+fn page_writes_journal_only_what_changed() {
+    let (_tmp, store, mut fs, _dir, f) = store_with_file();
+    let mut model: Vec<u8> = (0..2 * CHUNK + 5000).map(|i| (i * 11 % 253) as u8 + 1).collect();
+    fs.write(f, 0, &model).unwrap();
+    fs.checkpoint().unwrap();
+    let journal_bytes = || -> u64 {
+        std::fs::read_dir(store.join("journal")).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum()
+    };
+    let before = journal_bytes();
+    // One page with 16 changed bytes in each of the three chunks, one page unchanged.
+    for at in [4096usize, CHUNK + 8192, 2 * CHUNK] {
+        let mut page = model[at..at + 4096].to_vec();
+        page[100..116].copy_from_slice(&[0xee; 16]);
+        fs.write(f, at as u64, &page).unwrap();
+        model[at..at + 4096].copy_from_slice(&page);
+    }
+    let same = model[8192..12288].to_vec();
+    fs.write(f, 8192, &same).unwrap();
+    fs.fsync().unwrap();
+    let small = journal_bytes() - before;
+    assert!(small < 1024, "{small} journal bytes for 48 changed bytes");
+    // A page that runs past the end of the file, ending in zeros, sets the size.
+    let at = model.len() - 1000;
+    let mut page = model[at..].to_vec();
+    page.resize(4096, 0);
+    page[0] ^= 0xff;
+    fs.write(f, at as u64, &page).unwrap();
+    model.truncate(at);
+    model.extend_from_slice(&page);
+    fs.fsync().unwrap();
+    assert!(journal_bytes() - before > small + 4096, "the extending page is journaled whole");
+    assert_eq!(read_all(&mut fs, f), model);
+    drop(fs); // a crash: the writes live only in the journal
+    let mut fs = open(&store);
+    let d = at_root(&mut fs, "d");
+    let f = lookup(&mut fs, d, "f");
+    assert_eq!(fs.getattr(f).unwrap().size as usize, model.len());
+    assert_eq!(read_all(&mut fs, f), model, "after replay");
+    fs.close().unwrap();
+    committed(&store);
 }
