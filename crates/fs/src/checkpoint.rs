@@ -560,6 +560,20 @@ impl Fs {
                 }
                 self.op_clone(s, p, name, excludes, origin, *time).map(|_| ())
             }
+            Record::Snapshot {
+                dir,
+                name,
+                origin,
+                ns,
+                time,
+            } => {
+                let d = self.resolve(dir)?;
+                if self.next_ns != *ns {
+                    log::error!("snapshot record names namespace {ns}; replay is at {}", self.next_ns);
+                    return Err(libc::EIO);
+                }
+                self.op_snapshot(d, name, origin, *time).map(|_| ())
+            }
         }
     }
 

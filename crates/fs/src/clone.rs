@@ -160,17 +160,39 @@ impl Fs {
             return Err(libc::EEXIST);
         }
         self.fold(dir)?;
+        let Some(dir_t) = self.target(dir) else { return Err(libc::ENOENT) };
+        let expected = self.next_ns;
+        let now = Ts::now();
+        let id = self.op_snapshot(dir, name, origin, now)?;
+        // Journaled like a clone: it was made from committed trees only.
+        self.log(|| {
+            Some(Record::Snapshot {
+                dir: dir_t,
+                name: name.to_vec(),
+                origin: origin.to_vec(),
+                ns: expected,
+                time: now,
+            })
+        })?;
+        self.fsync()?;
+        Ok(id)
+    }
+
+    /// The change a snapshot makes: its namespace and the mark in the directory's summary.
+    /// Also the replay of a snapshot record.
+    pub(crate) fn op_snapshot(&mut self, dir: Ino, name: &[u8], origin: &[u8], now: Ts) -> FsResult<u32> {
+        let n = self.dir_node(dir)?;
+        let (ns, oid) = (n.ns, n.inode.oid);
         let info = NsInfo {
             kind: NsKind::Snapshot,
             parent: ns,
             anchor: oid,
             name: name.to_vec(),
             origin: origin.to_vec(),
-            created: Ts::now(),
+            created: now,
         };
         let id = self.make_clone_or_fail(dir, &[], info)?;
         self.bump(dir, &summary_snap_key(oid), 1)?;
-        self.checkpoint().map_err(eio)?;
         Ok(id)
     }
 

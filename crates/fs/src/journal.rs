@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"SCIONJL1";
-/// Version 3 added the clone record (type 13); versions 1 and 2 are read as well. Older
+/// Version 3 added the clone and snapshot records (types 13, 14); versions 1 and 2 are read
+/// as well. Older
 /// builds refuse a version-3 journal instead of ending it at a record they do not know.
 const VERSION: u32 = 3;
 /// Flag in a record's length field: more records of the same operation follow.
@@ -133,6 +134,15 @@ pub enum Record {
         origin: Vec<u8>,
         ns: u32,
         oid: u64,
+        time: Ts,
+    },
+    /// A snapshot `name` of directory `dir` (committed below it when the record is written):
+    /// namespace `ns`.
+    Snapshot {
+        dir: Target,
+        name: Vec<u8>,
+        origin: Vec<u8>,
+        ns: u32,
         time: Ts,
     },
     /// Written by a checkpoint at the head of the new journal: the file's small overwrites,
@@ -398,6 +408,18 @@ impl Record {
                 w.bytes(origin).u32(*ns).u64(*oid);
                 put_ts(&mut w, *time);
             }
+            Record::Snapshot {
+                dir,
+                name,
+                origin,
+                ns,
+                time,
+            } => {
+                w.u8(14);
+                put_target(&mut w, dir);
+                w.bytes(name).bytes(origin).u32(*ns);
+                put_ts(&mut w, *time);
+            }
             Record::RemoveXattr { ino, name, time } => {
                 w.u8(9);
                 put_target(&mut w, ino);
@@ -606,6 +628,13 @@ impl Record {
                 origin: r.bytes()?.to_vec(),
                 ns: r.u32()?,
                 oid: r.u64()?,
+                time: get_ts(&mut r)?,
+            },
+            14 => Record::Snapshot {
+                dir: get_target(&mut r)?,
+                name: r.bytes()?.to_vec(),
+                origin: r.bytes()?.to_vec(),
+                ns: r.u32()?,
                 time: get_ts(&mut r)?,
             },
             9 => Record::RemoveXattr {
@@ -843,7 +872,7 @@ mod tests {
     }
 
     #[test]
-    fn clone_records_round_trip() {
+    fn clone_and_snapshot_records_round_trip() {
         let t = Ts { sec: 1_700_000_000, nsec: 5 };
         for excludes in [vec![], vec![vec![b"a".to_vec()], vec![b"b".to_vec(), b"c".to_vec()]]] {
             let rec = Record::Clone {
@@ -861,6 +890,18 @@ mod tests {
             for cut in 0..bytes.len() {
                 assert!(Record::decode(&bytes[..cut]).is_err());
             }
+        }
+        let rec = Record::Snapshot {
+            dir: Target::Path { ns: 3, names: vec![b"d".to_vec()] },
+            name: b"before-upgrade".to_vec(),
+            origin: b"/mnt/d".to_vec(),
+            ns: 9,
+            time: t,
+        };
+        let bytes = rec.encode();
+        assert_eq!(Record::decode(&bytes).unwrap(), rec);
+        for cut in 0..bytes.len() {
+            assert!(Record::decode(&bytes[..cut]).is_err());
         }
     }
 }
