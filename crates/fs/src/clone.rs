@@ -12,8 +12,9 @@
 //! - directories that have snapshots (`S` + oid), used to find their paths.
 //!
 //! The work is therefore proportional to the hard-linked files and nested clones of S, never
-//! to its files. A clone is committed by a checkpoint before it is answered, so it needs no
-//! journal record: after a crash it either exists whole or not at all.
+//! to its files. A clone (or snapshot) is made only from committed trees (a checkpoint folds
+//! its source first when needed), so one journal record, fsynced before it is answered,
+//! rebuilds it after a crash.
 
 use crate::checkpoint::{ns_key, ns_to_value, Fold, NsRecord};
 use crate::journal::Record;
@@ -84,10 +85,8 @@ impl Fs {
         let (Some(src_t), Some(parent_t)) = (self.target(src), self.target(parent)) else {
             return Err(libc::ENOENT);
         };
-        let pns = self.node(parent)?.ns;
-        let (ns, oid) = (self.next_ns, self.namespaces.get(&pns).ok_or(libc::EIO)?.next_oid);
         let now = Ts::now();
-        let root = self.op_clone(src, parent, name, excludes, origin, now)?;
+        let (root, ns, oid) = self.op_clone(src, parent, name, excludes, origin, now)?;
         // Journaled, not checkpointed: everything below S is committed, so replaying the
         // record after a crash makes the same clone from the same trees (one fsync instead
         // of a checkpoint's three).
@@ -108,7 +107,8 @@ impl Fs {
     }
 
     /// The change a clone makes, from the state `clone_dir` checked: the clone's namespace
-    /// and the mount entry in `parent`. Also the replay of a clone record.
+    /// and the mount entry in `parent`. Also the replay of a clone record. Returns the
+    /// clone's root, its namespace and the mount entry's oid.
     pub(crate) fn op_clone(
         &mut self,
         src: Ino,
@@ -117,7 +117,7 @@ impl Fs {
         excludes: &[Vec<Vec<u8>>],
         origin: &[u8],
         now: Ts,
-    ) -> FsResult<Ino> {
+    ) -> FsResult<(Ino, u32, u64)> {
         let pns = self.node(parent)?.ns;
         // Taken only once the clone is made: a refused clone must change nothing.
         let oid = self.namespaces.get(&pns).ok_or(libc::EIO)?.next_oid;
@@ -143,7 +143,7 @@ impl Fs {
         self.bump(parent, &summary_mount_key(oid), 1)?;
         let c = self.namespaces.get_mut(&id).ok_or(libc::EIO)?;
         c.mounted_at = Some((parent, name.to_vec()));
-        Ok(c.root)
+        Ok((c.root, id, oid))
     }
 
     /// Takes a read-only snapshot of directory `dir`, reachable as `dir/.snapshot/name` (and
@@ -161,7 +161,6 @@ impl Fs {
         }
         self.fold(dir)?;
         let Some(dir_t) = self.target(dir) else { return Err(libc::ENOENT) };
-        let expected = self.next_ns;
         let now = Ts::now();
         let id = self.op_snapshot(dir, name, origin, now)?;
         // Journaled like a clone: it was made from committed trees only.
@@ -170,7 +169,7 @@ impl Fs {
                 dir: dir_t,
                 name: name.to_vec(),
                 origin: origin.to_vec(),
-                ns: expected,
+                ns: id,
                 time: now,
             })
         })?;

@@ -1784,15 +1784,12 @@ impl Fs {
             let within = (pos % CHUNK) as usize;
             let take = ((CHUNK - within as u64).min(end - pos)) as usize;
             let src = &data[(pos - offset) as usize..(pos - offset) as usize + take];
-            let patched = if within == 0 && take as u64 == CHUNK {
-                None
-            } else {
-                self.patched(ino, idx, within as u32, src)?
-            };
+            let whole = within == 0 && take as u64 == CHUNK;
+            let patched = if whole { None } else { self.patched(ino, idx, within as u32, src)? };
             let c = if let Some((c, runs)) = patched {
                 changed.extend(runs.into_iter().map(|(a, b)| (pos + a as u64, pos + b as u64)));
                 c
-            } else if within == 0 && take as u64 == CHUNK {
+            } else if whole {
                 changed.push((pos, pos + take as u64));
                 Chunk::Buf(src.to_vec())
             } else {
@@ -2441,7 +2438,7 @@ impl ReadPlan {
                     out[at..at + b.len()].copy_from_slice(b);
                     i += 1;
                 }
-                Part::Block { .. } => {
+                Part::Block { oid, .. } => {
                     let run: Vec<(usize, BlockPtr, usize, usize)> = self.parts[i..]
                         .iter()
                         .map_while(|(at, p)| match p {
@@ -2449,10 +2446,6 @@ impl ReadPlan {
                             Part::Bytes(_) => None,
                         })
                         .collect();
-                    let oid = match &self.parts[i].1 {
-                        Part::Block { oid, .. } => *oid,
-                        Part::Bytes(_) => unreachable!(),
-                    };
                     self.fill_run(&run, out).map_err(|e| {
                         log::error!("read of file oid {oid}: {e}");
                         e.errno()
@@ -2476,14 +2469,13 @@ impl ReadPlan {
                 while k < run.len() && whole(&run[k]) && run[k].0 == run[k - 1].0 + run[k - 1].3 {
                     k += 1;
                 }
-                let ptrs: Vec<BlockPtr> = run[j..k].iter().map(|r| r.1).collect();
-                let (at, end) = (run[j].0, run[k - 1].0 + run[k - 1].3);
-                if self.store.read_whole_into(&ptrs, &mut out[at..end])? {
-                    j = k;
-                    continue;
-                }
             }
             let ptrs: Vec<BlockPtr> = run[j..k].iter().map(|r| r.1).collect();
+            let (at, end) = (run[j].0, run[k - 1].0 + run[k - 1].3);
+            if whole(&run[j]) && self.store.read_whole_into(&ptrs, &mut out[at..end])? {
+                j = k;
+                continue;
+            }
             self.store.read_run_each(&ptrs, &mut |n, data| {
                 let (at, _, within, len) = run[j + n];
                 out[at..at + len].copy_from_slice(&data[within..within + len]);
