@@ -137,7 +137,7 @@ pub fn check_committed(host: &Host, dir: &Path) -> Result<Report> {
     }
     c.namespaces();
     c.finish(&rec.refs, &rec.freed);
-    match journal::read(host, dir, sb.generation, &sb.store_id) {
+    match journal::read(host, dir, sb.generation, &sb.store_id, sb.version) {
         Ok(j) => {
             rep.journal_records = j.records.len() as u64;
             rep.journal_tail = j.tail_reason.map(|r| format!("{} bytes: {r}", j.tail_bytes));

@@ -213,6 +213,7 @@ impl Fs {
         BlockStore::open(host, dir, 1, 0, true)?;
         Journal::create(host, dir, 0, &store_id)?;
         let sb = Superblock {
+            version: scion_store::FORMAT_VERSION,
             generation: 0,
             store_id,
             pack: 1,
@@ -243,7 +244,10 @@ impl Fs {
         // The journal may name blocks written ahead past the checkpoint's append position.
         // Replay stops at the first record whose block did not reach the disk (it was never
         // covered by an fsync), and appending resumes right after the last block it names.
-        let mut j = journal::read(&host, dir, sb.generation, &sb.store_id)?;
+        let mut j = journal::read(&host, dir, sb.generation, &sb.store_id, sb.version)?;
+        // A journal file found here may have been created by a process that died before
+        // syncing its name; the checkpoints below reuse it without syncing the directory.
+        scion_store::sync_dir(&host, &dir.join("journal"))?;
         let mut resume = (sb.pack, sb.pack_end);
         let mut usable = j.records.len();
         'records: for (i, rec) in j.records.iter().enumerate() {
@@ -376,6 +380,15 @@ impl Fs {
         fs.replaying = false;
         // Everything into the trees: the nodes are dropped below.
         fs.checkpoint_with(Fold::All)?;
+        // The store is format 4 now: files of the one-per-generation journals (format 3 and
+        // older, or left by a crash during the first checkpoint that upgraded) go.
+        let jdir = dir.join("journal");
+        let names = fs.host.list_dir(&jdir).map_err(|e| Error::io(format!("listing of {}", jdir.display()), e))?;
+        for name in names.iter().filter(|n| journal::is_legacy_journal_name(n)) {
+            if let Err(e) = fs.host.remove_file(&jdir.join(name)) {
+                log::warn!("could not remove old journal {name}: {e}");
+            }
+        }
         // Start clean: the kernel knows no inode yet.
         fs.nodes.retain(|_, n| n.loc == Loc::Root);
         Ok(fs)
@@ -1055,6 +1068,7 @@ impl Fs {
         let journal = Journal::create_with(&self.host, &self.dir, generation, &self.store_id, &head)?;
         let (pack, pack_end) = self.forest.store.position();
         let sb = Superblock {
+            version: scion_store::FORMAT_VERSION,
             generation,
             store_id: self.store_id,
             pack,
@@ -1064,7 +1078,6 @@ impl Fs {
         sb.write(&self.host, &self.dir)?;
 
         // 6. Committed: reclaim, rotate the journal, forget pins.
-        let old_generation = self.generation;
         self.generation = generation;
         self.journal_floor = journal.len;
         self.journal = Some(journal);
@@ -1079,12 +1092,6 @@ impl Fs {
         for p in &freed {
             if let Err(e) = self.forest.store.punch(p) {
                 log::warn!("{e}: the block's space stays allocated until the next open");
-            }
-        }
-        let old = journal::journal_path(&self.dir, old_generation);
-        if let Err(e) = self.host.remove_file(&old) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                log::warn!("could not remove old journal {}: {e}", old.display());
             }
         }
         // Unpin what this checkpoint wrote and drop what nothing holds. Inodes loaded for a

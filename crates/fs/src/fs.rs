@@ -2244,6 +2244,12 @@ impl Fs {
 
     // ----- durability and space ------------------------------------------------------------
 
+    /// Bytes of the current journal (header and records, synced or not): what replay would
+    /// read. The journal's file is longer (it is reused and written ahead).
+    pub fn journal_len(&self) -> u64 {
+        self.journal.as_ref().map_or(0, |j| j.len)
+    }
+
     /// Makes every acknowledged change durable (the journal is fsynced).
     pub fn fsync(&mut self) -> FsResult<()> {
         if let Some(why) = &self.failed {

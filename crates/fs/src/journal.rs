@@ -9,9 +9,18 @@
 //! the last of an operation carries the `MORE` flag, and recovery drops an operation whose
 //! last record is missing, so a power cut never leaves half a write.
 //!
-//! File layout: header (magic `SCIONJL1`, format version u32, generation u64, store id 16
-//! bytes, crc32c u32), then records: `len u32 (bit 31: MORE), crc32c u32 (of the len field
-//! and payload), payload`. Version 1 journals (no MORE flag) are read as well.
+//! A store keeps two journal files, `journal/0.log` and `journal/1.log`, and the journal of
+//! generation g is written over the file of g - 2 (same parity), zeros ahead of it: a sync
+//! then overwrites bytes the host filesystem has already allocated, which costs it no
+//! metadata commit (fdatasync of a 4 KiB overwrite ~0.25 ms vs ~0.85 ms for an append on
+//! ext4 here).
+//!
+//! File layout (version 4): header (magic `SCIONJL1`, version u32, generation u64, store id
+//! 16 bytes, nonce u64, crc32c u32), then records: `len u32 (bit 31: MORE), tag u32 (the
+//! nonce's low half), crc32c u32 (of len, tag and payload), payload`, then whatever the file
+//! held before (zeros, or an earlier journal's records, whose tag differs). Versions 1-3 (one
+//! file per generation, `journal/<generation as 16 hex digits>.log`; no nonce, no tag; 1 has
+//! no MORE flag) are read in stores of format 3 and older.
 
 use crate::inode::{Kind, Ts};
 use scion_store::codec::{Reader, Writer};
@@ -21,13 +30,27 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"SCIONJL1";
-/// Version 3 added the clone and snapshot records (types 13, 14); versions 1 and 2 are read
-/// as well. Older
-/// builds refuse a version-3 journal instead of ending it at a record they do not know.
-const VERSION: u32 = 3;
+/// Version 3 added the clone and snapshot records (types 13, 14); version 4 a nonce in the
+/// header and its tag in every record's frame, so a journal file can be reused (store
+/// format 4). Versions 1-3 are read in stores of format 3 and older. Older builds refuse a
+/// newer journal instead of ending it at a record they do not know.
+const VERSION: u32 = 4;
 /// Flag in a record's length field: more records of the same operation follow.
 const MORE: u32 = 1 << 31;
-const HEADER_LEN: usize = 8 + 4 + 8 + 16 + 4;
+/// magic, version, generation, store id, nonce, crc32c.
+const HEADER_LEN: usize = 8 + 4 + 8 + 16 + 8 + 4;
+/// Versions 1-3: no nonce.
+const OLD_HEADER_LEN: usize = 8 + 4 + 8 + 16 + 4;
+/// length, tag, crc32c.
+pub const FRAME_LEN: usize = 12;
+/// Versions 1-3: length, crc32c.
+const OLD_FRAME_LEN: usize = 8;
+/// The file is extended by at least half of this, rounded up to a multiple of it, with zeros.
+const GROW_STEP: u64 = 1 << 20;
+/// A reused file longer than this is cut to it.
+const REUSE_LIMIT: u64 = 64 << 20;
+/// Reading a journal reads the file this much at a time, as far as its records go.
+const READ_STEP: usize = 1 << 20;
 /// Bounds one record, so a garbled length cannot ask for a huge buffer.
 pub const MAX_RECORD: usize = 64 << 20;
 const BUFFER_FLUSH: usize = 4 << 20;
@@ -655,23 +678,57 @@ impl Record {
     }
 }
 
-pub fn journal_path(dir: &Path, generation: u64) -> PathBuf {
-    dir.join("journal").join(format!("{generation:016x}.log"))
+/// Where the journal of `generation` is, in a store of format version `format`: from
+/// version 4 one of two files picked by the generation's parity and reused (`journal/0.log`,
+/// `journal/1.log`); before, one file per generation.
+pub fn journal_path(dir: &Path, generation: u64, format: u32) -> PathBuf {
+    if format >= 4 {
+        dir.join("journal").join(format!("{}.log", generation % 2))
+    } else {
+        dir.join("journal").join(format!("{generation:016x}.log"))
+    }
 }
 
-fn header(version: u32, generation: u64, store_id: &[u8; 16]) -> Vec<u8> {
+/// True for the name of a version 1-3 journal file (one per generation).
+pub fn is_legacy_journal_name(name: &str) -> bool {
+    name.len() == 20 && name.ends_with(".log") && name[..16].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn header(version: u32, generation: u64, store_id: &[u8; 16], nonce: u64) -> Vec<u8> {
     let mut w = Writer::new();
     w.raw(MAGIC).u32(version).u64(generation).raw(store_id);
+    if version >= 4 {
+        w.u64(nonce);
+    }
     let crc = crc32c::crc32c(&w.buf);
     w.u32(crc);
     w.finish()
 }
 
+/// A record's frame, version 4: length (bit 31: MORE), the journal's tag (the low half of
+/// its nonce: bytes of an earlier journal in the same file carry another), and a crc32c of
+/// the length, tag and payload.
+pub fn frame(payload: &[u8], more: bool, tag: u32) -> [u8; FRAME_LEN] {
+    let len = (payload.len() as u32 | if more { MORE } else { 0 }).to_le_bytes();
+    let tag = tag.to_le_bytes();
+    let crc = crc32c::crc32c_append(crc32c::crc32c_append(crc32c::crc32c(&len), &tag), payload);
+    let mut f = [0; FRAME_LEN];
+    f[..4].copy_from_slice(&len);
+    f[4..8].copy_from_slice(&tag);
+    f[8..].copy_from_slice(&crc.to_le_bytes());
+    f
+}
+
 /// The journal being appended to.
 pub struct Journal {
     file: Arc<dyn HostFile>,
+    tag: u32,
     /// Bytes in the file: where the buffer goes next.
     written: u64,
+    /// Bytes of the file already written once (by an earlier journal, or zeros this one
+    /// wrote ahead): overwriting them changes no file size, so their fdatasync needs no
+    /// metadata commit from the host filesystem.
+    allocated: u64,
     buf: Vec<u8>,
     /// Bytes in the file plus the buffer.
     pub len: u64,
@@ -686,6 +743,11 @@ impl Journal {
 
     /// `create` with records (encoded, each a whole operation) at its head, written and
     /// synced with the header: one fdatasync for both (a checkpoint's carried records).
+    ///
+    /// The file of generation - 2 is reused: it is no longer needed once the superblock of
+    /// generation - 1 is durable, and the superblock naming this one is written only after
+    /// this returns. Its old bytes stay past this journal's end; their frames carry another
+    /// nonce's tag and fail this journal's checksums, so reading stops at them.
     pub fn create_with(
         host: &Host,
         dir: &Path,
@@ -693,14 +755,25 @@ impl Journal {
         store_id: &[u8; 16],
         head: &[&[u8]],
     ) -> Result<Journal> {
-        let path = journal_path(dir, generation);
+        let path = journal_path(dir, generation, scion_store::FORMAT_VERSION);
+        let existed = host.exists(&path);
         let file = host
-            .open(&path, OpenMode::Truncate)
+            .open(&path, OpenMode::Create)
             .map_err(|e| Error::io(format!("creation of {}", path.display()), e))?;
-        let h = header(VERSION, generation, store_id);
+        let mut allocated = file.len().map_err(|e| Error::io(format!("size of {}", path.display()), e))?;
+        if allocated > REUSE_LIMIT {
+            // A burst left it long; keep what the next journals are likely to need.
+            file.set_len(REUSE_LIMIT)
+                .map_err(|e| Error::io(format!("truncation of {}", path.display()), e))?;
+            allocated = REUSE_LIMIT;
+        }
+        let nonce: u64 = rand::random();
+        let h = header(VERSION, generation, store_id, nonce);
         let mut j = Journal {
             file,
+            tag: nonce as u32,
             written: 0,
+            allocated,
             buf: h,
             len: 0,
             unsynced: true,
@@ -710,7 +783,9 @@ impl Journal {
             j.append_encoded(payload, false)?;
         }
         j.sync()?;
-        scion_store::sync_dir(host, &dir.join("journal"))?;
+        if !existed {
+            scion_store::sync_dir(host, &dir.join("journal"))?;
+        }
         Ok(j)
     }
 
@@ -722,12 +797,9 @@ impl Journal {
     /// `append` of a record encoded beforehand (`Record::encode`).
     pub fn append_encoded(&mut self, payload: &[u8], more: bool) -> Result<()> {
         assert!(payload.len() <= MAX_RECORD, "journal record of {} bytes", payload.len());
-        let len = (payload.len() as u32 | if more { MORE } else { 0 }).to_le_bytes();
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&len), &payload);
-        self.buf.extend_from_slice(&len);
-        self.buf.extend_from_slice(&crc.to_le_bytes());
+        self.buf.extend_from_slice(&frame(payload, more, self.tag));
         self.buf.extend_from_slice(payload);
-        self.len += 8 + payload.len() as u64;
+        self.len += (FRAME_LEN + payload.len()) as u64;
         self.unsynced = true;
         if self.buf.len() >= BUFFER_FLUSH {
             self.flush()?;
@@ -751,6 +823,15 @@ impl Journal {
     pub fn sync(&mut self) -> Result<()> {
         self.flush()?;
         if self.unsynced {
+            if self.written > self.allocated {
+                // This sync commits a new file size anyway: write zeros ahead, so the syncs
+                // that follow only overwrite (a quarter of the cost on ext4 here).
+                let end = (self.written + GROW_STEP / 2).next_multiple_of(GROW_STEP);
+                self.file
+                    .write_all_at(&vec![0; (end - self.written) as usize], self.written)
+                    .map_err(|e| Error::io("journal write", e))?;
+                self.allocated = end;
+            }
             self.file.sync_data().map_err(|e| Error::io("journal fsync", e))?;
             self.unsynced = false;
         }
@@ -760,6 +841,11 @@ impl Journal {
     pub fn has_unsynced(&self) -> bool {
         self.unsynced
     }
+
+    /// The tag every record frame of this journal carries.
+    pub fn tag(&self) -> u32 {
+        self.tag
+    }
 }
 
 /// What reading a journal found.
@@ -768,46 +854,103 @@ pub struct JournalContents {
     pub records: Vec<Record>,
     /// For each record, whether it begins an operation.
     pub op_start: Vec<bool>,
-    /// Bytes after the last valid record (a torn tail after a crash, or damage).
+    /// Bytes after the last whole operation that were written for this journal but are not
+    /// usable (a torn tail after a crash, or damage); 0 when it ends cleanly.
     pub tail_bytes: u64,
     pub tail_reason: Option<String>,
 }
 
-/// Reads the journal of `generation`. A missing file or a bad header is an error (the
-/// checkpoint names this journal, so it must exist); a bad record ends the journal there.
-pub fn read(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16]) -> Result<JournalContents> {
-    let path = journal_path(dir, generation);
-    let data = host
-        .read(&path).map_err(|e| Error::io(format!("read of journal {}", path.display()), e))?;
-    let known = [1, 2, VERSION].map(|v| header(v, generation, store_id));
-    if data.len() < HEADER_LEN || !known.iter().any(|h| data[..HEADER_LEN] == h[..]) {
-        return Err(Error::corrupt(
+/// A journal file read as far as parsing needs it: a reused file is mostly an earlier
+/// journal's bytes, which need not be read.
+struct Window {
+    file: Arc<dyn HostFile>,
+    size: u64,
+    data: Vec<u8>,
+}
+
+impl Window {
+    /// Makes `data` hold the file's first `end` bytes, or all of it if it is shorter;
+    /// false if it is shorter.
+    fn need(&mut self, end: usize) -> std::io::Result<bool> {
+        if self.data.len() < end && (self.data.len() as u64) < self.size {
+            let to = (end.max(self.data.len() + READ_STEP) as u64).min(self.size) as usize;
+            let from = self.data.len();
+            self.data.resize(to, 0);
+            self.file.read_exact_at(&mut self.data[from..], from as u64)?;
+        }
+        Ok(self.data.len() >= end)
+    }
+}
+
+/// Reads the journal of `generation` in a store of format version `format`. A missing file
+/// or a bad header is an error (the checkpoint names this journal, so it must exist); a bad
+/// record ends the journal there.
+pub fn read(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16], format: u32) -> Result<JournalContents> {
+    let path = journal_path(dir, generation, format);
+    let io_err = |e| Error::io(format!("read of journal {}", path.display()), e);
+    let file = host.open(&path, OpenMode::Read).map_err(io_err)?;
+    let size = file.len().map_err(io_err)?;
+    let mut w = Window { file, size, data: Vec::new() };
+    let bad_header = || {
+        Error::corrupt(
             "journal",
             path.display(),
-            "bad header (wrong magic, generation, store or checksum)",
-        ));
-    }
-    let mut pos = HEADER_LEN;
+            "bad header (wrong magic, version, generation, store or checksum)",
+        )
+    };
+    // Version 4 journals (one per file reused by parity) have a nonce; 1-3 (one file per
+    // generation) do not, and frame records without the tag.
+    let (header_len, tag) = if format >= 4 {
+        if !w.need(HEADER_LEN).map_err(io_err)? {
+            return Err(bad_header());
+        }
+        let nonce = u64::from_le_bytes(w.data[HEADER_LEN - 12..HEADER_LEN - 4].try_into().unwrap());
+        if w.data[..HEADER_LEN] != header(VERSION, generation, store_id, nonce)[..] {
+            return Err(bad_header());
+        }
+        (HEADER_LEN, Some(nonce as u32))
+    } else {
+        let known = [1, 2, 3].map(|v| header(v, generation, store_id, 0));
+        if !w.need(OLD_HEADER_LEN).map_err(io_err)? || !known.iter().any(|h| w.data[..OLD_HEADER_LEN] == h[..]) {
+            return Err(bad_header());
+        }
+        (OLD_HEADER_LEN, None)
+    };
+    let frame_len = if tag.is_some() { FRAME_LEN } else { OLD_FRAME_LEN };
+    let mut pos = header_len;
     let mut records = Vec::new();
     let mut op_start = Vec::new();
     // End of the last whole operation: (bytes, records).
     let mut whole = (pos, 0);
     let mut more = false;
     let mut tail_reason = None;
-    while pos < data.len() {
-        if data.len() - pos < 8 {
-            tail_reason = Some("torn record header".to_string());
+    loop {
+        if !w.need(pos + frame_len).map_err(io_err)? {
+            if w.data.len() > pos {
+                tail_reason = Some("torn record header".to_string());
+            }
             break;
         }
-        let field = u32::from_le_bytes(data[pos..pos + 4].try_into().unwrap());
+        let f = &w.data[pos..pos + frame_len];
+        let field = u32::from_le_bytes(f[..4].try_into().unwrap());
         let len = (field & !MORE) as usize;
-        let crc = u32::from_le_bytes(data[pos + 4..pos + 8].try_into().unwrap());
-        if len > MAX_RECORD || data.len() - pos - 8 < len {
+        let crc = u32::from_le_bytes(f[frame_len - 4..].try_into().unwrap());
+        if let Some(tag) = tag {
+            // Zeros written ahead, or an earlier journal's records: the end.
+            if u32::from_le_bytes(f[4..8].try_into().unwrap()) != tag || field == 0 {
+                break;
+            }
+        }
+        if len > MAX_RECORD || !w.need(pos + frame_len + len).map_err(io_err)? {
             tail_reason = Some(format!("record at byte {pos} is cut short"));
             break;
         }
-        let payload = &data[pos + 8..pos + 8 + len];
-        if crc32c::crc32c_append(crc32c::crc32c(&data[pos..pos + 4]), payload) != crc {
+        let payload = &w.data[pos + frame_len..pos + frame_len + len];
+        let expect = match tag {
+            Some(tag) => u32::from_le_bytes(frame(payload, field & MORE != 0, tag)[8..].try_into().unwrap()),
+            None => crc32c::crc32c_append(crc32c::crc32c(&w.data[pos..pos + 4]), payload),
+        };
+        if expect != crc {
             tail_reason = Some(format!("record at byte {pos} fails its checksum"));
             break;
         }
@@ -821,7 +964,7 @@ pub fn read(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16]) -> Re
                 break;
             }
         }
-        pos += 8 + len;
+        pos += frame_len + len;
         more = field & MORE != 0;
         if !more {
             whole = (pos, records.len());
@@ -832,10 +975,17 @@ pub fn read(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16]) -> Re
         records.truncate(whole.1);
         op_start.truncate(whole.1);
     }
+    // A version 1-3 file is this journal's alone: all of it after the last whole operation
+    // is unusable. A reused file: the operation cut short and the frame that ended it.
+    let tail_bytes = match (&tail_reason, tag) {
+        (None, _) => 0,
+        (Some(_), None) => size - whole.0 as u64,
+        (Some(_), Some(_)) => ((pos + frame_len) as u64).min(size) - whole.0 as u64,
+    };
     Ok(JournalContents {
         records,
         op_start,
-        tail_bytes: (data.len() - whole.0) as u64,
+        tail_bytes,
         tail_reason,
     })
 }
@@ -903,5 +1053,104 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(Record::decode(&bytes[..cut]).is_err());
         }
+    }
+
+    fn sim() -> (Host, PathBuf) {
+        let host: Host = Arc::new(scion_store::sim::SimHost::default());
+        let dir = PathBuf::from("/s");
+        host.create_dir_all(&dir.join("journal")).unwrap();
+        (host, dir)
+    }
+
+    fn write_rec(n: u8) -> Record {
+        Record::Write {
+            ino: Target::Linked { ns: 1, oid: n as u64 },
+            offset: n as u64 * 100,
+            data: vec![n; n as usize * 10],
+            time: Ts { sec: 1_700_000_000, nsec: n as u32 },
+        }
+    }
+
+    fn offsets(recs: &[Record]) -> Vec<u64> {
+        recs.iter()
+            .map(|r| match r {
+                Record::Write { offset, .. } => *offset,
+                r => panic!("{r:?}"),
+            })
+            .collect()
+    }
+
+    /// A journal file is reused two generations later, and by a checkpoint retried after a
+    /// crash (same generation, same file): reading stops at the old bytes, silently.
+    #[test]
+    fn reused_files_end_at_the_old_records() {
+        let (host, dir) = sim();
+        let id = [3u8; 16];
+        let mut j = Journal::create(&host, &dir, 2, &id).unwrap();
+        for n in 1..=9 {
+            j.append(&write_rec(n), false).unwrap();
+        }
+        j.sync().unwrap();
+        // Written ahead with zeros: the file is longer than the journal, by whole steps.
+        let path = journal_path(&dir, 2, scion_store::FORMAT_VERSION);
+        let size = host.open(&path, OpenMode::Read).unwrap().len().unwrap();
+        assert!(size >= j.len + GROW_STEP / 2 && size % GROW_STEP == 0, "{size}");
+        let c = read(&host, &dir, 2, &id, scion_store::FORMAT_VERSION).unwrap();
+        assert_eq!(offsets(&c.records), (1..=9).map(|n| n * 100).collect::<Vec<_>>());
+        assert!(c.tail_reason.is_none(), "{:?}", c.tail_reason);
+
+        // Generation 4 over the same file, shorter: generation 2's later records remain past it.
+        // The second attempt (a checkpoint retried after a crash) writes fewer records than
+        // the first: the first's last one must not be read as the second's.
+        for last in [7, 6] {
+            let mut j = Journal::create(&host, &dir, 4, &id).unwrap();
+            for n in 5..=last {
+                j.append(&write_rec(n), n == 5).unwrap();
+            }
+            j.sync().unwrap();
+            let c = read(&host, &dir, 4, &id, scion_store::FORMAT_VERSION).unwrap();
+            assert_eq!(offsets(&c.records), (5..=last as u64).map(|n| n * 100).collect::<Vec<_>>());
+            assert_eq!((c.tail_reason, c.tail_bytes), (None, 0));
+            // The file did not grow: the syncs only overwrote.
+            assert_eq!(host.open(&path, OpenMode::Read).unwrap().len().unwrap(), size);
+        }
+        assert!(read(&host, &dir, 2, &id, scion_store::FORMAT_VERSION).is_err(), "the header names generation 4");
+
+        // A torn record of this journal is reported as such.
+        let mut j = Journal::create(&host, &dir, 6, &id).unwrap();
+        j.append(&write_rec(7), false).unwrap();
+        j.append(&write_rec(8), false).unwrap();
+        j.sync().unwrap();
+        let f = host.open(&path, OpenMode::ReadWrite).unwrap();
+        f.write_all_at(&[0xff], j.len - 3).unwrap();
+        let c = read(&host, &dir, 6, &id, scion_store::FORMAT_VERSION).unwrap();
+        assert_eq!(offsets(&c.records), vec![700]);
+        assert!(c.tail_reason.unwrap().contains("checksum"));
+        assert!(c.tail_bytes > 0);
+    }
+
+    /// A store of format 3 has one journal file per generation, version 3, frames without a
+    /// tag: it is still read.
+    #[test]
+    fn version_3_journals_are_read() {
+        let (host, dir) = sim();
+        let id = [4u8; 16];
+        let mut bytes = header(3, 7, &id, 0);
+        for (n, more) in [(1, true), (2, false), (3, true)] {
+            let payload = write_rec(n).encode();
+            let len = (payload.len() as u32 | if more { MORE } else { 0 }).to_le_bytes();
+            bytes.extend_from_slice(&len);
+            bytes.extend_from_slice(&crc32c::crc32c_append(crc32c::crc32c(&len), &payload).to_le_bytes());
+            bytes.extend_from_slice(&payload);
+        }
+        let path = journal_path(&dir, 7, 3);
+        assert!(is_legacy_journal_name(path.file_name().unwrap().to_str().unwrap()));
+        host.open(&path, OpenMode::Create).unwrap().write_all_at(&bytes, 0).unwrap();
+        let c = read(&host, &dir, 7, &id, 3).unwrap();
+        assert_eq!(offsets(&c.records), vec![100, 200]);
+        assert_eq!(c.op_start, vec![true, false]);
+        assert!(c.tail_reason.unwrap().contains("incomplete"));
+        // The same bytes are not a format 4 journal.
+        assert!(read(&host, &dir, 7, &id, 4).is_err());
     }
 }

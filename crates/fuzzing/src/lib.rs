@@ -63,9 +63,9 @@ pub fn journal_file(data: &[u8]) {
     let dir = Path::new("/s");
     host.create_dir_all(&dir.join("journal")).unwrap();
     let id = [7u8; 16];
-    let hlen = {
+    let (hlen, tag) = {
         let j = Journal::create(&host, dir, 3, &id).unwrap();
-        j.len
+        (j.len, j.tag())
     };
     let body = if fix_up(data) {
         let mut out = Vec::new();
@@ -74,10 +74,7 @@ pub fn journal_file(data: &[u8]) {
             let more = rest[0] & 1 == 1;
             let len = (u16::from_le_bytes([rest[1], rest[2]]) as usize).min(rest.len() - 3);
             let payload = &rest[3..3 + len];
-            let field = (len as u32 | if more { 1 << 31 } else { 0 }).to_le_bytes();
-            let crc = crc32c::crc32c_append(crc32c::crc32c(&field), payload);
-            out.extend_from_slice(&field);
-            out.extend_from_slice(&crc.to_le_bytes());
+            out.extend_from_slice(&journal::frame(payload, more, tag));
             out.extend_from_slice(payload);
             rest = &rest[3 + len..];
         }
@@ -85,9 +82,9 @@ pub fn journal_file(data: &[u8]) {
     } else {
         data.to_vec()
     };
-    let f = host.open(&journal::journal_path(dir, 3), OpenMode::ReadWrite).unwrap();
+    let f = host.open(&journal::journal_path(dir, 3, scion_store::FORMAT_VERSION), OpenMode::ReadWrite).unwrap();
     f.write_all_at(&body, hlen).unwrap();
-    if let Ok(j) = journal::read(&host, dir, 3, &id) {
+    if let Ok(j) = journal::read(&host, dir, 3, &id, scion_store::FORMAT_VERSION) {
         assert_eq!(j.records.len(), j.op_start.len());
         assert!(j.op_start.first().is_none_or(|s| *s), "the first record must begin an operation");
     }

@@ -11,15 +11,20 @@ use std::path::Path;
 pub const SUPERBLOCK_FILE: &str = "superblock";
 pub const SUPERBLOCK_SLOT: usize = 4096;
 /// The version this build writes. Version 3 added patches beside file chunks
-/// (copy-on-abundant-write); a version 2 store is read as is (it has none) and becomes
-/// version 3 at its next checkpoint, after which older builds refuse it.
-pub const FORMAT_VERSION: u32 = 3;
+/// (copy-on-abundant-write); version 4 keeps the journal in two files reused by generation
+/// parity instead of one new file per generation (docs/format.md, "Journal"). An older
+/// store is read as is and becomes version 4 at its next checkpoint (every open makes
+/// one), after which older builds refuse it.
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SCIONSB\0";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// The format version this superblock was written with; one written by this build is
+    /// always `FORMAT_VERSION`.
+    pub version: u32,
     pub generation: u64,
     pub store_id: [u8; 16],
     /// Append position of the packs at the checkpoint.
@@ -85,6 +90,7 @@ impl Superblock {
             _ => return Ok(None),
         };
         Ok(Some(Superblock {
+            version,
             generation,
             store_id,
             pack,

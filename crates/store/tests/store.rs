@@ -91,6 +91,7 @@ fn punched_blocks_free_host_space() {
 fn superblock_newest_valid_slot_wins() {
     let d = tempfile::tempdir().unwrap();
     let mut sb = Superblock {
+        version: scion_store::FORMAT_VERSION,
         generation: 4,
         store_id: [9; 16],
         pack: 1,
@@ -123,6 +124,7 @@ fn unknown_format_version_and_missing_store_are_clear_errors() {
     let e = Superblock::read(&os_host(), d.path()).unwrap_err().to_string();
     assert!(e.contains("not a scion store"), "{e}");
     let sb = Superblock {
+        version: scion_store::FORMAT_VERSION,
         generation: 1,
         store_id: [1; 16],
         pack: 1,
