@@ -1510,7 +1510,7 @@ impl Fs {
     }
 
     fn read_block(&self, n: &Node, idx: u64, ptr: &BlockPtr) -> FsResult<Vec<u8>> {
-        self.forest.store.read(ptr).map_err(|e| {
+        self.forest.store.read_shared(ptr).map(|b| b.to_vec()).map_err(|e| {
             log::error!("read of chunk {idx} of oid {} (ino {}): {e}", n.inode.oid, n.inode.oid);
             e.errno()
         })
@@ -2464,8 +2464,8 @@ impl ReadPlan {
     }
 
     /// One run of consecutive block parts: stretches of whole blocks adjacent in `out` go
-    /// through `read_whole_into` (no copy); partial blocks, and stretches the store cannot
-    /// read in place, through `read_run_each`.
+    /// through `read_whole_into` (no copy); a partial block through `read_shared` (kept for
+    /// the next part of it); stretches the store cannot read in place through `read_run_each`.
     fn fill_run(&self, run: &[(usize, BlockPtr, usize, usize)], out: &mut [u8]) -> scion_store::Result<()> {
         let whole = |r: &(usize, BlockPtr, usize, usize)| r.2 == 0 && r.3 == r.1.len as usize;
         let mut j = 0;
@@ -2478,7 +2478,16 @@ impl ReadPlan {
             }
             let ptrs: Vec<BlockPtr> = run[j..k].iter().map(|r| r.1).collect();
             let (at, end) = (run[j].0, run[k - 1].0 + run[k - 1].3);
-            if whole(&run[j]) && self.store.read_whole_into(&ptrs, &mut out[at..end])? {
+            if !whole(&run[j]) {
+                // Part of a block: likely read again soon (the rest of its pages, or the
+                // page written back after the kernel filled it).
+                let data = self.store.read_shared(&ptrs[0])?;
+                let (at, _, within, len) = run[j];
+                out[at..at + len].copy_from_slice(&data[within..within + len]);
+                j = k;
+                continue;
+            }
+            if self.store.read_whole_into(&ptrs, &mut out[at..end])? {
                 j = k;
                 continue;
             }

@@ -8,7 +8,7 @@
 use crate::host::{Host, HostFile, OpenMode};
 use crate::ptr::{BlockKind, BlockPtr};
 use crate::{Error, Result};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -20,6 +20,8 @@ pub const MAX_BLOCK_LEN: usize = 16 << 20;
 const BLOCK_MAGIC: &[u8; 4] = b"SCBK";
 /// Packs are rolled over when they reach this size.
 const PACK_ROLL_BYTES: u64 = 4 << 30;
+/// Blocks `read_shared` keeps after verifying them (64 KiB each at most: 4 MiB).
+const RECENT_BLOCKS: usize = 64;
 
 /// Bytes of header a block of this kind carries. File data has none: its pointer's hash
 /// verifies it, and a 64 KiB chunk then fills exactly 16 pages, aligned, instead of 17.
@@ -76,6 +78,9 @@ pub struct BlockStore {
     /// Pack handles are opened for writing too, so freed blocks can be punched.
     writable: bool,
     readers: RwLock<HashMap<u32, Arc<dyn HostFile>>>,
+    /// The blocks `read_shared` read last, verified, newest at the back. A block's bytes never
+    /// change while a pointer (which holds its hash) names it, so no entry goes stale.
+    recent: Mutex<VecDeque<(BlockPtr, Arc<[u8]>)>>,
     active: Mutex<Active>,
 }
 
@@ -93,6 +98,7 @@ impl BlockStore {
             dir: dir.to_path_buf(),
             writable,
             readers: RwLock::new(readers),
+            recent: Default::default(),
             active: Mutex::new(Active {
                 id: pack,
                 file,
@@ -229,6 +235,23 @@ impl BlockStore {
         })?;
         let payload = verify(ptr, &buf)?;
         Ok(payload.to_vec())
+    }
+
+    /// `read` for callers that read parts of one block several times in a row: the kernel
+    /// filling one page before a small write and then writing the page back (whose changed
+    /// bytes are found by comparing it with the block), or a reader going through a file
+    /// page by page. The last `RECENT_BLOCKS` blocks read this way are kept, verified.
+    pub fn read_shared(&self, ptr: &BlockPtr) -> Result<Arc<[u8]>> {
+        if let Some((_, data)) = self.recent.lock().unwrap().iter().rev().find(|(p, _)| p == ptr) {
+            return Ok(data.clone());
+        }
+        let data: Arc<[u8]> = self.read(ptr)?.into();
+        let mut recent = self.recent.lock().unwrap();
+        if recent.len() == RECENT_BLOCKS {
+            recent.pop_front();
+        }
+        recent.push_back((*ptr, data.clone()));
+        Ok(data)
     }
 
     /// Reads blocks that lie back to back in one pack with a single read, then verifies
