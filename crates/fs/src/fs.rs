@@ -1657,20 +1657,27 @@ impl Fs {
             if offset < first_full * CHUNK {
                 pieces.push((offset, first_full * CHUNK));
             }
-            let mut chunks = Vec::with_capacity((last_full - first_full) as usize);
-            for idx in first_full..last_full {
-                let o = (idx * CHUNK - offset) as usize;
-                let src = &data[o..o + CHUNK as usize];
-                chunks.push(if src.iter().all(|b| *b == 0) {
-                    None
-                } else {
-                    Some(
-                        self.forest
-                            .store
-                            .write(scion_store::BlockKind::Data, src)
-                            .map_err(eio)?,
-                    )
-                });
+            // Zero chunks are holes; each stretch of the others is written with one write.
+            let mut chunks: Vec<Option<BlockPtr>> = Vec::with_capacity((last_full - first_full) as usize);
+            let at = |idx: u64| (idx * CHUNK - offset) as usize;
+            let mut idx = first_full;
+            while idx < last_full {
+                if data[at(idx)..at(idx + 1)].iter().all(|b| *b == 0) {
+                    chunks.push(None);
+                    idx += 1;
+                    continue;
+                }
+                let mut stop = idx + 1;
+                while stop < last_full && data[at(stop)..at(stop + 1)].iter().any(|b| *b != 0) {
+                    stop += 1;
+                }
+                let ptrs = self
+                    .forest
+                    .store
+                    .write_data_run(&data[at(idx)..at(stop)], CHUNK as usize)
+                    .map_err(eio)?;
+                chunks.extend(ptrs.into_iter().map(Some));
+                idx = stop;
             }
             if last_full * CHUNK < end {
                 pieces.push((last_full * CHUNK, end));

@@ -70,6 +70,21 @@ struct Active {
     end: u64,
     /// Packs written to since the last `sync`.
     unsynced: Vec<Arc<dyn HostFile>>,
+    /// The active pack opened for direct writes (`write_data_run`).
+    direct: Direct,
+}
+
+/// Whether runs of whole data blocks bypass the host's page cache. Copying a large write
+/// into the host's page cache was two thirds of the daemon's CPU time while a 1 GiB file was
+/// written (0.75 GB/s into fresh page-cache pages on this VM), and the host then wrote it out
+/// only at fsync, after the copy instead of during it. A direct write goes to the device as
+/// it is made, and the data it writes is not cached twice (the mount's page cache holds it).
+enum Direct {
+    /// Not opened yet for the active pack.
+    Untried,
+    Open(Arc<dyn HostFile>),
+    /// The host has no direct writes, or one failed: the page cache from now on.
+    Off,
 }
 
 pub struct BlockStore {
@@ -104,6 +119,7 @@ impl BlockStore {
                 file,
                 end,
                 unsynced: Vec::new(),
+                direct: Direct::Untried,
             }),
         })
     }
@@ -136,6 +152,9 @@ impl BlockStore {
         a.id = pack;
         a.file = file;
         a.end = end;
+        if let Direct::Open(_) = a.direct {
+            a.direct = Direct::Untried;
+        }
         Ok(())
     }
 
@@ -210,7 +229,93 @@ impl BlockStore {
         a.id = id;
         a.file = f;
         a.end = 0;
+        if let Direct::Open(_) = a.direct {
+            a.direct = Direct::Untried;
+        }
         Ok(())
+    }
+
+    /// Appends whole data blocks lying back to back in `data` (each `block_len` bytes, a
+    /// multiple of `BLOCK_ALIGN`, so each fills its pages alone) with one write, bypassing
+    /// the host's page cache where it can (see `Direct`). Not durable until `sync`.
+    pub fn write_data_run(&self, data: &[u8], block_len: usize) -> Result<Vec<BlockPtr>> {
+        assert!(
+            block_len > 0 && block_len as u64 % BLOCK_ALIGN == 0 && block_len <= MAX_BLOCK_LEN,
+            "data block of {block_len} bytes"
+        );
+        assert_eq!(data.len() % block_len, 0, "a run of whole blocks");
+        let hashes: Vec<[u8; 32]> = data.chunks(block_len).map(|b| *blake3::hash(b).as_bytes()).collect();
+        let mut a = self.active.lock().unwrap();
+        if a.end + data.len() as u64 > PACK_ROLL_BYTES && a.end > 0 {
+            self.roll(&mut a)?;
+        }
+        let off = a.end;
+        self.write_bulk(&mut a, data, off)?;
+        a.end += data.len() as u64;
+        if !a.unsynced.iter().any(|f| Arc::ptr_eq(f, &a.file)) {
+            let f = a.file.clone();
+            a.unsynced.push(f);
+        }
+        Ok(hashes
+            .into_iter()
+            .enumerate()
+            .map(|(i, hash)| BlockPtr {
+                addr: BlockPtr::make_addr(a.id, off + (i * block_len) as u64),
+                len: block_len as u32,
+                kind: BlockKind::Data,
+                hash,
+            })
+            .collect())
+    }
+
+    /// Writes page-aligned `data` at the page-aligned `off` of the active pack: directly if
+    /// the host allows it, else (or if a direct write fails) through the page cache.
+    fn write_bulk(&self, a: &mut Active, data: &[u8], off: u64) -> Result<()> {
+        if let Direct::Untried = a.direct {
+            let path = pack_path(&self.dir, a.id);
+            a.direct = match self.host.open_direct(&path) {
+                Ok(Some(f)) => Direct::Open(f),
+                Ok(None) => {
+                    log::info!("the host filesystem has no direct I/O: pack data goes through its page cache");
+                    Direct::Off
+                }
+                Err(e) => {
+                    log::warn!("direct open of {}: {e}; pack data goes through the page cache", path.display());
+                    Direct::Off
+                }
+            };
+        }
+        if let Direct::Open(f) = &a.direct {
+            let r = ALIGNED_BUF.with(|cell| {
+                let mut buf = cell.borrow_mut();
+                let src = if data.as_ptr().align_offset(BLOCK_ALIGN as usize) == 0 {
+                    data
+                } else {
+                    // Direct I/O needs an aligned buffer: copy into one (cheap next to the
+                    // copy into the page cache it replaces; the buffer is reused, warm).
+                    buf.resize(data.len() + BLOCK_ALIGN as usize, 0);
+                    let at = buf.as_ptr().align_offset(BLOCK_ALIGN as usize);
+                    buf[at..at + data.len()].copy_from_slice(data);
+                    &buf[at..at + data.len()]
+                };
+                let r = f.write_all_at(src, off);
+                if buf.capacity() > RUN_BUF_KEEP {
+                    *buf = Vec::new();
+                }
+                r
+            });
+            match r {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    // Whatever part of it reached the file is written again below.
+                    log::warn!("direct write to pack {}: {e}; pack data goes through the page cache from now on", a.id);
+                    a.direct = Direct::Off;
+                }
+            }
+        }
+        a.file
+            .write_all_at(data, off)
+            .map_err(|e| Error::io(format!("write to pack {}", a.id), e))
     }
 
     /// Makes every block written so far durable.
@@ -377,6 +482,8 @@ impl BlockStore {
 thread_local! {
     /// The read buffer of `read_run_each`, one per reading thread (FUSE queue threads).
     static RUN_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The aligned copy of `write_bulk`, one per writing thread.
+    static ALIGNED_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Largest run buffer a thread keeps between reads (a FUSE read is at most 1 MiB of data).

@@ -45,6 +45,10 @@ const CMD_COMMIT_AND_FETCH: u32 = 2;
 const HEADER_SIZE: usize = 288;
 const OP_IN: usize = 128;
 const OP_IN_MAX: usize = 128;
+/// Where a request's payload starts in the reassembly buffer: a page boundary past the
+/// largest header and op struct.
+const PAYLOAD_AT: usize = 4096;
+const _: () = assert!(PAYLOAD_AT >= IN_HEADER + OP_IN_MAX);
 /// `fuse_uring_ent_in_out`: flags u64, commit_id u64, payload_sz u32, padding u32, reserved u64.
 const ENT_COMMIT_ID: usize = 256 + 8;
 const ENT_PAYLOAD_SZ: usize = 256 + 16;
@@ -345,8 +349,9 @@ pub(crate) fn run_queue<FS: Filesystem>(
         // completed for the last time (or for ever, see above).
         unsafe { ring.submission().push(&sqe) }.map_err(|_| io::Error::other("io_uring submission queue full"))?;
     }
-    // An aligned buffer for the classic layout of one request (header, op struct, payload).
-    let mut req_buf = vec![0u64; (IN_HEADER + OP_IN_MAX + params.payload_size).div_ceil(8)];
+    // A page-aligned buffer for the classic layout of one request (header, op struct,
+    // payload), laid out so that the payload starts at PAYLOAD_AT (see `serve`).
+    let req_buf = KernelBuf::new(PAYLOAD_AT + params.payload_size)?;
     let mut live = depth;
     let mut served = 0u64;
     let mut done: Vec<(usize, i32)> = Vec::with_capacity(depth);
@@ -373,7 +378,8 @@ pub(crate) fn run_queue<FS: Filesystem>(
             }
             let e = &entries[i];
             let commit_id = e.read_u64(ENT_COMMIT_ID);
-            serve(e, bytes_of(&mut req_buf), params.payload_size, &se);
+            // SAFETY: req_buf is this thread's alone and lives until the loop ends.
+            serve(e, unsafe { std::slice::from_raw_parts_mut(req_buf.ptr, req_buf.len) }, params.payload_size, &se);
             served += 1;
             let sqe = command(fd, CMD_COMMIT_AND_FETCH, qid as u16, commit_id, i, None);
             // SAFETY: a commit carries no buffer address; the entry's buffers stay in `entries`.
@@ -384,11 +390,6 @@ pub(crate) fn run_queue<FS: Filesystem>(
     // Every entry is dead: the kernel holds none of the buffers any more.
     drop(std::mem::ManuallyDrop::into_inner(entries));
     Ok(())
-}
-
-fn bytes_of(v: &mut [u64]) -> &mut [u8] {
-    // SAFETY: u64 has no invalid bit patterns and u8 has alignment 1.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 8) }
 }
 
 /// Reassembles the request in entry `e` into `buf`, dispatches it and leaves the reply in the
@@ -408,13 +409,20 @@ fn serve<FS: Filesystem>(e: &Entry, buf: &mut [u8], payload_cap: usize, se: &Ses
     let op = len.checked_sub(IN_HEADER + payload_sz);
     match op {
         Some(op) if op <= OP_IN_MAX && payload_sz <= payload_cap => {
+            // The payload (a WRITE's data) is put at the page boundary PAYLOAD_AT, so the
+            // filesystem gets page-aligned data it can hand to O_DIRECT writes as it is; the
+            // header and op struct go just before it when that keeps them 8-byte aligned
+            // (op structs are multiples of 8 bytes), else at the start.
+            let start = if (IN_HEADER + op) % 8 == 0 { PAYLOAD_AT - IN_HEADER - op } else { 0 };
+            assert!(start + len <= buf.len());
             // SAFETY: the entry belongs to userspace now; sizes checked against both buffers.
             unsafe {
-                std::ptr::copy_nonoverlapping(e.header.ptr, buf.as_mut_ptr(), IN_HEADER);
-                std::ptr::copy_nonoverlapping(e.header.ptr.add(OP_IN), buf.as_mut_ptr().add(IN_HEADER), op);
-                std::ptr::copy_nonoverlapping(e.payload.ptr, buf.as_mut_ptr().add(IN_HEADER + op), payload_sz);
+                let to = buf.as_mut_ptr().add(start);
+                std::ptr::copy_nonoverlapping(e.header.ptr, to, IN_HEADER);
+                std::ptr::copy_nonoverlapping(e.header.ptr.add(OP_IN), to.add(IN_HEADER), op);
+                std::ptr::copy_nonoverlapping(e.payload.ptr, to.add(IN_HEADER + op), payload_sz);
             }
-            match RequestWithSender::new_to(ReplyTo::Ring(reply.clone()), &buf[..len]) {
+            match RequestWithSender::new_to(ReplyTo::Ring(reply.clone()), &buf[start..start + len]) {
                 Some(req) => {
                     if let Ok(ll::Operation::Destroy(_)) = req.request.operation() {
                         req.reply::<ReplyEmpty>().ok();
