@@ -349,7 +349,14 @@ impl Filesystem for ScionFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs().write(ino.0, offset, data) {
+        // Whole chunks go to the pack before the engine lock is taken (this statement
+        // releases it): writers overlap there.
+        let store = self.fs().store_for_write(ino.0);
+        let ahead = match store.and_then(|store| scion_fs::write_ahead(&store, offset, data)) {
+            Ok(a) => a,
+            Err(e) => return reply.error(err(e)),
+        };
+        match self.fs().write_with(ino.0, offset, data, ahead) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(err(e)),
         }

@@ -238,6 +238,10 @@ impl BlockStore {
     /// Appends whole data blocks lying back to back in `data` (each `block_len` bytes, a
     /// multiple of `BLOCK_ALIGN`, so each fills its pages alone) with one write, bypassing
     /// the host's page cache where it can (see `Direct`). Not durable until `sync`.
+    ///
+    /// The space is reserved under the lock and written outside it, so writers overlap. The
+    /// pack joins the list `sync` covers only once the write is done: a caller journals the
+    /// blocks after this returns, and the next `sync` then covers them.
     pub fn write_data_run(&self, data: &[u8], block_len: usize) -> Result<Vec<BlockPtr>> {
         assert!(
             block_len > 0 && block_len as u64 % BLOCK_ALIGN == 0 && block_len <= MAX_BLOCK_LEN,
@@ -245,32 +249,50 @@ impl BlockStore {
         );
         assert_eq!(data.len() % block_len, 0, "a run of whole blocks");
         let hashes: Vec<[u8; 32]> = data.chunks(block_len).map(|b| *blake3::hash(b).as_bytes()).collect();
+        let (id, off, file, direct) = {
+            let mut a = self.active.lock().unwrap();
+            if a.end + data.len() as u64 > PACK_ROLL_BYTES && a.end > 0 {
+                self.roll(&mut a)?;
+            }
+            let off = a.end;
+            a.end += data.len() as u64;
+            (a.id, off, a.file.clone(), self.direct_handle(&mut a))
+        };
+        if let Some(f) = direct {
+            match write_aligned(&*f, data, off) {
+                Ok(()) => return Ok(self.written(id, off, file, block_len, hashes)),
+                Err(e) => {
+                    // Whatever part of it reached the file is written again below.
+                    log::warn!("direct write to pack {id}: {e}; pack data goes through the page cache from now on");
+                    self.active.lock().unwrap().direct = Direct::Off;
+                }
+            }
+        }
+        file.write_all_at(data, off).map_err(|e| Error::io(format!("write to pack {id}"), e))?;
+        Ok(self.written(id, off, file, block_len, hashes))
+    }
+
+    /// The end of `write_data_run`: the pack is now one `sync` must cover.
+    fn written(&self, id: u32, off: u64, file: Arc<dyn HostFile>, block_len: usize, hashes: Vec<[u8; 32]>) -> Vec<BlockPtr> {
         let mut a = self.active.lock().unwrap();
-        if a.end + data.len() as u64 > PACK_ROLL_BYTES && a.end > 0 {
-            self.roll(&mut a)?;
+        if !a.unsynced.iter().any(|f| Arc::ptr_eq(f, &file)) {
+            a.unsynced.push(file);
         }
-        let off = a.end;
-        self.write_bulk(&mut a, data, off)?;
-        a.end += data.len() as u64;
-        if !a.unsynced.iter().any(|f| Arc::ptr_eq(f, &a.file)) {
-            let f = a.file.clone();
-            a.unsynced.push(f);
-        }
-        Ok(hashes
+        hashes
             .into_iter()
             .enumerate()
             .map(|(i, hash)| BlockPtr {
-                addr: BlockPtr::make_addr(a.id, off + (i * block_len) as u64),
+                addr: BlockPtr::make_addr(id, off + (i * block_len) as u64),
                 len: block_len as u32,
                 kind: BlockKind::Data,
                 hash,
             })
-            .collect())
+            .collect()
     }
 
-    /// Writes page-aligned `data` at the page-aligned `off` of the active pack: directly if
-    /// the host allows it, else (or if a direct write fails) through the page cache.
-    fn write_bulk(&self, a: &mut Active, data: &[u8], off: u64) -> Result<()> {
+    /// The active pack's handle for direct writes, opened on first use; `None` where the
+    /// host has none.
+    fn direct_handle(&self, a: &mut Active) -> Option<Arc<dyn HostFile>> {
         if let Direct::Untried = a.direct {
             let path = pack_path(&self.dir, a.id);
             a.direct = match self.host.open_direct(&path) {
@@ -285,37 +307,10 @@ impl BlockStore {
                 }
             };
         }
-        if let Direct::Open(f) = &a.direct {
-            let r = ALIGNED_BUF.with(|cell| {
-                let mut buf = cell.borrow_mut();
-                let src = if data.as_ptr().align_offset(BLOCK_ALIGN as usize) == 0 {
-                    data
-                } else {
-                    // Direct I/O needs an aligned buffer: copy into one (cheap next to the
-                    // copy into the page cache it replaces; the buffer is reused, warm).
-                    buf.resize(data.len() + BLOCK_ALIGN as usize, 0);
-                    let at = buf.as_ptr().align_offset(BLOCK_ALIGN as usize);
-                    buf[at..at + data.len()].copy_from_slice(data);
-                    &buf[at..at + data.len()]
-                };
-                let r = f.write_all_at(src, off);
-                if buf.capacity() > RUN_BUF_KEEP {
-                    *buf = Vec::new();
-                }
-                r
-            });
-            match r {
-                Ok(()) => return Ok(()),
-                Err(e) => {
-                    // Whatever part of it reached the file is written again below.
-                    log::warn!("direct write to pack {}: {e}; pack data goes through the page cache from now on", a.id);
-                    a.direct = Direct::Off;
-                }
-            }
+        match &a.direct {
+            Direct::Open(f) => Some(f.clone()),
+            _ => None,
         }
-        a.file
-            .write_all_at(data, off)
-            .map_err(|e| Error::io(format!("write to pack {}", a.id), e))
     }
 
     /// Makes every block written so far durable.
@@ -477,6 +472,26 @@ impl BlockStore {
         }
         Ok(total)
     }
+}
+
+/// A direct write of page-aligned `data` at the page-aligned `off`: from `data` itself when it
+/// is page-aligned in memory (a WRITE's payload over io_uring is), else from an aligned copy
+/// (cheap next to the copy into the page cache it replaces; the buffer is reused, warm).
+fn write_aligned(f: &dyn HostFile, data: &[u8], off: u64) -> std::io::Result<()> {
+    if data.as_ptr().align_offset(BLOCK_ALIGN as usize) == 0 {
+        return f.write_all_at(data, off);
+    }
+    ALIGNED_BUF.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        buf.resize(data.len() + BLOCK_ALIGN as usize, 0);
+        let at = buf.as_ptr().align_offset(BLOCK_ALIGN as usize);
+        buf[at..at + data.len()].copy_from_slice(data);
+        let r = f.write_all_at(&buf[at..at + data.len()], off);
+        if buf.capacity() > RUN_BUF_KEEP {
+            *buf = Vec::new();
+        }
+        r
+    })
 }
 
 thread_local! {
