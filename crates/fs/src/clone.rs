@@ -691,6 +691,7 @@ impl Fs {
             mtime: i.mtime,
             ctime: i.ctime,
             btime: i.btime,
+            linked: false,
         })
     }
 

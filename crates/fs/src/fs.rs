@@ -240,6 +240,8 @@ pub struct Attr {
     pub mtime: Ts,
     pub ctime: Ts,
     pub btime: Ts,
+    /// The file has (or had) several names: it lives in its namespace's link table.
+    pub linked: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -414,6 +416,7 @@ impl Fs {
             mtime: i.mtime,
             ctime: i.ctime,
             btime: i.btime,
+            linked: n.loc == Loc::Linked,
         }
     }
 
