@@ -74,6 +74,15 @@ struct Active {
     direct: Direct,
 }
 
+impl Active {
+    /// Puts `file` on the list the next `sync` covers.
+    fn to_sync(&mut self, file: Arc<dyn HostFile>) {
+        if !self.unsynced.iter().any(|f| Arc::ptr_eq(f, &file)) {
+            self.unsynced.push(file);
+        }
+    }
+}
+
 /// Whether runs of whole data blocks bypass the host's page cache. Copying a large write
 /// into the host's page cache was two thirds of the daemon's CPU time while a 1 GiB file was
 /// written (0.75 GB/s into fresh page-cache pages on this VM), and the host then wrote it out
@@ -205,10 +214,8 @@ impl BlockStore {
             .write_all_at(bytes, off)
             .map_err(|e| Error::io(format!("write to pack {}", a.id), e))?;
         a.end += fp as u64;
-        if !a.unsynced.iter().any(|f| Arc::ptr_eq(f, &a.file)) {
-            let f = a.file.clone();
-            a.unsynced.push(f);
-        }
+        let f = a.file.clone();
+        a.to_sync(f);
         Ok(BlockPtr {
             addr: BlockPtr::make_addr(a.id, off),
             len: payload.len() as u32,
@@ -274,10 +281,7 @@ impl BlockStore {
 
     /// The end of `write_data_run`: the pack is now one `sync` must cover.
     fn written(&self, id: u32, off: u64, file: Arc<dyn HostFile>, block_len: usize, hashes: Vec<[u8; 32]>) -> Vec<BlockPtr> {
-        let mut a = self.active.lock().unwrap();
-        if !a.unsynced.iter().any(|f| Arc::ptr_eq(f, &file)) {
-            a.unsynced.push(file);
-        }
+        self.active.lock().unwrap().to_sync(file);
         hashes
             .into_iter()
             .enumerate()
