@@ -55,6 +55,10 @@ class Differential:
         self.handles = []           # (ref fd, scion fd, name at open time)
         for r in self.roots:
             os.mkdir(r, 0o755)
+            # A setgid host directory (this machine's /tmp is 2777) would give the
+            # reference root its setgid bit and so every directory made below it;
+            # chmod clears what mkdir inherited, so both roots start alike.
+            os.chmod(r, 0o755)
 
     # ------------------------------------------------------------ tree view (ref side)
     def entries(self):
