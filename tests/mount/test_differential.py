@@ -325,12 +325,16 @@ class Differential:
     def op_symlink(self, ents):
         rel = self.new_path(ents, existing_ok=0.1)
         r = self.rng.random()
+        target = "dangling/" + str(self.rng.randrange(100))
         if r < 0.6:
             t = self.pick(ents, allow_root=True)[0] or "."
-            target = os.path.relpath(t, os.path.dirname(rel) or ".")
-        elif r < 0.9:
-            target = "dangling/" + str(self.rng.randrange(100))
-        else:
+            inside = os.path.relpath(t, os.path.dirname(rel) or ".")
+            # No "..": once the link or a directory above it is renamed higher up, a target
+            # that climbs leads out of the tree, and chmod, chown, truncate and open follow
+            # links (they once changed the mode of the host's /tmp).
+            if ".." not in inside.split(os.sep):
+                target = inside
+        elif r >= 0.9:
             target = "long-" + "t" * self.rng.randrange(100, 3000)
         self.invalidate(rel)
         self.both(f"symlink {rel!r} -> {target[:60]!r}",
@@ -550,8 +554,21 @@ def save_log(d, name):
     return path
 
 
+def host_ancestors(path):
+    """Mode and owner of every directory above `path`, up to /."""
+    out = []
+    p = os.path.dirname(os.path.abspath(path))
+    while True:
+        st = os.stat(p)
+        out.append((p, st.st_mode, st.st_uid, st.st_gid))
+        if p == "/":
+            return out
+        p = os.path.dirname(p)
+
+
 def run_differential(m, seed, nops, remount_every=None):
     old_umask = os.umask(0o022)
+    outside = host_ancestors(m.ref)
     d = Differential(m.ref, m.mnt, seed)
     t0 = time.monotonic()
     nbatches = (nops + BATCH - 1) // BATCH
@@ -579,6 +596,8 @@ def run_differential(m, seed, nops, remount_every=None):
     finally:
         d.close_handles()
         os.umask(old_umask)
+    # Nothing the operations did may reach outside the two trees (a link they follow, say).
+    assert host_ancestors(m.ref) == outside, f"seed={seed}: a host directory above the trees changed"
     dt = time.monotonic() - t0
     print(f"seed={seed} ops={d.nop} entries={n} time={dt:.1f}s counts={sorted(d.counts.items())}")
 
