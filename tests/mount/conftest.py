@@ -82,6 +82,9 @@ class ScionMount:
         self.logs = []             # (argv, stdout file, stderr file) of every CLI command
         for d in (self.store, self.mnt, self.ref):
             os.makedirs(d, exist_ok=True)
+        # The reference tree is compared with scion's, whose root is 0755: a setgid /tmp
+        # would otherwise hand its setgid bit (and group) down to every directory made in it.
+        os.chmod(self.ref, 0o755)
 
     # ---------------------------------------------------------------- CLI
     def run(self, *args, timeout=None):
