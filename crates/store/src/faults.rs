@@ -224,6 +224,10 @@ impl HostFile for FaultyFile {
         fail(&self.rules, Call::Punch, &self.path)?;
         self.inner.punch_hole(offset, len)
     }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        fail(&self.rules, Call::Write, &self.path)?;
+        self.inner.allocate(offset, len)
+    }
 }
 
 impl HostFs for FaultyHost {

@@ -47,6 +47,11 @@ pub trait HostFile: Send + Sync {
     fn sync_data(&self) -> io::Result<()>;
     /// Deallocates a range, which then reads as zeros; the size stays.
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// Allocates a range (reading as zeros), growing the file to cover it (`fallocate`
+    /// mode 0). Hosts without it say `Unsupported`.
+    fn allocate(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
 }
 
 /// Space of the host filesystem, as `statvfs` gives it.
@@ -117,6 +122,13 @@ impl HostFile for OsFile {
                 len as libc::off_t,
             )
         };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        let r = unsafe { libc::fallocate(self.0.as_raw_fd(), 0, offset as libc::off_t, len as libc::off_t) };
         if r != 0 {
             return Err(io::Error::last_os_error());
         }

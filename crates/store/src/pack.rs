@@ -22,6 +22,8 @@ const BLOCK_MAGIC: &[u8; 4] = b"SCBK";
 const PACK_ROLL_BYTES: u64 = 4 << 30;
 /// Blocks `read_shared` keeps after verifying them (64 KiB each at most: 4 MiB).
 const RECENT_BLOCKS: usize = 64;
+/// How far ahead of the append position direct writes allocate the pack (see `Active`).
+const PREALLOC_BYTES: u64 = 16 << 20;
 
 /// Bytes of header a block of this kind carries. File data has none: its pointer's hash
 /// verifies it, and a 64 KiB chunk then fills exactly 16 pages, aligned, instead of 17.
@@ -72,6 +74,13 @@ struct Active {
     unsynced: Vec<Arc<dyn HostFile>>,
     /// The active pack opened for direct writes (`write_data_run`).
     direct: Direct,
+    /// The pack is allocated (and sized) up to here, past `end` while direct writes stream
+    /// in. A direct write that extends its file is serialized by the host (ext4 takes the
+    /// inode lock exclusively and waits for the device), one that lands in allocated space
+    /// is not, so writers allocate ahead and overlap. `sync` cuts the unused part off again:
+    /// the store's size on the host says what it holds once it is durable, and a crash leaves
+    /// at most this much past the committed end, which the next open cuts off.
+    allocated: u64,
 }
 
 impl Active {
@@ -129,6 +138,7 @@ impl BlockStore {
                 end,
                 unsynced: Vec::new(),
                 direct: Direct::Untried,
+                allocated: end,
             }),
         })
     }
@@ -161,6 +171,7 @@ impl BlockStore {
         a.id = pack;
         a.file = file;
         a.end = end;
+        a.allocated = end;
         if let Direct::Open(_) = a.direct {
             a.direct = Direct::Untried;
         }
@@ -225,6 +236,7 @@ impl BlockStore {
     }
 
     fn roll(&self, a: &mut Active) -> Result<()> {
+        self.trim(a)?;
         let id = a.id + 1;
         let path = pack_path(&self.dir, id);
         let f = self
@@ -236,6 +248,7 @@ impl BlockStore {
         a.id = id;
         a.file = f;
         a.end = 0;
+        a.allocated = 0;
         if let Direct::Open(_) = a.direct {
             a.direct = Direct::Untried;
         }
@@ -263,7 +276,16 @@ impl BlockStore {
             }
             let off = a.end;
             a.end += data.len() as u64;
-            (a.id, off, a.file.clone(), self.direct_handle(&mut a))
+            let direct = self.direct_handle(&mut a);
+            if direct.is_some() && a.end > a.allocated {
+                let to = a.end + PREALLOC_BYTES;
+                match a.file.allocate(a.allocated, to - a.allocated) {
+                    Ok(()) => a.allocated = to,
+                    // A host without it, or short of space: the write extends the file.
+                    Err(e) => log::debug!("allocation ahead in pack {}: {e}", a.id),
+                }
+            }
+            (a.id, off, a.file.clone(), direct)
         };
         if let Some(f) = direct {
             match write_aligned(&*f, data, off) {
@@ -317,9 +339,23 @@ impl BlockStore {
         }
     }
 
+    /// Cuts the active pack's allocation ahead back to its append position. Space reserved
+    /// by writers still writing lies below `end`, so nothing of theirs is cut.
+    fn trim(&self, a: &mut Active) -> Result<()> {
+        if a.allocated > a.end {
+            a.file.set_len(a.end).map_err(|e| Error::io(format!("trim of pack {}", a.id), e))?;
+            a.allocated = a.end;
+        }
+        Ok(())
+    }
+
     /// Makes every block written so far durable.
     pub fn sync(&self) -> Result<()> {
-        let files = std::mem::take(&mut self.active.lock().unwrap().unsynced);
+        let files = {
+            let mut a = self.active.lock().unwrap();
+            self.trim(&mut a)?;
+            std::mem::take(&mut a.unsynced)
+        };
         for f in files {
             f.sync_data().map_err(|e| Error::io("fsync of pack", e))?;
         }
