@@ -24,8 +24,6 @@ const PACK_ROLL_BYTES: u64 = 4 << 30;
 const RECENT_BLOCKS: usize = 64;
 /// How far ahead of the append position direct writes allocate the pack (see `Active`).
 const PREALLOC_BYTES: u64 = 16 << 20;
-/// Runs of whole blocks at least this long are read past the host's page cache.
-const DIRECT_READ_MIN: usize = 256 << 10;
 
 /// Bytes of header a block of this kind carries. File data has none: its pointer's hash
 /// verifies it, and a 64 KiB chunk then fills exactly 16 pages, aligned, instead of 17.
@@ -117,8 +115,6 @@ pub struct BlockStore {
     /// change while a pointer (which holds its hash) names it, so no entry goes stale.
     recent: Mutex<VecDeque<(BlockPtr, Arc<[u8]>)>>,
     active: Mutex<Active>,
-    /// Handles for direct reads of large runs, per pack (`None`: the host has none).
-    direct_readers: RwLock<HashMap<u32, Option<Arc<dyn HostFile>>>>,
 }
 
 impl BlockStore {
@@ -136,7 +132,6 @@ impl BlockStore {
             writable,
             readers: RwLock::new(readers),
             recent: Default::default(),
-            direct_readers: Default::default(),
             active: Mutex::new(Active {
                 id: pack,
                 file,
@@ -187,16 +182,6 @@ impl BlockStore {
     pub fn position(&self) -> (u32, u64) {
         let a = self.active.lock().unwrap();
         (a.id, a.end)
-    }
-
-    /// A direct-I/O handle on `pack`, opened on first use; `None` where the host has none.
-    fn direct_reader(&self, pack: u32) -> Option<Arc<dyn HostFile>> {
-        if let Some(f) = self.direct_readers.read().unwrap().get(&pack) {
-            return f.clone();
-        }
-        let f = self.host.open_direct(&pack_path(&self.dir, pack), false).unwrap_or(None);
-        self.direct_readers.write().unwrap().insert(pack, f.clone());
-        f
     }
 
     fn reader(&self, pack: u32) -> Result<Arc<dyn HostFile>> {
@@ -336,7 +321,7 @@ impl BlockStore {
     fn direct_handle(&self, a: &mut Active) -> Option<Arc<dyn HostFile>> {
         if let Direct::Untried = a.direct {
             let path = pack_path(&self.dir, a.id);
-            a.direct = match self.host.open_direct(&path, true) {
+            a.direct = match self.host.open_direct(&path) {
                 Ok(Some(f)) => Direct::Open(f),
                 Ok(None) => {
                     log::info!("the host filesystem has no direct I/O: pack data goes through its page cache");
@@ -470,27 +455,6 @@ impl BlockStore {
         if !adjacent || ptrs.iter().map(|p| p.len as usize).sum::<usize>() != out.len() {
             return Ok(false);
         }
-        // A large run (a sequential read's readahead) goes past the host's page cache: the
-        // mount's page cache keeps what it reads, and a copy through the host's would cost a
-        // quarter of the daemon's CPU and hold the data in memory twice.
-        let direct = (out.len() >= DIRECT_READ_MIN
-            && out.as_ptr() as usize % BLOCK_ALIGN as usize == 0
-            && out.len() % BLOCK_ALIGN as usize == 0
-            && first.offset() % BLOCK_ALIGN == 0)
-            .then(|| self.direct_reader(first.pack()))
-            .flatten();
-        if let Some(f) = direct {
-            match f.read_exact_at(out, first.offset()) {
-                Ok(()) => return self.verify_run(ptrs, out).map(|()| true),
-                // Alignment the host wants and this one does not give: no more direct reads.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    log::warn!("direct read of pack {}: {e}; its reads go through the page cache from now on", first.pack());
-                    self.direct_readers.write().unwrap().insert(first.pack(), None);
-                }
-                // A short or failed read: the path below says which block.
-                Err(e) => log::debug!("direct read of {} blocks at {first}: {e}", ptrs.len()),
-            }
-        }
         let file = self.reader(first.pack())?;
         if let Err(e) = file.read_exact_at(out, first.offset()) {
             // Let the block-by-block path say which block is missing or unreadable.
@@ -503,17 +467,12 @@ impl BlockStore {
             }
             return Ok(true);
         }
-        self.verify_run(ptrs, out).map(|()| true)
-    }
-
-    /// Verifies headerless blocks lying back to back in `out`.
-    fn verify_run(&self, ptrs: &[BlockPtr], out: &[u8]) -> Result<()> {
         let mut at = 0;
         for p in ptrs {
             verify(p, &out[at..at + p.len as usize])?;
             at += p.len as usize;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Returns a freed block's space to the host filesystem. Only called once no committed
