@@ -236,7 +236,7 @@ impl BlockStore {
     }
 
     fn roll(&self, a: &mut Active) -> Result<()> {
-        self.trim(a)?;
+        self.trim(a);
         let id = a.id + 1;
         let path = pack_path(&self.dir, id);
         let f = self
@@ -340,20 +340,23 @@ impl BlockStore {
     }
 
     /// Cuts the active pack's allocation ahead back to its append position. Space reserved
-    /// by writers still writing lies below `end`, so nothing of theirs is cut.
-    fn trim(&self, a: &mut Active) -> Result<()> {
+    /// by writers still writing lies below `end`, so nothing of theirs is cut. A failure
+    /// costs only space (the next sync tries again; reopening the store cuts it anyway), so
+    /// it fails nothing.
+    fn trim(&self, a: &mut Active) {
         if a.allocated > a.end {
-            a.file.set_len(a.end).map_err(|e| Error::io(format!("trim of pack {}", a.id), e))?;
-            a.allocated = a.end;
+            match a.file.set_len(a.end) {
+                Ok(()) => a.allocated = a.end,
+                Err(e) => log::warn!("cutting the allocation ahead of pack {} at {}: {e}", a.id, a.end),
+            }
         }
-        Ok(())
     }
 
     /// Makes every block written so far durable.
     pub fn sync(&self) -> Result<()> {
         let files = {
             let mut a = self.active.lock().unwrap();
-            self.trim(&mut a)?;
+            self.trim(&mut a);
             std::mem::take(&mut a.unsynced)
         };
         for f in files {
