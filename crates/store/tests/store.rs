@@ -220,26 +220,34 @@ fn data_runs_are_written_whole_and_read_back() {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("packs")).unwrap();
         let s = BlockStore::open(&host, d.path(), 1, 0, true).unwrap();
-        let mut buf = vec![0u8; 1 + 3 * B];
+        // Runs of 9 blocks are long enough to go direct where the host can; one block is not.
+        let mut buf = vec![0u8; 1 + 9 * B];
         for (i, b) in buf.iter_mut().enumerate() {
             *b = (i * 7 % 251) as u8;
         }
+        let mut aligned_buf = Aligned::new(9 * B);
+        aligned_buf.bytes().copy_from_slice(&buf[1..]);
         let small = s.write(BlockKind::Data, b"before").unwrap();
         let unaligned = s.write_data_run(&buf[1..], B).unwrap();
         let node = s.write(BlockKind::Node, &[9u8; 5000]).unwrap();
         let one = s.write_data_run(&buf[1..1 + B], B).unwrap();
-        assert_eq!(unaligned.len(), 3);
-        for (i, p) in unaligned.iter().enumerate() {
-            assert_eq!(p.footprint(), B as u64);
-            assert_eq!(p.offset(), unaligned[0].offset() + (i * B) as u64, "back to back");
+        let aligned = s.write_data_run(aligned_buf.bytes(), B).unwrap();
+        assert_eq!(unaligned.len(), 9);
+        for run in [&unaligned, &aligned] {
+            for (i, p) in run.iter().enumerate() {
+                assert_eq!(p.footprint(), B as u64);
+                assert_eq!(p.offset(), run[0].offset() + (i * B) as u64, "back to back");
+            }
         }
         s.sync().unwrap();
         let (pack, end) = s.position();
         let check = |s: &BlockStore| {
             assert_eq!(s.read(&small).unwrap(), b"before");
             assert_eq!(s.read(&node).unwrap(), vec![9u8; 5000]);
-            for (i, p) in unaligned.iter().enumerate() {
-                assert_eq!(s.read(p).unwrap(), &buf[1 + i * B..1 + (i + 1) * B]);
+            for run in [&unaligned, &aligned] {
+                for (i, p) in run.iter().enumerate() {
+                    assert_eq!(s.read(p).unwrap(), &buf[1 + i * B..1 + (i + 1) * B]);
+                }
             }
             assert_eq!(s.read(&one[0]).unwrap(), &buf[1..1 + B]);
         };
@@ -262,10 +270,11 @@ fn allocation_ahead_is_cut_at_sync_and_at_reopen() {
     std::fs::create_dir_all(d.path().join("packs")).unwrap();
     let pack_len = || std::fs::metadata(d.path().join("packs/00000001.pack")).unwrap().len();
     let s = BlockStore::open(&host, d.path(), 1, 0, true).unwrap();
-    let data: Vec<u8> = (0..4 * B).map(|i| (i * 13 % 251) as u8).collect();
+    // Runs of 8 blocks (512 KiB) are long enough to go direct.
+    let data: Vec<u8> = (0..8 * B).map(|i| (i * 13 % 251) as u8).collect();
     let a = s.write_data_run(&data, B).unwrap();
     let (_, end) = s.position();
-    assert_eq!(end, 4 * B as u64);
+    assert_eq!(end, 8 * B as u64);
     let ahead = pack_len() > end;
     if !ahead {
         eprintln!("this host did not allocate ahead (no direct I/O or no fallocate here)");
@@ -277,7 +286,7 @@ fn allocation_ahead_is_cut_at_sync_and_at_reopen() {
     let (pack, end) = s.position();
     assert_eq!(pack_len(), end, "sync leaves no allocation past the end");
     // More direct writes, then a crash (no sync): reopening cuts the tail.
-    let c = s.write_data_run(&data[B..3 * B], B).unwrap();
+    let c = s.write_data_run(&data, B).unwrap();
     if ahead {
         assert!(pack_len() > s.position().1, "allocated ahead again after the sync");
     }
@@ -293,6 +302,7 @@ fn allocation_ahead_is_cut_at_sync_and_at_reopen() {
     assert!(c[0].offset() >= end, "the unsynced run lay past the end");
     let again = s.write_data_run(&data[..B], B).unwrap();
     assert_eq!(again[0].offset(), end);
+    assert_eq!(pack_len(), end + B as u64, "a short run goes through the page cache, nothing allocated ahead");
     s.sync().unwrap();
     assert_eq!(pack_len(), end + B as u64);
 }
