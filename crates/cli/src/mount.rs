@@ -158,6 +158,12 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(500));
+                // The journal is synced every half second, without holding up requests
+                // while the disk flushes; a failure is logged and remembered by the engine.
+                let needs_sync = fs.lock().unwrap_or_else(|p| p.into_inner()).needs_sync();
+                if needs_sync {
+                    let _ = scion_fuse::fsync_unlocked(&fs);
+                }
                 let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
                 if let Err(e) = fs.tick(CHECKPOINT_AFTER) {
                     log::error!("background checkpoint: {e}");

@@ -5,7 +5,7 @@ use crate::checkpoint::Fold;
 use crate::clone::{SNAPDIR_BIT, SNAPDIR_NAME};
 use crate::delta::{changed_runs, Patches, StoredChunk, PATCH_MAX};
 use crate::inode::*;
-use crate::journal::{Journal, Record, Target};
+use crate::journal::{Journal, JournalSync, Record, Target};
 use crate::{SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
 use scion_store::{BlockPtr, BlockStore, Error, Host, Result};
 use scion_tree::Forest;
@@ -2274,24 +2274,46 @@ impl Fs {
 
     /// Makes every acknowledged change durable (the journal is fsynced).
     pub fn fsync(&mut self) -> FsResult<()> {
+        let t = self.sync_begin()?;
+        let r = t.run();
+        self.sync_end(t, r)
+    }
+
+    /// `fsync` in three steps, so that the engine lock need not be held while the disk
+    /// flushes: `sync_begin` (under the lock) writes the journal's buffer out and notes what
+    /// must become durable, `SyncTicket::run` (without it) makes it so, `sync_end` (under the
+    /// lock again) records the outcome. Everything acknowledged before `sync_begin` is durable
+    /// once `sync_end` returns Ok.
+    pub fn sync_begin(&mut self) -> FsResult<SyncTicket> {
         if let Some(why) = &self.failed {
             log::warn!("refusing fsync: {why}");
             return Err(libc::EIO);
         }
-        let r = self.sync_journal();
-        if let Err(e) = &r {
-            self.sync_failed(e);
-        }
-        r.map_err(eio)
+        let journal = match self.journal.as_mut().map(|j| j.prepare_sync()).transpose() {
+            Ok(j) => j.flatten(),
+            Err(e) => {
+                self.sync_failed(&e);
+                return Err(eio(e));
+            }
+        };
+        Ok(SyncTicket { store: self.forest.store.clone(), journal })
     }
 
-    fn sync_journal(&mut self) -> Result<()> {
-        // Blocks written ahead before the journal records that name them.
-        self.forest.store.sync()?;
-        if let Some(j) = self.journal.as_mut() {
-            j.sync()?;
+    /// See `sync_begin`.
+    pub fn sync_end(&mut self, t: SyncTicket, r: Result<()>) -> FsResult<()> {
+        if let Err(e) = r {
+            self.sync_failed(&e);
+            return Err(eio(e));
+        }
+        if let (Some(j), Some(s)) = (self.journal.as_mut(), &t.journal) {
+            j.synced(s);
         }
         Ok(())
+    }
+
+    /// Whether an `fsync` would have anything to do.
+    pub fn needs_sync(&self) -> bool {
+        self.failed.is_none() && self.journal.as_ref().is_some_and(|j| j.has_unsynced())
     }
 
     /// After a failed fsync the host may have dropped the unsynced data while marking it
@@ -2307,16 +2329,11 @@ impl Fs {
         }
     }
 
-    /// Periodic work: syncs the journal, checkpoints when changes are old enough.
+    /// Periodic work: checkpoints when changes are old enough. (The caller syncs the journal
+    /// first, without the engine lock: `sync_begin`.)
     pub fn tick(&mut self, checkpoint_after: std::time::Duration) -> Result<()> {
         if self.failed.is_some() {
             return Ok(());
-        }
-        if self.journal.as_ref().is_some_and(|j| j.has_unsynced()) {
-            if let Err(e) = self.sync_journal() {
-                self.sync_failed(&e);
-                return Err(e);
-            }
         }
         if self.last_checkpoint.elapsed() >= checkpoint_after && self.has_changes() {
             self.checkpoint()?;
@@ -2418,6 +2435,20 @@ enum Part {
 }
 
 /// A read resolved by [`Fs::read_plan`].
+/// What one `fsync` must make durable; see `Fs::sync_begin`.
+pub struct SyncTicket {
+    store: Arc<BlockStore>,
+    journal: Option<JournalSync>,
+}
+
+impl SyncTicket {
+    /// The disk work of an `fsync`: the packs, then the journal whose records name their
+    /// blocks. Needs no lock of the caller's (`BlockStore::sync_then` orders syncs).
+    pub fn run(&self) -> Result<()> {
+        self.store.sync_then(&|| self.journal.as_ref().map_or(Ok(()), |j| j.run()))
+    }
+}
+
 /// The whole chunks of one write, in a pack ahead of the write itself (`write_ahead`).
 #[derive(Debug, Default)]
 pub struct WrittenAhead {

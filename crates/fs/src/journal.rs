@@ -732,8 +732,27 @@ pub struct Journal {
     buf: Vec<u8>,
     /// Bytes in the file plus the buffer.
     pub len: u64,
-    unsynced: bool,
+    /// Bytes of the file a completed sync made durable.
+    synced: u64,
+    /// Tells this journal's syncs from another's (`JournalSync` outlives a checkpoint).
+    id: u64,
 }
+
+/// An fdatasync of the journal that `Journal::prepare_sync` found needed, to be run without
+/// the engine lock held (`JournalSync::run`) and reported back with `Journal::synced`.
+pub struct JournalSync {
+    file: Arc<dyn HostFile>,
+    upto: u64,
+    journal: u64,
+}
+
+impl JournalSync {
+    pub fn run(&self) -> Result<()> {
+        self.file.sync_data().map_err(|e| Error::io("journal fsync", e))
+    }
+}
+
+static JOURNAL_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Journal {
     /// Creates the (empty) journal of `generation` and makes its existence durable.
@@ -776,7 +795,8 @@ impl Journal {
             allocated,
             buf: h,
             len: 0,
-            unsynced: true,
+            synced: 0,
+            id: JOURNAL_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
         j.len = j.buf.len() as u64;
         for payload in head {
@@ -800,7 +820,6 @@ impl Journal {
         self.buf.extend_from_slice(&frame(payload, more, self.tag));
         self.buf.extend_from_slice(payload);
         self.len += (FRAME_LEN + payload.len()) as u64;
-        self.unsynced = true;
         if self.buf.len() >= BUFFER_FLUSH {
             self.flush()?;
         }
@@ -821,26 +840,42 @@ impl Journal {
 
     /// Makes every appended record durable.
     pub fn sync(&mut self) -> Result<()> {
-        self.flush()?;
-        if self.unsynced {
-            if self.written > self.allocated {
-                // This sync commits a new file size anyway: write zeros ahead, so the syncs
-                // that follow only overwrite (a quarter of the cost on ext4 here). Only an
-                // optimisation: on a full host the records are synced without it.
-                let end = (self.written + GROW_STEP / 2).next_multiple_of(GROW_STEP);
-                match self.file.write_all_at(&vec![0; (end - self.written) as usize], self.written) {
-                    Ok(()) => self.allocated = end,
-                    Err(e) => log::debug!("journal zeros ahead: {e}"),
-                }
-            }
-            self.file.sync_data().map_err(|e| Error::io("journal fsync", e))?;
-            self.unsynced = false;
+        if let Some(s) = self.prepare_sync()? {
+            s.run()?;
+            self.synced(&s);
         }
         Ok(())
     }
 
+    /// The part of `sync` that needs the journal itself: writes the buffer out and says what
+    /// an fdatasync must cover (`None`: everything appended is durable already).
+    pub fn prepare_sync(&mut self) -> Result<Option<JournalSync>> {
+        self.flush()?;
+        if self.written <= self.synced {
+            return Ok(None);
+        }
+        if self.written > self.allocated {
+            // This sync commits a new file size anyway: write zeros ahead, so the syncs
+            // that follow only overwrite (a quarter of the cost on ext4 here). Only an
+            // optimisation: on a full host the records are synced without it.
+            let end = (self.written + GROW_STEP / 2).next_multiple_of(GROW_STEP);
+            match self.file.write_all_at(&vec![0; (end - self.written) as usize], self.written) {
+                Ok(()) => self.allocated = end,
+                Err(e) => log::debug!("journal zeros ahead: {e}"),
+            }
+        }
+        Ok(Some(JournalSync { file: self.file.clone(), upto: self.written, journal: self.id }))
+    }
+
+    /// `s` (prepared by this journal or by one a checkpoint has since replaced) completed.
+    pub fn synced(&mut self, s: &JournalSync) {
+        if s.journal == self.id {
+            self.synced = self.synced.max(s.upto);
+        }
+    }
+
     pub fn has_unsynced(&self) -> bool {
-        self.unsynced
+        self.len > self.synced
     }
 
     /// The tag every record frame of this journal carries.

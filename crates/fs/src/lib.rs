@@ -24,7 +24,7 @@ pub mod scrub;
 
 pub use clone::Listing;
 pub use repack::RepackReport;
-pub use fs::{write_ahead, Attr, DirEntry, Fs, FsResult, Ino, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, WrittenAhead, ROOT_INO};
+pub use fs::{write_ahead, Attr, DirEntry, Fs, FsResult, Ino, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket, WrittenAhead, ROOT_INO};
 pub use inode::{Kind, Ts};
 
 /// Attribute changes of a `setattr`.

@@ -121,6 +121,9 @@ pub struct BlockStore {
     /// change while a pointer (which holds its hash) names it, so no entry goes stale.
     recent: Mutex<VecDeque<(BlockPtr, Arc<[u8]>)>>,
     active: Mutex<Active>,
+    /// Held while a sync runs, so syncs run one at a time; holds why one failed, after which
+    /// every later one fails too (see `sync_then`).
+    sync_io: Mutex<Option<String>>,
 }
 
 impl BlockStore {
@@ -138,6 +141,7 @@ impl BlockStore {
             writable,
             readers: RwLock::new(readers),
             recent: Default::default(),
+            sync_io: Mutex::new(None),
             active: Mutex::new(Active {
                 id: pack,
                 file,
@@ -361,15 +365,37 @@ impl BlockStore {
 
     /// Makes every block written so far durable.
     pub fn sync(&self) -> Result<()> {
+        self.sync_then(&|| Ok(()))
+    }
+
+    /// Makes every block written so far durable, then runs `then` (the journal's fsync: its
+    /// records name these blocks, so they must not be durable before the blocks are). Callers
+    /// need not hold any lock of theirs: syncs run one at a time here, and a block written
+    /// before this call is either on the list this sync takes or was taken by an earlier
+    /// sync that has finished. Once one fails, every later one fails too: the host may have
+    /// dropped the pages it could not write while telling only that one caller, so a later
+    /// fsync that "succeeds" would prove nothing. A remount (a new store) starts afresh.
+    pub fn sync_then(&self, then: &dyn Fn() -> Result<()>) -> Result<()> {
+        let mut failed = self.sync_io.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(why) = &*failed {
+            return Err(Error::io(
+                format!("fsync refused: an earlier one failed ({why})"),
+                std::io::Error::from_raw_os_error(libc::EIO),
+            ));
+        }
         let files = {
             let mut a = self.active.lock().unwrap();
             self.trim(&mut a);
             std::mem::take(&mut a.unsynced)
         };
-        for f in files {
-            f.sync_data().map_err(|e| Error::io("fsync of pack", e))?;
+        let r = files
+            .iter()
+            .try_for_each(|f| f.sync_data().map_err(|e| Error::io("fsync of pack", e)))
+            .and_then(|()| then());
+        if let Err(e) = &r {
+            *failed = Some(e.to_string());
         }
-        Ok(())
+        r
     }
 
     /// Reads a block and verifies its header, checksum and content hash.
