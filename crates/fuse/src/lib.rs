@@ -124,13 +124,6 @@ impl ScionFuse {
         self.fs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `Fs::fsync` with the engine lock released while the disk flushes, so other requests
-    /// go on meanwhile (an fsync held every request up for its 20-30 ms before, and the
-    /// half-second background sync did the same).
-    fn fsync_unlocked(&self) -> Result<(), i32> {
-        fsync_unlocked(&self.fs)
-    }
-
     fn entry(&self, r: Result<Attr, i32>, reply: ReplyEntry) {
         match r {
             Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &TTL, &file_attr(&a), Generation(0)),
@@ -406,7 +399,7 @@ impl Filesystem for ScionFuse {
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        match self.fsync_unlocked() {
+        match fsync_unlocked(&self.fs) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
@@ -486,7 +479,7 @@ impl Filesystem for ScionFuse {
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        match self.fsync_unlocked() {
+        match fsync_unlocked(&self.fs) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
@@ -654,7 +647,8 @@ impl Filesystem for ScionFuse {
 }
 
 /// `Fs::fsync` on a shared engine, its lock held only to begin and to end the sync, not while
-/// the disk flushes (`Fs::sync_begin`).
+/// the disk flushes (`Fs::sync_begin`), so other requests go on meanwhile: an fsync, and the
+/// half-second background sync, held every request up for its 20-30 ms before.
 pub fn fsync_unlocked(fs: &Mutex<Fs>) -> Result<(), i32> {
     let lock = || fs.lock().unwrap_or_else(|p| p.into_inner());
     let ticket = lock().sync_begin()?;
