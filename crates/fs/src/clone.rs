@@ -609,6 +609,17 @@ impl Fs {
                 self.usage(r, false, &mut seen, &mut referenced).map_err(eio)?;
                 self.usage(r, true, &mut seen_x, &mut exclusive).map_err(eio)?;
             }
+            // Small overwrites the checkpoint carried in the journal instead of the trees
+            // (copy-on-abundant-write) are the clone's own too: its files' patches.
+            let carried: u64 = self
+                .carried
+                .iter()
+                .filter(|i| ns_of(**i) == id)
+                .filter_map(|i| self.nodes.get(i))
+                .map(chunk_bytes)
+                .sum();
+            referenced += carried;
+            exclusive += carried;
             out.push(Listing {
                 ns: id,
                 kind: info.kind,

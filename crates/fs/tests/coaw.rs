@@ -242,3 +242,31 @@ fn page_writes_journal_only_what_changed() {
     fs.close().unwrap();
     committed(&store);
 }
+
+/// `list` counts the patches a checkpoint carries in the journal as the clone's own bytes:
+/// a clone with small writes into every chunk of its file holds them, and destroying it
+/// frees them.
+#[test]
+fn list_counts_carried_patches() {
+    let (_tmp, store, mut fs, dir, f) = store_with_file();
+    let root = fs.root();
+    let orig: Vec<u8> = (0..4 * CHUNK).map(|i| (i * 7 % 251) as u8 + 1).collect();
+    fs.write(f, 0, &orig).unwrap();
+    fs.checkpoint().unwrap();
+    let c = fs.clone_dir(dir, root, b"c", &[], b"test").unwrap();
+    let fresh = fs.list().unwrap();
+    let cf = lookup(&mut fs, c, "f");
+    for i in 0..4u64 {
+        fs.write(cf, i * CHUNK as u64 + 8192, &[0xee; 100]).unwrap();
+    }
+    let listed = fs.list().unwrap(); // checkpoints: the patches are carried now
+    assert_eq!(committed(&store).journal_records, 1, "the file is carried");
+    let (before, after) = (&fresh[0], &listed[0]);
+    assert!(
+        after.exclusive >= before.exclusive + 400 && after.exclusive < before.exclusive + 8 * 4096,
+        "exclusive {} -> {}",
+        before.exclusive,
+        after.exclusive
+    );
+    assert!(after.referenced >= before.referenced + 400, "referenced {} -> {}", before.referenced, after.referenced);
+}
