@@ -614,8 +614,8 @@ impl Fs {
             let carried: u64 = self
                 .carried
                 .iter()
-                .filter(|i| ns_of(**i) == id)
                 .filter_map(|i| self.nodes.get(i))
+                .filter(|n| n.ns == id)
                 .map(chunk_bytes)
                 .sum();
             referenced += carried;

@@ -39,11 +39,6 @@ pub fn make_ino(ns: u32, oid: u64) -> Ino {
     (((ns - 1) as u64) << 40) | oid
 }
 
-/// The namespace of an inode (`make_ino`'s first argument).
-pub(crate) fn ns_of(ino: Ino) -> u32 {
-    (ino >> 40) as u32 + 1
-}
-
 /// Where an inode's record is stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Loc {
