@@ -237,6 +237,129 @@ def test_chmod_chown_roundtrip(scion_mount):
         m.remount()
 
 
+# A file capability (struct vfs_cap_data, revision 2, effective): CAP_NET_BIND_SERVICE.
+FILE_CAP = struct.pack("<IIIII", 0x02000001, 1 << 10, 0, 0, 0)
+
+
+SUPPLEMENTARY = 3000
+
+
+def _as_user(uid, gid, fn):
+    """Run fn() in a child with the credentials of an ordinary user (no capabilities), in
+    groups gid and SUPPLEMENTARY."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgroups([gid, SUPPLEMENTARY])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            fn()
+            code = 0
+        except BaseException as e:  # reported by the exit status; the parent asserts
+            os.write(2, f"as uid {uid}: {e!r}\n".encode())
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, f"step as uid {uid} failed"
+
+
+def _privilege_steps(root):
+    """Writes, truncates and chowns of setuid/setgid files and files with capabilities, by
+    root and by an ordinary user (uid 1000, groups 1000 and 3000). Returns the names made."""
+    U, G, OTHER = 1000, 1000, 2000
+
+    def make(name, perm, uid, gid, cap=False, is_dir=False):
+        p = os.path.join(root, name)
+        if is_dir:
+            os.mkdir(p)
+        else:
+            write_file(p, b"0123456789" * 100)
+        os.chown(p, uid, gid)
+        os.chmod(p, perm)
+        if cap:
+            os.setxattr(p, "security.capability", FILE_CAP)
+        return p
+
+    def write(p, n=4, off=0):
+        def go():
+            fd = os.open(p, os.O_WRONLY)
+            try:
+                os.pwrite(fd, b"x" * n, off)
+            finally:
+                os.close(fd)
+        return go
+
+    steps = [
+        # name, perm, owner, group, capability, directory, [(actor, action)]
+        ("w_suid", 0o4777, U, G, False, False, [("user", "write")]),
+        ("w_suid_big", 0o4777, U, G, False, False, [("user", "bigwrite")]),
+        ("w_sgid_x", 0o2777, U, G, False, False, [("user", "write")]),
+        ("w_sgid_nox_member", 0o2767, U, G, False, False, [("user", "write")]),
+        ("w_sgid_nox_other", 0o2767, U, OTHER, False, False, [("user", "write")]),
+        ("w_sgid_nox_supplementary", 0o6767, U, SUPPLEMENTARY, False, False, [("user", "write")]),
+        ("w_root", 0o6777, U, G, False, False, [("root", "write")]),
+        ("w_again", 0o0666, U, G, False, False,
+         [("user", "write"), ("root", "chmod 4666"), ("user", "write")]),
+        ("t_user", 0o6777, U, G, False, False, [("user", "truncate")]),
+        ("t_root", 0o6777, U, G, False, False, [("root", "truncate")]),
+        ("t_sgid_nox_supplementary", 0o2767, U, SUPPLEMENTARY, False, False, [("user", "truncate")]),
+        ("c_root", 0o6755, U, G, False, False, [("root", "chown")]),
+        ("c_root_nox", 0o6745, U, G, False, False, [("root", "chown")]),
+        ("c_user_nox_other", 0o2745, U, OTHER, False, False, [("user", "chgrp")]),
+        ("c_user_x_other", 0o6755, U, OTHER, False, False, [("user", "chgrp")]),
+        ("c_dir", 0o6775, U, G, False, True, [("root", "chown")]),
+        ("cap_write", 0o755, 0, 0, True, False, [("root", "write")]),
+        ("cap_chown", 0o755, 0, 0, True, False, [("root", "chown")]),
+        ("cap_truncate", 0o755, 0, 0, True, False, [("root", "truncate")]),
+    ]
+    for name, perm, uid, gid, cap, is_dir, actions in steps:
+        p = make(name, perm, uid, gid, cap, is_dir)
+        for actor, action in actions:
+            if action == "write":
+                fn = write(p)
+            elif action == "bigwrite":
+                fn = write(p, n=3 * MiB, off=1000)
+            elif action == "truncate":
+                fn = lambda p=p: os.truncate(p, 10)
+            elif action == "chown":
+                fn = lambda p=p: os.chown(p, 1001, 1001)
+            elif action == "chgrp":
+                fn = lambda p=p: os.chown(p, -1, G)
+            else:
+                fn = lambda p=p, m=int(action.split()[1], 8): os.chmod(p, m)
+            if actor == "user":
+                _as_user(U, G, fn)
+            else:
+                fn()
+    return [s[0] for s in steps]
+
+
+def test_privileges_dropped_as_on_ext4(scion_mount):
+    """setuid, setgid and file capabilities go (or stay) on write, truncate and chown exactly
+    as on the host's filesystem: the same steps in the mount and in a plain directory."""
+    m = scion_mount
+    os.chmod(m.root, 0o755)  # the ordinary user must reach both trees
+    names = _privilege_steps(m.mnt)
+    _privilege_steps(m.ref)
+
+    def state(root, name):
+        st = os.lstat(os.path.join(root, name))
+        return (oct(st.st_mode), st.st_uid, st.st_gid, None if stat.S_ISDIR(st.st_mode) else st.st_size,
+                sorted(os.listxattr(os.path.join(root, name))))
+
+    for attempt in range(2):
+        for name in names:
+            assert state(m.mnt, name) == state(m.ref, name), f"{name} (remounted: {attempt == 1})"
+        m.remount()
+    # The steps above must have exercised both outcomes.
+    assert not os.stat(P(m, "w_suid")).st_mode & stat.S_ISUID
+    assert os.stat(P(m, "w_root")).st_mode & stat.S_ISUID
+    assert os.stat(P(m, "w_sgid_nox_member")).st_mode & stat.S_ISGID
+    assert os.stat(P(m, "w_sgid_nox_supplementary")).st_mode & stat.S_ISGID
+    assert not os.stat(P(m, "w_sgid_nox_other")).st_mode & stat.S_ISGID
+    assert "security.capability" not in os.listxattr(P(m, "cap_write"))
+
+
 # ---------------------------------------------------------------- times
 
 def test_nanosecond_timestamps(scion_mount):

@@ -457,6 +457,8 @@ pub trait Filesystem: Send + Sync + 'static {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         flags: Option<BsdFileFlags>,
+        // scion's patch: FATTR_KILL_SUIDGID (see InitFlags::FUSE_HANDLE_KILLPRIV_V2).
+        _kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
         warn!(

@@ -472,6 +472,10 @@ mod op {
             #[cfg(not(target_os = "macos"))]
             None
         }
+        /// scion's patch: whether the kernel asks the filesystem to clear setuid/setgid.
+        pub(crate) fn kill_suidgid(&self) -> bool {
+            self.valid().contains(FattrFlags::FATTR_KILL_SUIDGID)
+        }
         pub(crate) fn flags(&self) -> Option<BsdFileFlags> {
             #[cfg(target_os = "macos")]
             if self.valid().contains(FattrFlags::FATTR_FLAGS) {
