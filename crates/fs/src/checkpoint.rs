@@ -289,6 +289,7 @@ impl Fs {
             journal: None,
             replaying: true,
             dirty_bytes: 0,
+            flushed_bytes: 0,
             pending_chunks: 0,
             garbage: Vec::new(),
             read_gate: Default::default(),
@@ -734,6 +735,9 @@ impl Fs {
     }
 
     fn checkpoint_inner(&mut self, fold: Fold) -> Result<()> {
+        let t0 = Instant::now();
+        let data_bytes = self.dirty_bytes;
+        let flushed_bytes = std::mem::take(&mut self.flushed_bytes);
         // Orphans closed since the last checkpoint drop their content now.
         for p in std::mem::take(&mut self.orphan_releases) {
             self.forest.release(&p)?;
@@ -793,6 +797,7 @@ impl Fs {
             }
         }
 
+        let n_dirty = dirty.len();
         // 2. File overlays become content trees.
         let files: Vec<Ino> = dirty
             .iter()
@@ -840,6 +845,7 @@ impl Fs {
             }
         }
         self.dirty_bytes = self.orphans.iter().map(|i| chunk_bytes(&self.nodes[i])).sum();
+        let t_files = t0.elapsed();
 
         // 3. Directories, deepest first.
         let mut heap: BinaryHeap<(usize, Ino)> = BinaryHeap::new();
@@ -1063,7 +1069,9 @@ impl Fs {
         w.u32(self.next_ns);
         put_ptrs(&mut w, &pages);
         let record = self.forest.store.write(BlockKind::Meta, &w.finish())?;
+        let t_built = t0.elapsed();
         self.forest.store.sync()?;
+        let t_synced = t0.elapsed();
         let head: Vec<&[u8]> = carry.iter().map(|(_, p)| p.as_slice()).collect();
         let journal = Journal::create_with(&self.host, &self.dir, generation, &self.store_id, &head)?;
         let (pack, pack_end) = self.forest.store.position();
@@ -1110,6 +1118,16 @@ impl Fs {
             self.sweep_at = (2 * self.nodes.len()).max(1 << 16);
         }
         self.last_checkpoint = Instant::now();
+        log::debug!(
+            "checkpoint {generation}: {} MiB of buffered data ({} MiB more written behind), {} inodes changed; files {:?}, trees {:?}, pack sync {:?}, commit {:?}",
+            data_bytes >> 20,
+            flushed_bytes >> 20,
+            n_dirty,
+            t_files,
+            t_built - t_files,
+            t_synced - t_built,
+            self.last_checkpoint - t0 - t_synced,
+        );
         Ok(())
     }
 }

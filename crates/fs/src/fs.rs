@@ -57,7 +57,9 @@ pub(crate) enum Loc {
 pub(crate) enum Chunk {
     /// New bytes, held in memory (partial writes).
     Buf(Vec<u8>),
-    /// A whole chunk already written to a pack ahead of the checkpoint; the journal names it.
+    /// A block in a pack that no checkpoint has taken yet: a whole chunk written ahead (the
+    /// journal names the block), or buffered bytes written behind (`flush.rs`; the journal
+    /// holds the bytes).
     Block(BlockPtr),
     /// Zeros.
     Hole,
@@ -295,6 +297,9 @@ pub struct Fs {
     pub(crate) journal: Option<Journal>,
     pub(crate) replaying: bool,
     pub(crate) dirty_bytes: u64,
+    /// Buffered bytes written behind (`flush.rs`) since the last checkpoint: with
+    /// `dirty_bytes`, what decides when the next checkpoint is due.
+    pub(crate) flushed_bytes: u64,
     /// Whole chunks written ahead since the last checkpoint.
     pub(crate) pending_chunks: u64,
     /// Blocks written ahead that no checkpoint will reference; freed by the next checkpoint.
@@ -732,7 +737,7 @@ impl Fs {
             return Ok(());
         }
         let jl = self.journal.as_ref().map(|j| j.len).unwrap_or(0);
-        if self.dirty_bytes > DIRTY_LIMIT || jl > JOURNAL_LIMIT || self.pending_chunks > PENDING_CHUNK_LIMIT {
+        if self.dirty_bytes + self.flushed_bytes > DIRTY_LIMIT || jl > JOURNAL_LIMIT || self.pending_chunks > PENDING_CHUNK_LIMIT {
             self.checkpoint().map_err(eio)?;
         }
         Ok(())
@@ -1549,7 +1554,7 @@ impl Fs {
     }
 
     /// Replaces chunk `idx`, keeping `alloc`, the dirty byte count and the garbage list right.
-    fn set_chunk(&mut self, ino: Ino, idx: u64, c: Chunk) -> FsResult<()> {
+    pub(crate) fn set_chunk(&mut self, ino: Ino, idx: u64, c: Chunk) -> FsResult<()> {
         let n = self.node(ino)?;
         let old = self.chunk_len(n, idx)?;
         let new = c.len();

@@ -16,6 +16,7 @@ pub mod check;
 mod checkpoint;
 pub mod clone;
 pub mod delta;
+mod flush;
 mod fs;
 pub mod inode;
 pub mod journal;
@@ -23,6 +24,7 @@ pub mod repack;
 pub mod scrub;
 
 pub use clone::Listing;
+pub use flush::{FlushBatch, FlushedBatch, FLUSH_FROM};
 pub use repack::RepackReport;
 pub use fs::{write_ahead, Attr, DirEntry, Fs, FsResult, Ino, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket, WrittenAhead, ROOT_INO};
 pub use inode::{Kind, Ts};

@@ -45,6 +45,8 @@ enum Step {
     Chmod(String, u16),
     Fsync,
     Checkpoint,
+    /// Write-behind of buffered data, as the mount's background thread does it.
+    FlushBehind,
     Clone(String, String),
     Snapshot(String, String),
     Destroy(String),
@@ -154,6 +156,12 @@ fn apply(fs: &mut Fs, step: &Step) -> Result<(), i32> {
         }
         Step::Fsync => fs.fsync()?,
         Step::Checkpoint => fs.checkpoint().map_err(|e| e.errno())?,
+        Step::FlushBehind => {
+            if let Some(batch) = fs.flush_begin(0) {
+                let done = batch.run();
+                fs.flush_end(done);
+            }
+        }
         Step::Clone(src, dst) => {
             let s = resolve(fs, src)?;
             let (d, n) = parent_of(fs, dst)?;
@@ -417,6 +425,9 @@ fn overwrite(rng: &mut StdRng) -> Vec<Step> {
         let off = if big { rng.gen_range(0..3) * 65536 } else { rng.gen_range(0..200_000) };
         let len = if big { 65536 * rng.gen_range(1..3) } else { rng.gen_range(1..9000) };
         s.push(Step::Write(f.clone(), off, bytes(rng, len)));
+        if rng.gen_bool(0.2) {
+            s.push(Step::FlushBehind);
+        }
         if rng.gen_bool(0.1) {
             s.push(Step::Truncate(f, rng.gen_range(0..150_000)));
         }
@@ -440,6 +451,9 @@ fn rename_over(rng: &mut StdRng) -> Vec<Step> {
         let n = rng.gen_range(10..70_000);
         s.push(Step::Write(tmp.clone(), 0, bytes(rng, n)));
         s.push(Step::SetXattr(tmp.clone(), b"user.v".to_vec(), format!("{i}").into_bytes()));
+        if i % 3 == 1 {
+            s.push(Step::FlushBehind);
+        }
         s.push(Step::Fsync);
         s.push(Step::Rename(tmp, target));
         if rng.gen_bool(0.5) {
@@ -470,6 +484,9 @@ fn dir_tree(rng: &mut StdRng) -> Vec<Step> {
         if rng.gen_bool(0.5) {
             s.push(Step::Fsync);
         }
+        if a == 1 {
+            s.push(Step::FlushBehind);
+        }
     }
     s.push(Step::Symlink("d0/link".into(), b"e0/f0".to_vec()));
     s.push(Step::Link("d0/e0/f0".into(), "d1/hard".into()));
@@ -483,8 +500,10 @@ fn dir_tree(rng: &mut StdRng) -> Vec<Step> {
     s.push(Step::Unlink("d2/e0/f1".into()));
     s.push(Step::Rmdir("d2/e0".into()));
     s.push(Step::Fsync);
+    s.push(Step::FlushBehind);
     s.push(Step::Unlink("d0/e0/f0".into()));
     s.push(Step::Write("d2/moved/d1/hard".into(), 100, bytes(rng, 3000)));
+    s.push(Step::FlushBehind);
     s
 }
 

@@ -473,6 +473,19 @@ fn run(seed: u64, ops: usize) {
                 compare(&mut fs, &m, &format!("seed {seed} after remount at op {i}"));
                 synced = m.clone();
             }
+            11..=30 => {
+                // Write-behind of buffered data (the mount's background thread), with
+                // another operation, which may change what the batch copied, between the
+                // copy and the hand-back.
+                if let Some(batch) = fs.flush_begin(0) {
+                    let between = rng.gen_bool(0.5) && random_op(&mut fs, &mut m, &mut rng);
+                    let done = batch.run();
+                    fs.flush_end(done);
+                    if between {
+                        synced = m.clone();
+                    }
+                }
+            }
             9 | 10 => {
                 // Crash: whatever was not fsynced may be lost; what was, must be there.
                 fs.fsync().unwrap();

@@ -245,6 +245,37 @@ impl BlockStore {
         })
     }
 
+    /// Appends blocks of any length back to back with one write, each framed and padded as
+    /// `write` would, and returns their pointers. Like `write_data_run`, the space is
+    /// reserved under the lock and written outside it, and the pack joins the list `sync`
+    /// covers once the write is done. Not durable until `sync`.
+    pub fn write_batch(&self, kind: BlockKind, payloads: &[&[u8]]) -> Result<Vec<BlockPtr>> {
+        let mut buf = Vec::with_capacity(payloads.iter().map(|p| footprint(kind, p.len()) as usize).sum());
+        let mut blocks = Vec::with_capacity(payloads.len()); // (offset in buf, len, hash)
+        for p in payloads {
+            assert!(p.len() <= MAX_BLOCK_LEN, "block payload of {} bytes", p.len());
+            let fp = footprint(kind, p.len()) as usize;
+            blocks.push((buf.len() as u64, p.len() as u32, *blake3::hash(p).as_bytes()));
+            frame_into(&mut buf, kind, p, fp);
+        }
+        assert!(buf.len() as u64 <= PACK_ROLL_BYTES, "a batch of {} bytes", buf.len());
+        let (id, off, file) = {
+            let mut a = self.active.lock().unwrap();
+            if a.end + buf.len() as u64 > PACK_ROLL_BYTES && a.end > 0 {
+                self.roll(&mut a)?;
+            }
+            let off = a.end;
+            a.end += buf.len() as u64;
+            (a.id, off, a.file.clone())
+        };
+        file.write_all_at(&buf, off).map_err(|e| Error::io(format!("write to pack {id}"), e))?;
+        self.active.lock().unwrap().to_sync(file);
+        Ok(blocks
+            .into_iter()
+            .map(|(at, len, hash)| BlockPtr { addr: BlockPtr::make_addr(id, off + at), len, kind, hash })
+            .collect())
+    }
+
     fn roll(&self, a: &mut Active) -> Result<()> {
         self.trim(a);
         let id = a.id + 1;
@@ -584,18 +615,24 @@ const RUN_BUF_KEEP: usize = 4 << 20;
 /// zero padding.
 fn frame(kind: BlockKind, payload: &[u8], fp: usize) -> Vec<u8> {
     let mut buf = Vec::with_capacity(fp);
+    frame_into(&mut buf, kind, payload, fp);
+    buf
+}
+
+/// Appends the block `frame` makes to `buf`.
+fn frame_into(buf: &mut Vec<u8>, kind: BlockKind, payload: &[u8], fp: usize) {
+    let start = buf.len();
     if header_len(kind) > 0 {
         buf.extend_from_slice(BLOCK_MAGIC);
         buf.push(kind as u8);
         buf.push(0); // codec: 0 = stored as is
         buf.extend_from_slice(&[0, 0]);
         buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        let crc = header_crc(&buf[..12], payload);
+        let crc = header_crc(&buf[start..start + 12], payload);
         buf.extend_from_slice(&crc.to_le_bytes());
     }
     buf.extend_from_slice(payload);
-    buf.resize(fp, 0);
-    buf
+    buf.resize(start + fp, 0);
 }
 
 /// Checks a raw block (header + payload) against its pointer; returns the payload.

@@ -359,3 +359,41 @@ fn runs_read_in_place_are_verified_on_every_path() {
         }
     }
 }
+
+#[test]
+fn batches_are_laid_out_as_single_writes_would_be() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    let payloads: Vec<Vec<u8>> = [0usize, 1, 4095, 4096, 4097, 65536, 70000]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (0..n).map(|j| (j * 7 + i) as u8).collect())
+        .collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+    let before = s.write(BlockKind::Node, b"before").unwrap();
+    for kind in [BlockKind::Data, BlockKind::Node] {
+        let ptrs = s.write_batch(kind, &refs).unwrap();
+        assert_eq!(ptrs.len(), payloads.len());
+        // Back to back, each on its own pages, as `write` would have put them.
+        let mut at = ptrs[0].offset();
+        for (p, data) in ptrs.iter().zip(&payloads) {
+            assert_eq!(p.offset(), at);
+            assert_eq!(p.offset() % 4096, 0);
+            at += p.footprint();
+            assert_eq!(p.kind, kind);
+            assert_eq!(&s.read(p).unwrap(), data);
+        }
+        assert_eq!(s.position().1, at, "the batch ends where the store's next block goes");
+    }
+    let after = s.write(BlockKind::Node, b"after").unwrap();
+    s.sync().unwrap();
+    assert_eq!(s.read(&before).unwrap(), b"before");
+    assert_eq!(s.read(&after).unwrap(), b"after");
+    // Damage inside one block of a batch is found in that block only.
+    let ptrs = s.write_batch(BlockKind::Data, &refs).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(d.path().join("packs/00000001.pack")).unwrap();
+    f.write_all_at(&[0xff], ptrs[5].offset() + 10).unwrap();
+    for (i, p) in ptrs.iter().enumerate() {
+        assert_eq!(s.read(p).is_err(), i == 5, "block {i}");
+    }
+}
