@@ -164,6 +164,16 @@ fn caller_in_group(req: &Request, gid: u32) -> bool {
         .is_some_and(|groups| groups.split_whitespace().any(|g| g.parse() == Ok(gid)))
 }
 
+/// Whether a SETATTR that changes nothing but perhaps ctime is a chown(f, -1, -1) (see
+/// `setattr`): without the writeback cache, whose ctime it carries, this cannot be told.
+fn chown_unchanged(cur: &Attr, a: &SetAttr) -> bool {
+    match cur.kind {
+        Kind::Dir => false,
+        Kind::File => a.ctime.is_some(),
+        _ => true,
+    }
+}
+
 /// Clear a file's setuid/setgid bits as a write by `req` requires (FUSE_WRITE_KILL_SUIDGID).
 fn kill_privs(fs: &mut Fs, ino: u64, req: &Request) -> Result<(), i32> {
     let cur = fs.getattr(ino)?;
@@ -195,16 +205,19 @@ impl Filesystem for ScionFuse {
             // Modes arrive unmasked, with the umask: the engine applies it unless a default
             // ACL decides instead.
             InitFlags::FUSE_DONT_MASK,
-            // The daemon clears setuid/setgid on write, truncate and chown (kill_privs), so
-            // the kernel need not ask for a file's mode before a chown, and may mark a file
-            // it has found free of privileges (S_NOSEC) instead of asking for its
-            // security.capability before every write: one GETXATTR per write call, 10 KiB
-            // apiece from tar, was a quarter of an untar's requests.
-            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ] {
             if config.add_capabilities(cap).is_err() {
                 log::info!("kernel lacks {cap:?}");
             }
+        }
+        // The daemon clears setuid/setgid on write, truncate and chown (kill_privs), so the
+        // kernel need not ask for a file's mode before a chown, and may mark a file it has
+        // found free of privileges (S_NOSEC) instead of asking for its security.capability
+        // before every write: one GETXATTR per write call, 10 KiB apiece from tar, was a
+        // quarter of an untar's requests. Only with the writeback cache: without it, a
+        // chown(f, -1, -1) cannot be recognised (see `setattr`).
+        if writeback && config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2).is_err() {
+            log::info!("kernel lacks FUSE_HANDLE_KILLPRIV_V2");
         }
         if self.uring {
             match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
@@ -266,11 +279,20 @@ impl Filesystem for ScionFuse {
             mtime: mtime.map(ts),
             ctime: ctime.map(Ts::from_system),
         };
+        // chown(f, -1, -1) clears setuid/setgid too, but as it passes neither uid nor gid the
+        // kernel sets no FATTR_KILL_SUIDGID, and drops the mode it worked out. What arrives is
+        // a SETATTR of ctime alone for a regular file (the writeback cache keeps its ctime),
+        // of nothing at all for other non-directories, and nothing else sends either:
+        // utimensat omitting both times returns before reaching the filesystem, the kernel's
+        // own time updates carry mtime, and an empty one for a regular file comes from a
+        // write removing a capability, which must not touch the mode.
+        let bare = a == SetAttr { ctime: a.ctime, ..Default::default() };
         let mut fs = self.fs();
-        if kill_suidgid {
+        if kill_suidgid || bare {
             // Applied to the mode this request sets, if it sets one (the kernel does not, with
             // FUSE_HANDLE_KILLPRIV_V2), in the same journal record as the change itself.
             match fs.getattr(ino.0) {
+                Ok(cur) if !kill_suidgid && !chown_unchanged(&cur, &a) => {}
                 Ok(cur) => {
                     let perm = a.mode.map_or(u32::from(cur.perm), |m| m & 0o7777);
                     let kept = perm_without_privs(perm, cur.gid, req);
