@@ -1518,7 +1518,8 @@ impl Fs {
     }
 
     fn read_block(&self, n: &Node, idx: u64, ptr: &BlockPtr) -> FsResult<Vec<u8>> {
-        self.forest.store.read_shared(ptr).map(|b| b.to_vec()).map_err(|e| {
+        // One block on its own: a write into part of a committed chunk, a truncate into one.
+        self.forest.store.read_shared(ptr, true).map(|b| b.to_vec()).map_err(|e| {
             log::error!("read of chunk {idx} of oid {} (ino {}): {e}", n.inode.oid, n.inode.oid);
             e.errno()
         })
@@ -2494,6 +2495,12 @@ pub fn write_ahead(store: &BlockStore, offset: u64, data: &[u8]) -> FsResult<Wri
     Ok(ahead)
 }
 
+/// READs up to this long are taken for random accesses (the kernel filling a page before a
+/// small write, a 4 KiB random read): a partial block they need is read past the host's page
+/// cache (`BlockStore::read_shared`). Longer ones come from readahead, which the host's own
+/// readahead of the pack serves well.
+const RANDOM_READ_MAX: usize = 16 << 10;
+
 pub struct ReadPlan {
     len: usize,
     parts: Vec<(usize, Part)>,
@@ -2579,7 +2586,7 @@ impl ReadPlan {
             if !whole(&run[j]) {
                 // Part of a block: likely read again soon (the rest of its pages, or the
                 // page written back after the kernel filled it).
-                let data = self.store.read_shared(&ptrs[0])?;
+                let data = self.store.read_shared(&ptrs[0], self.len <= RANDOM_READ_MAX)?;
                 let (at, _, within, len) = run[j];
                 out[at..at + len].copy_from_slice(&data[within..within + len]);
                 j = k;

@@ -65,10 +65,10 @@ pub struct HostSpace {
 
 pub trait HostFs: Send + Sync {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn HostFile>>;
-    /// An existing file opened for writes that bypass the host's page cache (`O_DIRECT`):
-    /// offsets, lengths and buffers must be multiples of 4096. `None` where the host has no
-    /// such writes; the caller then writes through `open`'s handle.
-    fn open_direct(&self, _path: &Path) -> io::Result<Option<Arc<dyn HostFile>>> {
+    /// An existing file opened for reads (and writes if `write`) that bypass the host's page
+    /// cache (`O_DIRECT`): offsets, lengths and buffers must be multiples of 4096. `None`
+    /// where the host has no such I/O; the caller then goes through `open`'s handle.
+    fn open_direct(&self, _path: &Path, _write: bool) -> io::Result<Option<Arc<dyn HostFile>>> {
         Ok(None)
     }
     /// The whole content of a file.
@@ -154,9 +154,9 @@ impl HostFs for OsHost {
         }
         Ok(Arc::new(OsFile(o.open(path)?)))
     }
-    fn open_direct(&self, path: &Path) -> io::Result<Option<Arc<dyn HostFile>>> {
+    fn open_direct(&self, path: &Path, write: bool) -> io::Result<Option<Arc<dyn HostFile>>> {
         use std::os::unix::fs::OpenOptionsExt;
-        match OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path) {
+        match OpenOptions::new().read(true).write(write).custom_flags(libc::O_DIRECT).open(path) {
             Ok(f) => Ok(Some(Arc::new(OsFile(f)))),
             // A filesystem without direct I/O refuses the flag.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),

@@ -120,6 +120,8 @@ pub struct BlockStore {
     /// The blocks `read_shared` read last, verified, newest at the back. A block's bytes never
     /// change while a pointer (which holds its hash) names it, so no entry goes stale.
     recent: Mutex<VecDeque<(BlockPtr, Arc<[u8]>)>>,
+    /// Handles for direct reads of single blocks, per pack (`None`: the host has none).
+    direct_readers: RwLock<HashMap<u32, Option<Arc<dyn HostFile>>>>,
     active: Mutex<Active>,
     /// Held while a sync runs, so syncs run one at a time; holds why one failed, after which
     /// every later one fails too (see `sync_then`).
@@ -141,6 +143,7 @@ impl BlockStore {
             writable,
             readers: RwLock::new(readers),
             recent: Default::default(),
+            direct_readers: Default::default(),
             sync_io: Mutex::new(None),
             active: Mutex::new(Active {
                 id: pack,
@@ -363,7 +366,7 @@ impl BlockStore {
     fn direct_handle(&self, a: &mut Active) -> Option<Arc<dyn HostFile>> {
         if let Direct::Untried = a.direct {
             let path = pack_path(&self.dir, a.id);
-            a.direct = match self.host.open_direct(&path) {
+            a.direct = match self.host.open_direct(&path, true) {
                 Ok(Some(f)) => Direct::Open(f),
                 Ok(None) => {
                     log::info!("the host filesystem has no direct I/O: pack data goes through its page cache");
@@ -448,17 +451,66 @@ impl BlockStore {
     /// filling one page before a small write and then writing the page back (whose changed
     /// bytes are found by comparing it with the block), or a reader going through a file
     /// page by page. The last `RECENT_BLOCKS` blocks read this way are kept, verified.
-    pub fn read_shared(&self, ptr: &BlockPtr) -> Result<Arc<[u8]>> {
+    /// `random`: the caller wants a little of this block on its own (a page filled before a
+    /// small write, a 4 KiB random read), so a data block is read past the host's page cache,
+    /// whose readahead would only read what nobody asked for (`read_direct`).
+    pub fn read_shared(&self, ptr: &BlockPtr, random: bool) -> Result<Arc<[u8]>> {
         if let Some((_, data)) = self.recent.lock().unwrap().iter().rev().find(|(p, _)| p == ptr) {
             return Ok(data.clone());
         }
-        let data: Arc<[u8]> = self.read(ptr)?.into();
+        let data: Arc<[u8]> = match random.then(|| self.read_direct(ptr)).flatten() {
+            Some(r) => r?.into(),
+            None => self.read(ptr)?.into(),
+        };
         let mut recent = self.recent.lock().unwrap();
         if recent.len() == RECENT_BLOCKS {
             recent.pop_front();
         }
         recent.push_back((*ptr, data.clone()));
         Ok(data)
+    }
+
+    /// A data block read past the host's page cache (`O_DIRECT`), for random accesses
+    /// (`read_shared`). Sequential reads keep the host's readahead, which a cold `grep -r`
+    /// of many files needs (design.md). `None`: not a data block, or the host has no direct
+    /// I/O; the caller reads through the page cache.
+    fn read_direct(&self, ptr: &BlockPtr) -> Option<Result<Vec<u8>>> {
+        if header_len(ptr.kind) != 0 {
+            return None;
+        }
+        let f = self.direct_reader(ptr.pack())?;
+        let fp = ptr.footprint() as usize;
+        ALIGNED_BUF.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            buf.resize(fp + BLOCK_ALIGN as usize, 0);
+            let at = buf.as_ptr().align_offset(BLOCK_ALIGN as usize);
+            let r = match f.read_exact_at(&mut buf[at..at + fp], ptr.offset()) {
+                Ok(()) => Some(verify(ptr, &buf[at..at + ptr.len as usize]).map(|p| p.to_vec())),
+                Err(e) => {
+                    if e.raw_os_error() == Some(libc::EINVAL) {
+                        // Alignment the host wants and this store does not give.
+                        log::warn!("direct read of pack {}: {e}; its blocks are read through the page cache from now on", ptr.pack());
+                        self.direct_readers.write().unwrap().insert(ptr.pack(), None);
+                    }
+                    // Otherwise the buffered read says which block is missing or unreadable.
+                    None
+                }
+            };
+            if buf.capacity() > RUN_BUF_KEEP {
+                *buf = Vec::new();
+            }
+            r
+        })
+    }
+
+    /// A direct-I/O handle on `pack`, opened on first use; `None` where the host has none.
+    fn direct_reader(&self, pack: u32) -> Option<Arc<dyn HostFile>> {
+        if let Some(f) = self.direct_readers.read().unwrap().get(&pack) {
+            return f.clone();
+        }
+        let f = self.host.open_direct(&pack_path(&self.dir, pack), false).unwrap_or(None);
+        self.direct_readers.write().unwrap().insert(pack, f.clone());
+        f
     }
 
     /// Reads blocks that lie back to back in one pack with a single read, then verifies
