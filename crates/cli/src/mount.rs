@@ -161,10 +161,11 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
                 // Buffered data of closed files goes to the packs now, without the engine
                 // lock, so the checkpoint that folds it holds requests up for less (flush.rs).
                 // Bounded, so that the sync below still comes every half second or so.
+                let lock = || fs.lock().unwrap_or_else(|p| p.into_inner());
                 for _ in 0..8 {
-                    let Some(batch) = fs.lock().unwrap_or_else(|p| p.into_inner()).flush_begin(scion_fs::FLUSH_FROM) else { break };
+                    let Some(batch) = lock().flush_begin(scion_fs::FLUSH_FROM) else { break };
                     let done = batch.run();
-                    if !fs.lock().unwrap_or_else(|p| p.into_inner()).flush_end(done) {
+                    if !lock().flush_end(done) {
                         break;
                     }
                 }

@@ -132,20 +132,22 @@ impl ScionFuse {
     }
 }
 
-/// The permission bits a file keeps when the kernel asks the filesystem to drop its privileges
+/// The mode to set when the kernel asks the filesystem to drop a file's privileges
 /// (FUSE_HANDLE_KILLPRIV_V2): on a write or truncate by a caller without CAP_FSETID, and on a
-/// chown of anything but a directory. The rule is the VFS's own (setattr_should_drop_suidgid,
+/// chown of anything but a directory. `mode` is the one the request sets, if any; `None`: it
+/// need not change. The rule is the VFS's own (setattr_should_drop_suidgid,
 /// setattr_should_drop_sgid), so files behave as on ext4: setuid always goes; setgid goes when
 /// group execute is set, and otherwise (where it marks mandatory locking) only if the caller
 /// is neither privileged nor in the file's group.
-fn perm_without_privs(perm: u32, file_gid: u32, req: &Request) -> u32 {
-    let mut perm = perm & !libc::S_ISUID;
-    if perm & libc::S_ISGID != 0
-        && (perm & libc::S_IXGRP != 0 || (req.uid() != 0 && !caller_in_group(req, file_gid)))
+fn mode_without_privs(cur: &Attr, mode: Option<u32>, req: &Request) -> Option<u32> {
+    let perm = mode.map_or(u32::from(cur.perm), |m| m & 0o7777);
+    let mut kept = perm & !libc::S_ISUID;
+    if kept & libc::S_ISGID != 0
+        && (kept & libc::S_IXGRP != 0 || (req.uid() != 0 && !caller_in_group(req, cur.gid)))
     {
-        perm &= !libc::S_ISGID;
+        kept &= !libc::S_ISGID;
     }
-    perm
+    (kept != perm || mode.is_some()).then_some(kept)
 }
 
 /// Whether the caller of `req` is in group `gid`: its filesystem gid, or one of its
@@ -177,10 +179,8 @@ fn chown_unchanged(cur: &Attr, a: &SetAttr) -> bool {
 /// Clear a file's setuid/setgid bits as a write by `req` requires (FUSE_WRITE_KILL_SUIDGID).
 fn kill_privs(fs: &mut Fs, ino: u64, req: &Request) -> Result<(), i32> {
     let cur = fs.getattr(ino)?;
-    let perm = u32::from(cur.perm);
-    let kept = perm_without_privs(perm, cur.gid, req);
-    if kept != perm {
-        fs.setattr(ino, SetAttr { mode: Some(kept), ..Default::default() })?;
+    if let Some(mode) = mode_without_privs(&cur, None, req) {
+        fs.setattr(ino, SetAttr { mode: Some(mode), ..Default::default() })?;
     }
     Ok(())
 }
@@ -293,13 +293,7 @@ impl Filesystem for ScionFuse {
             // FUSE_HANDLE_KILLPRIV_V2), in the same journal record as the change itself.
             match fs.getattr(ino.0) {
                 Ok(cur) if !kill_suidgid && !chown_unchanged(&cur, &a) => {}
-                Ok(cur) => {
-                    let perm = a.mode.map_or(u32::from(cur.perm), |m| m & 0o7777);
-                    let kept = perm_without_privs(perm, cur.gid, req);
-                    if kept != perm || a.mode.is_some() {
-                        a.mode = Some(kept);
-                    }
-                }
+                Ok(cur) => a.mode = mode_without_privs(&cur, a.mode, req).or(a.mode),
                 Err(e) => return reply.error(err(e)),
             }
         }
@@ -459,12 +453,14 @@ impl Filesystem for ScionFuse {
             Err(e) => return reply.error(err(e)),
         };
         let mut fs = self.fs();
-        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            if let Err(e) = kill_privs(&mut fs, ino.0, req) {
-                return reply.error(err(e));
+        // After the write, which takes the blocks written ahead (or frees them if refused).
+        let r = fs.write_with(ino.0, offset, data, ahead).and_then(|n| {
+            if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+                kill_privs(&mut fs, ino.0, req)?;
             }
-        }
-        match fs.write_with(ino.0, offset, data, ahead) {
+            Ok(n)
+        });
+        match r {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(err(e)),
         }
