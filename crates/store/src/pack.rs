@@ -264,11 +264,7 @@ impl BlockStore {
         assert!(buf.len() as u64 <= PACK_ROLL_BYTES, "a batch of {} bytes", buf.len());
         let (id, off, file) = {
             let mut a = self.active.lock().unwrap();
-            if a.end + buf.len() as u64 > PACK_ROLL_BYTES && a.end > 0 {
-                self.roll(&mut a)?;
-            }
-            let off = a.end;
-            a.end += buf.len() as u64;
+            let off = self.reserve(&mut a, buf.len() as u64)?;
             (a.id, off, a.file.clone())
         };
         file.write_all_at(&buf, off).map_err(|e| Error::io(format!("write to pack {id}"), e))?;
@@ -277,6 +273,17 @@ impl BlockStore {
             .into_iter()
             .map(|(at, len, hash)| BlockPtr { addr: BlockPtr::make_addr(id, off + at), len, kind, hash })
             .collect())
+    }
+
+    /// Reserves `len` bytes at the active pack's end (rolling to a new pack first if they do
+    /// not fit), for a caller that writes them after releasing the lock; returns the offset.
+    fn reserve(&self, a: &mut Active, len: u64) -> Result<u64> {
+        if a.end + len > PACK_ROLL_BYTES && a.end > 0 {
+            self.roll(a)?;
+        }
+        let off = a.end;
+        a.end += len;
+        Ok(off)
     }
 
     fn roll(&self, a: &mut Active) -> Result<()> {
@@ -316,11 +323,7 @@ impl BlockStore {
         let hashes: Vec<[u8; 32]> = data.chunks(block_len).map(|b| *blake3::hash(b).as_bytes()).collect();
         let (id, off, file, direct) = {
             let mut a = self.active.lock().unwrap();
-            if a.end + data.len() as u64 > PACK_ROLL_BYTES && a.end > 0 {
-                self.roll(&mut a)?;
-            }
-            let off = a.end;
-            a.end += data.len() as u64;
+            let off = self.reserve(&mut a, data.len() as u64)?;
             let direct = if data.len() >= DIRECT_WRITE_MIN { self.direct_handle(&mut a) } else { None };
             if direct.is_some() && a.end > a.allocated {
                 let to = a.end + PREALLOC_BYTES;
@@ -479,27 +482,17 @@ impl BlockStore {
             return None;
         }
         let f = self.direct_reader(ptr.pack())?;
-        let fp = ptr.footprint() as usize;
-        ALIGNED_BUF.with(|cell| {
-            let mut buf = cell.borrow_mut();
-            buf.resize(fp + BLOCK_ALIGN as usize, 0);
-            let at = buf.as_ptr().align_offset(BLOCK_ALIGN as usize);
-            let r = match f.read_exact_at(&mut buf[at..at + fp], ptr.offset()) {
-                Ok(()) => Some(verify(ptr, &buf[at..at + ptr.len as usize]).map(|p| p.to_vec())),
-                Err(e) => {
-                    if e.raw_os_error() == Some(libc::EINVAL) {
-                        // Alignment the host wants and this store does not give.
-                        log::warn!("direct read of pack {}: {e}; its blocks are read through the page cache from now on", ptr.pack());
-                        self.direct_readers.write().unwrap().insert(ptr.pack(), None);
-                    }
-                    // Otherwise the buffered read says which block is missing or unreadable.
-                    None
+        with_aligned(ptr.footprint() as usize, |buf| match f.read_exact_at(buf, ptr.offset()) {
+            Ok(()) => Some(verify(ptr, &buf[..ptr.len as usize]).map(|p| p.to_vec())),
+            Err(e) => {
+                if e.raw_os_error() == Some(libc::EINVAL) {
+                    // Alignment the host wants and this store does not give.
+                    log::warn!("direct read of pack {}: {e}; its blocks are read through the page cache from now on", ptr.pack());
+                    self.direct_readers.write().unwrap().insert(ptr.pack(), None);
                 }
-            };
-            if buf.capacity() > RUN_BUF_KEEP {
-                *buf = Vec::new();
+                // Otherwise the buffered read says which block is missing or unreadable.
+                None
             }
-            r
         })
     }
 
@@ -640,12 +633,20 @@ fn write_aligned(f: &dyn HostFile, data: &[u8], off: u64) -> std::io::Result<()>
     if data.as_ptr().align_offset(BLOCK_ALIGN as usize) == 0 {
         return f.write_all_at(data, off);
     }
+    with_aligned(data.len(), |buf| {
+        buf.copy_from_slice(data);
+        f.write_all_at(buf, off)
+    })
+}
+
+/// Runs `f` on a `BLOCK_ALIGN`-aligned buffer of `len` bytes (holding stale bytes), the
+/// calling thread's own, which direct I/O needs.
+fn with_aligned<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     ALIGNED_BUF.with(|cell| {
         let mut buf = cell.borrow_mut();
-        buf.resize(data.len() + BLOCK_ALIGN as usize, 0);
+        buf.resize(len + BLOCK_ALIGN as usize, 0);
         let at = buf.as_ptr().align_offset(BLOCK_ALIGN as usize);
-        buf[at..at + data.len()].copy_from_slice(data);
-        let r = f.write_all_at(&buf[at..at + data.len()], off);
+        let r = f(&mut buf[at..at + len]);
         if buf.capacity() > RUN_BUF_KEEP {
             *buf = Vec::new();
         }
@@ -656,7 +657,7 @@ fn write_aligned(f: &dyn HostFile, data: &[u8], off: u64) -> std::io::Result<()>
 thread_local! {
     /// The read buffer of `read_run_each`, one per reading thread (FUSE queue threads).
     static RUN_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// The aligned copy of `write_bulk`, one per writing thread.
+    /// The aligned buffer of `with_aligned` (direct writes and reads), one per thread.
     static ALIGNED_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
