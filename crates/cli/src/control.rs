@@ -21,7 +21,8 @@ pub fn socket_path(store: &Path) -> PathBuf {
 /// Sends a request to the daemon of `store`; the reply's text on success, or an error.
 pub fn call(store: &Path, req: &Request) -> Result<String, String> {
     let sock = socket_path(store);
-    let mut s = UnixStream::connect(&sock).map_err(|e| format!("cannot reach the daemon at {}: {e}", sock.display()))?;
+    let mut s =
+        UnixStream::connect(&sock).map_err(|e| format!("cannot reach the daemon at {}: {e}", sock.display()))?;
     write_frame(&mut s, &req.encode()).map_err(|e| format!("sending to the daemon: {e}"))?;
     let reply = read_frame(&mut s).map_err(|e| format!("reading the daemon's reply: {e}"))?;
     let (status, text) = reply.split_first().ok_or("empty reply from the daemon")?;
@@ -42,7 +43,10 @@ pub enum Invalidate {
 /// Performs a request on an open filesystem: the reply text, and what to invalidate.
 pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), String> {
     let f = |i: usize| -> Result<&[u8], String> {
-        req.fields.get(i).map(|v| v.as_slice()).ok_or_else(|| "missing argument".to_string())
+        req.fields
+            .get(i)
+            .map(|v| v.as_slice())
+            .ok_or_else(|| "missing argument".to_string())
     };
     let show = |p: &[u8]| format!("/{}", String::from_utf8_lossy(p).trim_start_matches('/'));
     let errno = |what: String| move |e: i32| format!("{what}: {}", std::io::Error::from_raw_os_error(e));
@@ -126,7 +130,9 @@ pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), 
                 .and_then(|s| s.parse().ok())
                 .ok_or("the budget is a number of bytes")?;
             let d = fs.resolve_path(path).map_err(errno(show(path)))?;
-            let r = fs.repack(d, budget).map_err(errno(format!("repack of {}", show(path))))?;
+            let r = fs
+                .repack(d, budget)
+                .map_err(errno(format!("repack of {}", show(path))))?;
             Ok((
                 format!(
                     "repacked {}: {} files looked at, {} moved ({} MiB), {} already contiguous, {} left (blocks shared with a clone or snapshot), {} left (changes pending, patches or hard links){}",
@@ -194,11 +200,20 @@ pub fn utc_with(sec: i64, fmt: fn(i32, i32, i32, i32, i32, i32) -> String) -> St
     if unsafe { libc::gmtime_r(&t, &mut tm) }.is_null() {
         return sec.to_string();
     }
-    fmt(tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
+    fmt(
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+    )
 }
 
 fn utc(sec: i64) -> String {
-    utc_with(sec, |y, mo, d, h, mi, s| format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}"))
+    utc_with(sec, |y, mo, d, h, mi, s| {
+        format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}")
+    })
 }
 
 pub fn human(b: u64) -> String {
@@ -229,7 +244,10 @@ pub fn serve(store: &Path, fs: Arc<Mutex<Fs>>, notifier: fuser::Notifier) -> Res
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut s) = conn else { continue };
-            let reply = match read_frame(&mut s).map_err(|e| e.to_string()).and_then(|b| Request::decode(&b)) {
+            let reply = match read_frame(&mut s)
+                .map_err(|e| e.to_string())
+                .and_then(|b| Request::decode(&b))
+            {
                 Err(e) => Err(e),
                 Ok(req) => {
                     let r = match fs.upgrade() {

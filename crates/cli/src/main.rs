@@ -135,7 +135,11 @@ fn main() -> ExitCode {
         } => tree_cmds::clone(src, dst, exclude, template, store),
         Cmd::Snapshot { path, name, store } => tree_cmds::snapshot(path, name, store),
         Cmd::Destroy { path, store } => tree_cmds::destroy(path, store),
-        Cmd::Repack { path, store, budget_mib } => tree_cmds::repack(path, store, budget_mib.saturating_mul(1 << 20)),
+        Cmd::Repack {
+            path,
+            store,
+            budget_mib,
+        } => tree_cmds::repack(path, store, budget_mib.saturating_mul(1 << 20)),
         Cmd::List { path, store } => tree_cmds::list(path, store),
         Cmd::Scrub { path, store } => match tree_cmds::scrub(path, store) {
             Ok(()) => Ok(()),

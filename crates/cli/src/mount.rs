@@ -104,7 +104,10 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let mut faults = None;
     if let Ok(spec) = std::env::var("SCION_FAULTS") {
         let rules = scion_store::faults::parse(&spec)?;
-        log::warn!("SCION_FAULTS set: injecting {} fault rule(s) once mounted: {spec}", rules.len());
+        log::warn!(
+            "SCION_FAULTS set: injecting {} fault rule(s) once mounted: {spec}",
+            rules.len()
+        );
         let host = std::sync::Arc::new(scion_store::faults::FaultyHost::new(opts.host, rules));
         host.arm(false);
         opts.host = host.clone();
@@ -144,8 +147,14 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         .collect();
     let fs = Arc::new(Mutex::new(fs));
     let cfg = mount_options(&store, &options);
-    let session = fuser::Session::new(scion_fuse::ScionFuse::new(fs.clone()).with_uring(uring).with_writeback(writeback), &mnt, &cfg)
-        .map_err(|e| format!("mount of {} failed: {e}", mnt.display()))?;
+    let session = fuser::Session::new(
+        scion_fuse::ScionFuse::new(fs.clone())
+            .with_uring(uring)
+            .with_writeback(writeback),
+        &mnt,
+        &cfg,
+    )
+    .map_err(|e| format!("mount of {} failed: {e}", mnt.display()))?;
     crate::control::serve(&store, fs.clone(), session.notifier())?;
     log::info!("mounted {} at {}", store.display(), mnt.display());
     tune_bdi(&mnt);
@@ -163,7 +172,9 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
                 // Bounded, so that the sync below still comes every half second or so.
                 let lock = || fs.lock().unwrap_or_else(|p| p.into_inner());
                 for _ in 0..8 {
-                    let Some(batch) = lock().flush_begin(scion_fs::FLUSH_FROM) else { break };
+                    let Some(batch) = lock().flush_begin(scion_fs::FLUSH_FROM) else {
+                        break;
+                    };
                     let done = batch.run();
                     if !lock().flush_end(done) {
                         break;

@@ -22,7 +22,9 @@ fn scion_mounts() -> Vec<(PathBuf, PathBuf)> {
     let mut out = Vec::new();
     for line in table.lines() {
         let f: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = f.iter().position(|x| *x == "-") else { continue };
+        let Some(dash) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
         if !f.get(dash + 1).is_some_and(|t| t.starts_with("fuse")) {
             continue;
         }
@@ -87,11 +89,8 @@ fn run(at: &Located, req: Request) -> Result<(), String> {
         }
         control::call(&at.store, &req)?
     } else {
-        let mut fs = Fs::open(
-            &at.store,
-            MountOptions::new("scion (clone/snapshot/destroy/list)"),
-        )
-        .map_err(|e| e.to_string())?;
+        let mut fs =
+            Fs::open(&at.store, MountOptions::new("scion (clone/snapshot/destroy/list)")).map_err(|e| e.to_string())?;
         let r = control::execute(&mut fs, &req).map(|(t, _)| t);
         fs.close().map_err(|e| e.to_string())?;
         r?
@@ -116,7 +115,13 @@ pub fn clone(
             let tp = Template::parse(&text).map_err(|e| format!("template {}: {e}", t.display()))?;
             // Relative paths in a template are taken from the template's directory.
             let base = t.parent().map(Path::to_path_buf).unwrap_or_default();
-            let fix = |p: PathBuf| if p.is_absolute() || store.is_some() { p } else { base.join(p) };
+            let fix = |p: PathBuf| {
+                if p.is_absolute() || store.is_some() {
+                    p
+                } else {
+                    base.join(p)
+                }
+            };
             exclude.extend(tp.exclude);
             (
                 src.unwrap_or_else(|| fix(tp.source)),
@@ -164,7 +169,9 @@ fn utc_now_name() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
-    control::utc_with(now, |y, mo, d, h, mi, s| format!("{y:04}-{mo:02}-{d:02}T{h:02}{mi:02}{s:02}Z"))
+    control::utc_with(now, |y, mo, d, h, mi, s| {
+        format!("{y:04}-{mo:02}-{d:02}T{h:02}{mi:02}{s:02}Z")
+    })
 }
 
 pub fn snapshot(path: PathBuf, name: Option<String>, store: Option<PathBuf>) -> Result<(), String> {
@@ -206,7 +213,9 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let name = path.file_name().ok_or_else(|| format!("{}: not a clone", path.display()))?;
+        let name = path
+            .file_name()
+            .ok_or_else(|| format!("{}: not a clone", path.display()))?;
         let mut l = locate(&parent, true, &store)?;
         if !l.rel.is_empty() {
             l.rel.push(b'/');
@@ -238,7 +247,11 @@ fn optional_path(path: Option<PathBuf>, store: &Option<PathBuf>) -> Result<Locat
 
 pub fn list(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
     let at = optional_path(path, &store)?;
-    let fields = if at.rel.is_empty() { Vec::new() } else { vec![at.rel.clone()] };
+    let fields = if at.rel.is_empty() {
+        Vec::new()
+    } else {
+        vec![at.rel.clone()]
+    };
     run(&at, Request { op: Op::List, fields })
 }
 
@@ -251,7 +264,13 @@ pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String
         },
         (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
     };
-    run(&at, Request { op: Op::Scrub, fields: Vec::new() })
+    run(
+        &at,
+        Request {
+            op: Op::Scrub,
+            fields: Vec::new(),
+        },
+    )
 }
 
 pub fn repack(path: Option<PathBuf>, store: Option<PathBuf>, budget: u64) -> Result<(), String> {

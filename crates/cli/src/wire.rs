@@ -33,7 +33,6 @@ pub struct Request {
     pub fields: Vec<Vec<u8>>,
 }
 
-
 impl Request {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::new();
@@ -63,7 +62,9 @@ impl Request {
         }
         let v = take(1)?[0];
         if v != VERSION {
-            return Err(format!("control protocol version {v} is not supported (this daemon speaks {VERSION})"));
+            return Err(format!(
+                "control protocol version {v} is not supported (this daemon speaks {VERSION})"
+            ));
         }
         let op = match take(1)?[0] {
             1 => Op::Clone,

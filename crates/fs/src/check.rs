@@ -17,8 +17,8 @@ use crate::journal;
 use scion_store::{BlockKind, BlockPtr, BlockStore, Host, Result, Superblock};
 use scion_tree::{Forest, RefTable};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::rc::Rc;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 
 #[derive(Default, Debug)]
@@ -63,7 +63,11 @@ impl std::fmt::Display for Report {
             self.blocks, self.block_bytes, self.shared_blocks
         )?;
         if self.patched_chunks > 0 {
-            writeln!(f, "{} chunks patched ({} patch bytes)", self.patched_chunks, self.patch_bytes)?;
+            writeln!(
+                f,
+                "{} chunks patched ({} patch bytes)",
+                self.patched_chunks, self.patch_bytes
+            )?;
         }
         write!(f, "journal: {} records to replay at next mount", self.journal_records)?;
         if let Some(t) = &self.journal_tail {
@@ -244,7 +248,8 @@ impl Checker<'_> {
                         // Clones start from an estimate (counting would mean walking them).
                         self.inodes.insert(id, (ns.inodes, 0));
                     }
-                    self.ns_list.push((id, ns.root.clone(), ns.link_root, ns.mounts.clone(), ns.info.clone()));
+                    self.ns_list
+                        .push((id, ns.root.clone(), ns.link_root, ns.mounts.clone(), ns.info.clone()));
                     self.inode(id, &ns.root);
                     if ns.info.kind == crate::NsKind::Main && ns.root.oid != ROOT_OID {
                         self.problem(format!("namespace {id}: root has oid {}", ns.root.oid));
@@ -292,7 +297,10 @@ impl Checker<'_> {
                         }
                     }
                     None if i.alloc != 0 => {
-                        self.problem(format!("namespace {ns}: file oid {} says {} bytes stored, has none", i.oid, i.alloc));
+                        self.problem(format!(
+                            "namespace {ns}: file oid {} says {} bytes stored, has none",
+                            i.oid, i.alloc
+                        ));
                     }
                     None => {}
                 }
@@ -373,7 +381,10 @@ impl Checker<'_> {
                         }
                     };
                     if c.block.kind != BlockKind::Data {
-                        self.problem(format!("file oid {oid}: chunk {idx} points at a {:?} block", c.block.kind));
+                        self.problem(format!(
+                            "file oid {oid}: chunk {idx} points at a {:?} block",
+                            c.block.kind
+                        ));
                     }
                     if idx * CHUNK + c.len() > size {
                         self.problem(format!(
@@ -410,7 +421,9 @@ impl Checker<'_> {
     /// The aggregate of the directory tree at `content`, checking each subdirectory's stored
     /// summary against what lies below it. Memoised, so shared subtrees are read once.
     fn agg(&mut self, content: Option<&BlockPtr>) -> Rc<Agg> {
-        let Some(c) = content else { return Rc::new(Agg::default()) };
+        let Some(c) = content else {
+            return Rc::new(Agg::default());
+        };
         if let Some(a) = self.aggs.get(&c.addr) {
             return a.clone();
         }
@@ -518,11 +531,15 @@ impl Checker<'_> {
                 for (oid, n) in &links {
                     let names = a.links.get(oid).copied().unwrap_or(0);
                     if names != *n {
-                        self.problem(format!("namespace {id}: file oid {oid} has nlink {n} but {names} names"));
+                        self.problem(format!(
+                            "namespace {id}: file oid {oid} has nlink {n} but {names} names"
+                        ));
                     }
                 }
                 for oid in a.links.keys().filter(|o| !links.contains_key(o)) {
-                    self.problem(format!("namespace {id}: entries refer to oid {oid}, absent from the link table"));
+                    self.problem(format!(
+                        "namespace {id}: entries refer to oid {oid}, absent from the link table"
+                    ));
                 }
             }
             let want: BTreeMap<u64, u64> = mounts.keys().map(|o| (*o, 1)).collect();
@@ -535,20 +552,28 @@ impl Checker<'_> {
             for (oid, child) in mounts {
                 match ids.get(child) {
                     Some(ci) if ci.kind == crate::NsKind::Clone && ci.parent == *id && ci.anchor == *oid => {}
-                    _ => self.problem(format!("namespace {id}: mount point {oid} names namespace {child}, which does not hang there")),
+                    _ => self.problem(format!(
+                        "namespace {id}: mount point {oid} names namespace {child}, which does not hang there"
+                    )),
                 }
             }
             match info.kind {
                 crate::NsKind::Main if *id != 1 => self.problem(format!("namespace {id} claims to be the main tree")),
                 crate::NsKind::Clone => {
-                    let ok = list.iter().any(|f| f.0 == info.parent && f.3.get(&info.anchor) == Some(id));
+                    let ok = list
+                        .iter()
+                        .any(|f| f.0 == info.parent && f.3.get(&info.anchor) == Some(id));
                     if !ok {
-                        self.problem(format!("clone namespace {id} is not mounted in namespace {}", info.parent));
+                        self.problem(format!(
+                            "clone namespace {id} is not mounted in namespace {}",
+                            info.parent
+                        ));
                     }
                 }
-                crate::NsKind::Snapshot if !ids.contains_key(&info.parent) => {
-                    self.problem(format!("snapshot namespace {id} belongs to missing namespace {}", info.parent))
-                }
+                crate::NsKind::Snapshot if !ids.contains_key(&info.parent) => self.problem(format!(
+                    "snapshot namespace {id} belongs to missing namespace {}",
+                    info.parent
+                )),
                 _ => {}
             }
         }

@@ -166,7 +166,11 @@ pub(crate) fn ns_from_value(v: &Value) -> Result<NsRecord> {
     let inodes = r.u64()?;
     let has_link = r.u8()?;
     if has_link > 1 || v.ptrs.len() < has_link as usize {
-        return Err(Error::corrupt("namespace record", "pointers", "link table flag disagrees with pointers"));
+        return Err(Error::corrupt(
+            "namespace record",
+            "pointers",
+            "link table flag disagrees with pointers",
+        ));
     }
     let info = NsInfo::decode(&mut r)?;
     let n = r.count(12)?;
@@ -197,7 +201,9 @@ impl Fs {
     /// Makes a new, empty store in `dir` (which must be absent or empty).
     pub fn create(host: &Host, dir: &Path) -> Result<()> {
         if host.exists(dir) {
-            let names = host.list_dir(dir).map_err(|e| Error::io(format!("listing of {}", dir.display()), e))?;
+            let names = host
+                .list_dir(dir)
+                .map_err(|e| Error::io(format!("listing of {}", dir.display()), e))?;
             if !names.is_empty() {
                 return Err(Error::Format(format!(
                     "{} is not empty; a store is made in a new or empty directory",
@@ -384,7 +390,10 @@ impl Fs {
         // The store is format 4 now: files of the one-per-generation journals (format 3 and
         // older, or left by a crash during the first checkpoint that upgraded) go.
         let jdir = dir.join("journal");
-        let names = fs.host.list_dir(&jdir).map_err(|e| Error::io(format!("listing of {}", jdir.display()), e))?;
+        let names = fs
+            .host
+            .list_dir(&jdir)
+            .map_err(|e| Error::io(format!("listing of {}", jdir.display()), e))?;
         for name in names.iter().filter(|n| journal::is_legacy_journal_name(n)) {
             if let Err(e) = fs.host.remove_file(&jdir.join(name)) {
                 log::warn!("could not remove old journal {name}: {e}");
@@ -641,12 +650,18 @@ impl Fs {
             let payload = match self.carry_memo.get(&ino) {
                 // The same committed record (the parent's committed tree is immutable), the
                 // same inode, path and patches: the same record.
-                Some(m) if m.parent_content == p_content && m.inode == *now && m.target == target && m.chunks == chunks => {
+                Some(m)
+                    if m.parent_content == p_content && m.inode == *now && m.target == target && m.chunks == chunks =>
+                {
                     m.payload.clone()
                 }
                 _ => {
-                    let Some(v) = self.forest.get(p_content.as_ref(), name)? else { continue };
-                    let Ok(EntryRecord::Inline(stored)) = EntryRecord::from_value(&v) else { continue };
+                    let Some(v) = self.forest.get(p_content.as_ref(), name)? else {
+                        continue;
+                    };
+                    let Ok(EntryRecord::Inline(stored)) = EntryRecord::from_value(&v) else {
+                        continue;
+                    };
                     let same = Inode {
                         size: now.size,
                         alloc: now.alloc,
@@ -690,10 +705,13 @@ impl Fs {
         // Memos of what is carried now; the others are dropped.
         let now_carried: InoSet = out.iter().map(|(i, _)| *i).collect();
         self.carry_memo.retain(|i, _| now_carried.contains(i));
-        self.carry_memo.extend(memo.into_iter().filter(|(i, _)| now_carried.contains(i)));
+        self.carry_memo
+            .extend(memo.into_iter().filter(|(i, _)| now_carried.contains(i)));
         let carried = now_carried;
         for ino in &carried {
-            let Loc::Entry { parent, name } = self.nodes[ino].loc.clone() else { unreachable!() };
+            let Loc::Entry { parent, name } = self.nodes[ino].loc.clone() else {
+                unreachable!()
+            };
             self.nodes.get_mut(&parent).unwrap().entries.remove(&name);
         }
         // A file carried last time and folded now needs its parent's overlay to name it
@@ -703,9 +721,18 @@ impl Fs {
             if carried.contains(&ino) {
                 continue;
             }
-            if let Some(Node { loc: Loc::Entry { parent, name }, .. }) = self.nodes.get(&ino) {
+            if let Some(Node {
+                loc: Loc::Entry { parent, name },
+                ..
+            }) = self.nodes.get(&ino)
+            {
                 let (parent, name) = (*parent, name.clone());
-                self.nodes.get_mut(&parent).unwrap().entries.entry(name).or_insert(Some(Ent::Node(ino)));
+                self.nodes
+                    .get_mut(&parent)
+                    .unwrap()
+                    .entries
+                    .entry(name)
+                    .or_insert(Some(Ent::Node(ino)));
                 parents.push(parent);
             }
         }
@@ -889,7 +916,14 @@ impl Fs {
                             format!("count {cur} {d:+} below zero"),
                         ));
                     }
-                    ops.push((k, if new == 0 { None } else { Some(summary_value(new as u64)) }));
+                    ops.push((
+                        k,
+                        if new == 0 {
+                            None
+                        } else {
+                            Some(summary_value(new as u64))
+                        },
+                    ));
                 }
                 let new = self.forest.apply(summary.as_ref(), ops)?;
                 let n = self.nodes.get_mut(&ino).unwrap();
@@ -1106,7 +1140,11 @@ impl Fs {
         // path walk and never changed are swept too, whenever the table has doubled since the
         // last sweep (amortised: a sweep visits every loaded inode).
         let sweep = self.nodes.len() > self.sweep_at;
-        let candidates: Vec<Ino> = if sweep { self.nodes.keys().copied().collect() } else { dirty };
+        let candidates: Vec<Ino> = if sweep {
+            self.nodes.keys().copied().collect()
+        } else {
+            dirty
+        };
         for ino in candidates {
             let Some(n) = self.nodes.get_mut(&ino) else { continue };
             n.pinned = false;

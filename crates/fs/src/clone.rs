@@ -17,9 +17,9 @@
 //! rebuilds it after a crash.
 
 use crate::checkpoint::{ns_key, ns_to_value, Fold, NsRecord};
-use crate::journal::Record;
 use crate::fs::*;
 use crate::inode::*;
+use crate::journal::Record;
 use scion_store::{BlockKind, BlockPtr, Result};
 use scion_tree::Op;
 use std::collections::{BTreeMap, HashSet};
@@ -160,7 +160,9 @@ impl Fs {
             return Err(libc::EEXIST);
         }
         self.fold(dir)?;
-        let Some(dir_t) = self.target(dir) else { return Err(libc::ENOENT) };
+        let Some(dir_t) = self.target(dir) else {
+            return Err(libc::ENOENT);
+        };
         let now = Ts::now();
         let id = self.op_snapshot(dir, name, origin, now)?;
         // Journaled like a clone: it was made from committed trees only.
@@ -211,7 +213,9 @@ impl Fs {
     /// unloaded inodes), or staged link-table changes of `dir`'s namespace or of a clone
     /// nested below it (make_clone reads their committed link tables).
     fn changed_below(&self, dir: Ino) -> bool {
-        let Some(ns) = self.nodes.get(&dir).map(|n| n.ns) else { return true };
+        let Some(ns) = self.nodes.get(&dir).map(|n| n.ns) else {
+            return true;
+        };
         // The namespaces that can hold something below `dir`: its own and those mounted
         // below it. An inode of any other namespace is not below `dir`, and is passed over
         // without a walk (after many clones, most carried files are in other clones).
@@ -222,7 +226,10 @@ impl Fs {
             .map(|(id, _)| *id)
             .collect();
         let maybe_below = |i: &Ino| self.nodes.get(i).is_none_or(|n| inside.contains(&n.ns));
-        self.dirty.iter().chain(&self.carried).any(|i| maybe_below(i) && self.lies_under(*i, dir))
+        self.dirty
+            .iter()
+            .chain(&self.carried)
+            .any(|i| maybe_below(i) && self.lies_under(*i, dir))
             || inside.iter().any(|id| !self.namespaces[id].links.is_empty())
     }
 
@@ -308,10 +315,16 @@ impl Fs {
             let (tag, oid) = summary_key_parts(k).map_err(eio)?;
             match tag {
                 b'L' => {
-                    let v = self.forest.get(a_links.as_ref(), &oid_key(oid)).map_err(eio)?.ok_or_else(|| {
-                        log::error!("summary names linked oid {oid} of namespace {sns}, absent from its link table");
-                        libc::EIO
-                    })?;
+                    let v = self
+                        .forest
+                        .get(a_links.as_ref(), &oid_key(oid))
+                        .map_err(eio)?
+                        .ok_or_else(|| {
+                            log::error!(
+                                "summary names linked oid {oid} of namespace {sns}, absent from its link table"
+                            );
+                            libc::EIO
+                        })?;
                     let mut i = inode_from_value(&v).map_err(eio)?;
                     i.nlink = *c as u32;
                     for p in i.ptrs() {

@@ -147,7 +147,9 @@ impl Patches {
             let off = r.u32()?;
             let len = r.u32()? as usize;
             if len == 0 || (i > 0 && (off as u64) < prev_end) || off as u64 + len as u64 > CHUNK {
-                return Err(bad(format!("run {i} at {off}+{len} is empty, unsorted, overlapping or past the chunk")));
+                return Err(bad(format!(
+                    "run {i} at {off}+{len} is empty, unsorted, overlapping or past the chunk"
+                )));
             }
             total += len;
             if total > PATCH_MAX {

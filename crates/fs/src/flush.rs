@@ -47,7 +47,10 @@ impl FlushBatch {
     pub fn run(self) -> FlushedBatch {
         let payloads: Vec<&[u8]> = self.chunks.iter().map(|(_, _, b)| b.as_slice()).collect();
         let blocks = self.store.write_batch(BlockKind::Data, &payloads);
-        FlushedBatch { chunks: self.chunks, blocks }
+        FlushedBatch {
+            chunks: self.chunks,
+            blocks,
+        }
     }
 }
 
@@ -95,7 +98,10 @@ impl Fs {
         if chunks.is_empty() {
             return None;
         }
-        Some(FlushBatch { store: self.forest.store.clone(), chunks })
+        Some(FlushBatch {
+            store: self.forest.store.clone(),
+            chunks,
+        })
     }
 
     /// Takes the blocks of a written batch for the chunks that still hold what was written;

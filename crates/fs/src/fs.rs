@@ -737,7 +737,10 @@ impl Fs {
             return Ok(());
         }
         let jl = self.journal.as_ref().map(|j| j.len).unwrap_or(0);
-        if self.dirty_bytes + self.flushed_bytes > DIRTY_LIMIT || jl > JOURNAL_LIMIT || self.pending_chunks > PENDING_CHUNK_LIMIT {
+        if self.dirty_bytes + self.flushed_bytes > DIRTY_LIMIT
+            || jl > JOURNAL_LIMIT
+            || self.pending_chunks > PENDING_CHUNK_LIMIT
+        {
             self.checkpoint().map_err(eio)?;
         }
         Ok(())
@@ -1458,7 +1461,10 @@ impl Fs {
             }
         }
         for (name, oid) in mounts {
-            if n.entries.get(&name).is_some_and(|e| !matches!(e, Some(Ent::Mount { .. }))) {
+            if n.entries
+                .get(&name)
+                .is_some_and(|e| !matches!(e, Some(Ent::Mount { .. })))
+            {
                 continue;
             }
             let child = self.namespaces[&ns].mounts.get(&oid).copied().ok_or(libc::EIO)?;
@@ -1519,10 +1525,14 @@ impl Fs {
 
     fn read_block(&self, n: &Node, idx: u64, ptr: &BlockPtr) -> FsResult<Vec<u8>> {
         // One block on its own: a write into part of a committed chunk, a truncate into one.
-        self.forest.store.read_shared(ptr, true).map(|b| b.to_vec()).map_err(|e| {
-            log::error!("read of chunk {idx} of oid {} (ino {}): {e}", n.inode.oid, n.inode.oid);
-            e.errno()
-        })
+        self.forest
+            .store
+            .read_shared(ptr, true)
+            .map(|b| b.to_vec())
+            .map_err(|e| {
+                log::error!("read of chunk {idx} of oid {} (ino {}): {e}", n.inode.oid, n.inode.oid);
+                e.errno()
+            })
     }
 
     /// The bytes of chunk `idx` (`None` for a hole).
@@ -1730,7 +1740,10 @@ impl Fs {
             } else if runs.is_empty() {
                 records.push((a, &[])); // the same bytes again: only the times change
             } else {
-                records.extend(runs.iter().map(|&(x, y)| (x, &data[(x - offset) as usize..(y - offset) as usize])));
+                records.extend(
+                    runs.iter()
+                        .map(|&(x, y)| (x, &data[(x - offset) as usize..(y - offset) as usize])),
+                );
             }
         }
         let n = records.len();
@@ -1813,7 +1826,11 @@ impl Fs {
             let take = ((CHUNK - within as u64).min(end - pos)) as usize;
             let src = &data[(pos - offset) as usize..(pos - offset) as usize + take];
             let whole = within == 0 && take as u64 == CHUNK;
-            let patched = if whole { None } else { self.patched(ino, idx, within as u32, src)? };
+            let patched = if whole {
+                None
+            } else {
+                self.patched(ino, idx, within as u32, src)?
+            };
             let c = if let Some((c, runs)) = patched {
                 changed.extend(runs.into_iter().map(|(a, b)| (pos + a as u64, pos + b as u64)));
                 c
@@ -1886,7 +1903,10 @@ impl Fs {
         }
         for (idx, patches) in chunks {
             let Some(s) = self.stored_chunk(self.node(ino)?, *idx)? else {
-                log::error!("carried patches of oid {} name chunk {idx}, which is not stored", self.node(ino)?.inode.oid);
+                log::error!(
+                    "carried patches of oid {} name chunk {idx}, which is not stored",
+                    self.node(ino)?.inode.oid
+                );
                 return Err(libc::EIO);
             };
             let c = Chunk::Patched {
@@ -2302,7 +2322,10 @@ impl Fs {
                 return Err(eio(e));
             }
         };
-        Ok(SyncTicket { store: self.forest.store.clone(), journal })
+        Ok(SyncTicket {
+            store: self.forest.store.clone(),
+            journal,
+        })
     }
 
     /// See `sync_begin`.
@@ -2451,7 +2474,8 @@ impl SyncTicket {
     /// The disk work of an `fsync`: the packs, then the journal whose records name their
     /// blocks. Needs no lock of the caller's (`BlockStore::sync_then` orders syncs).
     pub fn run(&self) -> Result<()> {
-        self.store.sync_then(&|| self.journal.as_ref().map_or(Ok(()), |j| j.run()))
+        self.store
+            .sync_then(&|| self.journal.as_ref().map_or(Ok(()), |j| j.run()))
     }
 }
 
@@ -2472,7 +2496,10 @@ pub fn write_ahead(store: &BlockStore, offset: u64, data: &[u8]) -> FsResult<Wri
     let end = offset.checked_add(data.len() as u64).ok_or(libc::EFBIG)?;
     let first_full = offset.div_ceil(CHUNK);
     let last_full = end / CHUNK; // exclusive
-    let mut ahead = WrittenAhead { first: first_full, chunks: Vec::new() };
+    let mut ahead = WrittenAhead {
+        first: first_full,
+        chunks: Vec::new(),
+    };
     let at = |idx: u64| (idx * CHUNK - offset) as usize;
     let mut idx = first_full;
     while idx < last_full {
@@ -2485,10 +2512,12 @@ pub fn write_ahead(store: &BlockStore, offset: u64, data: &[u8]) -> FsResult<Wri
         while stop < last_full && data[at(stop)..at(stop + 1)].iter().any(|b| *b != 0) {
             stop += 1;
         }
-        let ptrs = store.write_data_run(&data[at(idx)..at(stop)], CHUNK as usize).map_err(|e| {
-            log::error!("{e}");
-            e.errno()
-        })?;
+        let ptrs = store
+            .write_data_run(&data[at(idx)..at(stop)], CHUNK as usize)
+            .map_err(|e| {
+                log::error!("{e}");
+                e.errno()
+            })?;
         ahead.chunks.extend(ptrs.into_iter().map(Some));
         idx = stop;
     }
@@ -2617,8 +2646,5 @@ impl Part {
 }
 
 pub(crate) fn chunk_bytes(n: &Node) -> u64 {
-    n.chunks
-        .values()
-        .map(Chunk::memory)
-        .sum()
+    n.chunks.values().map(Chunk::memory).sum()
 }

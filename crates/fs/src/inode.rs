@@ -188,7 +188,8 @@ impl Inode {
     /// The record bytes, without `content` and `summary` (which travel as the value's
     /// pointers, in that order; a mask byte says which are present).
     pub fn encode_record(&self, w: &mut Writer) {
-        w.u8(RECORD_VERSION).u8(self.content.is_some() as u8 | (self.summary.is_some() as u8) << 1);
+        w.u8(RECORD_VERSION)
+            .u8(self.content.is_some() as u8 | (self.summary.is_some() as u8) << 1);
         w.u64(self.oid).u8(self.kind as u8).u16(self.perm);
         w.u32(self.uid)
             .u32(self.gid)
@@ -211,7 +212,11 @@ impl Inode {
         }
         let mask = r.u8()?;
         if mask > 3 || ptrs.len() != (mask & 1) as usize + (mask >> 1) as usize {
-            return Err(Error::corrupt("inode", "record", "pointer mask disagrees with pointers"));
+            return Err(Error::corrupt(
+                "inode",
+                "record",
+                "pointer mask disagrees with pointers",
+            ));
         }
         let content = if mask & 1 != 0 { Some(ptrs[0]) } else { None };
         let summary = if mask & 2 != 0 { ptrs.last().copied() } else { None };
@@ -269,11 +274,16 @@ impl Inode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EntryRecord {
     Inline(Inode),
-    Linked { oid: u64, kind: Kind },
+    Linked {
+        oid: u64,
+        kind: Kind,
+    },
     /// The root of a clone: the namespace's mount table maps `oid` to the clone's namespace.
     /// The indirection is what lets a clone of a tree that holds clones give the copies new
     /// namespaces without touching the shared tree.
-    Mount { oid: u64 },
+    Mount {
+        oid: u64,
+    },
 }
 
 const ENTRY_INLINE: u8 = 0;
@@ -389,7 +399,11 @@ pub fn summary_mount_key(oid: u64) -> Vec<u8> {
 /// A summary key back to its kind (`b'L'` or `b'M'`) and oid.
 pub fn summary_key_parts(k: &[u8]) -> Result<(u8, u64)> {
     if k.len() != 9 || !matches!(k[0], b'L' | b'M' | b'S') {
-        return Err(Error::corrupt("subtree summary", "key", format!("malformed key of {} bytes", k.len())));
+        return Err(Error::corrupt(
+            "subtree summary",
+            "key",
+            format!("malformed key of {} bytes", k.len()),
+        ));
     }
     Ok((k[0], u64::from_be_bytes(k[1..].try_into().unwrap())))
 }
@@ -400,7 +414,11 @@ pub fn summary_value(n: u64) -> Value {
 }
 
 pub fn summary_count(v: &Value) -> Result<u64> {
-    let a: [u8; 8] = v.bytes.as_slice().try_into().map_err(|_| Error::corrupt("subtree summary", "value", "not a count"))?;
+    let a: [u8; 8] = v
+        .bytes
+        .as_slice()
+        .try_into()
+        .map_err(|_| Error::corrupt("subtree summary", "value", "not a count"))?;
     if !v.ptrs.is_empty() {
         return Err(Error::corrupt("subtree summary", "value", "count with a pointer"));
     }

@@ -392,7 +392,11 @@ impl Record {
                 chunks,
                 time,
             } => {
-                w.u8(if matches!(self, Record::PutChunks { .. }) { 10 } else { 11 });
+                w.u8(if matches!(self, Record::PutChunks { .. }) {
+                    10
+                } else {
+                    11
+                });
                 put_target(&mut w, ino);
                 w.u64(*first).u32(chunks.len() as u32);
                 for c in chunks {
@@ -582,7 +586,13 @@ impl Record {
                 let size = if flags & 1 != 0 { Some(r.u64()?) } else { None };
                 let atime = if flags & 2 != 0 { Some(get_ts(&mut r)?) } else { None };
                 let mtime = if flags & 4 != 0 { Some(get_ts(&mut r)?) } else { None };
-                let ctime = if flags & 8 != 0 { Some(get_ts(&mut r)?) } else if flags & 0x10 != 0 { mtime } else { None };
+                let ctime = if flags & 8 != 0 {
+                    Some(get_ts(&mut r)?)
+                } else if flags & 0x10 != 0 {
+                    mtime
+                } else {
+                    None
+                };
                 let n = r.count(12)?;
                 let mut chunks = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -779,7 +789,9 @@ impl Journal {
         let file = host
             .open(&path, OpenMode::Create)
             .map_err(|e| Error::io(format!("creation of {}", path.display()), e))?;
-        let mut allocated = file.len().map_err(|e| Error::io(format!("size of {}", path.display()), e))?;
+        let mut allocated = file
+            .len()
+            .map_err(|e| Error::io(format!("size of {}", path.display()), e))?;
         if allocated > REUSE_LIMIT {
             // A burst left it long; keep what the next journals are likely to need.
             file.set_len(REUSE_LIMIT)
@@ -859,12 +871,19 @@ impl Journal {
             // that follow only overwrite (a quarter of the cost on ext4 here). Only an
             // optimisation: on a full host the records are synced without it.
             let end = (self.written + GROW_STEP / 2).next_multiple_of(GROW_STEP);
-            match self.file.write_all_at(&vec![0; (end - self.written) as usize], self.written) {
+            match self
+                .file
+                .write_all_at(&vec![0; (end - self.written) as usize], self.written)
+            {
                 Ok(()) => self.allocated = end,
                 Err(e) => log::debug!("journal zeros ahead: {e}"),
             }
         }
-        Ok(Some(JournalSync { file: self.file.clone(), upto: self.written, journal: self.id }))
+        Ok(Some(JournalSync {
+            file: self.file.clone(),
+            upto: self.written,
+            journal: self.id,
+        }))
     }
 
     /// `s` (prepared by this journal or by one a checkpoint has since replaced) completed.
@@ -926,7 +945,11 @@ pub fn read(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16], forma
     let io_err = |e| Error::io(format!("read of journal {}", path.display()), e);
     let file = host.open(&path, OpenMode::Read).map_err(io_err)?;
     let size = file.len().map_err(io_err)?;
-    let mut w = Window { file, size, data: Vec::new() };
+    let mut w = Window {
+        file,
+        size,
+        data: Vec::new(),
+    };
     let bad_header = || {
         Error::corrupt(
             "journal",
@@ -1035,16 +1058,32 @@ mod tests {
     fn carry_records_round_trip() {
         let mut p = Patches::default();
         p.write(4096, &[7; 16]);
-        let t = Ts { sec: 1_700_000_000, nsec: 5 };
-        let u = Ts { sec: 1_700_000_001, nsec: 6 };
-        let target = Target::Path { ns: 3, names: vec![b"d3".to_vec(), b"f5".to_vec()] };
+        let t = Ts {
+            sec: 1_700_000_000,
+            nsec: 5,
+        };
+        let u = Ts {
+            sec: 1_700_000_001,
+            nsec: 6,
+        };
+        let target = Target::Path {
+            ns: 3,
+            names: vec![b"d3".to_vec(), b"f5".to_vec()],
+        };
         for (size, atime, mtime, ctime) in [
             (None, None, Some(t), Some(t)),
             (Some(9), Some(u), Some(t), Some(u)),
             (None, None, None, Some(t)),
             (None, None, None, None),
         ] {
-            let rec = Record::Carry { ino: target.clone(), size, atime, mtime, ctime, chunks: vec![(2, p.clone())] };
+            let rec = Record::Carry {
+                ino: target.clone(),
+                size,
+                atime,
+                mtime,
+                ctime,
+                chunks: vec![(2, p.clone())],
+            };
             let bytes = rec.encode();
             assert_eq!(Record::decode(&bytes).unwrap(), rec);
             // Every shorter prefix is refused, never misread.
@@ -1053,16 +1092,29 @@ mod tests {
             }
         }
         // A 16-byte overwrite with new mtime = ctime: what a checkpoint carries per file.
-        let rec = Record::Carry { ino: target, size: None, atime: None, mtime: Some(t), ctime: Some(t), chunks: vec![(2, p)] };
+        let rec = Record::Carry {
+            ino: target,
+            size: None,
+            atime: None,
+            mtime: Some(t),
+            ctime: Some(t),
+            chunks: vec![(2, p)],
+        };
         assert!(rec.encode().len() < 100, "{} bytes", rec.encode().len());
     }
 
     #[test]
     fn clone_and_snapshot_records_round_trip() {
-        let t = Ts { sec: 1_700_000_000, nsec: 5 };
+        let t = Ts {
+            sec: 1_700_000_000,
+            nsec: 5,
+        };
         for excludes in [vec![], vec![vec![b"a".to_vec()], vec![b"b".to_vec(), b"c".to_vec()]]] {
             let rec = Record::Clone {
-                src: Target::Path { ns: 1, names: vec![b"src".to_vec()] },
+                src: Target::Path {
+                    ns: 1,
+                    names: vec![b"src".to_vec()],
+                },
                 parent: Target::Path { ns: 2, names: vec![] },
                 name: b"new".to_vec(),
                 excludes,
@@ -1078,7 +1130,10 @@ mod tests {
             }
         }
         let rec = Record::Snapshot {
-            dir: Target::Path { ns: 3, names: vec![b"d".to_vec()] },
+            dir: Target::Path {
+                ns: 3,
+                names: vec![b"d".to_vec()],
+            },
             name: b"before-upgrade".to_vec(),
             origin: b"/mnt/d".to_vec(),
             ns: 9,
@@ -1103,7 +1158,10 @@ mod tests {
             ino: Target::Linked { ns: 1, oid: n as u64 },
             offset: n as u64 * 100,
             data: vec![n; n as usize * 10],
-            time: Ts { sec: 1_700_000_000, nsec: n as u32 },
+            time: Ts {
+                sec: 1_700_000_000,
+                nsec: n as u32,
+            },
         }
     }
 
@@ -1145,12 +1203,18 @@ mod tests {
             }
             j.sync().unwrap();
             let c = read(&host, &dir, 4, &id, scion_store::FORMAT_VERSION).unwrap();
-            assert_eq!(offsets(&c.records), (5..=last as u64).map(|n| n * 100).collect::<Vec<_>>());
+            assert_eq!(
+                offsets(&c.records),
+                (5..=last as u64).map(|n| n * 100).collect::<Vec<_>>()
+            );
             assert_eq!((c.tail_reason, c.tail_bytes), (None, 0));
             // The file did not grow: the syncs only overwrote.
             assert_eq!(host.open(&path, OpenMode::Read).unwrap().len().unwrap(), size);
         }
-        assert!(read(&host, &dir, 2, &id, scion_store::FORMAT_VERSION).is_err(), "the header names generation 4");
+        assert!(
+            read(&host, &dir, 2, &id, scion_store::FORMAT_VERSION).is_err(),
+            "the header names generation 4"
+        );
 
         // A torn record of this journal is reported as such.
         let mut j = Journal::create(&host, &dir, 6, &id).unwrap();
@@ -1181,7 +1245,10 @@ mod tests {
         }
         let path = journal_path(&dir, 7, 3);
         assert!(is_legacy_journal_name(path.file_name().unwrap().to_str().unwrap()));
-        host.open(&path, OpenMode::Create).unwrap().write_all_at(&bytes, 0).unwrap();
+        host.open(&path, OpenMode::Create)
+            .unwrap()
+            .write_all_at(&bytes, 0)
+            .unwrap();
         let c = read(&host, &dir, 7, &id, 3).unwrap();
         assert_eq!(offsets(&c.records), vec![100, 200]);
         assert_eq!(c.op_start, vec![true, false]);

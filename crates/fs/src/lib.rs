@@ -25,9 +25,12 @@ pub mod scrub;
 
 pub use clone::Listing;
 pub use flush::{FlushBatch, FlushedBatch, FLUSH_FROM};
-pub use repack::RepackReport;
-pub use fs::{write_ahead, Attr, DirEntry, Fs, FsResult, Ino, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket, WrittenAhead, ROOT_INO};
+pub use fs::{
+    write_ahead, Attr, DirEntry, Fs, FsResult, Ino, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket,
+    WrittenAhead, ROOT_INO,
+};
 pub use inode::{Kind, Ts};
+pub use repack::RepackReport;
 
 /// Attribute changes of a `setattr`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -281,7 +281,13 @@ mod tests {
             fs.write(b, c << 16, &chunk).unwrap();
         }
         fs.checkpoint().unwrap();
-        let blocks = |fs: &Fs, ino| fs.stored_chunks(ino).unwrap().into_iter().map(|(i, c)| (i, c.block)).collect::<Vec<_>>();
+        let blocks = |fs: &Fs, ino| {
+            fs.stored_chunks(ino)
+                .unwrap()
+                .into_iter()
+                .map(|(i, c)| (i, c.block))
+                .collect::<Vec<_>>()
+        };
         assert!(!is_contiguous(&blocks(&fs, a)));
         // Not quiet yet: nothing happens.
         assert_eq!(fs.background_repack().unwrap(), None);

@@ -97,7 +97,13 @@ impl Fs {
 
     /// Reads a tree's nodes and, when `data`, the data blocks its values point at; values
     /// pointing at other trees are followed by the callers that know what they are.
-    fn scrub_tree(&self, s: &mut Scrubber, root: &BlockPtr, path: &str, data: bool) -> Vec<(Vec<u8>, scion_tree::Value)> {
+    fn scrub_tree(
+        &self,
+        s: &mut Scrubber,
+        root: &BlockPtr,
+        path: &str,
+        data: bool,
+    ) -> Vec<(Vec<u8>, scion_tree::Value)> {
         let mut values = Vec::new();
         let mut stack = vec![*root];
         while let Some(p) = stack.pop() {

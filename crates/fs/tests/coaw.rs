@@ -63,7 +63,10 @@ fn small_writes_to_clones_are_patches() {
     let c = fs.clone_dir(dir, root, b"c", &[], b"test").unwrap();
     let cf = lookup(&mut fs, c, "f");
     let mut cloned = orig.clone();
-    for (i, at) in [100usize, CHUNK + 4096, 2 * CHUNK + 65520, 3 * CHUNK + 990].into_iter().enumerate() {
+    for (i, at) in [100usize, CHUNK + 4096, 2 * CHUNK + 65520, 3 * CHUNK + 990]
+        .into_iter()
+        .enumerate()
+    {
         let data = [i as u8 + 0xa0; 16];
         fs.write(cf, at as u64, &data).unwrap();
         if cloned.len() < at + 16 {
@@ -88,22 +91,40 @@ fn small_writes_to_clones_are_patches() {
     assert_eq!(read_all(&mut fs, cf), cloned, "clone after the checkpoint");
     // Reads that start and end inside a patch, and across a patch and its block.
     assert_eq!(fs.read(cf, 104, 8).unwrap(), cloned[104..112]);
-    assert_eq!(fs.read(cf, CHUNK as u64 + 4000, 200).unwrap(), cloned[CHUNK + 4000..CHUNK + 4200]);
+    assert_eq!(
+        fs.read(cf, CHUNK as u64 + 4000, 200).unwrap(),
+        cloned[CHUNK + 4000..CHUNK + 4200]
+    );
     // A clone of the directory holding a carried file folds it first, and sees the patches.
     let c2 = fs.clone_dir(c, root, b"c2", &[], b"test").unwrap();
     let c2f = lookup(&mut fs, c2, "f");
     assert_eq!(read_all(&mut fs, c2f), cloned, "clone of the clone");
     let rep = committed(&store);
     // Folded into the committed trees; the clone itself is the journal's one record.
-    assert_eq!((rep.patched_chunks, rep.journal_records), (4, 1), "folded for the clone: {rep}");
+    assert_eq!(
+        (rep.patched_chunks, rep.journal_records),
+        (4, 1),
+        "folded for the clone: {rep}"
+    );
     fs.destroy(c2).unwrap();
     // A chmod makes the file's record change in more than times: folded, not carried.
     fs.write(cf, 200, b"x").unwrap();
     cloned[200] = b'x';
-    fs.setattr(cf, scion_fs::SetAttr { mode: Some(0o600), ..Default::default() }).unwrap();
+    fs.setattr(
+        cf,
+        scion_fs::SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     fs.checkpoint().unwrap();
     let rep = committed(&store);
-    assert_eq!((rep.patched_chunks, rep.patch_bytes, rep.journal_records), (4, 65, 0), "{rep}");
+    assert_eq!(
+        (rep.patched_chunks, rep.patch_bytes, rep.journal_records),
+        (4, 65, 0),
+        "{rep}"
+    );
 
     // More small writes to a patched chunk add to its patches (journal, then remount).
     fs.write(cf, 120, b"more").unwrap();
@@ -134,16 +155,30 @@ fn small_writes_to_clones_are_patches() {
     fs.write(f, 5, b"src").unwrap();
     orig[5..8].copy_from_slice(b"src");
     // A truncate into a patched chunk and a copy_file_range from one.
-    fs.setattr(cf, scion_fs::SetAttr { size: Some(CHUNK as u64 + 4100), ..Default::default() }).unwrap();
+    fs.setattr(
+        cf,
+        scion_fs::SetAttr {
+            size: Some(CHUNK as u64 + 4100),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     cloned.truncate(CHUNK + 4100);
     let g = fs.mknod(c, b"g", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
-    assert_eq!(fs.copy_range(cf, 0, g, 0, cloned.len() as u64).unwrap(), cloned.len() as u64);
+    assert_eq!(
+        fs.copy_range(cf, 0, g, 0, cloned.len() as u64).unwrap(),
+        cloned.len() as u64
+    );
     fs.close().unwrap();
     let rep = check(&scion_store::os_host(), &store).unwrap();
     assert!(rep.is_clean(), "{rep}");
     let mut fs = open(&store);
     let (d, c) = (at_root(&mut fs, "d"), at_root(&mut fs, "c"));
-    let (f, cf, g) = (lookup(&mut fs, d, "f"), lookup(&mut fs, c, "f"), lookup(&mut fs, c, "g"));
+    let (f, cf, g) = (
+        lookup(&mut fs, d, "f"),
+        lookup(&mut fs, c, "f"),
+        lookup(&mut fs, c, "g"),
+    );
     assert_eq!(read_all(&mut fs, f), orig);
     assert_eq!(read_all(&mut fs, cf), cloned);
     assert_eq!(read_all(&mut fs, g), cloned);
@@ -182,7 +217,18 @@ fn reads_fill_stale_buffers() {
     put(&mut fs, &mut model, cf, 5 * CHUNK + 100, 700, 6);
     fs.fallocate(cf, 0, (6 * CHUNK) as u64, 3000).unwrap();
     assert_eq!(fs.getattr(cf).unwrap().size as usize, model.len());
-    let offsets = [0, 1, 4096, CHUNK - 7, CHUNK, 2 * CHUNK, 2 * CHUNK + 4000, 4 * CHUNK + 4096, 5 * CHUNK, 6 * CHUNK + 10];
+    let offsets = [
+        0,
+        1,
+        4096,
+        CHUNK - 7,
+        CHUNK,
+        2 * CHUNK,
+        2 * CHUNK + 4000,
+        4 * CHUNK + 4096,
+        5 * CHUNK,
+        6 * CHUNK + 10,
+    ];
     for round in 0..2 {
         for &at in &offsets {
             for size in [1usize, 100, 4096, CHUNK, 3 * CHUNK + 5, 8 * CHUNK] {
@@ -231,7 +277,10 @@ fn page_writes_journal_only_what_changed() {
     model.truncate(at);
     model.extend_from_slice(&page);
     fs.fsync().unwrap();
-    assert!(fs.journal_len() - before > small + 4096, "the extending page is journaled whole");
+    assert!(
+        fs.journal_len() - before > small + 4096,
+        "the extending page is journaled whole"
+    );
     assert_eq!(read_all(&mut fs, f), model);
     drop(fs); // a crash: the writes live only in the journal
     let mut fs = open(&store);
@@ -268,5 +317,10 @@ fn list_counts_carried_patches() {
         before.exclusive,
         after.exclusive
     );
-    assert!(after.referenced >= before.referenced + 400, "referenced {} -> {}", before.referenced, after.referenced);
+    assert!(
+        after.referenced >= before.referenced + 400,
+        "referenced {} -> {}",
+        before.referenced,
+        after.referenced
+    );
 }

@@ -19,7 +19,10 @@ const THREADS: u64 = 3;
 const FILES: u64 = 24;
 
 fn opts(host: &SimHost) -> MountOptions {
-    MountOptions { holder: "concurrent sync test".into(), host: Arc::new(host.clone()) as Host }
+    MountOptions {
+        holder: "concurrent sync test".into(),
+        host: Arc::new(host.clone()) as Host,
+    }
 }
 
 /// The simulated host with fdatasyncs that take a while, as a disk's do, so that threads
@@ -81,7 +84,11 @@ impl HostFs for SlowSync {
 
 /// Content of file `i` of thread `t`: every third one spans whole 64 KiB chunks.
 fn content(t: u64, i: u64) -> Vec<u8> {
-    let len = if i % 3 == 0 { 200_000 } else { 100 + (i as usize * 37) % 3000 };
+    let len = if i % 3 == 0 {
+        200_000
+    } else {
+        100 + (i as usize * 37) % 3000
+    };
     (0..len).map(|k| (k as u64 * 31 + t * 7 + i) as u8).collect()
 }
 
@@ -110,7 +117,10 @@ fn one_run() {
     Fs::create(&(Arc::new(host.clone()) as Host), Path::new(STORE)).unwrap();
     let base = host.image();
     host.record();
-    let slow = MountOptions { holder: "concurrent sync test".into(), host: Arc::new(SlowSync(host.clone())) as Host };
+    let slow = MountOptions {
+        holder: "concurrent sync test".into(),
+        host: Arc::new(SlowSync(host.clone())) as Host,
+    };
     let fs = Arc::new(Mutex::new(Fs::open(Path::new(STORE), slow).unwrap()));
     // Marks in the log: thread t's files 0..=i were acknowledged durable at this point.
     let threads: Vec<_> = (0..THREADS)
@@ -120,7 +130,9 @@ fn one_run() {
                 for i in 0..FILES {
                     {
                         let mut fs = fs.lock().unwrap();
-                        let a = fs.mknod(ROOT_INO, &name(t, i), Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap();
+                        let a = fs
+                            .mknod(ROOT_INO, &name(t, i), Kind::File, 0o644, 0, 0, 0, 0, &[])
+                            .unwrap();
                         fs.write(a.ino, 0, &content(t, i)).unwrap();
                     }
                     if i % 2 == 1 || i == FILES - 1 {
@@ -152,15 +164,21 @@ fn one_run() {
     for cut in cuts {
         let img = crash_image(&base, &log, cut, |_, _| Fate::Lost);
         let host = SimHost::from_image(img);
-        let mut fs = Fs::open(Path::new(STORE), opts(&host)).unwrap_or_else(|e| panic!("open after a cut at {cut}: {e}"));
+        let mut fs =
+            Fs::open(Path::new(STORE), opts(&host)).unwrap_or_else(|e| panic!("open after a cut at {cut}: {e}"));
         for t in 0..THREADS {
-            let Some(acked) = marks.iter().filter(|(at, mt, _)| *at < cut && *mt == t).map(|(_, _, i)| *i).max() else {
+            let Some(acked) = marks
+                .iter()
+                .filter(|(at, mt, _)| *at < cut && *mt == t)
+                .map(|(_, _, i)| *i)
+                .max()
+            else {
                 continue;
             };
             for i in 0..=acked {
-                let a = fs
-                    .lookup(ROOT_INO, &name(t, i))
-                    .unwrap_or_else(|e| panic!("cut at {cut}: thread {t}'s file {i}, acknowledged, is missing (errno {e})"));
+                let a = fs.lookup(ROOT_INO, &name(t, i)).unwrap_or_else(|e| {
+                    panic!("cut at {cut}: thread {t}'s file {i}, acknowledged, is missing (errno {e})")
+                });
                 let want = content(t, i);
                 assert_eq!(a.size, want.len() as u64, "cut at {cut}: size of thread {t}'s file {i}");
                 let got = fs.read(a.ino, 0, want.len() as u32).unwrap();

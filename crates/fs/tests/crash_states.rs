@@ -58,12 +58,7 @@ impl Step {
     fn acks(&self) -> bool {
         matches!(
             self,
-            Step::Fsync
-                | Step::Checkpoint
-                | Step::Clone(..)
-                | Step::Snapshot(..)
-                | Step::Destroy(_)
-                | Step::Repack(_)
+            Step::Fsync | Step::Checkpoint | Step::Clone(..) | Step::Snapshot(..) | Step::Destroy(_) | Step::Repack(_)
         )
     }
 }
@@ -312,7 +307,10 @@ fn verify(img: Image, acceptable: &HashSet<[u8; 32]>) -> Result<(), String> {
     let mut fs = Fs::open(dir, opts(&host)).map_err(|e| format!("open: {e}"))?;
     let d = dump(&mut fs)?;
     if !acceptable.contains(&digest(&d)) {
-        return Err(format!("tree after recovery is no state since the last sync:\n{}", String::from_utf8_lossy(&d)));
+        return Err(format!(
+            "tree after recovery is no state since the last sync:\n{}",
+            String::from_utf8_lossy(&d)
+        ));
     }
     fs.close().map_err(|e| format!("close after recovery: {e}"))?;
     let rep = scion_fs::check::check(&h, dir).map_err(|e| format!("check after recovery: {e}"))?;
@@ -350,7 +348,10 @@ fn explore(rec: &Recording, mixes: usize, seed: u64) -> Tally {
         t.points += 1;
         // Step `step` (1-based) is under way: any tree from the acknowledged one to the
         // one it leaves is acceptable.
-        let acceptable: HashSet<[u8; 32]> = rec.states[acked..=step.min(rec.states.len() - 1)].iter().copied().collect();
+        let acceptable: HashSet<[u8; 32]> = rec.states[acked..=step.min(rec.states.len() - 1)]
+            .iter()
+            .copied()
+            .collect();
         let uncovered = durable(&rec.log, upto).iter().filter(|d| !**d).count();
         let mut variants: Vec<Box<dyn FnMut(usize, &HostOp) -> Fate>> =
             vec![Box::new(|_, _| Fate::Kept), Box::new(|_, _| Fate::Lost)];
@@ -422,8 +423,16 @@ fn overwrite(rng: &mut StdRng) -> Vec<Step> {
     for i in 0..24 {
         let f = format!("f{}", rng.gen_range(0..3));
         let big = rng.gen_bool(0.25);
-        let off = if big { rng.gen_range(0..3) * 65536 } else { rng.gen_range(0..200_000) };
-        let len = if big { 65536 * rng.gen_range(1..3) } else { rng.gen_range(1..9000) };
+        let off = if big {
+            rng.gen_range(0..3) * 65536
+        } else {
+            rng.gen_range(0..200_000)
+        };
+        let len = if big {
+            65536 * rng.gen_range(1..3)
+        } else {
+            rng.gen_range(1..9000)
+        };
         s.push(Step::Write(f.clone(), off, bytes(rng, len)));
         if rng.gen_bool(0.2) {
             s.push(Step::FlushBehind);
@@ -450,7 +459,11 @@ fn rename_over(rng: &mut StdRng) -> Vec<Step> {
         s.push(Step::Create(tmp.clone()));
         let n = rng.gen_range(10..70_000);
         s.push(Step::Write(tmp.clone(), 0, bytes(rng, n)));
-        s.push(Step::SetXattr(tmp.clone(), b"user.v".to_vec(), format!("{i}").into_bytes()));
+        s.push(Step::SetXattr(
+            tmp.clone(),
+            b"user.v".to_vec(),
+            format!("{i}").into_bytes(),
+        ));
         if i % 3 == 1 {
             s.push(Step::FlushBehind);
         }
@@ -645,7 +658,10 @@ fn every_crash_state_recovers() {
         ("repack", repacked),
     ];
     println!("crash states: seed {seed}, {mixes} random mixes per crash point");
-    println!("{:<24} {:>6} {:>9} {:>8} {:>8} {:>9}", "workload", "steps", "host ops", "points", "states", "failures");
+    println!(
+        "{:<24} {:>6} {:>9} {:>8} {:>8} {:>9}",
+        "workload", "steps", "host ops", "points", "states", "failures"
+    );
     let mut failures = Vec::new();
     let mut total = 0;
     for (name, gen) in workloads {

@@ -89,7 +89,11 @@ fn write_fault_in_packs_fails_the_write_only() {
     let mut fs = open_armed(&sim, spec);
     let big = pattern(2, 3 * 65536);
     let r = create(&mut fs, "big", &big);
-    assert_eq!(r.err(), Some(libc::EIO), "a write whose blocks cannot be written fails with EIO");
+    assert_eq!(
+        r.err(),
+        Some(libc::EIO),
+        "a write whose blocks cannot be written fails with EIO"
+    );
     // The same write again (the fault is spent) succeeds; the other file is untouched.
     let a = fs.lookup(fs.root(), b"big").unwrap();
     fs.write(a.ino, 0, &big).unwrap();
@@ -97,7 +101,11 @@ fn write_fault_in_packs_fails_the_write_only() {
     assert_eq!(read(&mut fs, "kept").unwrap(), keep);
     drop(fs);
     restart_and_verify(&sim, &[("kept", &keep), ("big", &big)]);
-    row("EIO writing a data block", spec, "that write(2) gets EIO; a retry succeeds; other files untouched; clean after restart");
+    row(
+        "EIO writing a data block",
+        spec,
+        "that write(2) gets EIO; a retry succeeds; other files untouched; clean after restart",
+    );
 }
 
 #[test]
@@ -112,7 +120,11 @@ fn full_journal_write_fails_fsync_and_is_retried() {
     fs.fsync().unwrap();
     drop(fs);
     restart_and_verify(&sim, &[("f", &data)]);
-    row("ENOSPC writing the journal", spec, "fsync(2) gets ENOSPC; the next fsync writes the same records and succeeds; data there after restart");
+    row(
+        "ENOSPC writing the journal",
+        spec,
+        "fsync(2) gets ENOSPC; the next fsync writes the same records and succeeds; data there after restart",
+    );
 }
 
 #[test]
@@ -125,7 +137,11 @@ fn failed_fsync_refuses_changes_until_restart() {
     fs.fsync().unwrap();
     create(&mut fs, "second", &pattern(5, 2000)).unwrap();
     assert_eq!(fs.fsync(), Err(libc::EIO));
-    assert_eq!(create(&mut fs, "third", b"x").err(), Some(libc::EIO), "changes refused after a failed fsync");
+    assert_eq!(
+        create(&mut fs, "third", b"x").err(),
+        Some(libc::EIO),
+        "changes refused after a failed fsync"
+    );
     assert_eq!(read(&mut fs, "first").unwrap(), first, "reads still served");
     drop(fs);
     restart_and_verify(&sim, &[("first", &first)]);
@@ -184,10 +200,21 @@ fn read_errors_at_open_are_clear_and_harmless() {
     create(&mut fs, "f", &data).unwrap();
     fs.fsync().unwrap();
     drop(fs);
-    for spec in ["read:journal/:eio", "read:superblock:eio", "read:packs/:eio", "open:packs/:eio"] {
-        let e = open_on(faulty(&sim, spec)).err().unwrap_or_else(|| panic!("open succeeded under {spec}"));
+    for spec in [
+        "read:journal/:eio",
+        "read:superblock:eio",
+        "read:packs/:eio",
+        "open:packs/:eio",
+    ] {
+        let e = open_on(faulty(&sim, spec))
+            .err()
+            .unwrap_or_else(|| panic!("open succeeded under {spec}"));
         assert!(e.contains("Input/output error") || e.contains("I/O"), "{spec}: {e}");
-        row("EIO at mount", spec, &format!("mount fails with `{e}`; once lifted it mounts and holds the data, clean"));
+        row(
+            "EIO at mount",
+            spec,
+            &format!("mount fails with `{e}`; once lifted it mounts and holds the data, clean"),
+        );
     }
     restart_and_verify(&sim, &[("f", &data)]);
 }
@@ -208,12 +235,17 @@ fn punch_failures_only_keep_space() {
         },
     )
     .unwrap();
-    fs.checkpoint().expect("a failed hole punch after commit does not fail the checkpoint");
+    fs.checkpoint()
+        .expect("a failed hole punch after commit does not fail the checkpoint");
     create(&mut fs, "g", b"after").unwrap();
     fs.fsync().unwrap();
     drop(fs);
     restart_and_verify(&sim, &[("f", &data[..1000]), ("g", b"after")]);
-    row("EIO from hole punching", spec, "nothing fails; the freed blocks keep their space until a later open punches them again; clean");
+    row(
+        "EIO from hole punching",
+        spec,
+        "nothing fails; the freed blocks keep their space until a later open punches them again; clean",
+    );
 }
 
 #[test]

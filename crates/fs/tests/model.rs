@@ -290,7 +290,9 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
             let (sd, sn) = split(&src);
             let (sp, dp) = (resolve(fs, sd), resolve(fs, d));
             let r = fs.rename(sp, sn.as_bytes(), dp, name.as_bytes(), 0);
-            if m.ns_of_name(&src) != m.ns_of_dir(d) || (m.paths.contains_key(&dst) && m.ns_of_name(&dst) != m.ns_of_dir(d)) {
+            if m.ns_of_name(&src) != m.ns_of_dir(d)
+                || (m.paths.contains_key(&dst) && m.ns_of_name(&dst) != m.ns_of_dir(d))
+            {
                 assert_eq!(r, Err(libc::EXDEV), "rename {src} {dst} across a clone boundary");
                 return false;
             }
@@ -333,7 +335,11 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
             let (ino, dp) = (resolve(fs, src), resolve(fs, d));
             let r = fs.link(ino, dp, name.as_bytes());
             if m.ns_of_name(src) != m.ns_of_dir(d) {
-                assert_eq!(r.map(|_| ()), Err(libc::EXDEV), "link {src} {dst} across a clone boundary");
+                assert_eq!(
+                    r.map(|_| ()),
+                    Err(libc::EXDEV),
+                    "link {src} {dst} across a clone boundary"
+                );
                 return false;
             }
             r.unwrap();
@@ -364,7 +370,11 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
             if m.paths.contains_key(&dst) || d.matches('/').count() > 6 {
                 return false;
             }
-            let prefix = if src.is_empty() { String::new() } else { format!("{src}/") };
+            let prefix = if src.is_empty() {
+                String::new()
+            } else {
+                format!("{src}/")
+            };
             let kids = m.children(&src);
             let excl = (!kids.is_empty() && rng.gen_bool(0.3)).then(|| kids[rng.gen_range(0..kids.len())].clone());
             let (sino, pino) = (resolve(fs, &src), resolve(fs, d));

@@ -30,11 +30,17 @@ fn clean(dir: &Path) {
 }
 
 fn data(file: usize, chunk: usize) -> Vec<u8> {
-    (0..CHUNK).map(|i| ((i * 31 + file * 7 + chunk * 13) % 251) as u8 + 1).collect()
+    (0..CHUNK)
+        .map(|i| ((i * 31 + file * 7 + chunk * 13) % 251) as u8 + 1)
+        .collect()
 }
 
 fn blocks(fs: &Fs, ino: Ino) -> Vec<(u64, scion_store::BlockPtr)> {
-    fs.stored_chunks(ino).unwrap().into_iter().map(|(i, c)| (i, c.block)).collect()
+    fs.stored_chunks(ino)
+        .unwrap()
+        .into_iter()
+        .map(|(i, c)| (i, c.block))
+        .collect()
 }
 
 fn content(fs: &mut Fs, ino: Ino) -> Vec<u8> {
@@ -47,7 +53,11 @@ fn content(fs: &mut Fs, ino: Ino) -> Vec<u8> {
 fn interleaved(fs: &mut Fs, dir: Ino, names: &[&str], tag: usize) -> Vec<Ino> {
     let inos: Vec<Ino> = names
         .iter()
-        .map(|n| fs.mknod(dir, n.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino)
+        .map(|n| {
+            fs.mknod(dir, n.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[])
+                .unwrap()
+                .ino
+        })
         .collect();
     for c in 0..CHUNKS {
         for (k, ino) in inos.iter().enumerate() {
@@ -76,7 +86,11 @@ fn repack_makes_scattered_files_contiguous() {
 
     // A budget of one byte moves one file, the first in name order.
     let r = fs.repack(root, 1).unwrap();
-    assert_eq!((r.moved_files, r.moved_bytes, r.budget_reached), (1, (CHUNKS * CHUNK) as u64, true), "{r:?}");
+    assert_eq!(
+        (r.moved_files, r.moved_bytes, r.budget_reached),
+        (1, (CHUNKS * CHUNK) as u64, true),
+        "{r:?}"
+    );
     assert!(is_contiguous(&blocks(&fs, files[0])));
     assert!(!is_contiguous(&blocks(&fs, files[1])));
 
@@ -91,7 +105,10 @@ fn repack_makes_scattered_files_contiguous() {
     // Files moved by one pass follow each other in name order: c right after b (a moved
     // in the first pass, before that pass's checkpoint wrote its tree nodes).
     let (last, next) = (*blocks(&fs, files[1]).last().unwrap(), blocks(&fs, files[2])[0]);
-    assert_eq!((next.1.pack(), next.1.offset()), (last.1.pack(), last.1.offset() + last.1.footprint()));
+    assert_eq!(
+        (next.1.pack(), next.1.offset()),
+        (last.1.pack(), last.1.offset() + last.1.footprint())
+    );
     for (ino, b) in shared.iter().zip(&shared_before) {
         assert_eq!(&blocks(&fs, *ino), b, "a block shared with the clone moved");
     }

@@ -46,9 +46,18 @@ fn format_3_store_is_replayed_and_upgraded() {
     let crc = crc32c::crc32c(&journal);
     journal.extend_from_slice(&crc.to_le_bytes());
     let rec = Record::SetAttr {
-        ino: Target::Path { ns: 1, names: vec![b"f".to_vec()] },
-        attr: SetAttr { mode: Some(0o600), ..Default::default() },
-        time: Ts { sec: 1_700_000_000, nsec: 0 },
+        ino: Target::Path {
+            ns: 1,
+            names: vec![b"f".to_vec()],
+        },
+        attr: SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        },
+        time: Ts {
+            sec: 1_700_000_000,
+            nsec: 0,
+        },
     }
     .encode();
     let len = (rec.len() as u32).to_le_bytes();

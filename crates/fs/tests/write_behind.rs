@@ -23,7 +23,9 @@ fn content(fs: &mut Fs, name: &str) -> Vec<u8> {
 
 fn file(fs: &mut Fs, name: &str) -> Ino {
     let root = fs.root();
-    fs.mknod(root, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino
+    fs.mknod(root, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[])
+        .unwrap()
+        .ino
 }
 
 fn lookup(fs: &mut Fs, name: &str) -> Ino {
@@ -78,7 +80,10 @@ fn checkpoint_takes_the_blocks_written_behind() {
     fs.checkpoint().unwrap();
     let written = pack_bytes(&store) - pack_before;
     // The checkpoint wrote tree nodes and metadata, not the 40 files again.
-    assert!(written < buffered / 4, "checkpoint wrote {written} bytes for {buffered} written behind");
+    assert!(
+        written < buffered / 4,
+        "checkpoint wrote {written} bytes for {buffered} written behind"
+    );
     let rep = check_committed(&scion_store::os_host(), &store).unwrap();
     assert!(rep.is_clean(), "{rep}");
     assert_eq!(rep.file_bytes, buffered);
@@ -103,7 +108,14 @@ fn changes_between_copy_and_hand_back_win() {
     assert_eq!(batch.bytes(), 4 * (70_000 - 65_536));
     // While the batch is written, the files change.
     fs.write(inos[0], 66_000, b"new bytes").unwrap(); // in the buffered second chunk
-    fs.setattr(inos[1], scion_fs::SetAttr { size: Some(5), ..Default::default() }).unwrap();
+    fs.setattr(
+        inos[1],
+        scion_fs::SetAttr {
+            size: Some(5),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let root = fs.root();
     fs.unlink(root, b"unlinked").unwrap();
     let done = batch.run();

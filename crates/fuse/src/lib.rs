@@ -7,9 +7,9 @@
 
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use scion_fs::{Attr, Fs, Kind, SetAttr, Ts};
 use std::collections::HashMap;
@@ -142,9 +142,7 @@ impl ScionFuse {
 fn mode_without_privs(cur: &Attr, mode: Option<u32>, req: &Request) -> Option<u32> {
     let perm = mode.map_or(u32::from(cur.perm), |m| m & 0o7777);
     let mut kept = perm & !libc::S_ISUID;
-    if kept & libc::S_ISGID != 0
-        && (kept & libc::S_IXGRP != 0 || (req.uid() != 0 && !caller_in_group(req, cur.gid)))
-    {
+    if kept & libc::S_ISGID != 0 && (kept & libc::S_IXGRP != 0 || (req.uid() != 0 && !caller_in_group(req, cur.gid))) {
         kept &= !libc::S_ISGID;
     }
     (kept != perm || mode.is_some()).then_some(kept)
@@ -180,7 +178,13 @@ fn chown_unchanged(cur: &Attr, a: &SetAttr) -> bool {
 fn kill_privs(fs: &mut Fs, ino: u64, req: &Request) -> Result<(), i32> {
     let cur = fs.getattr(ino)?;
     if let Some(mode) = mode_without_privs(&cur, None, req) {
-        fs.setattr(ino, SetAttr { mode: Some(mode), ..Default::default() })?;
+        fs.setattr(
+            ino,
+            SetAttr {
+                mode: Some(mode),
+                ..Default::default()
+            },
+        )?;
     }
     Ok(())
 }
@@ -190,7 +194,11 @@ impl Filesystem for ScionFuse {
         let writeback = self.writeback && config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE).is_ok();
         log::info!(
             "file data: {}",
-            if writeback { "writeback cache" } else { "written through (each write sent as made)" }
+            if writeback {
+                "writeback cache"
+            } else {
+                "written through (each write sent as made)"
+            }
         );
         for cap in [
             InitFlags::FUSE_DO_READDIRPLUS,
@@ -286,7 +294,11 @@ impl Filesystem for ScionFuse {
         // utimensat omitting both times returns before reaching the filesystem, the kernel's
         // own time updates carry mtime, and an empty one for a regular file comes from a
         // write removing a capability, which must not touch the mode.
-        let bare = a == SetAttr { ctime: a.ctime, ..Default::default() };
+        let bare = a
+            == SetAttr {
+                ctime: a.ctime,
+                ..Default::default()
+            };
         let mut fs = self.fs();
         if kill_suidgid || bare {
             // Applied to the mode this request sets, if it sets one (the kernel does not, with

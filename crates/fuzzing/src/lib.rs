@@ -82,11 +82,19 @@ pub fn journal_file(data: &[u8]) {
     } else {
         data.to_vec()
     };
-    let f = host.open(&journal::journal_path(dir, 3, scion_store::FORMAT_VERSION), OpenMode::ReadWrite).unwrap();
+    let f = host
+        .open(
+            &journal::journal_path(dir, 3, scion_store::FORMAT_VERSION),
+            OpenMode::ReadWrite,
+        )
+        .unwrap();
     f.write_all_at(&body, hlen).unwrap();
     if let Ok(j) = journal::read(&host, dir, 3, &id, scion_store::FORMAT_VERSION) {
         assert_eq!(j.records.len(), j.op_start.len());
-        assert!(j.op_start.first().is_none_or(|s| *s), "the first record must begin an operation");
+        assert!(
+            j.op_start.first().is_none_or(|s| *s),
+            "the first record must begin an operation"
+        );
     }
 }
 

@@ -79,7 +79,9 @@ impl Rule {
             return false;
         }
         self.hit
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| (h < self.count).then_some(h + 1))
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                (h < self.count).then_some(h + 1)
+            })
             .is_ok()
     }
 }
@@ -90,7 +92,9 @@ pub fn parse(spec: &str) -> std::result::Result<Vec<Rule>, String> {
     for text in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
         let parts: Vec<&str> = text.split(':').collect();
         if parts.len() < 3 {
-            return Err(format!("fault rule {text:?}: expected CALL:PATH:EFFECT[:after=N][:count=N][:every=N]"));
+            return Err(format!(
+                "fault rule {text:?}: expected CALL:PATH:EFFECT[:after=N][:count=N][:every=N]"
+            ));
         }
         let call = match parts[0] {
             "read" => Call::Read,
@@ -99,7 +103,11 @@ pub fn parse(spec: &str) -> std::result::Result<Vec<Rule>, String> {
             "punch" => Call::Punch,
             "open" => Call::Open,
             "any" => Call::Any,
-            c => return Err(format!("fault rule {text:?}: unknown call {c:?} (read, write, sync, punch, open, any)")),
+            c => {
+                return Err(format!(
+                    "fault rule {text:?}: unknown call {c:?} (read, write, sync, punch, open, any)"
+                ))
+            }
         };
         let effect = match parts[2] {
             "eio" => Effect::Errno(libc::EIO),
@@ -120,7 +128,11 @@ pub fn parse(spec: &str) -> std::result::Result<Vec<Rule>, String> {
                 "after" => rule.after = n,
                 "count" => rule.count = n,
                 "every" if n > 0 => rule.every = n,
-                _ => return Err(format!("fault rule {text:?}: unknown option {k:?} (after, count, every>0)")),
+                _ => {
+                    return Err(format!(
+                        "fault rule {text:?}: unknown option {k:?} (after, count, every>0)"
+                    ))
+                }
             }
         }
         rules.push(rule);
@@ -293,10 +305,23 @@ mod tests {
         let w = &rules[0];
         assert!(w.matches(Call::Write, "/s/packs/00000001.pack"));
         assert!(!w.matches(Call::Write, "/s/journal/0.log"));
-        assert_eq!((0..5).map(|_| w.fires()).collect::<Vec<_>>(), [false, false, true, false, false]);
+        assert_eq!(
+            (0..5).map(|_| w.fires()).collect::<Vec<_>>(),
+            [false, false, true, false, false]
+        );
         let r = &rules[1];
-        assert_eq!((0..7).map(|_| r.fires()).collect::<Vec<_>>(), [true, false, false, true, false, false, true]);
-        for bad in ["write:x", "fly:x:eio", "write:x:boom", "write:x:flip", "read:x:eio:after", "read:x:eio:every=0"] {
+        assert_eq!(
+            (0..7).map(|_| r.fires()).collect::<Vec<_>>(),
+            [true, false, false, true, false, false, true]
+        );
+        for bad in [
+            "write:x",
+            "fly:x:eio",
+            "write:x:boom",
+            "write:x:flip",
+            "read:x:eio:after",
+            "read:x:eio:every=0",
+        ] {
             assert!(parse(bad).is_err(), "{bad} accepted");
         }
     }

@@ -156,7 +156,12 @@ impl HostFs for OsHost {
     }
     fn open_direct(&self, path: &Path, write: bool) -> io::Result<Option<Arc<dyn HostFile>>> {
         use std::os::unix::fs::OpenOptionsExt;
-        match OpenOptions::new().read(true).write(write).custom_flags(libc::O_DIRECT).open(path) {
+        match OpenOptions::new()
+            .read(true)
+            .write(write)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+        {
             Ok(f) => Ok(Some(Arc::new(OsFile(f)))),
             // A filesystem without direct I/O refuses the flag.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),

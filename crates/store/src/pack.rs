@@ -202,7 +202,11 @@ impl BlockStore {
             return Ok(f.clone());
         }
         let path = pack_path(&self.dir, pack);
-        let mode = if self.writable { OpenMode::ReadWrite } else { OpenMode::Read };
+        let mode = if self.writable {
+            OpenMode::ReadWrite
+        } else {
+            OpenMode::Read
+        };
         let f = self
             .host
             .open(&path, mode)
@@ -267,11 +271,17 @@ impl BlockStore {
             let off = self.reserve(&mut a, buf.len() as u64)?;
             (a.id, off, a.file.clone())
         };
-        file.write_all_at(&buf, off).map_err(|e| Error::io(format!("write to pack {id}"), e))?;
+        file.write_all_at(&buf, off)
+            .map_err(|e| Error::io(format!("write to pack {id}"), e))?;
         self.active.lock().unwrap().to_sync(file);
         Ok(blocks
             .into_iter()
-            .map(|(at, len, hash)| BlockPtr { addr: BlockPtr::make_addr(id, off + at), len, kind, hash })
+            .map(|(at, len, hash)| BlockPtr {
+                addr: BlockPtr::make_addr(id, off + at),
+                len,
+                kind,
+                hash,
+            })
             .collect())
     }
 
@@ -324,7 +334,11 @@ impl BlockStore {
         let (id, off, file, direct) = {
             let mut a = self.active.lock().unwrap();
             let off = self.reserve(&mut a, data.len() as u64)?;
-            let direct = if data.len() >= DIRECT_WRITE_MIN { self.direct_handle(&mut a) } else { None };
+            let direct = if data.len() >= DIRECT_WRITE_MIN {
+                self.direct_handle(&mut a)
+            } else {
+                None
+            };
             if direct.is_some() && a.end > a.allocated {
                 let to = a.end + PREALLOC_BYTES;
                 match a.file.allocate(a.allocated, to - a.allocated) {
@@ -345,12 +359,20 @@ impl BlockStore {
                 }
             }
         }
-        file.write_all_at(data, off).map_err(|e| Error::io(format!("write to pack {id}"), e))?;
+        file.write_all_at(data, off)
+            .map_err(|e| Error::io(format!("write to pack {id}"), e))?;
         Ok(self.written(id, off, file, block_len, hashes))
     }
 
     /// The end of `write_data_run`: the pack is now one `sync` must cover.
-    fn written(&self, id: u32, off: u64, file: Arc<dyn HostFile>, block_len: usize, hashes: Vec<[u8; 32]>) -> Vec<BlockPtr> {
+    fn written(
+        &self,
+        id: u32,
+        off: u64,
+        file: Arc<dyn HostFile>,
+        block_len: usize,
+        hashes: Vec<[u8; 32]>,
+    ) -> Vec<BlockPtr> {
         self.active.lock().unwrap().to_sync(file);
         hashes
             .into_iter()
@@ -376,7 +398,10 @@ impl BlockStore {
                     Direct::Off
                 }
                 Err(e) => {
-                    log::warn!("direct open of {}: {e}; pack data goes through the page cache", path.display());
+                    log::warn!(
+                        "direct open of {}: {e}; pack data goes through the page cache",
+                        path.display()
+                    );
                     Direct::Off
                 }
             };
@@ -482,16 +507,21 @@ impl BlockStore {
             return None;
         }
         let f = self.direct_reader(ptr.pack())?;
-        with_aligned(ptr.footprint() as usize, |buf| match f.read_exact_at(buf, ptr.offset()) {
-            Ok(()) => Some(verify(ptr, &buf[..ptr.len as usize]).map(|p| p.to_vec())),
-            Err(e) => {
-                if e.raw_os_error() == Some(libc::EINVAL) {
-                    // Alignment the host wants and this store does not give.
-                    log::warn!("direct read of pack {}: {e}; its blocks are read through the page cache from now on", ptr.pack());
-                    self.direct_readers.write().unwrap().insert(ptr.pack(), None);
+        with_aligned(ptr.footprint() as usize, |buf| {
+            match f.read_exact_at(buf, ptr.offset()) {
+                Ok(()) => Some(verify(ptr, &buf[..ptr.len as usize]).map(|p| p.to_vec())),
+                Err(e) => {
+                    if e.raw_os_error() == Some(libc::EINVAL) {
+                        // Alignment the host wants and this store does not give.
+                        log::warn!(
+                            "direct read of pack {}: {e}; its blocks are read through the page cache from now on",
+                            ptr.pack()
+                        );
+                        self.direct_readers.write().unwrap().insert(ptr.pack(), None);
+                    }
+                    // Otherwise the buffered read says which block is missing or unreadable.
+                    None
                 }
-                // Otherwise the buffered read says which block is missing or unreadable.
-                None
             }
         })
     }
@@ -501,7 +531,10 @@ impl BlockStore {
         if let Some(f) = self.direct_readers.read().unwrap().get(&pack) {
             return f.clone();
         }
-        let f = self.host.open_direct(&pack_path(&self.dir, pack), false).unwrap_or(None);
+        let f = self
+            .host
+            .open_direct(&pack_path(&self.dir, pack), false)
+            .unwrap_or(None);
         self.direct_readers.write().unwrap().insert(pack, f.clone());
         f
     }
@@ -559,7 +592,9 @@ impl BlockStore {
     /// `out` (their payloads concatenated, `out.len()` bytes) with one read, and verifies each
     /// in place. Returns false, having read nothing, when the blocks do not lie so.
     pub fn read_whole_into(&self, ptrs: &[BlockPtr], out: &mut [u8]) -> Result<bool> {
-        let Some(first) = ptrs.first() else { return Ok(out.is_empty()) };
+        let Some(first) = ptrs.first() else {
+            return Ok(out.is_empty());
+        };
         let adjacent = ptrs.iter().all(|p| header_len(p.kind) == 0)
             && ptrs
                 .windows(2)

@@ -22,14 +22,36 @@ pub const SECTOR: u64 = 4096;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HostOp {
     /// A new file `ino` named `path`.
-    Create { path: PathBuf, ino: u64 },
-    Write { ino: u64, offset: u64, data: Vec<u8> },
-    SetLen { ino: u64, len: u64 },
-    Punch { ino: u64, offset: u64, len: u64 },
-    Remove { path: PathBuf },
-    MkDir { path: PathBuf },
-    SyncFile { ino: u64 },
-    SyncDir { path: PathBuf },
+    Create {
+        path: PathBuf,
+        ino: u64,
+    },
+    Write {
+        ino: u64,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    SetLen {
+        ino: u64,
+        len: u64,
+    },
+    Punch {
+        ino: u64,
+        offset: u64,
+        len: u64,
+    },
+    Remove {
+        path: PathBuf,
+    },
+    MkDir {
+        path: PathBuf,
+    },
+    SyncFile {
+        ino: u64,
+    },
+    SyncDir {
+        path: PathBuf,
+    },
     /// A label the test puts in the log (where a workload step began, say); no effect.
     Mark(u64),
 }
@@ -71,7 +93,8 @@ impl Image {
                         if f.len() < hi as usize {
                             f.resize(hi as usize, 0);
                         }
-                        f[lo as usize..hi as usize].copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+                        f[lo as usize..hi as usize]
+                            .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
                     }
                 }
             }

@@ -187,7 +187,11 @@ fn decoders_refuse_garbage_without_panicking() {
 fn data_runs_are_written_whole_and_read_back() {
     struct NoDirect(scion_store::Host);
     impl scion_store::HostFs for NoDirect {
-        fn open(&self, p: &std::path::Path, m: scion_store::OpenMode) -> std::io::Result<std::sync::Arc<dyn scion_store::host::HostFile>> {
+        fn open(
+            &self,
+            p: &std::path::Path,
+            m: scion_store::OpenMode,
+        ) -> std::io::Result<std::sync::Arc<dyn scion_store::host::HostFile>> {
             self.0.open(p, m)
         }
         fn remove_file(&self, p: &std::path::Path) -> std::io::Result<()> {
@@ -281,7 +285,11 @@ fn allocation_ahead_is_cut_at_sync_and_at_reopen() {
     }
     let small = s.write(BlockKind::Node, b"between").unwrap();
     let b = s.write_data_run(&data[..2 * B], B).unwrap();
-    assert_eq!(small.offset(), end, "a block appended after allocation ahead goes at the end");
+    assert_eq!(
+        small.offset(),
+        end,
+        "a block appended after allocation ahead goes at the end"
+    );
     s.sync().unwrap();
     let (pack, end) = s.position();
     assert_eq!(pack_len(), end, "sync leaves no allocation past the end");
@@ -293,7 +301,11 @@ fn allocation_ahead_is_cut_at_sync_and_at_reopen() {
     drop(s);
     let s = BlockStore::open(&host, d.path(), pack, end, true).unwrap();
     s.resume_at(pack, end).unwrap();
-    assert_eq!(pack_len(), end, "reopening cuts what was written or allocated after the end");
+    assert_eq!(
+        pack_len(),
+        end,
+        "reopening cuts what was written or allocated after the end"
+    );
     for (i, p) in a.iter().enumerate() {
         assert_eq!(s.read(p).unwrap(), &data[i * B..(i + 1) * B]);
     }
@@ -302,7 +314,11 @@ fn allocation_ahead_is_cut_at_sync_and_at_reopen() {
     assert!(c[0].offset() >= end, "the unsynced run lay past the end");
     let again = s.write_data_run(&data[..B], B).unwrap();
     assert_eq!(again[0].offset(), end);
-    assert_eq!(pack_len(), end + B as u64, "a short run goes through the page cache, nothing allocated ahead");
+    assert_eq!(
+        pack_len(),
+        end + B as u64,
+        "a short run goes through the page cache, nothing allocated ahead"
+    );
     s.sync().unwrap();
     assert_eq!(pack_len(), end + B as u64);
 }
@@ -391,7 +407,10 @@ fn batches_are_laid_out_as_single_writes_would_be() {
     assert_eq!(s.read(&after).unwrap(), b"after");
     // Damage inside one block of a batch is found in that block only.
     let ptrs = s.write_batch(BlockKind::Data, &refs).unwrap();
-    let f = std::fs::OpenOptions::new().write(true).open(d.path().join("packs/00000001.pack")).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.path().join("packs/00000001.pack"))
+        .unwrap();
     f.write_all_at(&[0xff], ptrs[5].offset() + 10).unwrap();
     for (i, p) in ptrs.iter().enumerate() {
         assert_eq!(s.read(p).is_err(), i == 5, "block {i}");
@@ -407,16 +426,24 @@ fn random_reads_past_the_page_cache_are_verified() {
     let a = s.write(BlockKind::Data, &whole).unwrap();
     let b = s.write(BlockKind::Data, &short).unwrap();
     let c = s.write(BlockKind::Data, &whole).unwrap();
-    let n = s.write(BlockKind::Node, b"a node: read through the page cache").unwrap();
+    let n = s
+        .write(BlockKind::Node, b"a node: read through the page cache")
+        .unwrap();
     s.sync().unwrap();
     // Read back (direct where this host allows it) without syncing first, too.
     let e = s.write(BlockKind::Data, &short).unwrap();
     assert_eq!(&s.read_shared(&a, true).unwrap()[..], &whole[..]);
     assert_eq!(&s.read_shared(&b, true).unwrap()[..], &short[..]);
     assert_eq!(&s.read_shared(&e, true).unwrap()[..], &short[..]);
-    assert_eq!(&s.read_shared(&n, true).unwrap()[..], b"a node: read through the page cache");
+    assert_eq!(
+        &s.read_shared(&n, true).unwrap()[..],
+        b"a node: read through the page cache"
+    );
     // Damage in a block not read yet (the kept blocks are verified already) is found.
-    let f = std::fs::OpenOptions::new().write(true).open(d.path().join("packs/00000001.pack")).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.path().join("packs/00000001.pack"))
+        .unwrap();
     f.write_all_at(&[0x5a], c.offset() + 40_000).unwrap();
     match s.read_shared(&c, true) {
         Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("hash"), "{detail}"),

@@ -46,7 +46,11 @@ struct NodeCache {
 
 impl NodeCache {
     fn new(limit: usize) -> NodeCache {
-        NodeCache { lru: LruCache::unbounded(), bytes: 0, limit }
+        NodeCache {
+            lru: LruCache::unbounded(),
+            bytes: 0,
+            limit,
+        }
     }
 
     fn get(&mut self, addr: u64) -> Option<Arc<Node>> {
