@@ -37,6 +37,9 @@ pub struct Report {
     /// Chunks kept as a block with patches over it (copy-on-abundant-write), and their bytes.
     pub patched_chunks: u64,
     pub patch_bytes: u64,
+    /// Files whose bytes live in their inode record (counted once per record), and the bytes.
+    pub inline_files: u64,
+    pub inline_bytes: u64,
     pub journal_records: u64,
     pub journal_tail: Option<String>,
     pub problems: Vec<String>,
@@ -62,6 +65,13 @@ impl std::fmt::Display for Report {
             "{} live blocks ({} payload bytes), {} shared, all checksums verified",
             self.blocks, self.block_bytes, self.shared_blocks
         )?;
+        if self.inline_files > 0 {
+            writeln!(
+                f,
+                "{} files kept inline in their records ({} bytes)",
+                self.inline_files, self.inline_bytes
+            )?;
+        }
         if self.patched_chunks > 0 {
             writeln!(
                 f,
@@ -294,6 +304,27 @@ impl Checker<'_> {
                         };
                         if self.reference(&c, Some(ctx)) {
                             self.file_alloc.insert(c.addr, (ns, i.oid, i.alloc, 0));
+                        }
+                    }
+                    // Invariants of inline bytes (the record's decoder checked the rest).
+                    None if !i.inline.is_empty() => {
+                        self.rep.inline_files += 1;
+                        self.rep.inline_bytes += i.inline.len() as u64;
+                        if i.alloc != i.inline.len() as u64 {
+                            self.problem(format!(
+                                "namespace {ns}: file oid {} says {} bytes stored, has {} inline",
+                                i.oid,
+                                i.alloc,
+                                i.inline.len()
+                            ));
+                        }
+                        if i.inline.len() as u64 > i.size {
+                            self.problem(format!(
+                                "namespace {ns}: file oid {} has {} inline bytes, past its size {}",
+                                i.oid,
+                                i.inline.len(),
+                                i.size
+                            ));
                         }
                     }
                     None if i.alloc != 0 => {

@@ -745,6 +745,31 @@ impl Fs {
         Ok(out)
     }
 
+    /// The bytes file `ino` keeps inline in its record after this checkpoint: its chunk 0,
+    /// new or already inline, when that is at most `INLINE_MAX` bytes, not all zeros, and
+    /// all the file stores. `None`: its content, if any, goes to its content tree.
+    fn inline_result(&self, ino: Ino) -> Result<Option<Vec<u8>>> {
+        let n = &self.nodes[&ino];
+        let bytes = match n.chunks.get(&0) {
+            Some(Chunk::Buf(b)) => b,
+            None if !n.inode.inline.is_empty() => &n.inode.inline,
+            _ => return Ok(None),
+        };
+        if bytes.len() > INLINE_MAX || bytes.iter().all(|b| *b == 0) {
+            return Ok(None);
+        }
+        if n.chunks.range(1..).any(|(_, c)| *c != Chunk::Hole) {
+            return Ok(None);
+        }
+        // A committed chunk past 0 that stays (not overlaid by a hole) keeps the tree.
+        let mut more = false;
+        self.forest.scan(n.inode.content.as_ref(), &chunk_key(1), &mut |k, _| {
+            more = chunk_index(k).map_or(true, |i| !n.chunks.contains_key(&i));
+            !more
+        })?;
+        Ok((!more).then(|| bytes.clone()))
+    }
+
     pub fn checkpoint(&mut self) -> Result<()> {
         self.checkpoint_with(Fold::Carry)
     }
@@ -835,12 +860,24 @@ impl Fs {
             .copied()
             .collect();
         for ino in files {
+            let inline = self.inline_result(ino)?;
             let n = self.nodes.get_mut(&ino).unwrap();
             let chunks = std::mem::take(&mut n.chunks);
             let content = n.inode.content;
-            let mut ops: Vec<Op> = Vec::with_capacity(chunks.len());
+            let mut ops: Vec<Op> = Vec::with_capacity(chunks.len() + 1);
             let mut alloc_fix: i64 = 0;
+            // Inline bytes kept as chunk 0 by a file that outgrows them move to a block.
+            let old_inline = std::mem::take(&mut n.inode.inline);
+            if inline.is_none() && !old_inline.is_empty() && !chunks.contains_key(&0) {
+                let ptr = self.forest.store.write(BlockKind::Data, &old_inline)?;
+                ops.push((chunk_key(0), Some(Value::new(Vec::new(), vec![ptr]))));
+            }
             for (idx, c) in chunks {
+                if idx == 0 && inline.is_some() {
+                    // Becomes the record's inline bytes; a committed chunk 0 goes.
+                    ops.push((chunk_key(0), None));
+                    continue;
+                }
                 match c {
                     Chunk::Buf(buf) if buf.iter().any(|b| *b != 0) => {
                         let ptr = self.forest.store.write(BlockKind::Data, &buf)?;
@@ -867,6 +904,11 @@ impl Fs {
             let n = self.nodes.get_mut(&ino).unwrap();
             n.inode.alloc = (n.inode.alloc as i64 + alloc_fix).max(0) as u64;
             n.inode.content = new;
+            if let Some(bytes) = inline {
+                // Invariant: inline bytes are all the file stores (`inline_result` checked).
+                assert!(new.is_none(), "ino {ino}: inline bytes beside a content tree");
+                n.inode.inline = bytes;
+            }
             if let Some(p) = n.prepass.take() {
                 self.forest.release(&p)?;
             }

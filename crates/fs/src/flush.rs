@@ -15,7 +15,7 @@
 //! like a superseded block written ahead.
 
 use crate::fs::{Chunk, Fs, Ino, Loc};
-use crate::inode::Kind;
+use crate::inode::{Kind, INLINE_MAX};
 use scion_store::{BlockKind, BlockPtr, BlockStore, Result};
 use std::sync::Arc;
 
@@ -82,7 +82,16 @@ impl Fs {
         let mut chunks = Vec::new();
         let mut bytes = 0;
         'files: for ino in inos {
-            for (&idx, c) in &self.nodes[&ino].chunks {
+            let overlay = &self.nodes[&ino].chunks;
+            // A small file's only chunk will likely be kept inline in its record.
+            let small = overlay.iter().all(|(&i, c)| match c {
+                Chunk::Buf(b) => i == 0 && b.len() <= INLINE_MAX,
+                c => i > 0 && *c == Chunk::Hole,
+            });
+            if small {
+                continue;
+            }
+            for (&idx, c) in overlay {
                 // All zeros: the checkpoint stores a hole.
                 if let Chunk::Buf(b) = c {
                     if b.iter().any(|x| *x != 0) {

@@ -1508,7 +1508,13 @@ impl Fs {
         self.maybe_evict(ino);
     }
 
-    /// Chunk `idx` in the stored content tree: its block and patches.
+    /// The file's inline bytes, if `idx` is 0 and it has them (its committed chunk 0).
+    fn inline_chunk(n: &Node, idx: u64) -> Option<&[u8]> {
+        (idx == 0 && !n.inode.inline.is_empty()).then_some(n.inode.inline.as_slice())
+    }
+
+    /// Chunk `idx` in the stored content tree: its block and patches. (Inline bytes are not
+    /// in the tree: see `inline_chunk`.)
     fn stored_chunk(&self, n: &Node, idx: u64) -> FsResult<Option<StoredChunk>> {
         let Some(v) = self
             .forest
@@ -1546,6 +1552,7 @@ impl Fs {
                 patches.apply(&mut b);
                 Ok(Some(b))
             }
+            None if Self::inline_chunk(n, idx).is_some() => Ok(Self::inline_chunk(n, idx).map(<[u8]>::to_vec)),
             None => match self.stored_chunk(n, idx)? {
                 Some(s) => {
                     let mut b = self.read_block(n, idx, &s.block)?;
@@ -1560,6 +1567,7 @@ impl Fs {
     fn chunk_len(&self, n: &Node, idx: u64) -> FsResult<u64> {
         match n.chunks.get(&idx) {
             Some(c) => Ok(c.len()),
+            None if Self::inline_chunk(n, idx).is_some() => Ok(n.inode.inline.len() as u64),
             None => Ok(self.stored_chunk(n, idx)?.map(|s| s.len()).unwrap_or(0)),
         }
     }
@@ -1626,6 +1634,14 @@ impl Fs {
                 Some(Chunk::Block(p) | Chunk::Shared(p)) => (Some(*p), None),
                 Some(Chunk::Hole) => (None, None),
                 Some(Chunk::Patched { base, patches }) => (Some(*base), Some(patches)),
+                None if Self::inline_chunk(n, idx).is_some() => {
+                    let b = &n.inode.inline;
+                    if within < b.len() {
+                        let avail = (b.len() - within).min(take);
+                        plan.parts.push((at, Part::Bytes(b[within..within + avail].to_vec())));
+                    }
+                    (None, None)
+                }
                 None => match self.stored_chunk(n, idx)? {
                     Some(s) => {
                         stored = s;
@@ -1872,6 +1888,8 @@ impl Fs {
         let n = self.node(ino)?;
         let (base, mut patches) = match n.chunks.get(&idx) {
             Some(Chunk::Patched { base, patches }) => (*base, patches.clone()),
+            // Inline bytes are rewritten whole: a record that changes anyway, and small.
+            None if Self::inline_chunk(n, idx).is_some() => return Ok(None),
             None => match self.stored_chunk(n, idx)? {
                 Some(s) => (s.block, s.patches),
                 None => return Ok(None),
@@ -1969,6 +1987,9 @@ impl Fs {
             .map_err(eio)?;
         if let Some(e) = err {
             return Err(eio(e));
+        }
+        if from == 0 && !n.inode.inline.is_empty() {
+            stored.push(0);
         }
         let mut all: std::collections::BTreeSet<u64> =
             stored.into_iter().filter(|i| !n.chunks.contains_key(i)).collect();
@@ -2148,6 +2169,7 @@ impl Fs {
                 for i in 0..want {
                     let idx = pin / CHUNK + i;
                     let c = match n.chunks.get(&idx) {
+                        None if Self::inline_chunk(n, idx).is_some() => break,
                         None => match self.stored_chunk(n, idx)? {
                             // A plain whole block is shared; a patched one is copied below.
                             Some(s) => match s.plain_full() {
@@ -2413,6 +2435,20 @@ impl Fs {
         if self.failed.is_none() {
             // Everything into the trees: an unmounted store has an empty journal.
             self.checkpoint_with(Fold::All)?;
+            // ... and needs no journal space: the current journal holds nothing, and the
+            // other file held the generation before, which the checkpoint made dead. Up to
+            // 64 MiB each otherwise (journal.rs, `REUSE_LIMIT`).
+            if let Some(j) = &mut self.journal {
+                j.trim()?;
+            }
+            let old =
+                crate::journal::journal_path(&self.dir, self.generation.wrapping_sub(1), scion_store::FORMAT_VERSION);
+            if self.host.exists(&old) {
+                self.host
+                    .open(&old, scion_store::OpenMode::ReadWrite)
+                    .and_then(|f| f.set_len(0))
+                    .map_err(|e| Error::io(format!("truncation of {}", old.display()), e))?;
+            }
         }
         Ok(())
     }

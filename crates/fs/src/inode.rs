@@ -14,6 +14,12 @@ pub const MAX_XATTR_NAME: usize = 255;
 pub const MAX_XATTR_VALUE: usize = 64 << 10;
 pub const MAX_XATTR_TOTAL: usize = 256 << 10;
 pub const MAX_SYMLINK: usize = 4095;
+/// A file whose only data is the first `INLINE_MAX` bytes keeps them in its inode record
+/// (format version 5), in its directory's tree node, instead of in a data block and a
+/// one-entry content tree: two 4 KiB pages for as little as one byte. btrfs inlines up to
+/// the same size by default (`max_inline=2048`); larger, and directory nodes would carry
+/// much more than names for `ls` and `find` to read.
+pub const INLINE_MAX: usize = 2048;
 /// Largest file size: the chunk index must fit the tree's 8-byte key, and offsets an i64.
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
@@ -144,6 +150,10 @@ pub struct Inode {
     /// Symlink target.
     pub target: Vec<u8>,
     pub content: Option<BlockPtr>,
+    /// Regular files only: the file's bytes from offset 0 when they are all it stores (at most
+    /// `INLINE_MAX`, never with `content`; the rest up to `size` reads as zeros). Empty when
+    /// the content, if any, is in the content tree.
+    pub inline: Vec<u8>,
     /// Directories only: root of the subtree summary, the tree that says which hard-linked
     /// files (`L` + oid -> names inside this subtree) and which clone mount points (`M` +
     /// oid) lie below. It is what lets a clone know its link counts and nested clones
@@ -172,6 +182,7 @@ impl Inode {
             xattrs: BTreeMap::new(),
             target: Vec::new(),
             content: None,
+            inline: Vec::new(),
             summary: None,
         }
     }
@@ -186,10 +197,13 @@ impl Inode {
     }
 
     /// The record bytes, without `content` and `summary` (which travel as the value's
-    /// pointers, in that order; a mask byte says which are present).
+    /// pointers, in that order; a mask byte says which are present, and whether inline bytes
+    /// end the record).
     pub fn encode_record(&self, w: &mut Writer) {
-        w.u8(RECORD_VERSION)
-            .u8(self.content.is_some() as u8 | (self.summary.is_some() as u8) << 1);
+        debug_assert!(self.inline.is_empty() || (self.kind == Kind::File && self.content.is_none()));
+        let mask =
+            self.content.is_some() as u8 | (self.summary.is_some() as u8) << 1 | (!self.inline.is_empty() as u8) << 2;
+        w.u8(RECORD_VERSION).u8(mask);
         w.u64(self.oid).u8(self.kind as u8).u16(self.perm);
         w.u32(self.uid)
             .u32(self.gid)
@@ -203,6 +217,9 @@ impl Inode {
         for (k, v) in &self.xattrs {
             w.bytes(k).bytes(v);
         }
+        if !self.inline.is_empty() {
+            w.bytes(&self.inline);
+        }
     }
 
     pub fn decode_record(r: &mut Reader<'_>, ptrs: &[BlockPtr]) -> Result<Inode> {
@@ -211,7 +228,7 @@ impl Inode {
             return Err(Error::corrupt("inode", "record", format!("unknown record version {v}")));
         }
         let mask = r.u8()?;
-        if mask > 3 || ptrs.len() != (mask & 1) as usize + (mask >> 1) as usize {
+        if mask > 7 || ptrs.len() != (mask & 1) as usize + (mask >> 1 & 1) as usize {
             return Err(Error::corrupt(
                 "inode",
                 "record",
@@ -243,6 +260,21 @@ impl Inode {
             let v = r.bytes()?.to_vec();
             xattrs.insert(k, v);
         }
+        let mut inline = Vec::new();
+        if mask & 4 != 0 {
+            inline = r.bytes()?.to_vec();
+            if inline.is_empty() || inline.len() > INLINE_MAX || kind != Kind::File || content.is_some() {
+                return Err(Error::corrupt(
+                    "inode",
+                    format!("oid {oid}"),
+                    format!(
+                        "{} inline bytes in a {kind:?} record{}",
+                        inline.len(),
+                        if content.is_some() { " with a content tree" } else { "" }
+                    ),
+                ));
+            }
+        }
         Ok(Inode {
             oid,
             kind,
@@ -260,6 +292,7 @@ impl Inode {
             xattrs,
             target,
             content,
+            inline,
             summary,
         })
     }

@@ -821,6 +821,17 @@ impl Journal {
         Ok(j)
     }
 
+    /// Gives back the space past what was written (the zeros written ahead, a reused file's
+    /// old bytes): a store at rest keeps no journal space it does not use.
+    pub fn trim(&mut self) -> Result<()> {
+        self.flush()?;
+        self.file
+            .set_len(self.written)
+            .map_err(|e| Error::io("truncation of the journal", e))?;
+        self.allocated = self.written;
+        Ok(())
+    }
+
     /// Appends a record; `more`: further records of the same operation follow.
     pub fn append(&mut self, rec: &Record, more: bool) -> Result<()> {
         self.append_encoded(&rec.encode(), more)

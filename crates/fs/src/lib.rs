@@ -29,7 +29,7 @@ pub use fs::{
     write_ahead, Attr, DirEntry, Fs, FsResult, Ino, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket,
     WrittenAhead, ROOT_INO,
 };
-pub use inode::{Kind, Ts};
+pub use inode::{Kind, Ts, INLINE_MAX};
 pub use repack::RepackReport;
 
 /// Attribute changes of a `setattr`.

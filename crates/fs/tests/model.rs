@@ -197,12 +197,18 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
         23..=44 if !files.is_empty() => {
             let p = &files[rng.gen_range(0..files.len())];
             let M::File(id) = m.paths[p] else { unreachable!() };
-            let off = if rng.gen_bool(0.3) {
+            // A quarter stay within the bytes a record keeps inline.
+            let small = rng.gen_bool(0.25);
+            let off = if small {
+                rng.gen_range(0..1500)
+            } else if rng.gen_bool(0.3) {
                 rng.gen_range(0..400_000)
             } else {
                 rng.gen_range(0..70_000)
             };
-            let len = if rng.gen_bool(0.2) {
+            let len = if small {
+                rng.gen_range(1..=scion_fs::INLINE_MAX + 1 - off)
+            } else if rng.gen_bool(0.2) {
                 rng.gen_range(60_000..200_000)
             } else {
                 rng.gen_range(1..5000)
@@ -223,7 +229,11 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
         45..=52 if !files.is_empty() => {
             let p = &files[rng.gen_range(0..files.len())];
             let M::File(id) = m.paths[p] else { unreachable!() };
-            let size = rng.gen_range(0..300_000);
+            let size = if rng.gen_bool(0.3) {
+                rng.gen_range(0..3000)
+            } else {
+                rng.gen_range(0..300_000)
+            };
             let ino = resolve(fs, p);
             fs.setattr(
                 ino,
@@ -445,6 +455,7 @@ fn run(seed: u64, ops: usize) {
     let mut fs = open(&store);
     let mut m = Model::default();
     let mut synced = m.clone();
+    let mut inline_seen = 0;
     for i in 0..ops {
         if random_op(&mut fs, &mut m, &mut rng) {
             synced = m.clone();
@@ -470,6 +481,7 @@ fn run(seed: u64, ops: usize) {
                     }
                 }
                 assert!(rep.is_clean(), "seed {seed} checkpoint at op {i}: {rep}");
+                inline_seen += rep.inline_files;
             }
             4..=7 => {
                 fs.fsync().unwrap();
@@ -514,6 +526,9 @@ fn run(seed: u64, ops: usize) {
     fs.close().unwrap();
     let rep = scion_fs::check::check(&scion_store::os_host(), &store).unwrap();
     assert!(rep.is_clean(), "seed {seed} at the end: {rep}");
+    inline_seen += rep.inline_files;
+    // The run went through files kept inline, not only through content trees.
+    assert!(ops < 500 || inline_seen > 0, "seed {seed}: no file was ever inline");
     let mut fs = open(&store);
     compare(&mut fs, &m, &format!("seed {seed} final"));
 }

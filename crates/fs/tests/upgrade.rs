@@ -1,6 +1,6 @@
 //! A store of format 3 (one journal file per generation, journal version 3, records framed
 //! without a tag) is opened by this build: its journal is replayed, and the store becomes
-//! format 4 (two reused journal files) with the old journal file gone.
+//! the current format (two reused journal files since format 4) with the old journal file gone.
 
 use scion_fs::journal::{Record, Target};
 use scion_fs::{Fs, Kind, MountOptions, SetAttr, Ts};
@@ -24,7 +24,7 @@ fn format_3_store_is_replayed_and_upgraded() {
     // Make it what a format 3 build leaves after a crash: superblocks of version 3, and the
     // journal of the current generation in its own file, holding one change (a chmod).
     let sb = Superblock::read(&host, &store).unwrap();
-    assert_eq!(sb.version, 4);
+    assert_eq!(sb.version, scion_store::FORMAT_VERSION);
     let path = store.join(SUPERBLOCK_FILE);
     let mut slots = std::fs::read(&path).unwrap();
     for slot in slots.chunks_mut(SUPERBLOCK_SLOT) {
@@ -75,7 +75,10 @@ fn format_3_store_is_replayed_and_upgraded() {
     assert_eq!(fs.getattr(f).unwrap().perm, 0o600, "the version 3 journal was replayed");
     assert_eq!(fs.read(f, 0, data.len() as u32).unwrap(), data);
     fs.close().unwrap();
-    assert_eq!(Superblock::read(&host, &store).unwrap().version, 4);
+    assert_eq!(
+        Superblock::read(&host, &store).unwrap().version,
+        scion_store::FORMAT_VERSION
+    );
     let mut names: Vec<String> = std::fs::read_dir(store.join("journal"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -12,10 +12,11 @@ pub const SUPERBLOCK_FILE: &str = "superblock";
 pub const SUPERBLOCK_SLOT: usize = 4096;
 /// The version this build writes. Version 3 added patches beside file chunks
 /// (copy-on-abundant-write); version 4 keeps the journal in two files reused by generation
-/// parity instead of one new file per generation (docs/format.md, "Journal"). An older
-/// store is read as is and becomes version 4 at its next checkpoint (every open makes
-/// one), after which older builds refuse it.
-pub const FORMAT_VERSION: u32 = 4;
+/// parity instead of one new file per generation (docs/format.md, "Journal"); version 5 lets
+/// a small file's bytes live in its inode record. An older store is read as is and becomes
+/// version 5 at its next checkpoint (every open makes one), after which older builds refuse
+/// it.
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SCIONSB\0";
