@@ -40,6 +40,8 @@ pub struct Report {
     /// Files whose bytes live in their inode record (counted once per record), and the bytes.
     pub inline_files: u64,
     pub inline_bytes: u64,
+    /// Files whose one chunk's block the record names itself, without a content tree.
+    pub direct_files: u64,
     pub journal_records: u64,
     pub journal_tail: Option<String>,
     pub problems: Vec<String>,
@@ -71,6 +73,9 @@ impl std::fmt::Display for Report {
                 "{} files kept inline in their records ({} bytes)",
                 self.inline_files, self.inline_bytes
             )?;
+        }
+        if self.direct_files > 0 {
+            writeln!(f, "{} files of one chunk without a content tree", self.direct_files)?;
         }
         if self.patched_chunks > 0 {
             writeln!(
@@ -295,6 +300,26 @@ impl Checker<'_> {
                 self.rep.files += 1;
                 self.rep.file_bytes += i.size;
                 match i.content {
+                    // Invariants of a direct chunk 0 (the record's decoder checked that it is
+                    // a data block): it lies within the size, and is what the file stores.
+                    Some(c) if i.direct.is_some() => {
+                        let d = i.direct_chunk().expect("a direct chunk");
+                        self.rep.direct_files += 1;
+                        self.reference(&c, None);
+                        if d.len() > i.size || i.alloc != d.len() {
+                            self.problem(format!(
+                                "namespace {ns}: file oid {} of size {} storing {} bytes has a chunk 0 of {}",
+                                i.oid,
+                                i.size,
+                                i.alloc,
+                                d.len()
+                            ));
+                        }
+                        if !d.patches.is_empty() {
+                            self.rep.patched_chunks += 1;
+                            self.rep.patch_bytes += d.patches.bytes() as u64;
+                        }
+                    }
                     // Keyed by content root: records that share content are checked once.
                     Some(c) => {
                         let ctx = Ctx::File {

@@ -745,29 +745,55 @@ impl Fs {
         Ok(out)
     }
 
-    /// The bytes file `ino` keeps inline in its record after this checkpoint: its chunk 0,
-    /// new or already inline, when that is at most `INLINE_MAX` bytes, not all zeros, and
-    /// all the file stores. `None`: its content, if any, goes to its content tree.
-    fn inline_result(&self, ino: Ino) -> Result<Option<Vec<u8>>> {
+    /// What file `ino`'s record holds after this checkpoint when chunk 0 is all it stores
+    /// (`None`: it needs a content tree). Takes the references the result owns: a new block
+    /// for bytes too long to be inline, one more on a committed block it keeps.
+    fn single_chunk(&mut self, ino: Ino) -> Result<Option<OneChunk>> {
         let n = &self.nodes[&ino];
-        let bytes = match n.chunks.get(&0) {
-            Some(Chunk::Buf(b)) => b,
-            None if !n.inode.inline.is_empty() => &n.inode.inline,
-            _ => return Ok(None),
-        };
-        if bytes.len() > INLINE_MAX || bytes.iter().all(|b| *b == 0) {
-            return Ok(None);
-        }
         if n.chunks.range(1..).any(|(_, c)| *c != Chunk::Hole) {
             return Ok(None);
         }
         // A committed chunk past 0 that stays (not overlaid by a hole) keeps the tree.
+        let tree = n.inode.tree();
         let mut more = false;
-        self.forest.scan(n.inode.content.as_ref(), &chunk_key(1), &mut |k, _| {
+        self.forest.scan(tree, &chunk_key(1), &mut |k, _| {
             more = chunk_index(k).map_or(true, |i| !n.chunks.contains_key(&i));
             !more
         })?;
-        Ok((!more).then(|| bytes.clone()))
+        if more {
+            return Ok(None);
+        }
+        let kept = |c: StoredChunk| OneChunk::Direct(c.block, c.patches);
+        let one = match n.chunks.get(&0) {
+            Some(Chunk::Buf(b)) if b.iter().all(|x| *x == 0) => OneChunk::Empty,
+            Some(Chunk::Buf(b)) if b.len() <= INLINE_MAX => OneChunk::Inline(b.clone()),
+            Some(Chunk::Buf(b)) => OneChunk::Direct(self.forest.store.write(BlockKind::Data, b)?, Patches::default()),
+            // The overlay's reference moves to the record.
+            Some(Chunk::Block(p) | Chunk::Shared(p)) => OneChunk::Direct(*p, Patches::default()),
+            Some(Chunk::Patched { base, patches }) => {
+                self.forest.refs.inc(base);
+                OneChunk::Direct(*base, patches.clone())
+            }
+            Some(Chunk::Hole) => OneChunk::Empty,
+            None if !n.inode.inline.is_empty() => OneChunk::Inline(n.inode.inline.clone()),
+            None => {
+                let stored = match n.inode.direct_chunk() {
+                    Some(c) => Some(c),
+                    None => match self.forest.get(tree, &chunk_key(0))? {
+                        Some(v) => Some(StoredChunk::from_value(&v)?),
+                        None => None,
+                    },
+                };
+                match stored {
+                    Some(c) => {
+                        self.forest.refs.inc(&c.block);
+                        kept(c)
+                    }
+                    None => OneChunk::Empty,
+                }
+            }
+        };
+        Ok(Some(one))
     }
 
     pub fn checkpoint(&mut self) -> Result<()> {
@@ -860,24 +886,60 @@ impl Fs {
             .copied()
             .collect();
         for ino in files {
-            let inline = self.inline_result(ino)?;
+            let n = &self.nodes[&ino];
+            // Invariant: a file folded here is named in its parent's overlay or its link table,
+            // so the prepass holds a reference to its old content, released below.
+            assert_eq!(n.prepass, n.inode.content, "ino {ino}: folded without a prepass reference");
+            // A file that stores nothing past chunk 0 keeps it in its record: inline bytes, or
+            // the block (and patches) a one-entry content tree would hold.
+            if let Some(one) = self.single_chunk(ino)? {
+                let n = self.nodes.get_mut(&ino).unwrap();
+                // Buffers are dropped; the only block the overlay may hold is chunk 0's,
+                // whose reference `single_chunk` moved to the result.
+                n.chunks.clear();
+                let i = &mut n.inode;
+                (i.inline, i.direct) = (Vec::new(), None);
+                match one {
+                    OneChunk::Inline(bytes) => {
+                        i.alloc = bytes.len() as u64;
+                        i.content = None;
+                        i.inline = bytes;
+                    }
+                    OneChunk::Direct(block, patches) => {
+                        i.alloc = (block.len as u64).max(patches.end() as u64);
+                        i.content = Some(block);
+                        i.direct = Some(patches);
+                    }
+                    OneChunk::Empty => {
+                        i.alloc = 0;
+                        i.content = None;
+                    }
+                }
+                if let Some(p) = n.prepass.take() {
+                    self.forest.release(&p)?;
+                }
+                continue;
+            }
             let n = self.nodes.get_mut(&ino).unwrap();
             let chunks = std::mem::take(&mut n.chunks);
-            let content = n.inode.content;
             let mut ops: Vec<Op> = Vec::with_capacity(chunks.len() + 1);
             let mut alloc_fix: i64 = 0;
-            // Inline bytes kept as chunk 0 by a file that outgrows them move to a block.
+            // Chunk 0 kept in the record by a file that now needs a tree moves into it.
             let old_inline = std::mem::take(&mut n.inode.inline);
-            if inline.is_none() && !old_inline.is_empty() && !chunks.contains_key(&0) {
-                let ptr = self.forest.store.write(BlockKind::Data, &old_inline)?;
-                ops.push((chunk_key(0), Some(Value::new(Vec::new(), vec![ptr]))));
+            let old_direct = n.inode.direct_chunk();
+            n.inode.direct = None;
+            let tree = if old_direct.is_some() { None } else { n.inode.content };
+            if !chunks.contains_key(&0) {
+                if !old_inline.is_empty() {
+                    let ptr = self.forest.store.write(BlockKind::Data, &old_inline)?;
+                    ops.push((chunk_key(0), Some(Value::new(Vec::new(), vec![ptr]))));
+                }
+                if let Some(c) = old_direct {
+                    self.forest.refs.inc(&c.block);
+                    ops.push((chunk_key(0), Some(c.to_value())));
+                }
             }
             for (idx, c) in chunks {
-                if idx == 0 && inline.is_some() {
-                    // Becomes the record's inline bytes; a committed chunk 0 goes.
-                    ops.push((chunk_key(0), None));
-                    continue;
-                }
                 match c {
                     Chunk::Buf(buf) if buf.iter().any(|b| *b != 0) => {
                         let ptr = self.forest.store.write(BlockKind::Data, &buf)?;
@@ -900,15 +962,10 @@ impl Fs {
                     }
                 }
             }
-            let new = self.forest.apply(content.as_ref(), ops)?;
+            let new = self.forest.apply(tree.as_ref(), ops)?;
             let n = self.nodes.get_mut(&ino).unwrap();
             n.inode.alloc = (n.inode.alloc as i64 + alloc_fix).max(0) as u64;
             n.inode.content = new;
-            if let Some(bytes) = inline {
-                // Invariant: inline bytes are all the file stores (`inline_result` checked).
-                assert!(new.is_none(), "ino {ino}: inline bytes beside a content tree");
-                n.inode.inline = bytes;
-            }
             if let Some(p) = n.prepass.take() {
                 self.forest.release(&p)?;
             }
@@ -1213,6 +1270,13 @@ impl Fs {
 }
 
 /// What `carry` built a file's record from, and the record (encoded).
+/// A file's content when chunk 0 is all it stores (`Fs::single_chunk`).
+enum OneChunk {
+    Inline(Vec<u8>),
+    Direct(BlockPtr, Patches),
+    Empty,
+}
+
 pub(crate) struct CarryMemo {
     parent_content: Option<BlockPtr>,
     inode: Inode,

@@ -1516,6 +1516,9 @@ impl Fs {
     /// Chunk `idx` in the stored content tree: its block and patches. (Inline bytes are not
     /// in the tree: see `inline_chunk`.)
     fn stored_chunk(&self, n: &Node, idx: u64) -> FsResult<Option<StoredChunk>> {
+        if n.inode.direct.is_some() {
+            return Ok(if idx == 0 { n.inode.direct_chunk() } else { None });
+        }
         let Some(v) = self
             .forest
             .get(n.inode.content.as_ref(), &chunk_key(idx))
@@ -1971,7 +1974,7 @@ impl Fs {
         let mut err = None;
         self.forest
             .scan(
-                n.inode.content.as_ref(),
+                n.inode.tree(),
                 &chunk_key(from),
                 &mut |k, _| match chunk_index(k) {
                     Ok(i) => {
@@ -1988,7 +1991,7 @@ impl Fs {
         if let Some(e) = err {
             return Err(eio(e));
         }
-        if from == 0 && !n.inode.inline.is_empty() {
+        if from == 0 && (!n.inode.inline.is_empty() || n.inode.direct.is_some()) {
             stored.push(0);
         }
         let mut all: std::collections::BTreeSet<u64> =

@@ -1,7 +1,8 @@
 //! Inode records: what a directory entry (or the link table) stores for a file.
 
 use scion_store::codec::{Reader, Writer};
-use scion_store::{BlockPtr, Error, Result};
+use crate::delta::{Patches, StoredChunk};
+use scion_store::{BlockKind, BlockPtr, Error, Result};
 use scion_tree::Value;
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -154,6 +155,10 @@ pub struct Inode {
     /// `INLINE_MAX`, never with `content`; the rest up to `size` reads as zeros). Empty when
     /// the content, if any, is in the content tree.
     pub inline: Vec<u8>,
+    /// Regular files only: `Some` when the file stores nothing past chunk 0 and `content` is
+    /// not a content tree but chunk 0's data block, with these patches over it: the one
+    /// entry such a tree would hold, kept in the record instead of a 4 KiB leaf.
+    pub direct: Option<Patches>,
     /// Directories only: root of the subtree summary, the tree that says which hard-linked
     /// files (`L` + oid -> names inside this subtree) and which clone mount points (`M` +
     /// oid) lie below. It is what lets a clone know its link counts and nested clones
@@ -183,6 +188,7 @@ impl Inode {
             target: Vec::new(),
             content: None,
             inline: Vec::new(),
+            direct: None,
             summary: None,
         }
     }
@@ -192,17 +198,39 @@ impl Inode {
         self.content.into_iter().chain(self.summary).collect()
     }
 
+    /// The root of the file's or directory's tree, if it has one (a file whose `content` is
+    /// its chunk 0's block has none).
+    pub fn tree(&self) -> Option<&BlockPtr> {
+        if self.direct.is_some() {
+            None
+        } else {
+            self.content.as_ref()
+        }
+    }
+
+    /// Chunk 0 as the record holds it, when `content` is its block (see `direct`).
+    pub fn direct_chunk(&self) -> Option<StoredChunk> {
+        let patches = self.direct.as_ref()?;
+        Some(StoredChunk {
+            block: self.content.expect("a direct chunk has its block"),
+            patches: patches.clone(),
+        })
+    }
+
     pub fn mode(&self) -> u32 {
         self.kind.mode_bits() | self.perm as u32
     }
 
     /// The record bytes, without `content` and `summary` (which travel as the value's
     /// pointers, in that order; a mask byte says which are present, and whether inline bytes
-    /// end the record).
+    /// or a direct chunk's patches end the record).
     pub fn encode_record(&self, w: &mut Writer) {
         debug_assert!(self.inline.is_empty() || (self.kind == Kind::File && self.content.is_none()));
-        let mask =
-            self.content.is_some() as u8 | (self.summary.is_some() as u8) << 1 | (!self.inline.is_empty() as u8) << 2;
+        debug_assert!(self.direct.is_none() || (self.kind == Kind::File && self.content.is_some()));
+        let mask = self.content.is_some() as u8
+            | (self.summary.is_some() as u8) << 1
+            | (!self.inline.is_empty() as u8) << 2
+            | (self.direct.is_some() as u8) << 3;
         w.u8(RECORD_VERSION).u8(mask);
         w.u64(self.oid).u8(self.kind as u8).u16(self.perm);
         w.u32(self.uid)
@@ -220,6 +248,9 @@ impl Inode {
         if !self.inline.is_empty() {
             w.bytes(&self.inline);
         }
+        if let Some(p) = &self.direct {
+            w.bytes(&p.encode());
+        }
     }
 
     pub fn decode_record(r: &mut Reader<'_>, ptrs: &[BlockPtr]) -> Result<Inode> {
@@ -228,7 +259,7 @@ impl Inode {
             return Err(Error::corrupt("inode", "record", format!("unknown record version {v}")));
         }
         let mask = r.u8()?;
-        if mask > 7 || ptrs.len() != (mask & 1) as usize + (mask >> 1 & 1) as usize {
+        if mask > 15 || ptrs.len() != (mask & 1) as usize + (mask >> 1 & 1) as usize {
             return Err(Error::corrupt(
                 "inode",
                 "record",
@@ -275,6 +306,23 @@ impl Inode {
                 ));
             }
         }
+        let mut direct = None;
+        if mask & 8 != 0 {
+            let p = Patches::decode(r.bytes()?)?;
+            match content {
+                Some(c) if kind == Kind::File && c.kind == BlockKind::Data && mask & 4 == 0 => {}
+                _ => {
+                    return Err(Error::corrupt(
+                        "inode",
+                        format!("oid {oid}"),
+                        format!("a direct chunk in a {kind:?} record without a data block"),
+                    ))
+                }
+            }
+            direct = Some(p);
+        } else if content.is_some_and(|c| c.kind != BlockKind::Node) {
+            return Err(Error::corrupt("inode", format!("oid {oid}"), "content root is not a tree node"));
+        }
         Ok(Inode {
             oid,
             kind,
@@ -293,6 +341,7 @@ impl Inode {
             target,
             content,
             inline,
+            direct,
             summary,
         })
     }

@@ -214,10 +214,13 @@ impl Fs {
     /// waiting in memory are not included.
     pub fn stored_chunks(&self, ino: Ino) -> FsResult<Vec<(u64, StoredChunk)>> {
         let n = self.node(ino)?;
+        if let Some(c) = n.inode.direct_chunk() {
+            return Ok(vec![(0, c)]);
+        }
         let mut out = Vec::new();
         let mut bad = None;
         self.forest
-            .scan(n.inode.content.as_ref(), &chunk_key(0), &mut |k, v| {
+            .scan(n.inode.tree(), &chunk_key(0), &mut |k, v| {
                 match (chunk_index(k), StoredChunk::from_value(v)) {
                     (Ok(idx), Ok(c)) => out.push((idx, c)),
                     (Err(e), _) | (_, Err(e)) => bad = Some(e),

@@ -131,11 +131,15 @@ impl Fs {
     fn scrub_inode(&self, s: &mut Scrubber, i: &Inode, path: &str) {
         match i.kind {
             Kind::Dir => self.scrub_dir(s, i, path),
-            Kind::File => {
-                if let Some(c) = i.content {
+            Kind::File => match (i.content, &i.direct) {
+                (Some(c), Some(_)) => {
+                    self.scrub_block(s, &c, path);
+                }
+                (Some(c), None) => {
                     self.scrub_tree(s, &c, path, true);
                 }
-            }
+                (None, _) => {}
+            },
             _ => {}
         }
     }

@@ -455,7 +455,7 @@ fn run(seed: u64, ops: usize) {
     let mut fs = open(&store);
     let mut m = Model::default();
     let mut synced = m.clone();
-    let mut inline_seen = 0;
+    let (mut inline_seen, mut direct_seen) = (0, 0);
     for i in 0..ops {
         if random_op(&mut fs, &mut m, &mut rng) {
             synced = m.clone();
@@ -482,6 +482,7 @@ fn run(seed: u64, ops: usize) {
                 }
                 assert!(rep.is_clean(), "seed {seed} checkpoint at op {i}: {rep}");
                 inline_seen += rep.inline_files;
+                direct_seen += rep.direct_files;
             }
             4..=7 => {
                 fs.fsync().unwrap();
@@ -527,8 +528,10 @@ fn run(seed: u64, ops: usize) {
     let rep = scion_fs::check::check(&scion_store::os_host(), &store).unwrap();
     assert!(rep.is_clean(), "seed {seed} at the end: {rep}");
     inline_seen += rep.inline_files;
-    // The run went through files kept inline, not only through content trees.
+    direct_seen += rep.direct_files;
+    // The run went through files kept in their records, not only through content trees.
     assert!(ops < 500 || inline_seen > 0, "seed {seed}: no file was ever inline");
+    assert!(ops < 500 || direct_seen > 0, "seed {seed}: no record ever named its one block");
     let mut fs = open(&store);
     compare(&mut fs, &m, &format!("seed {seed} final"));
 }

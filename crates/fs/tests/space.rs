@@ -104,16 +104,28 @@ fn files_move_in_and_out_of_their_records() {
     let root = fs.root();
     let f = mkfile(&mut fs, root, "f");
     let mut model: Vec<u8> = Vec::new();
-    // (what to do, inline afterwards)
+    // (what to do, the file's form afterwards)
     type Step = fn(&mut Fs, Ino, &mut Vec<u8>);
-    let steps: Vec<(&str, Step, bool)> = vec![
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Form {
+        /// Bytes in the record.
+        Inline,
+        /// The record names chunk 0's block.
+        Direct,
+        /// A content tree.
+        Tree,
+        /// Nothing stored.
+        Empty,
+    }
+    use Form::*;
+    let steps: Vec<(&str, Step, Form)> = vec![
         (
             "write 100 bytes",
             |fs, f, m| {
                 *m = bytes(100, 1);
                 fs.write(f, 0, m).unwrap();
             },
-            true,
+            Inline,
         ),
         (
             "overwrite 10 bytes in the middle",
@@ -122,7 +134,7 @@ fn files_move_in_and_out_of_their_records() {
                 m[40..50].copy_from_slice(&d);
                 fs.write(f, 40, &d).unwrap();
             },
-            true,
+            Inline,
         ),
         (
             "grow to exactly INLINE_MAX",
@@ -131,7 +143,7 @@ fn files_move_in_and_out_of_their_records() {
                 fs.write(f, m.len() as u64, &d).unwrap();
                 m.extend_from_slice(&d);
             },
-            true,
+            Inline,
         ),
         (
             "grow by one byte",
@@ -139,7 +151,7 @@ fn files_move_in_and_out_of_their_records() {
                 fs.write(f, m.len() as u64, b"x").unwrap();
                 m.push(b'x');
             },
-            false,
+            Direct,
         ),
         (
             "truncate to 500",
@@ -147,7 +159,7 @@ fn files_move_in_and_out_of_their_records() {
                 truncate(fs, f, 500);
                 m.truncate(500);
             },
-            true,
+            Inline,
         ),
         (
             "extend the size to 1 MiB (a hole after the bytes)",
@@ -155,7 +167,7 @@ fn files_move_in_and_out_of_their_records() {
                 truncate(fs, f, 1 << 20);
                 m.resize(1 << 20, 0);
             },
-            true,
+            Inline,
         ),
         (
             "write 5 bytes at 200 KiB",
@@ -163,10 +175,10 @@ fn files_move_in_and_out_of_their_records() {
                 fs.write(f, 200 << 10, b"hello").unwrap();
                 m[200 << 10..(200 << 10) + 5].copy_from_slice(b"hello");
             },
-            false,
+            Tree,
         ),
-        // Chunk 0 is a committed block now, which stays one: moving it inline would mean
-        // reading it back during the checkpoint.
+        // Chunk 0 is a committed block now, which the record then names: moving it inline
+        // would mean reading it back during the checkpoint.
         (
             "punch the far bytes out again",
             |fs, f, m| {
@@ -179,7 +191,7 @@ fn files_move_in_and_out_of_their_records() {
                 .unwrap();
                 m[192 << 10..256 << 10].fill(0);
             },
-            false,
+            Direct,
         ),
         (
             "truncate to 0",
@@ -187,7 +199,7 @@ fn files_move_in_and_out_of_their_records() {
                 truncate(fs, f, 0);
                 m.clear();
             },
-            false,
+            Empty,
         ),
         (
             "write 3 bytes at 10",
@@ -196,7 +208,7 @@ fn files_move_in_and_out_of_their_records() {
                 *m = vec![0; 13];
                 m[10..13].copy_from_slice(b"abc");
             },
-            true,
+            Inline,
         ),
         (
             "zero the first 500 bytes (all zeros: a hole)",
@@ -204,7 +216,7 @@ fn files_move_in_and_out_of_their_records() {
                 fs.write(f, 0, &[0u8; 500]).unwrap();
                 *m = vec![0; 500];
             },
-            false,
+            Empty,
         ),
         (
             "write 70 KiB (two chunks)",
@@ -212,7 +224,7 @@ fn files_move_in_and_out_of_their_records() {
                 *m = bytes(70 << 10, 4);
                 fs.write(f, 0, m).unwrap();
             },
-            false,
+            Tree,
         ),
         (
             "truncate to 2000",
@@ -220,7 +232,7 @@ fn files_move_in_and_out_of_their_records() {
                 truncate(fs, f, 2000);
                 m.truncate(2000);
             },
-            true,
+            Inline,
         ),
         (
             "write 10 bytes at 100 KiB (the inline bytes move to a block)",
@@ -229,7 +241,7 @@ fn files_move_in_and_out_of_their_records() {
                 m.resize(100 << 10, 0);
                 m.extend_from_slice(b"0123456789");
             },
-            false,
+            Tree,
         ),
         (
             "punch chunk 0",
@@ -238,7 +250,7 @@ fn files_move_in_and_out_of_their_records() {
                     .unwrap();
                 m[..64 << 10].fill(0);
             },
-            false,
+            Tree,
         ),
         (
             "write 100 bytes at 0 (a small chunk 0, but chunk 1 stays)",
@@ -247,18 +259,57 @@ fn files_move_in_and_out_of_their_records() {
                 m[..100].copy_from_slice(&d);
                 fs.write(f, 0, &d).unwrap();
             },
-            false,
+            Tree,
+        ),
+        (
+            "punch chunk 1 (the record names chunk 0's block)",
+            |fs, f, m| {
+                fs.fallocate(f, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 64 << 10, 64 << 10)
+                    .unwrap();
+                let end = m.len().min(128 << 10);
+                m[64 << 10..end].fill(0);
+            },
+            Direct,
+        ),
+        (
+            "write 40 KiB at 4 KiB (a new block for chunk 0)",
+            |fs, f, m| {
+                let d = bytes(40 << 10, 10);
+                m[4 << 10..44 << 10].copy_from_slice(&d);
+                fs.write(f, 4 << 10, &d).unwrap();
+            },
+            Direct,
+        ),
+        (
+            "write 70 KiB at 0 (chunk 1 again)",
+            |fs, f, m| {
+                let d = bytes(70 << 10, 11);
+                m[..70 << 10].copy_from_slice(&d);
+                fs.write(f, 0, &d).unwrap();
+            },
+            Tree,
+        ),
+        (
+            "truncate to 3000",
+            |fs, f, m| {
+                truncate(fs, f, 3000);
+                m.truncate(3000);
+            },
+            Direct,
         ),
     ];
-    for (what, step, inline) in steps {
+    for (what, step, form) in steps {
         step(&mut fs, f, &mut model);
         assert_eq!(read_all(&mut fs, f), model, "{what}: before the checkpoint");
         fs.checkpoint().unwrap();
         let rep = committed(&store);
-        assert_eq!(rep.inline_files, inline as u64, "{what}: {rep}");
-        if inline || model.iter().all(|b| *b == 0) {
-            // Nothing in packs but the root directory's node and the namespace table.
-            assert!(rep.blocks <= 2, "{what}: {rep}");
+        assert_eq!((rep.inline_files, rep.direct_files), ((form == Inline) as u64, (form == Direct) as u64), "{what}: {rep}");
+        // Nothing in packs but the root directory's node and the namespace table, and the
+        // one data block of a direct file.
+        match form {
+            Inline | Empty => assert!(rep.blocks <= 2, "{what}: {rep}"),
+            Direct => assert!(rep.blocks <= 3, "{what}: {rep}"),
+            Tree => assert!(rep.blocks >= 3, "{what}: {rep}"),
         }
         assert_eq!(read_all(&mut fs, f), model, "{what}: after the checkpoint");
         fs.close().unwrap();
@@ -267,9 +318,9 @@ fn files_move_in_and_out_of_their_records() {
         assert_eq!(a.ino, f);
         assert_eq!(read_all(&mut fs, f), model, "{what}: after a remount");
         let (lo, hi) = (fs.lseek(f, 0, libc::SEEK_DATA), fs.lseek(f, 0, libc::SEEK_HOLE));
-        if model.is_empty() {
-            assert_eq!((lo, hi), (Err(libc::ENXIO), Err(libc::ENXIO)), "{what}");
-        } else if inline {
+        if model.iter().all(|b| *b == 0) {
+            assert_eq!(lo, Err(libc::ENXIO), "{what}");
+        } else if form != Tree {
             assert_eq!(lo, Ok(0), "{what}: SEEK_DATA");
             assert_eq!(hi, Ok((64u64 << 10).min(model.len() as u64)), "{what}: SEEK_HOLE");
         }
@@ -395,6 +446,45 @@ fn a_closed_store_keeps_no_journal_space() {
     for (i, d) in want.iter().enumerate() {
         let f = fs.lookup(root, format!("f{i}").as_bytes()).unwrap().ino;
         assert_eq!(read_all(&mut fs, f), *d);
+    }
+    fs.close().unwrap();
+}
+
+/// A file of one chunk names its block in its record; a clone's small write to it becomes
+/// patches there (copy-on-abundant-write), with the block still shared, and a large one a
+/// block of the clone's own.
+#[test]
+fn one_chunk_files_keep_patches_in_their_records() {
+    let (_tmp, store, mut fs) = new_store();
+    let root = fs.root();
+    let dir = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let (a, b) = (mkfile(&mut fs, dir, "a"), mkfile(&mut fs, dir, "b"));
+    let (da, db) = (bytes(10_000, 1), bytes(30_000, 2));
+    fs.write(a, 0, &da).unwrap();
+    fs.write(b, 0, &db).unwrap();
+    fs.checkpoint().unwrap();
+    let rep = committed(&store);
+    assert_eq!((rep.direct_files, rep.blocks), (2, 5), "two data blocks, two directories, the namespace table: {rep}");
+
+    let c = fs.clone_dir(dir, root, b"c", &[], b"test").unwrap();
+    let (ca, cb) = (fs.lookup(c, b"a").unwrap().ino, fs.lookup(c, b"b").unwrap().ino);
+    fs.write(ca, 5000, b"sixteen bytes!!!").unwrap();
+    fs.write(cb, 0, &bytes(20_000, 3)).unwrap();
+    let mut ca_want = da.clone();
+    ca_want[5000..5016].copy_from_slice(b"sixteen bytes!!!");
+    let mut cb_want = db.clone();
+    cb_want[..20_000].copy_from_slice(&bytes(20_000, 3));
+    // The close folds everything: the patches go into the clone's record of a.
+    fs.close().unwrap();
+    let rep = committed(&store);
+    assert_eq!((rep.direct_files, rep.patched_chunks), (4, 1), "{rep}");
+    assert_eq!(rep.shared_blocks, 1, "a's block, held by both records of a: {rep}");
+    let mut fs = open(&store);
+    let root = fs.root();
+    for (d, name, want) in [("d", "a", &da), ("d", "b", &db), ("c", "a", &ca_want), ("c", "b", &cb_want)] {
+        let d = fs.lookup(root, d.as_bytes()).unwrap().ino;
+        let i = fs.lookup(d, name.as_bytes()).unwrap().ino;
+        assert_eq!(read_all(&mut fs, i), *want, "{name}");
     }
     fs.close().unwrap();
 }
