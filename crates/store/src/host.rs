@@ -71,6 +71,12 @@ pub trait HostFs: Send + Sync {
     fn open_direct(&self, _path: &Path, _write: bool) -> io::Result<Option<Arc<dyn HostFile>>> {
         Ok(None)
     }
+    /// An existing file opened for reads through the page cache but without the host's
+    /// readahead (`POSIX_FADV_RANDOM`), for reads that want one block and nothing after it.
+    /// `None` where the host has no such hint; the caller then reads through `open`'s handle.
+    fn open_random(&self, _path: &Path) -> io::Result<Option<Arc<dyn HostFile>>> {
+        Ok(None)
+    }
     /// The whole content of a file.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         let f = self.open(path, OpenMode::Read)?;
@@ -166,6 +172,16 @@ impl HostFs for OsHost {
             // A filesystem without direct I/O refuses the flag.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+    fn open_random(&self, path: &Path) -> io::Result<Option<Arc<dyn HostFile>>> {
+        use std::os::fd::AsRawFd;
+        let f = OpenOptions::new().read(true).open(path)?;
+        // The hint belongs to this open file description alone: the store's other handle on
+        // the pack keeps its readahead for sequential reads.
+        match unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) } {
+            0 => Ok(Some(Arc::new(OsFile(f)))),
+            _ => Ok(None),
         }
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {

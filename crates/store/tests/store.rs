@@ -418,7 +418,7 @@ fn batches_are_laid_out_as_single_writes_would_be() {
 }
 
 #[test]
-fn random_reads_past_the_page_cache_are_verified() {
+fn random_reads_without_readahead_are_verified() {
     let d = tempfile::tempdir().unwrap();
     let s = store(d.path());
     let whole: Vec<u8> = (0..65536).map(|i| (i * 31 % 253) as u8).collect();
@@ -430,7 +430,7 @@ fn random_reads_past_the_page_cache_are_verified() {
         .write(BlockKind::Node, b"a node: read through the page cache")
         .unwrap();
     s.sync().unwrap();
-    // Read back (direct where this host allows it) without syncing first, too.
+    // Read back (without readahead where this host allows it) without syncing first, too.
     let e = s.write(BlockKind::Data, &short).unwrap();
     assert_eq!(&s.read_shared(&a, true).unwrap()[..], &whole[..]);
     assert_eq!(&s.read_shared(&b, true).unwrap()[..], &short[..]);
