@@ -8,7 +8,7 @@
 //! fuzzer then reaches the fields behind it.
 
 use scion_fs::journal::{self, Journal, Record};
-use scion_store::codec::Reader;
+use scion_store::codec::{Reader, Writer};
 use scion_store::host::OpenMode;
 use scion_store::sim::SimHost;
 use scion_store::{BlockKind, BlockPtr, BlockStore, Host, Superblock, PTR_LEN, SUPERBLOCK_SLOT};
@@ -133,16 +133,29 @@ pub fn pack_block(data: &[u8]) {
 }
 
 /// An inode record as a directory entry or the link table stores it (with two pointers
-/// after it, as a record may name its content and summary roots).
+/// after it, as a record may name its content and summary roots). The first byte picks the
+/// content pointer's kind (bit 0: a tree node, or the data block of a direct chunk) and how
+/// many pointers the value has (bits 1-2: none, one or two), so every form of a file's
+/// content is reached. What decodes must encode and decode to the same inode.
 pub fn inode_record(data: &[u8]) {
-    let p = BlockPtr {
+    let Some((&pick, data)) = data.split_first() else { return };
+    let ptr = |kind| BlockPtr {
         addr: BlockPtr::make_addr(1, 4096),
         len: 100,
-        kind: BlockKind::Meta,
+        kind,
         hash: [0; 32],
     };
+    let content = ptr(if pick & 1 == 0 { BlockKind::Node } else { BlockKind::Data });
+    let ptrs = [content, ptr(BlockKind::Node)];
+    let n = (pick >> 1) as usize % 3;
     let mut r = Reader::new(data, "fuzz inode");
-    let _ = scion_fs::inode::Inode::decode_record(&mut r, &[p, p]);
+    if let Ok(i) = scion_fs::inode::Inode::decode_record(&mut r, &ptrs[..n]) {
+        let mut w = Writer::new();
+        i.encode_record(&mut w);
+        let again = scion_fs::inode::Inode::decode_record(&mut Reader::new(&w.finish(), "fuzz inode"), &i.ptrs())
+            .expect("an encoded record decodes");
+        assert_eq!(again, i, "a record changes through encoding");
+    }
 }
 
 /// The reference table of a checkpoint record.
