@@ -3,27 +3,15 @@
 //! survive remounts and journal replay, and fold into a new block once a chunk's patches pass
 //! PATCH_MAX. The sizes asserted are what `scion check` counts in the committed store.
 
-use scion_fs::check::{check, check_committed, Report};
+use scion_fs::check::check;
 use scion_fs::delta::PATCH_MAX;
-use scion_fs::{Fs, Ino, Kind, MountOptions};
-use std::path::{Path, PathBuf};
+use scion_fs::{Fs, Ino, Kind};
+use std::path::PathBuf;
+
+mod common;
+use common::{committed, open, read_all};
 
 const CHUNK: usize = 64 << 10;
-
-fn open(dir: &Path) -> Fs {
-    Fs::open(dir, MountOptions::new("test")).unwrap()
-}
-
-fn committed(dir: &Path) -> Report {
-    let rep = check_committed(&scion_store::os_host(), dir).unwrap();
-    assert!(rep.is_clean(), "{rep}");
-    rep
-}
-
-fn read_all(fs: &mut Fs, ino: Ino) -> Vec<u8> {
-    let size = fs.getattr(ino).unwrap().size;
-    fs.read(ino, 0, size as u32).unwrap()
-}
 
 fn lookup(fs: &mut Fs, dir: Ino, name: &str) -> Ino {
     fs.lookup(dir, name.as_bytes()).unwrap().ino

@@ -5,24 +5,14 @@
 
 use scion_fs::check::check_committed;
 use scion_fs::repack::is_contiguous;
-use scion_fs::{Fs, Ino, Kind, MountOptions};
-use std::path::{Path, PathBuf};
+use scion_fs::{Fs, Ino, Kind};
+use std::path::Path;
+
+mod common;
+use common::{new_store, open};
 
 const CHUNK: usize = 64 << 10;
 const CHUNKS: usize = 6;
-
-fn open(dir: &Path) -> Fs {
-    Fs::open(dir, MountOptions::new("test")).unwrap()
-}
-
-/// A fresh store, opened (the temporary directory lives as long as the first element).
-fn new_store() -> (tempfile::TempDir, PathBuf, Fs) {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    Fs::create(&scion_store::os_host(), &store).unwrap();
-    let fs = open(&store);
-    (tmp, store, fs)
-}
 
 fn clean(dir: &Path) {
     let rep = check_committed(&scion_store::os_host(), dir).unwrap();

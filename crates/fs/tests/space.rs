@@ -6,37 +6,16 @@
 //! rewrites, hard links, clones, journal replay) and check after every checkpoint what
 //! `scion check` counts in the committed store, and that every byte reads back.
 
-use scion_fs::check::{check_committed, Report};
-use scion_fs::{Fs, Ino, Kind, MountOptions, SetAttr, INLINE_MAX};
-use std::path::{Path, PathBuf};
+use scion_fs::{Fs, Ino, Kind, SetAttr, INLINE_MAX};
+use std::path::Path;
 
-fn open(dir: &Path) -> Fs {
-    Fs::open(dir, MountOptions::new("test")).unwrap()
-}
-
-fn committed(dir: &Path) -> Report {
-    let rep = check_committed(&scion_store::os_host(), dir).unwrap();
-    assert!(rep.is_clean(), "{rep}");
-    rep
-}
-
-fn read_all(fs: &mut Fs, ino: Ino) -> Vec<u8> {
-    let size = fs.getattr(ino).unwrap().size;
-    fs.read(ino, 0, size as u32).unwrap()
-}
+mod common;
+use common::{committed, new_store, open, read_all};
 
 fn bytes(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
         .collect()
-}
-
-fn new_store() -> (tempfile::TempDir, PathBuf, Fs) {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    Fs::create(&scion_store::os_host(), &store).unwrap();
-    let fs = open(&store);
-    (tmp, store, fs)
 }
 
 fn mkfile(fs: &mut Fs, dir: Ino, name: &str) -> Ino {

@@ -4,17 +4,11 @@
 //! bytes; a crash before the checkpoint must lose nothing fsynced and leave a clean store.
 
 use scion_fs::check::{check, check_committed};
-use scion_fs::{Fs, Ino, Kind, MountOptions};
-use std::path::{Path, PathBuf};
+use scion_fs::{Fs, Ino, Kind};
+use std::path::Path;
 
-fn open(dir: &Path) -> Fs {
-    Fs::open(dir, MountOptions::new("test")).unwrap()
-}
-
-fn read_all(fs: &mut Fs, ino: Ino) -> Vec<u8> {
-    let size = fs.getattr(ino).unwrap().size;
-    fs.read(ino, 0, size as u32).unwrap()
-}
+mod common;
+use common::{new_store, open, read_all};
 
 fn content(fs: &mut Fs, name: &str) -> Vec<u8> {
     let f = lookup(fs, name);
@@ -31,14 +25,6 @@ fn file(fs: &mut Fs, name: &str) -> Ino {
 fn lookup(fs: &mut Fs, name: &str) -> Ino {
     let root = fs.root();
     fs.lookup(root, name.as_bytes()).unwrap().ino
-}
-
-fn new_store() -> (tempfile::TempDir, PathBuf, Fs) {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    Fs::create(&scion_store::os_host(), &store).unwrap();
-    let fs = open(&store);
-    (tmp, store, fs)
 }
 
 fn data(seed: u8, n: usize) -> Vec<u8> {

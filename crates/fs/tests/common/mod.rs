@@ -1,0 +1,31 @@
+//! Helpers the engine's integration tests share (each test file uses some of them).
+#![allow(dead_code)]
+
+use scion_fs::check::{check_committed, Report};
+use scion_fs::{Fs, Ino, MountOptions};
+use std::path::{Path, PathBuf};
+
+pub fn open(dir: &Path) -> Fs {
+    Fs::open(dir, MountOptions::new("test")).unwrap()
+}
+
+/// A fresh store, opened (the temporary directory lives as long as the first element).
+pub fn new_store() -> (tempfile::TempDir, PathBuf, Fs) {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    Fs::create(&scion_store::os_host(), &store).unwrap();
+    let fs = open(&store);
+    (tmp, store, fs)
+}
+
+/// `check` of the committed state, which must be clean.
+pub fn committed(dir: &Path) -> Report {
+    let rep = check_committed(&scion_store::os_host(), dir).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+    rep
+}
+
+pub fn read_all(fs: &mut Fs, ino: Ino) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size;
+    fs.read(ino, 0, size as u32).unwrap()
+}
