@@ -763,7 +763,6 @@ impl Fs {
         if more {
             return Ok(None);
         }
-        let kept = |c: StoredChunk| OneChunk::Direct(c.block, c.patches);
         let one = match n.chunks.get(&0) {
             Some(Chunk::Buf(b)) if b.iter().all(|x| *x == 0) => OneChunk::Empty,
             Some(Chunk::Buf(b)) if b.len() <= INLINE_MAX => OneChunk::Inline(b.clone()),
@@ -787,7 +786,7 @@ impl Fs {
                 match stored {
                     Some(c) => {
                         self.forest.refs.inc(&c.block);
-                        kept(c)
+                        OneChunk::Direct(c.block, c.patches)
                     }
                     None => OneChunk::Empty,
                 }
@@ -1269,7 +1268,6 @@ impl Fs {
     }
 }
 
-/// What `carry` built a file's record from, and the record (encoded).
 /// A file's content when chunk 0 is all it stores (`Fs::single_chunk`).
 enum OneChunk {
     Inline(Vec<u8>),
@@ -1277,6 +1275,7 @@ enum OneChunk {
     Empty,
 }
 
+/// What `carry` built a file's record from, and the record (encoded).
 pub(crate) struct CarryMemo {
     parent_content: Option<BlockPtr>,
     inode: Inode,

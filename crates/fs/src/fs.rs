@@ -1513,8 +1513,9 @@ impl Fs {
         (idx == 0 && !n.inode.inline.is_empty()).then_some(n.inode.inline.as_slice())
     }
 
-    /// Chunk `idx` in the stored content tree: its block and patches. (Inline bytes are not
-    /// in the tree: see `inline_chunk`.)
+    /// Committed chunk `idx`: its block and patches, from the content tree or, for a file of
+    /// one chunk, from the record (`Inode::direct`). Inline bytes are not blocks: see
+    /// `inline_chunk`.
     fn stored_chunk(&self, n: &Node, idx: u64) -> FsResult<Option<StoredChunk>> {
         if n.inode.direct.is_some() {
             return Ok(if idx == 0 { n.inode.direct_chunk() } else { None });

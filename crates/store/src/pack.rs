@@ -120,7 +120,8 @@ pub struct BlockStore {
     /// The blocks `read_shared` read last, verified, newest at the back. A block's bytes never
     /// change while a pointer (which holds its hash) names it, so no entry goes stale.
     recent: Mutex<VecDeque<(BlockPtr, Arc<[u8]>)>>,
-    /// Handles for direct reads of single blocks, per pack (`None`: the host has none).
+    /// Handles without readahead for random reads of single blocks, per pack (`None`: the
+    /// host has none).
     random_readers: RwLock<HashMap<u32, Option<Arc<dyn HostFile>>>>,
     active: Mutex<Active>,
     /// Held while a sync runs, so syncs run one at a time; holds why one failed, after which
@@ -684,7 +685,7 @@ fn with_aligned<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
 thread_local! {
     /// The read buffer of `read_run_each`, one per reading thread (FUSE queue threads).
     static RUN_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// The aligned buffer of `with_aligned` (direct writes and reads), one per thread.
+    /// The aligned buffer of `with_aligned` (direct writes), one per thread.
     static ALIGNED_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
