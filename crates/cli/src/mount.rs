@@ -118,6 +118,8 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         h.arm(true);
     }
     let mut fs = fs;
+    // Freed space is punched by the ticker thread below, not under the engine lock.
+    fs.set_punch_later(true);
     // Ours, not the kernel's: list `.snapshot` in directory listings.
     fs.show_snapdir = options.iter().any(|o| o == "snapdir=visible");
     // Ours too: FUSE over io_uring when the kernel offers it (uring=off: /dev/fuse only).
@@ -185,6 +187,13 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
                 let needs_sync = fs.lock().unwrap_or_else(|p| p.into_inner()).needs_sync();
                 if needs_sync {
                     let _ = scion_fuse::fsync_unlocked(&fs);
+                }
+                // Space freed by checkpoints goes back to the host without the engine lock:
+                // a punch can wait seconds for the device's discard (punch.rs).
+                let batch = lock().punch_begin();
+                if let Some(batch) = batch {
+                    let done = batch.run();
+                    lock().punch_end(done);
                 }
                 let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
                 if let Err(e) = fs.tick(CHECKPOINT_AFTER) {

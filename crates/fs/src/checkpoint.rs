@@ -301,6 +301,8 @@ impl Fs {
             read_gate: Default::default(),
             orphan_releases: Vec::new(),
             meta_blocks: Vec::new(),
+            unpunched: Vec::new(),
+            punch_later: false,
             last_checkpoint: Instant::now(),
             last_change: Instant::now(),
             last_repack: None,
@@ -329,10 +331,8 @@ impl Fs {
                     ));
                 }
                 // Finish the space reclamation the last checkpoint may not have completed.
-                for p in &rec.freed {
-                    if let Err(e) = store.punch(p) {
-                        log::warn!("{e}: the block's space stays allocated until a later open");
-                    }
+                if let Err(e) = store.punch_all(&rec.freed) {
+                    log::warn!("{e}: some freed space stays allocated until a later open");
                 }
                 fs.forest.refs = rec.refs;
                 fs.ns_root = rec.ns_root;
@@ -1173,7 +1173,10 @@ impl Fs {
         // 5. Meta blocks, then commit.
         let generation = self.generation + 1;
         let orphans: Vec<BlockPtr> = self.orphans.iter().filter_map(|i| self.nodes[i].orphan_ref).collect();
-        let mut freed = std::mem::take(&mut self.forest.freed);
+        // Blocks an earlier checkpoint freed and nobody has punched yet stay on the list, so
+        // that an open after a crash still punches them.
+        let mut freed = std::mem::take(&mut self.unpunched);
+        freed.extend(std::mem::take(&mut self.forest.freed));
         freed.extend(std::mem::take(&mut self.meta_blocks));
         freed.extend(std::mem::take(&mut self.garbage));
         self.pending_chunks = 0;
@@ -1226,14 +1229,11 @@ impl Fs {
         self.dirty_bytes += self.carried.iter().map(|i| chunk_bytes(&self.nodes[i])).sum::<u64>();
         self.meta_blocks = vec![record];
         self.meta_blocks.extend(pages);
+        // Reads planned before the commit may still be fetching freed blocks; later ones
+        // cannot name them. Once these are done the blocks may be punched at any time.
         self.read_gate.wait_idle();
-        // Committed: a failed punch only leaves space allocated (the next open punches the
-        // freed list again); it must not fail what is already durable.
-        for p in &freed {
-            if let Err(e) = self.forest.store.punch(p) {
-                log::warn!("{e}: the block's space stays allocated until the next open");
-            }
-        }
+        self.unpunched = freed;
+        self.punch_now_unless_later();
         // Unpin what this checkpoint wrote and drop what nothing holds. Inodes loaded for a
         // path walk and never changed are swept too, whenever the table has doubled since the
         // last sweep (amortised: a sweep visits every loaded inode).

@@ -309,6 +309,11 @@ pub struct Fs {
     pub(crate) orphan_releases: Vec<BlockPtr>,
     /// Meta blocks of the committed checkpoint, freed by the next one.
     pub(crate) meta_blocks: Vec<BlockPtr>,
+    /// Blocks freed by committed checkpoints and not punched yet, oldest first (`punch.rs`).
+    pub(crate) unpunched: Vec<BlockPtr>,
+    /// Whether checkpoints leave their freed blocks to `punch_begin` instead of punching them
+    /// under the engine lock.
+    pub(crate) punch_later: bool,
     pub(crate) last_checkpoint: Instant,
     /// When a change last marked an inode dirty (background repack waits for quiet).
     pub(crate) last_change: Instant,
@@ -2436,6 +2441,8 @@ impl Fs {
 
     /// Flushes everything into a final checkpoint.
     pub fn close(mut self) -> Result<()> {
+        // The last checkpoint punches everything still waiting: no thread is left to do it.
+        self.punch_later = false;
         if self.failed.is_none() {
             // Everything into the trees: an unmounted store has an empty journal.
             self.checkpoint_with(Fold::All)?;

@@ -20,6 +20,7 @@ mod flush;
 mod fs;
 pub mod inode;
 pub mod journal;
+mod punch;
 pub mod repack;
 pub mod scrub;
 
@@ -30,6 +31,7 @@ pub use fs::{
     WrittenAhead, ROOT_INO,
 };
 pub use inode::{Kind, Ts, INLINE_MAX};
+pub use punch::PunchBatch;
 pub use repack::RepackReport;
 
 /// Attribute changes of a `setattr`.

@@ -87,6 +87,33 @@ fn punched_blocks_free_host_space() {
     assert_eq!(s.read(&ptrs[60]).unwrap(), vec![60u8; 65536]);
 }
 
+/// `punch_all` merges blocks lying back to back (in any order, repeated or not) into runs and
+/// punches exactly those: the live blocks between and after them read back.
+#[test]
+fn punch_all_frees_runs_and_nothing_else() {
+    use std::os::unix::fs::MetadataExt;
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    let ptrs: Vec<_> = (0..64)
+        .map(|i| s.write(BlockKind::Data, &vec![i as u8 + 1; 65536 - i * 1000]).unwrap())
+        .collect();
+    s.sync().unwrap();
+    let pack = d.path().join("packs/00000001.pack");
+    let before = std::fs::metadata(&pack).unwrap().blocks();
+    // Two runs (0..20 and 30..50), given backwards and with repeats; 20..30 and 50.. live.
+    let mut dead: Vec<_> = ptrs[..20].iter().chain(&ptrs[30..50]).copied().collect();
+    dead.reverse();
+    dead.extend_from_slice(&ptrs[5..8]);
+    s.punch_all(&dead).unwrap();
+    let after = std::fs::metadata(&pack).unwrap().blocks();
+    assert!(after * 2 < before, "{before} -> {after} sectors");
+    for (i, p) in ptrs.iter().enumerate() {
+        if (20..30).contains(&i) || i >= 50 {
+            assert_eq!(s.read(p).unwrap(), vec![i as u8 + 1; 65536 - i * 1000], "block {i}");
+        }
+    }
+}
+
 #[test]
 fn superblock_newest_valid_slot_wins() {
     let d = tempfile::tempdir().unwrap();

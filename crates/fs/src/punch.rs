@@ -1,0 +1,78 @@
+//! Returning freed blocks' space to the host, outside the engine lock.
+//!
+//! A checkpoint frees the blocks its new trees no longer reach. Once it is durable, and once
+//! the reads planned before it have finished (`ReadGate`), nothing can read those blocks
+//! again and packs are never rewritten in place, so their ranges can be punched at any later
+//! time, by any thread. Punching can be slow: on a host filesystem mounted with `discard`,
+//! each punch waits for the device to discard the range, and freeing a large file took
+//! seconds, during which every request waited for the engine lock.
+//!
+//! So a daemon sets `punch_later`: checkpoints keep their freed blocks in `Fs::unpunched`,
+//! and a background thread takes them (`punch_begin`), punches them without the lock
+//! (`PunchBatch::run`) and reports back (`punch_end`). Until then they stay on the freed list
+//! of every checkpoint record written, so an open after a crash punches them (invariant: a
+//! freed block is in the latest record's freed list until it has been punched).
+
+use crate::fs::Fs;
+use scion_store::{BlockPtr, BlockStore};
+use std::sync::Arc;
+
+/// Past this many waiting blocks (64 GiB of 64 KiB blocks), a checkpoint punches them itself
+/// rather than let the list, which every checkpoint record repeats, grow without bound.
+const UNPUNCHED_MAX: usize = 1 << 20;
+
+/// Freed blocks taken by `Fs::punch_begin`, to be punched without the engine lock.
+pub struct PunchBatch {
+    store: Arc<BlockStore>,
+    blocks: Vec<BlockPtr>,
+}
+
+impl PunchBatch {
+    /// Punches the batch; returns how many blocks it covered, for `Fs::punch_end`. A failed
+    /// punch only leaves space allocated (logged; the next open tries again).
+    pub fn run(self) -> usize {
+        if let Err(e) = self.store.punch_all(&self.blocks) {
+            log::warn!("{e}: the freed space stays allocated until the next open");
+        }
+        self.blocks.len()
+    }
+}
+
+impl Fs {
+    /// Leave freed blocks to `punch_begin` (a daemon with a background thread) instead of
+    /// punching them at the end of each checkpoint, under the engine lock.
+    pub fn set_punch_later(&mut self, later: bool) {
+        self.punch_later = later;
+    }
+
+    /// The freed blocks waiting to be punched, if any. They stay listed (and in the next
+    /// checkpoint record) until `punch_end` reports them done.
+    pub fn punch_begin(&mut self) -> Option<PunchBatch> {
+        if self.unpunched.is_empty() {
+            return None;
+        }
+        Some(PunchBatch { store: self.forest.store.clone(), blocks: self.unpunched.clone() })
+    }
+
+    /// The first `done` waiting blocks have been punched. A checkpoint in between keeps the
+    /// older blocks first, so these are still the ones at the front.
+    pub fn punch_end(&mut self, done: usize) {
+        assert!(done <= self.unpunched.len(), "punched {done} of {} waiting blocks", self.unpunched.len());
+        self.unpunched.drain(..done);
+    }
+
+    /// Blocks freed by committed checkpoints and not punched yet.
+    pub fn unpunched_blocks(&self) -> usize {
+        self.unpunched.len()
+    }
+
+    /// Called by a checkpoint once it is committed and no earlier read is in flight.
+    pub(crate) fn punch_now_unless_later(&mut self) {
+        if !self.punch_later || self.unpunched.len() > UNPUNCHED_MAX {
+            let blocks = std::mem::take(&mut self.unpunched);
+            if let Err(e) = self.forest.store.punch_all(&blocks) {
+                log::warn!("{e}: the freed space stays allocated until the next open");
+            }
+        }
+    }
+}
