@@ -268,6 +268,9 @@ pub fn serve(store: &Path, fs: Arc<Mutex<Fs>>, notifier: fuser::Notifier) -> Res
                             };
                         }
                     }
+                    // Space a command freed (a destroy, or a checkpoint) is back on the host
+                    // when it returns, as after a checkpoint of an unmounted store.
+                    scion_fuse::punch_unlocked(&fs, true);
                     r.map(|(t, _)| t)
                 }
             };

@@ -190,11 +190,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
                 }
                 // Space freed by checkpoints goes back to the host without the engine lock:
                 // a punch can wait seconds for the device's discard (punch.rs).
-                let batch = lock().punch_begin();
-                if let Some(batch) = batch {
-                    let done = batch.run();
-                    lock().punch_end(done);
-                }
+                scion_fuse::punch_unlocked(&Arc::downgrade(&fs), false);
                 let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
                 if let Err(e) = fs.tick(CHECKPOINT_AFTER) {
                     log::error!("background checkpoint: {e}");

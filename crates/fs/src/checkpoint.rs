@@ -303,6 +303,7 @@ impl Fs {
             meta_blocks: Vec::new(),
             unpunched: Vec::new(),
             punch_later: false,
+            punching: false,
             last_checkpoint: Instant::now(),
             last_change: Instant::now(),
             last_repack: None,

@@ -314,6 +314,8 @@ pub struct Fs {
     /// Whether checkpoints leave their freed blocks to `punch_begin` instead of punching them
     /// under the engine lock.
     pub(crate) punch_later: bool,
+    /// A `PunchBatch` is out (between `punch_begin` and `punch_end`).
+    pub(crate) punching: bool,
     pub(crate) last_checkpoint: Instant,
     /// When a change last marked an inode dirty (background repack waits for quiet).
     pub(crate) last_change: Instant,

@@ -47,18 +47,22 @@ impl Fs {
 
     /// The freed blocks waiting to be punched, if any. They stay listed (and in the next
     /// checkpoint record) until `punch_end` reports them done.
+    /// One batch at a time: None while another is out, or when nothing waits.
     pub fn punch_begin(&mut self) -> Option<PunchBatch> {
-        if self.unpunched.is_empty() {
+        if self.unpunched.is_empty() || self.punching {
             return None;
         }
+        self.punching = true;
         Some(PunchBatch { store: self.forest.store.clone(), blocks: self.unpunched.clone() })
     }
 
     /// The first `done` waiting blocks have been punched. A checkpoint in between keeps the
     /// older blocks first, so these are still the ones at the front.
     pub fn punch_end(&mut self, done: usize) {
+        assert!(self.punching, "punch_end without punch_begin");
         assert!(done <= self.unpunched.len(), "punched {done} of {} waiting blocks", self.unpunched.len());
         self.unpunched.drain(..done);
+        self.punching = false;
     }
 
     /// Blocks freed by committed checkpoints and not punched yet.
@@ -68,7 +72,8 @@ impl Fs {
 
     /// Called by a checkpoint once it is committed and no earlier read is in flight.
     pub(crate) fn punch_now_unless_later(&mut self) {
-        if !self.punch_later || self.unpunched.len() > UNPUNCHED_MAX {
+        // Not past the limit while a batch is out: `punch_end` counts on the list's front.
+        if !self.punch_later || (self.unpunched.len() > UNPUNCHED_MAX && !self.punching) {
             let blocks = std::mem::take(&mut self.unpunched);
             if let Err(e) = self.forest.store.punch_all(&blocks) {
                 log::warn!("{e}: the freed space stays allocated until the next open");

@@ -747,6 +747,33 @@ impl Filesystem for ScionFuse {
     }
 }
 
+/// Punches the freed blocks waiting in the engine (scion_fs `punch.rs`) without holding its
+/// lock while the host works: a punch may wait seconds for the device's discard. With `all`,
+/// until none is left, waiting out a batch another thread holds. Holds the engine itself only
+/// under its lock, so an unmount meanwhile is not kept from the final checkpoint, which
+/// punches whatever is left.
+pub fn punch_unlocked(fs: &std::sync::Weak<Mutex<Fs>>, all: bool) {
+    loop {
+        let (batch, waiting) = {
+            let Some(fs) = fs.upgrade() else { return };
+            let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
+            (fs.punch_begin(), fs.unpunched_blocks())
+        };
+        match batch {
+            Some(batch) => {
+                let done = batch.run();
+                let Some(fs) = fs.upgrade() else { return };
+                fs.lock().unwrap_or_else(|p| p.into_inner()).punch_end(done);
+                if !all {
+                    return;
+                }
+            }
+            None if waiting == 0 || !all => return,
+            None => std::thread::sleep(std::time::Duration::from_millis(5)),
+        }
+    }
+}
+
 /// `Fs::fsync` on a shared engine, its lock held only to begin and to end the sync, not while
 /// the disk flushes (`Fs::sync_begin`), so other requests go on meanwhile: an fsync, and the
 /// half-second background sync, held every request up for its 20-30 ms before.
