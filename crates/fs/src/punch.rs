@@ -31,10 +31,15 @@ impl PunchBatch {
     /// Punches the batch; returns how many blocks it covered, for `Fs::punch_end`. A failed
     /// punch only leaves space allocated (logged; the next open tries again).
     pub fn run(self) -> usize {
-        if let Err(e) = self.store.punch_all(&self.blocks) {
-            log::warn!("{e}: the freed space stays allocated until the next open");
-        }
+        punch_logged(&self.store, &self.blocks);
         self.blocks.len()
+    }
+}
+
+/// Punches `blocks`; a failure only leaves space allocated, so it is logged, not returned.
+fn punch_logged(store: &BlockStore, blocks: &[BlockPtr]) {
+    if let Err(e) = store.punch_all(blocks) {
+        log::warn!("{e}: the freed space stays allocated until the next open");
     }
 }
 
@@ -75,9 +80,7 @@ impl Fs {
         // Not past the limit while a batch is out: `punch_end` counts on the list's front.
         if !self.punch_later || (self.unpunched.len() > UNPUNCHED_MAX && !self.punching) {
             let blocks = std::mem::take(&mut self.unpunched);
-            if let Err(e) = self.forest.store.punch_all(&blocks) {
-                log::warn!("{e}: the freed space stays allocated until the next open");
-            }
+            punch_logged(&self.forest.store, &blocks);
         }
     }
 }
