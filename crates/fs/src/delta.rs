@@ -17,6 +17,10 @@ use crate::inode::CHUNK;
 /// new block. A sixteenth of a chunk: one 4 KiB page rewritten in place still fits.
 pub const PATCH_MAX: usize = 4096;
 
+/// Writes of at most this many bytes to a committed chunk become patches without being
+/// compared with the chunk's block first (`Fs::patched`): a blind write, as BetrFS makes them.
+pub const BLIND_MAX: usize = 512;
+
 /// Changed runs closer than this are kept as one (a run costs 8 bytes of header).
 const MERGE_GAP: usize = 16;
 

@@ -3,7 +3,7 @@
 use crate::acl;
 use crate::checkpoint::Fold;
 use crate::clone::{SNAPDIR_BIT, SNAPDIR_NAME};
-use crate::delta::{changed_runs, Patches, StoredChunk, PATCH_MAX};
+use crate::delta::{changed_runs, Patches, StoredChunk, BLIND_MAX, PATCH_MAX};
 use crate::inode::*;
 use crate::journal::{Journal, JournalSync, Record, Target};
 use crate::{SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
@@ -1907,9 +1907,17 @@ impl Fs {
             },
             Some(_) => return Ok(None),
         };
-        let mut cur = self.read_block(n, idx, &base)?;
-        patches.apply(&mut cur);
-        let runs = changed_runs(&cur, within as usize, src);
+        // A small write is kept as it came: comparing it with the block would cost a read of
+        // the whole block (64 KiB, perhaps from the disk) to save at most BLIND_MAX patch
+        // bytes. Such writes come with `-o cache=writethrough` or O_DIRECT; the writeback cache
+        // sends whole pages, of which often only a few bytes changed, so those are compared.
+        let runs = if src.len() <= BLIND_MAX {
+            vec![(0, src.len())]
+        } else {
+            let mut cur = self.read_block(n, idx, &base)?;
+            patches.apply(&mut cur);
+            changed_runs(&cur, within as usize, src)
+        };
         for &(a, b) in &runs {
             patches.write(within + a as u32, &src[a..b]);
             if patches.bytes() > PATCH_MAX {

@@ -312,3 +312,59 @@ fn list_counts_carried_patches() {
         after.referenced
     );
 }
+
+/// A write of at most BLIND_MAX bytes to a committed chunk is kept without reading the chunk's
+/// block (a blind write: with `cache=writethrough` a 16-byte write would otherwise read 64 KiB,
+/// perhaps from the disk); a page-sized write is compared with the block first. Shown on a
+/// host whose every pack read fails its checksum: the small write succeeds, the page write and
+/// the read get EIO, and with the fault lifted the small write is there.
+#[test]
+fn small_writes_do_not_read_the_block() {
+    use scion_fs::delta::BLIND_MAX;
+    use scion_fs::MountOptions;
+    use scion_store::faults::{parse, FaultyHost};
+    use scion_store::sim::SimHost;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    let sim = SimHost::default();
+    let store = Path::new("/store");
+    Fs::create(&(Arc::new(sim.clone()) as scion_store::Host), store).unwrap();
+    let open_on = |host: scion_store::Host| {
+        Fs::open(
+            store,
+            MountOptions {
+                holder: "coaw test".into(),
+                host,
+            },
+        )
+        .unwrap()
+    };
+    let mut fs = open_on(Arc::new(sim.clone()));
+    let root = fs.root();
+    let f = fs.mknod(root, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    let mut data: Vec<u8> = (0..CHUNK).map(|i| (i * 7 % 251) as u8 + 1).collect();
+    fs.write(f, 0, &data).unwrap();
+    fs.close().unwrap();
+
+    let faulty = Arc::new(FaultyHost::new(Arc::new(sim.clone()), parse("read:packs/:flip").unwrap()));
+    faulty.arm(false);
+    let mut fs = open_on(faulty.clone());
+    let f = at_root(&mut fs, "f");
+    faulty.arm(true);
+    let small = [0xeeu8; BLIND_MAX];
+    fs.write(f, 4096, &small).unwrap();
+    data[4096..4096 + BLIND_MAX].copy_from_slice(&small);
+    assert_eq!(fs.write(f, 8192, &[0xdd; 4096]).err(), Some(libc::EIO), "a page write compares");
+    assert_eq!(fs.read(f, 0, 100).err(), Some(libc::EIO));
+    fs.fsync().unwrap();
+    drop(fs);
+
+    let mut fs = open_on(Arc::new(sim.clone()));
+    let f = at_root(&mut fs, "f");
+    assert_eq!(read_all(&mut fs, f), data);
+    fs.close().unwrap();
+    let rep = check(&(Arc::new(sim.clone()) as scion_store::Host), store).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+    assert_eq!(rep.patched_chunks, 1, "{rep}");
+}
