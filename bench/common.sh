@@ -36,11 +36,29 @@ HERE=$(cd "$(dirname "$peers")" && pwd)
 UTIL="python3 $HERE/peerbench_util.py"
 STATE=$PB/$NAME-state; IMGDIR=$PB/$NAME-img; MNTDIR=$PB/$NAME-mnt
 
+# scion-wt: scion mounted with `-o cache=writethrough` (the kernel sends each write(2) as it is
+# made, so a small write into an uncached page is not preceded by a read of the page; small
+# buffered writes each cost a round trip instead). Everything but the mount is scion's.
+tgt_scion_wt_setup() {
+  mkloopfs scion-wt-backing "${MKFS_EXT4[@]}" || return 1
+  SCION_BACK=$TMNT; mkdir -p "$SCION_BACK/store" "$MNTDIR/scion-wt"
+  "$SCION" init "$SCION_BACK/store" >/dev/null || return 1
+  "$SCION" mount -o cache=writethrough "$SCION_BACK/store" "$MNTDIR/scion-wt" || return 1
+  local i; for i in $(seq 100); do mountpoint -q "$MNTDIR/scion-wt" && break; sleep 0.1; done
+  track_mount "$MNTDIR/scion-wt"; TMNT=$MNTDIR/scion-wt
+}
+for op in clone drop used teardown workloads; do
+  eval "tgt_scion_wt_$op() { tgt_scion_$op \"\$@\"; }"
+done
+unset op
+# any scion target among the given ones
+has_scion() { [[ " $* " == *" scion "* || " $* " == *" scion-wt "* ]]; }
+
 # keep the daemon's log of every scion store: release_loopfs is what throws the image away, and
 # tgt_scion_teardown calls it after the unmount (so the log is complete) with TMNT = backing fs
 eval "$(declare -f release_loopfs | sed '1s/release_loopfs/peers_release_loopfs/')"
 release_loopfs() {
-  if [[ ${T:-} == scion && -f ${TMNT:-}/store/daemon.log ]]; then
+  if [[ ${T:-} == scion* && -f ${TMNT:-}/store/daemon.log ]]; then
     { echo "===== $T, workload ${w:-?}, $(date -Is): $TMNT/store/daemon.log"
       cat "$TMNT/store/daemon.log"; } >> "$PB/$NAME-scion-daemon.log"
   fi
@@ -69,7 +87,7 @@ target_pkgs() {
     case $t in
       btrfs-*) have_cmds mkfs.btrfs btrfs || echo btrfs-progs ;;
       xfs-*) have_cmds mkfs.xfs || echo xfsprogs ;;
-      scion) have_cmds fusermount3 || echo fuse3 ;;
+      scion|scion-wt) have_cmds fusermount3 || echo fuse3 ;;
       bindfs*) have_cmds bindfs || echo bindfs ;;
     esac
   done
@@ -95,7 +113,7 @@ pb_begin() {
   export DEBIAN_FRONTEND=noninteractive
   local pk; readarray -t pk < <(target_pkgs "${targets[@]}"; printf '%s\n' ${EXTRA_PKGS:-})
   pb_install "${pk[@]}"
-  if [[ " ${targets[*]} " == *" scion "* ]]; then
+  if has_scion "${targets[@]}"; then
     if [[ ${SKIP_BUILD:-0} != 1 ]]; then
       log "cargo build --release --locked"
       (cd "$here" && cargo build --release --locked -q) || { warn "cargo build failed"; exit 1; }
@@ -103,7 +121,7 @@ pb_begin() {
     fi
     [[ -x $SCION ]] || command -v "$SCION" >/dev/null || { warn "no scion binary at $SCION"; exit 1; }
   fi
-  [[ " ${targets[*]} " == *" scion "* ]] && pb_enable_uring
+  has_scion "${targets[@]}" && pb_enable_uring
   cleanup_all   # leftovers of a killed earlier run (only what this script recorded)
   trap cleanup_all EXIT
   trap 'exit 130' INT TERM
@@ -112,7 +130,7 @@ pb_begin() {
   { env_info
     echo "bench/$NAME: targets: ${targets[*]}"
     echo "fuse enable_uring: $(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null || echo absent)"
-    [[ " ${targets[*]} " == *" scion "* ]] &&
+    has_scion "${targets[@]}" &&
       echo "scion: $SCION ($("$SCION" --version 2>/dev/null); git $(git -C "$here" describe --always --dirty 2>/dev/null))"
   } > "$PB/$NAME-env.txt"
   cat "$PB/$NAME-env.txt" >&2

@@ -25,7 +25,8 @@ from clone_report import f, load, med, ratio, table
 
 PEER_NAMES = {"btrfs-snap": "btrfs subvolume snapshot", "btrfs-reflink": "btrfs cp --reflink",
               "xfs-reflink": "XFS cp --reflink", "ext4-copy": "ext4 cp -a", "overlay": "overlayfs mount",
-              "ext4-native": "native ext4", "bindfs": "bindfs (FUSE passthrough)", "scion": "scion"}
+              "ext4-native": "native ext4", "bindfs": "bindfs (FUSE passthrough)", "scion": "scion",
+              "scion-wt": "scion, -o cache=writethrough"}
 
 
 def verdict(ok):
@@ -60,13 +61,24 @@ def first_last(xs):
     return (xs[0], xs[-1]) if xs else (None, None)
 
 
+def is_scion(t):
+    return t == "scion" or t.startswith("scion-")
+
+
 def dooku_verdicts(ser, out):
-    out.append("== issue 5 verdicts for scion (peers: %s)" % ", ".join(t for t in ser if t != "scion"))
-    s = ser.get("scion")
+    """The verdicts for each scion target (scion, scion-wt) against the peers (never each other)."""
+    subjects = [t for t in ser if is_scion(t)] or ["scion"]
+    for t in subjects:
+        dooku_verdicts_for(t, ser, out)
+
+
+def dooku_verdicts_for(me, ser, out):
+    out.append("== issue 5 verdicts for %s (peers: %s)" % (me, ", ".join(t for t in ser if not is_scion(t))))
+    s = ser.get(me)
     if not s:
-        out.append("   no scion data in this run")
+        out.append("   no %s data in this run" % me)
         return
-    peers = {t: v for t, v in ser.items() if t != "scion"}
+    peers = {t: v for t, v in ser.items() if not is_scion(t)}
 
     def mval(v, k):
         return med(v[k])
@@ -78,7 +90,7 @@ def dooku_verdicts(ser, out):
     lines = []
     c, (pc, pt) = mval(s, "clone_ms"), fastest("clone_ms")
     lines.append(("Clone faster than every peer (median clone_ms)", c < pc if None not in (c, pc) else None,
-                  "scion %s ms; fastest peer %s %s ms" % (f(c), pt or "-", f(pc))))
+                  "%s %s ms; fastest peer %s %s ms" % (me, f(c), pt or "-", f(pc))))
     c1, cn = first_last(s["clone_ms"])
     r = ratio(cn, c1)
     lines.append(("Clone flat: last round within %.1fx of the first" % CLONE_FLAT,
@@ -87,11 +99,11 @@ def dooku_verdicts(ser, out):
     sp = mval(s, "space_kib")
     lines.append(("Space per round under %.0f KiB (median space_kib)" % SPACE_KIB,
                   sp < SPACE_KIB if sp is not None else None,
-                  "scion %s KiB (rounds: %s)" % (f(sp, 0), " ".join(f(x, 0) for x in s["space_kib"]))))
+                  "%s %s KiB (rounds: %s)" % (me, f(sp, 0), " ".join(f(x, 0) for x in s["space_kib"]))))
     w, (pw, ptw) = mval(s, "write_sync_ms"), fastest("write_sync_ms")
     lines.append(("Writes to clones at least as fast as the fastest peer (median write_sync_ms)",
                   w <= pw if None not in (w, pw) else None,
-                  "scion %s ms; fastest peer %s %s ms" % (f(w), ptw or "-", f(pw))))
+                  "%s %s ms; fastest peer %s %s ms" % (me, f(w), ptw or "-", f(pw))))
     g1, gn = first_last(s["grep_ms"])
     r = ratio(gn, g1)
     lines.append(("Grep flat: last round within %.2fx of the first" % GREP_FLAT,
@@ -99,10 +111,10 @@ def dooku_verdicts(ser, out):
                   "round %d %s ms / round 1 %s ms = %s" % (s["rounds"][-1], f(gn), f(g1), f(r, 2))))
     b1 = first_last(ser["btrfs-snap"]["grep_ms"])[0] if "btrfs-snap" in ser else None
     r = ratio(gn, b1)
-    lines.append(("Grep within %.1fx of btrfs-snap's first round (scion's last round)" % GREP_VS_BTRFS,
+    lines.append(("Grep within %.1fx of btrfs-snap's first round (%s's last round)" % (GREP_VS_BTRFS, me),
                   r <= GREP_VS_BTRFS if r is not None else None,
-                  "scion round %d %s ms / btrfs-snap round 1 %s ms = %s"
-                  % (s["rounds"][-1], f(gn), f(b1), f(r, 2)) if b1 else "no btrfs-snap in this run"))
+                  "%s round %d %s ms / btrfs-snap round 1 %s ms = %s"
+                  % (me, s["rounds"][-1], f(gn), f(b1), f(r, 2)) if b1 else "no btrfs-snap in this run"))
     w = max(len(t) for t, _, _ in lines)
     for text, ok, why in lines:
         out.append("   %s  %s  %s" % (verdict(ok), text.ljust(w), why))
