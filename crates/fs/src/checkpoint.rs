@@ -889,7 +889,10 @@ impl Fs {
             let n = &self.nodes[&ino];
             // Invariant: a file folded here is named in its parent's overlay or its link table,
             // so the prepass holds a reference to its old content, released below.
-            assert_eq!(n.prepass, n.inode.content, "ino {ino}: folded without a prepass reference");
+            assert_eq!(
+                n.prepass, n.inode.content,
+                "ino {ino}: folded without a prepass reference"
+            );
             // A file that stores nothing past chunk 0 keeps it in its record: inline bytes, or
             // the block (and patches) a one-entry content tree would hold.
             if let Some(one) = self.single_chunk(ino)? {

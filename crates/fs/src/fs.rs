@@ -1989,20 +1989,16 @@ impl Fs {
         let mut stored = Vec::new();
         let mut err = None;
         self.forest
-            .scan(
-                n.inode.tree(),
-                &chunk_key(from),
-                &mut |k, _| match chunk_index(k) {
-                    Ok(i) => {
-                        stored.push(i);
-                        stored.len() < limit + n.chunks.len()
-                    }
-                    Err(e) => {
-                        err = Some(e);
-                        false
-                    }
-                },
-            )
+            .scan(n.inode.tree(), &chunk_key(from), &mut |k, _| match chunk_index(k) {
+                Ok(i) => {
+                    stored.push(i);
+                    stored.len() < limit + n.chunks.len()
+                }
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            })
             .map_err(eio)?;
         if let Some(e) = err {
             return Err(eio(e));

@@ -1,7 +1,7 @@
 //! Inode records: what a directory entry (or the link table) stores for a file.
 
-use scion_store::codec::{Reader, Writer};
 use crate::delta::{Patches, StoredChunk};
+use scion_store::codec::{Reader, Writer};
 use scion_store::{BlockKind, BlockPtr, Error, Result};
 use scion_tree::Value;
 use std::collections::BTreeMap;
@@ -321,7 +321,11 @@ impl Inode {
             }
             direct = Some(p);
         } else if content.is_some_and(|c| c.kind != BlockKind::Node) {
-            return Err(Error::corrupt("inode", format!("oid {oid}"), "content root is not a tree node"));
+            return Err(Error::corrupt(
+                "inode",
+                format!("oid {oid}"),
+                "content root is not a tree node",
+            ));
         }
         Ok(Inode {
             oid,

@@ -58,14 +58,21 @@ impl Fs {
             return None;
         }
         self.punching = true;
-        Some(PunchBatch { store: self.forest.store.clone(), blocks: self.unpunched.clone() })
+        Some(PunchBatch {
+            store: self.forest.store.clone(),
+            blocks: self.unpunched.clone(),
+        })
     }
 
     /// The first `done` waiting blocks have been punched. A checkpoint in between keeps the
     /// older blocks first, so these are still the ones at the front.
     pub fn punch_end(&mut self, done: usize) {
         assert!(self.punching, "punch_end without punch_begin");
-        assert!(done <= self.unpunched.len(), "punched {done} of {} waiting blocks", self.unpunched.len());
+        assert!(
+            done <= self.unpunched.len(),
+            "punched {done} of {} waiting blocks",
+            self.unpunched.len()
+        );
         self.unpunched.drain(..done);
         self.punching = false;
     }

@@ -347,7 +347,10 @@ fn small_writes_do_not_read_the_block() {
     fs.write(f, 0, &data).unwrap();
     fs.close().unwrap();
 
-    let faulty = Arc::new(FaultyHost::new(Arc::new(sim.clone()), parse("read:packs/:flip").unwrap()));
+    let faulty = Arc::new(FaultyHost::new(
+        Arc::new(sim.clone()),
+        parse("read:packs/:flip").unwrap(),
+    ));
     faulty.arm(false);
     let mut fs = open_on(faulty.clone());
     let f = at_root(&mut fs, "f");
@@ -355,7 +358,11 @@ fn small_writes_do_not_read_the_block() {
     let small = [0xeeu8; BLIND_MAX];
     fs.write(f, 4096, &small).unwrap();
     data[4096..4096 + BLIND_MAX].copy_from_slice(&small);
-    assert_eq!(fs.write(f, 8192, &[0xdd; 4096]).err(), Some(libc::EIO), "a page write compares");
+    assert_eq!(
+        fs.write(f, 8192, &[0xdd; 4096]).err(),
+        Some(libc::EIO),
+        "a page write compares"
+    );
     assert_eq!(fs.read(f, 0, 100).err(), Some(libc::EIO));
     fs.fsync().unwrap();
     drop(fs);

@@ -531,7 +531,10 @@ fn run(seed: u64, ops: usize) {
     direct_seen += rep.direct_files;
     // The run went through files kept in their records, not only through content trees.
     assert!(ops < 500 || inline_seen > 0, "seed {seed}: no file was ever inline");
-    assert!(ops < 500 || direct_seen > 0, "seed {seed}: no record ever named its one block");
+    assert!(
+        ops < 500 || direct_seen > 0,
+        "seed {seed}: no record ever named its one block"
+    );
     let mut fs = open(&store);
     compare(&mut fs, &m, &format!("seed {seed} final"));
 }

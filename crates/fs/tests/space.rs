@@ -243,8 +243,13 @@ fn files_move_in_and_out_of_their_records() {
         (
             "punch chunk 1 (the record names chunk 0's block)",
             |fs, f, m| {
-                fs.fallocate(f, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 64 << 10, 64 << 10)
-                    .unwrap();
+                fs.fallocate(
+                    f,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    64 << 10,
+                    64 << 10,
+                )
+                .unwrap();
                 let end = m.len().min(128 << 10);
                 m[64 << 10..end].fill(0);
             },
@@ -282,7 +287,11 @@ fn files_move_in_and_out_of_their_records() {
         assert_eq!(read_all(&mut fs, f), model, "{what}: before the checkpoint");
         fs.checkpoint().unwrap();
         let rep = committed(&store);
-        assert_eq!((rep.inline_files, rep.direct_files), ((form == Inline) as u64, (form == Direct) as u64), "{what}: {rep}");
+        assert_eq!(
+            (rep.inline_files, rep.direct_files),
+            ((form == Inline) as u64, (form == Direct) as u64),
+            "{what}: {rep}"
+        );
         // Nothing in packs but the root directory's node and the namespace table, and the
         // one data block of a direct file.
         match form {
@@ -443,7 +452,11 @@ fn one_chunk_files_keep_patches_in_their_records() {
     fs.write(b, 0, &db).unwrap();
     fs.checkpoint().unwrap();
     let rep = committed(&store);
-    assert_eq!((rep.direct_files, rep.blocks), (2, 5), "two data blocks, two directories, the namespace table: {rep}");
+    assert_eq!(
+        (rep.direct_files, rep.blocks),
+        (2, 5),
+        "two data blocks, two directories, the namespace table: {rep}"
+    );
 
     let c = fs.clone_dir(dir, root, b"c", &[], b"test").unwrap();
     let (ca, cb) = (fs.lookup(c, b"a").unwrap().ino, fs.lookup(c, b"b").unwrap().ino);
@@ -460,7 +473,12 @@ fn one_chunk_files_keep_patches_in_their_records() {
     assert_eq!(rep.shared_blocks, 1, "a's block, held by both records of a: {rep}");
     let mut fs = open(&store);
     let root = fs.root();
-    for (d, name, want) in [("d", "a", &da), ("d", "b", &db), ("c", "a", &ca_want), ("c", "b", &cb_want)] {
+    for (d, name, want) in [
+        ("d", "a", &da),
+        ("d", "b", &db),
+        ("c", "a", &ca_want),
+        ("c", "b", &cb_want),
+    ] {
         let d = fs.lookup(root, d.as_bytes()).unwrap().ino;
         let i = fs.lookup(d, name.as_bytes()).unwrap().ino;
         assert_eq!(read_all(&mut fs, i), *want, "{name}");
@@ -507,7 +525,10 @@ fn freed_space_is_punched_later_or_after_a_crash() {
     let mut fs = open(&store);
     fs.set_punch_later(true);
     let after_open = pack_space(&store);
-    assert!(after_open <= full - 7 * MIB, "the open punched both files: {full} -> {after_open}");
+    assert!(
+        after_open <= full - 7 * MIB,
+        "the open punched both files: {full} -> {after_open}"
+    );
     let root = fs.root();
     let f2 = fs.lookup(root, b"f2").unwrap().ino;
     assert_eq!(read_all(&mut fs, f2), bytes(4 << 20, 2));

@@ -138,14 +138,20 @@ pub fn pack_block(data: &[u8]) {
 /// many pointers the value has (bits 1-2: none, one or two), so every form of a file's
 /// content is reached. What decodes must encode and decode to the same inode.
 pub fn inode_record(data: &[u8]) {
-    let Some((&pick, data)) = data.split_first() else { return };
+    let Some((&pick, data)) = data.split_first() else {
+        return;
+    };
     let ptr = |kind| BlockPtr {
         addr: BlockPtr::make_addr(1, 4096),
         len: 100,
         kind,
         hash: [0; 32],
     };
-    let content = ptr(if pick & 1 == 0 { BlockKind::Node } else { BlockKind::Data });
+    let content = ptr(if pick & 1 == 0 {
+        BlockKind::Node
+    } else {
+        BlockKind::Data
+    });
     let ptrs = [content, ptr(BlockKind::Node)];
     let n = (pick >> 1) as usize % 3;
     let mut r = Reader::new(data, "fuzz inode");

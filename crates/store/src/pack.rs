@@ -649,7 +649,10 @@ impl BlockStore {
         if let Err(e) = f.punch_hole(offset, len) {
             // A host filesystem without hole punching keeps the bytes; nothing is lost.
             if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-                return Err(Error::io(format!("hole punch of pack {pack} at {offset}, {len} bytes"), e));
+                return Err(Error::io(
+                    format!("hole punch of pack {pack} at {offset}, {len} bytes"),
+                    e,
+                ));
             }
         }
         Ok(())
