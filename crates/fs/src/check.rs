@@ -378,6 +378,8 @@ impl Checker<'_> {
         let mut node_refs = Vec::new();
         let mut values = Vec::new();
         let first = std::cell::Cell::new(true);
+        let skipped = std::cell::Cell::new(false);
+        let seen = &self.refs_found;
         let r = forest.walk(
             ptr,
             &mut |p| {
@@ -386,7 +388,13 @@ impl Checker<'_> {
                     return true;
                 }
                 node_refs.push(*p);
-                true
+                // Invariant: a block's count is the number of blocks and records pointing at
+                // it. A node two versions of a tree share (a directory changed in a clone
+                // keeps the leaves the change did not touch) was walked with the version
+                // that reached it first, so the pointers in it are counted once.
+                let fresh = !seen.contains_key(&p.addr);
+                skipped.set(skipped.get() || !fresh);
+                fresh
             },
             &mut |k, v| {
                 values.push((k.to_vec(), v.clone()));
@@ -395,6 +403,20 @@ impl Checker<'_> {
         );
         if let Err(e) = r {
             self.problem(format!("{e}"));
+        }
+        // The bytes a file stores are the sum over all its chunks, the shared ones included.
+        if let (Ctx::File { root, .. }, true) = (&ctx, skipped.get()) {
+            let mut stored = 0;
+            let r = forest.scan(Some(ptr), &[], &mut |_, v| {
+                stored += StoredChunk::from_value(v).map(|c| c.len()).unwrap_or(0);
+                true
+            });
+            if let Err(e) = r {
+                self.problem(format!("{e}"));
+            }
+            if let Some(e) = self.file_alloc.get_mut(root) {
+                e.3 = stored;
+            }
         }
         for p in node_refs {
             // Interior nodes are walked with their tree, so no further work is queued.
@@ -452,8 +474,10 @@ impl Checker<'_> {
                         self.rep.patched_chunks += 1;
                         self.rep.patch_bytes += c.patches.bytes() as u64;
                     }
-                    if let Some(e) = self.file_alloc.get_mut(&root) {
-                        e.3 += c.len();
+                    if !skipped.get() {
+                        if let Some(e) = self.file_alloc.get_mut(&root) {
+                            e.3 += c.len();
+                        }
                     }
                 }
                 // Checked against the tree by `agg`.
