@@ -7,9 +7,11 @@ import errno
 import mmap
 import os
 import random
+import shutil
 import socket
 import stat
 import struct
+import subprocess
 import time
 
 import pytest
@@ -187,6 +189,69 @@ def test_device_nodes(scion_mount):
         assert stat.S_ISBLK(st.st_mode)
         assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (7, 200)
         m.remount()
+
+
+def _run_as_nobody(path):
+    """Runs the program at `path` as uid/gid 65534 (nobody), reaching it through an open
+    descriptor (/proc/self/fd), so that the test's private directories need not be
+    searchable by nobody; returns its stdout."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        def drop():
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+        r = subprocess.run([f"/proc/self/fd/{fd}"], pass_fds=[fd], preexec_fn=drop,
+                           capture_output=True, timeout=30)
+        return r.stdout.decode()
+    finally:
+        os.close(fd)
+
+
+def test_root_mount_allows_devices_and_setuid(scion_mount):
+    """Mounted by root, device nodes open and setuid programs run as their owner, as on
+    ext4 (a clone used as a chroot or container root needs /dev/null and sudo); `-o
+    nosuid,nodev` turns both off."""
+    m = scion_mount
+    require_scion(m)
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    os.mknod(P(m, "null"), stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    shutil.copy("/usr/bin/id", P(m, "id"))
+    os.chmod(P(m, "id"), 0o4755)
+    for opts in ["", "nosuid,nodev"]:
+        if opts:
+            m.umount()
+            m.mount(opts)
+        flags = os.statvfs(m.mnt).f_flag
+        assert bool(flags & os.ST_NOSUID) == bool(opts), f"-o {opts!r}: statvfs flags {flags:#x}"
+        assert bool(flags & os.ST_NODEV) == bool(opts), f"-o {opts!r}: statvfs flags {flags:#x}"
+        out = _run_as_nobody(P(m, "id"))
+        assert out.startswith("uid=65534"), out
+        assert ("euid=0" in out) == (not opts), f"-o {opts!r}: id as nobody says {out!r}"
+        if opts:
+            expect_errno(errno.EACCES, open, P(m, "null"), "wb")
+        else:
+            with open(P(m, "null"), "wb") as f:
+                f.write(b"into /dev/null")
+            assert read_file(P(m, "null")) == b""
+
+
+def test_store_is_private(scion_mount):
+    """`scion init` makes the store its owner's alone: its packs hold every file's bytes
+    whatever the files' modes. A store opened up since is mounted with a warning."""
+    m = scion_mount
+    require_scion(m)
+    assert stat.S_IMODE(os.stat(m.store).st_mode) == 0o700
+    m.umount()
+    os.chmod(m.store, 0o755)
+    try:
+        m.mount()
+        with open(os.path.join(m.store, "daemon.log")) as f:
+            log = f.read()
+        assert "other users can read every file" in log, log[-2000:]
+    finally:
+        os.chmod(m.store, 0o700)
 
 
 # ---------------------------------------------------------------- ownership and modes

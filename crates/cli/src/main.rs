@@ -110,9 +110,7 @@ fn main() -> ExitCode {
         .format_timestamp_millis()
         .init();
     let r = match cli.cmd {
-        Cmd::Init { store } => scion_fs::Fs::create(&scion_store::os_host(), &store)
-            .map(|_| println!("created store {}", store.display()))
-            .map_err(|e| e.to_string()),
+        Cmd::Init { store } => init(&store),
         Cmd::Mount {
             store,
             mountpoint,
@@ -168,4 +166,17 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `scion init`: the store directory is its owner's alone (mode 0700). Its packs hold every
+/// file's bytes whatever the files' own modes, as a block device does, which only root and
+/// the disk group may read.
+fn init(store: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(store).map_err(|e| format!("{}: {e}", store.display()))?;
+    std::fs::set_permissions(store, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("{}: {e}", store.display()))?;
+    scion_fs::Fs::create(&scion_store::os_host(), store).map_err(|e| e.to_string())?;
+    println!("created store {}", store.display());
+    Ok(())
 }

@@ -58,6 +58,11 @@ fn mount_options(store: &Path, user: &[String]) -> Config {
         MountOption::DefaultPermissions,
     ];
     let mut allow_other = is_root();
+    // Mounted by root, setuid programs and device nodes work, as on ext4, btrfs or ZFS: a
+    // clone used as a container or chroot root needs both (sudo, /dev/null). FUSE would
+    // otherwise default to nosuid,nodev, which fusermount3 imposes on ordinary users anyway
+    // (and refuses "suid" and "dev" from them).
+    let (mut suid, mut dev) = (is_root(), is_root());
     for o in user.iter().filter(|o| !o.is_empty()) {
         match o.as_str() {
             "allow_other" => allow_other = true,
@@ -65,14 +70,20 @@ fn mount_options(store: &Path, user: &[String]) -> Config {
             "rw" => opts.push(MountOption::RW),
             "noexec" => opts.push(MountOption::NoExec),
             "exec" => opts.push(MountOption::Exec),
-            "nosuid" => opts.push(MountOption::NoSuid),
-            "suid" => opts.push(MountOption::Suid),
-            "nodev" => opts.push(MountOption::NoDev),
-            "dev" => opts.push(MountOption::Dev),
+            "nosuid" => suid = false,
+            "suid" => suid = true,
+            "nodev" => dev = false,
+            "dev" => dev = true,
             "noatime" => opts.push(MountOption::NoAtime),
             "default_permissions" => {}
             other => opts.push(MountOption::CUSTOM(other.to_string())),
         }
+    }
+    if suid {
+        opts.push(MountOption::Suid);
+    }
+    if dev {
+        opts.push(MountOption::Dev);
     }
     if allow_other {
         cfg.acl = SessionACL::All;
@@ -95,6 +106,9 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let mnt = mount_point(mountpoint)?;
     if !mnt.is_dir() {
         return Err(format!("{} is not a directory", mnt.display()));
+    }
+    if let Some(w) = open_store_warning(&store) {
+        log::warn!("{w}");
     }
     // Signals are taken by a dedicated thread; block them before any thread starts.
     let sigs = block_signals();
@@ -262,9 +276,27 @@ fn block_signals() -> libc::sigset_t {
     }
 }
 
+/// A warning when other users may look into the store (a store made before `scion init`
+/// set mode 0700, or opened up since): they can read every file's bytes from its packs.
+fn open_store_warning(store: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(store).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "warning: {} has mode {mode:04o}: other users can read every file's bytes from its \
+             packs, whatever the files' own permissions (chmod 700 {} to close it)",
+            store.display(),
+            store.display()
+        )
+    })
+}
+
 pub fn background(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
     let store = canonical(store)?;
     let mnt = mount_point(mountpoint)?;
+    if let Some(w) = open_store_warning(&store) {
+        eprintln!("{w}");
+    }
     // Refuse early, with the holder's name, rather than from inside the daemon.
     if StoreLock::is_held(&store) {
         if let Err(e) = StoreLock::acquire(&store, "probe") {
