@@ -456,10 +456,25 @@ def test_copy_inside_mount_shares_blocks(scion_mount):
     with open(f"{mnt}/copy", "r+b") as f:
         f.write(b"changed")
     assert open(f"{mnt}/big", "rb").read() == data
+    # A file just written (not yet in a checkpoint) is committed by the copy and shared too.
+    fresh = os.urandom(8 << 20)
+    with open(f"{mnt}/fresh", "wb") as f:
+        f.write(fresh)
+    scion_ok(m, "list", mnt)
+    base = store_bytes(m)
+    with open(f"{mnt}/fresh2", "wb") as f:
+        f.write(fresh)
+    subprocess.run(["cp", f"{mnt}/fresh2", f"{mnt}/fresh-copy"], check=True)
+    os.sync()
+    scion_ok(m, "list", mnt)
+    grown = store_bytes(m) - base
+    assert grown < (8 << 20) + (2 << 20), f"fresh2 and its copy took {grown} bytes"
+    assert open(f"{mnt}/fresh-copy", "rb").read() == fresh
     m.umount()
     m.check()
     m.mount()
     assert open(f"{mnt}/copy", "rb").read() == b"changed" + data[7:]
+    assert open(f"{mnt}/fresh-copy", "rb").read() == fresh
 
 
 def test_refused_clone_changes_nothing(scion_mount):

@@ -33,6 +33,10 @@ const DIRTY_LIMIT: u64 = 256 << 20;
 const PENDING_CHUNK_LIMIT: u64 = 65536;
 /// ... or when the journal grows past this.
 const JOURNAL_LIMIT: u64 = 1 << 30;
+/// Uncommitted whole chunks in a copy_file_range source worth a checkpoint so that the copy
+/// shares their blocks (4 MiB: a checkpoint costs a few milliseconds, about what copying
+/// that many bytes does).
+const COMMIT_TO_SHARE: u64 = 64;
 
 /// st_ino of an object: the namespace in the high bits, the object id in the low 40.
 pub fn make_ino(ns: u32, oid: u64) -> Ino {
@@ -2174,6 +2178,22 @@ impl Fs {
         self.rw(to)?;
         let size = self.node(from)?.inode.size;
         let len = len.min(size.saturating_sub(off_in));
+        // Only committed blocks can be shared. When enough of the range was written since
+        // the last checkpoint (`cp` of a file just made: coreutils copies with
+        // copy_file_range), it is committed first, as btrfs writes back a range it is about
+        // to clone; below that, copying the bytes costs less than the checkpoint.
+        if off_in % CHUNK == off_out % CHUNK {
+            let (first, end) = (off_in.div_ceil(CHUNK), (off_in + len) / CHUNK);
+            let n = self.node(from)?;
+            let pending = n
+                .chunks
+                .range(first..end.max(first))
+                .filter(|(_, c)| matches!(c, Chunk::Buf(_) | Chunk::Block(_) | Chunk::Shared(_)))
+                .count() as u64;
+            if pending >= COMMIT_TO_SHARE {
+                self.checkpoint().map_err(eio)?;
+            }
+        }
         let mut done = 0;
         while done < len {
             let (pin, pout) = (off_in + done, off_out + done);

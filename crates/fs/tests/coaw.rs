@@ -375,3 +375,41 @@ fn small_writes_do_not_read_the_block() {
     assert!(rep.is_clean(), "{rep}");
     assert_eq!(rep.patched_chunks, 1, "{rep}");
 }
+
+/// copy_file_range shares whole chunks (a reflink), including those of a file written since
+/// the last checkpoint when there are at least 64 of them: the copy commits the source first,
+/// as btrfs writes back a range it clones, so `cp` of a file just made costs no data. Fewer
+/// uncommitted chunks are copied byte for byte. Each side's later writes stay its own.
+#[test]
+fn copies_of_files_just_written_share_their_blocks() {
+    let (_tmp, store, mut fs, dir, big) = store_with_file();
+    let data: Vec<u8> = (0..128 * CHUNK).map(|i| (i * 13 % 251) as u8).collect();
+    fs.write(big, 0, &data).unwrap();
+    let copy = fs.mknod(dir, b"copy", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    assert_eq!(fs.copy_range(big, 0, copy, 0, data.len() as u64).unwrap(), data.len() as u64);
+    let small = fs.mknod(dir, b"small", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    fs.write(small, 0, &data[..16 * CHUNK]).unwrap();
+    let small_copy = fs.mknod(dir, b"small-copy", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    assert_eq!(fs.copy_range(small, 0, small_copy, 0, 16 * CHUNK as u64).unwrap(), 16 * CHUNK as u64);
+    fs.checkpoint().unwrap();
+    let rep = committed(&store);
+    assert_eq!(rep.shared_blocks, 128, "the big file's blocks, and not the small one's:\n{rep}");
+    assert!(read_all(&mut fs, copy) == data);
+    assert!(read_all(&mut fs, small_copy) == data[..16 * CHUNK]);
+
+    // Writes after the copy: each side keeps its own.
+    fs.write(big, 5, b"source").unwrap();
+    fs.write(copy, 70 * CHUNK as u64, &[1; CHUNK]).unwrap();
+    fs.close().unwrap();
+    let mut fs = open(&store);
+    let d = at_root(&mut fs, "d");
+    let (big, copy) = (lookup(&mut fs, d, "f"), lookup(&mut fs, d, "copy"));
+    let mut want_big = data.clone();
+    want_big[5..11].copy_from_slice(b"source");
+    let mut want_copy = data.clone();
+    want_copy[70 * CHUNK..71 * CHUNK].fill(1);
+    assert!(read_all(&mut fs, big) == want_big);
+    assert!(read_all(&mut fs, copy) == want_copy);
+    fs.close().unwrap();
+    committed(&store);
+}
