@@ -243,6 +243,14 @@ def test_store_is_private(scion_mount):
     m = scion_mount
     require_scion(m)
     assert stat.S_IMODE(os.stat(m.store).st_mode) == 0o700
+    # A refused init (the directory is not empty) leaves the directory as it was.
+    busy = os.path.join(m.root, "busy")
+    os.mkdir(busy)
+    os.chmod(busy, 0o755)
+    write_file(os.path.join(busy, "keep"), b"x")
+    r = m.run("init", busy)
+    assert r.returncode != 0 and "not empty" in r.stderr, r.describe()
+    assert stat.S_IMODE(os.stat(busy).st_mode) == 0o755
     m.umount()
     os.chmod(m.store, 0o755)
     try:

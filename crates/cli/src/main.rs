@@ -171,12 +171,13 @@ fn main() -> ExitCode {
 /// `scion init`: the store directory is its owner's alone (mode 0700). Its packs hold every
 /// file's bytes whatever the files' own modes, as a block device does, which only root and
 /// the disk group may read.
+/// The mode is set once the store exists: a refused init (a directory that is not empty)
+/// leaves the directory as it was.
 fn init(store: &std::path::Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(store).map_err(|e| format!("{}: {e}", store.display()))?;
+    scion_fs::Fs::create(&scion_store::os_host(), store).map_err(|e| e.to_string())?;
     std::fs::set_permissions(store, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| format!("{}: {e}", store.display()))?;
-    scion_fs::Fs::create(&scion_store::os_host(), store).map_err(|e| e.to_string())?;
     println!("created store {}", store.display());
     Ok(())
 }
