@@ -311,6 +311,11 @@ impl Fs {
         let mut link_ops: Vec<Op> = Vec::new();
         let mut nested: Vec<(u64, u32)> = Vec::new();
         let mut inodes: u64 = if root.oid == ROOT_OID { a.inodes } else { 0 };
+        // Whether every hard-linked file of the source namespace lies in the clone with all
+        // its names: then the clone's link table is the source's, shared by one reference.
+        // Otherwise it gets its own records, which copy the small files' inline bytes.
+        let mut same_links = true;
+        let mut linked = Vec::new();
         for (k, c) in &sum {
             let (tag, oid) = summary_key_parts(k).map_err(eio)?;
             match tag {
@@ -326,11 +331,9 @@ impl Fs {
                             libc::EIO
                         })?;
                     let mut i = inode_from_value(&v).map_err(eio)?;
+                    same_links &= i.nlink as i64 == *c;
                     i.nlink = *c as u32;
-                    for p in i.ptrs() {
-                        self.forest.refs.inc(&p);
-                    }
-                    link_ops.push((oid_key(oid), Some(inode_to_value(&i))));
+                    linked.push(i);
                 }
                 b'M' => {
                     let child = *self.namespaces[&sns].mounts.get(&oid).ok_or(libc::EIO)?;
@@ -344,7 +347,27 @@ impl Fs {
             // the files that carry their own count and is corrected by `scion check --fix`.
             inodes = 1;
         }
-        let link_root = self.forest.apply(None, link_ops).map_err(eio)?;
+        let mut table_len = 0;
+        if same_links && !linked.is_empty() {
+            self.forest
+                .scan(a_links.as_ref(), &[], &mut |_, _| {
+                    table_len += 1;
+                    table_len <= linked.len()
+                })
+                .map_err(eio)?;
+        }
+        let link_root = if same_links && !linked.is_empty() && table_len == linked.len() {
+            self.forest.inc(a_links.as_ref().expect("linked files have a table"));
+            a_links
+        } else {
+            for i in &linked {
+                for p in i.ptrs() {
+                    self.forest.refs.inc(&p);
+                }
+                link_ops.push((oid_key(i.oid), Some(inode_to_value(i))));
+            }
+            self.forest.apply(None, link_ops).map_err(eio)?
+        };
         for p in root.ptrs() {
             self.forest.refs.inc(&p);
         }

@@ -133,3 +133,78 @@ fn clones_share_the_leaves_of_big_directories() {
     fs.close().unwrap();
     committed(&store);
 }
+
+/// A clone of a tree whose hard-linked files have all their names inside it shares the
+/// source's link table by one reference. Its records hold small files' bytes inline, so
+/// copying them (what a clone does when the counts differ) cost a tree of 300 linked small
+/// files about as much space as the files. A clone of part of it, where the counts differ,
+/// gets its own records, counting only its names.
+#[test]
+fn clones_share_the_link_table_when_every_name_is_inside() {
+    let (_tmp, store, mut fs) = new_store();
+    let root = fs.root();
+    let d = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let (a, b) = (
+        fs.mknod(d, b"a", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino,
+        fs.mknod(d, b"b", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino,
+    );
+    for i in 0..300u32 {
+        let name = format!("f{i:03}");
+        put(&mut fs, a, &name, &contents(i * 3)); // inline sizes
+        let f = lookup(&mut fs, a, &name);
+        fs.link(f, b, name.as_bytes()).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let before = committed(&store).block_bytes;
+
+    // All names inside: the link table is shared, the clone costs next to nothing.
+    let c = fs.clone_dir(d, root, b"c", &[], b"test").unwrap();
+    fs.checkpoint().unwrap();
+    let grown = committed(&store).block_bytes - before;
+    assert!(grown < 8 << 10, "a clone of 300 linked small files took {grown} bytes");
+
+    // Only `a`: the names in `b` lie outside, so the clone's records count one name each.
+    let ca = fs.clone_dir(a, root, b"ca", &[], b"test").unwrap();
+    fs.checkpoint().unwrap();
+    committed(&store);
+    let f = lookup(&mut fs, ca, "f007");
+    assert_eq!(fs.getattr(f).unwrap().nlink, 1);
+
+    // A tree whose linked files have every name inside it, in a namespace with others: the
+    // clone's table holds its own file only.
+    let x = fs.mknod(d, b"x", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    put(&mut fs, x, "one", b"pair");
+    let one = lookup(&mut fs, x, "one");
+    fs.link(one, x, b"two").unwrap();
+    fs.checkpoint().unwrap();
+    let cx = fs.clone_dir(x, root, b"cx", &[], b"test").unwrap();
+    fs.checkpoint().unwrap();
+    committed(&store);
+    let cone = lookup(&mut fs, cx, "one");
+    assert_eq!(fs.getattr(cone).unwrap().nlink, 2);
+
+    // Changes on each side stay there.
+    let (cb, ca2) = (lookup(&mut fs, c, "b"), lookup(&mut fs, c, "a"));
+    let g = lookup(&mut fs, ca2, "f010");
+    fs.link(g, c, b"third").unwrap();
+    fs.write(g, 0, b"clone's").unwrap();
+    fs.unlink(cb, b"f020").unwrap();
+    fs.unlink(b, b"f030").unwrap();
+    fs.checkpoint().unwrap();
+    committed(&store);
+    let nlink = |fs: &mut Fs, dir: Ino, name: &str| {
+        let f = lookup(fs, dir, name);
+        fs.getattr(f).unwrap().nlink
+    };
+    assert_eq!(nlink(&mut fs, ca2, "f010"), 3);
+    assert_eq!(nlink(&mut fs, a, "f010"), 2);
+    assert_eq!(nlink(&mut fs, ca2, "f020"), 1);
+    assert_eq!(nlink(&mut fs, a, "f020"), 2);
+    assert_eq!(nlink(&mut fs, a, "f030"), 1);
+    assert_eq!(nlink(&mut fs, ca2, "f030"), 2);
+    let (src_f, clone_f) = (lookup(&mut fs, b, "f010"), lookup(&mut fs, cb, "f010"));
+    assert!(read_all(&mut fs, src_f) == contents(30));
+    assert_eq!(&read_all(&mut fs, clone_f)[..7], b"clone's");
+    fs.close().unwrap();
+    committed(&store);
+}
