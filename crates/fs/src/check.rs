@@ -404,20 +404,6 @@ impl Checker<'_> {
         if let Err(e) = r {
             self.problem(format!("{e}"));
         }
-        // The bytes a file stores are the sum over all its chunks, the shared ones included.
-        if let (Ctx::File { root, .. }, true) = (&ctx, skipped.get()) {
-            let mut stored = 0;
-            let r = forest.scan(Some(ptr), &[], &mut |_, v| {
-                stored += StoredChunk::from_value(v).map(|c| c.len()).unwrap_or(0);
-                true
-            });
-            if let Err(e) = r {
-                self.problem(format!("{e}"));
-            }
-            if let Some(e) = self.file_alloc.get_mut(root) {
-                e.3 = stored;
-            }
-        }
         for p in node_refs {
             // Interior nodes are walked with their tree, so no further work is queued.
             self.reference(&p, None);
@@ -474,10 +460,8 @@ impl Checker<'_> {
                         self.rep.patched_chunks += 1;
                         self.rep.patch_bytes += c.patches.bytes() as u64;
                     }
-                    if !skipped.get() {
-                        if let Some(e) = self.file_alloc.get_mut(&root) {
-                            e.3 += c.len();
-                        }
+                    if let Some(e) = self.file_alloc.get_mut(&root) {
+                        e.3 += c.len();
                     }
                 }
                 // Checked against the tree by `agg`.
@@ -493,6 +477,21 @@ impl Checker<'_> {
                     }
                     Err(e) => self.problem(format!("namespace {ns}: link table: {e}")),
                 },
+            }
+        }
+        // A file tree that shares nodes walked before lacks their chunks above: the bytes it
+        // stores are summed again over all of them.
+        if let (Ctx::File { root, .. }, true) = (&ctx, skipped.get()) {
+            let mut stored = 0;
+            let r = forest.scan(Some(ptr), &[], &mut |_, v| {
+                stored += StoredChunk::from_value(v).map(|c| c.len()).unwrap_or(0);
+                true
+            });
+            if let Err(e) = r {
+                self.problem(format!("{e}"));
+            }
+            if let Some(e) = self.file_alloc.get_mut(root) {
+                e.3 = stored;
             }
         }
         // Ptrs held by values whose kind is Node (subtrees) were queued by `inode`.
