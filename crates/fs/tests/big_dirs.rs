@@ -29,7 +29,10 @@ fn lookup(fs: &mut Fs, dir: Ino, name: &str) -> Ino {
 }
 
 fn put(fs: &mut Fs, dir: Ino, name: &str, data: &[u8]) {
-    let f = fs.mknod(dir, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    let f = fs
+        .mknod(dir, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[])
+        .unwrap()
+        .ino;
     fs.write(f, 0, data).unwrap();
 }
 
@@ -85,7 +88,8 @@ fn clones_share_the_leaves_of_big_directories() {
         let name = format!("new-{i:03}");
         let data = contents(1000 + i);
         put(&mut fs, cbin, &format!("{name}.dpkg-new"), &data);
-        fs.rename(cbin, format!("{name}.dpkg-new").as_bytes(), cbin, name.as_bytes(), 0).unwrap();
+        fs.rename(cbin, format!("{name}.dpkg-new").as_bytes(), cbin, name.as_bytes(), 0)
+            .unwrap();
         cl.insert(name, data);
     }
     for i in (0..40).step_by(7) {

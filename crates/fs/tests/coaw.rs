@@ -386,14 +386,26 @@ fn copies_of_files_just_written_share_their_blocks() {
     let data: Vec<u8> = (0..128 * CHUNK).map(|i| (i * 13 % 251) as u8).collect();
     fs.write(big, 0, &data).unwrap();
     let copy = fs.mknod(dir, b"copy", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
-    assert_eq!(fs.copy_range(big, 0, copy, 0, data.len() as u64).unwrap(), data.len() as u64);
+    assert_eq!(
+        fs.copy_range(big, 0, copy, 0, data.len() as u64).unwrap(),
+        data.len() as u64
+    );
     let small = fs.mknod(dir, b"small", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
     fs.write(small, 0, &data[..16 * CHUNK]).unwrap();
-    let small_copy = fs.mknod(dir, b"small-copy", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
-    assert_eq!(fs.copy_range(small, 0, small_copy, 0, 16 * CHUNK as u64).unwrap(), 16 * CHUNK as u64);
+    let small_copy = fs
+        .mknod(dir, b"small-copy", Kind::File, 0o644, 0, 0, 0, 0, &[])
+        .unwrap()
+        .ino;
+    assert_eq!(
+        fs.copy_range(small, 0, small_copy, 0, 16 * CHUNK as u64).unwrap(),
+        16 * CHUNK as u64
+    );
     fs.checkpoint().unwrap();
     let rep = committed(&store);
-    assert_eq!(rep.shared_blocks, 128, "the big file's blocks, and not the small one's:\n{rep}");
+    assert_eq!(
+        rep.shared_blocks, 128,
+        "the big file's blocks, and not the small one's:\n{rep}"
+    );
     assert!(read_all(&mut fs, copy) == data);
     assert!(read_all(&mut fs, small_copy) == data[..16 * CHUNK]);
 
