@@ -7,7 +7,7 @@
 //! body is a status byte (0, or the errno) and a UTF-8 text. Decoding is bounded: at most
 //! `MAX_MESSAGE` bytes and `MAX_FIELDS` fields, every length checked against what remains.
 
-use scion_fs::{Fs, Ino, NsKind};
+use scion_fs::{Fs, NsKind};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -34,10 +34,29 @@ pub fn call(store: &Path, req: &Request) -> Result<String, String> {
     }
 }
 
-/// What the kernel must forget after a change made behind its back.
-pub enum Invalidate {
-    Entry(Ino, Vec<u8>),
-    Inode(Ino),
+pub use scion_fs::Inval as Invalidate;
+
+/// How long a client may take to send its request or read its reply: an idle or stuck
+/// client must not hold a serving thread (nor, through it, the engine) for ever.
+const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Clients served at once; more wait in the listen queue.
+const MAX_CLIENTS: usize = 16;
+
+/// Tells the kernel to forget what changes behind its back made wrong (without the engine
+/// lock: the kernel may call back into the daemon meanwhile).
+pub fn invalidate(notifier: &fuser::Notifier, inval: &[Invalidate]) {
+    for i in inval {
+        let r = match i {
+            Invalidate::Entry(p, n) => notifier.inval_entry(fuser::INodeNo(*p), std::ffi::OsStr::from_bytes(n)),
+            Invalidate::Inode(p) => notifier.inval_inode(fuser::INodeNo(*p), 0, 0),
+        };
+        // ENOENT: the kernel had already dropped it.
+        if let Err(e) = r {
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                log::debug!("invalidation {i:?}: {e}");
+            }
+        }
+    }
 }
 
 /// Performs a request on an open filesystem: the reply text, and what to invalidate.
@@ -118,10 +137,7 @@ pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), 
                     errno(format!("destroy of {}", show(path)))(e)
                 }
             })?;
-            Ok((
-                format!("destroyed {}", show(path)),
-                vec![Invalidate::Entry(p, name), Invalidate::Inode(p)],
-            ))
+            Ok((format!("destroyed {}", show(path)), vec![Invalidate::Entry(p, name), Invalidate::Inode(p)]))
         }
         Op::Repack => {
             let path = f(0)?;
@@ -148,6 +164,7 @@ pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), 
                 Vec::new(),
             ))
         }
+        Op::Identify => Err("identify is answered by a mounted store's daemon only".into()),
         Op::Scrub => {
             let rep = fs.scrub().map_err(errno("scrub".into()))?;
             let text = rep.to_string();
@@ -231,57 +248,80 @@ pub fn human(b: u64) -> String {
     }
 }
 
-/// Serves the control socket of a mounted store until the process ends.
-pub fn serve(store: &Path, fs: Arc<Mutex<Fs>>, notifier: fuser::Notifier) -> Result<(), String> {
+/// Serves the control socket of a mounted store until the process ends. Each client is
+/// served on a thread of its own (at most `MAX_CLIENTS` at once), with `CLIENT_TIMEOUT` to
+/// send its request and take its reply; requests still take the engine lock one at a time.
+/// `device` is the mount's device number (`major:minor`, as in /proc/self/mountinfo), which
+/// `Op::Identify` answers so that a client can tell this daemon's mount from another FUSE
+/// mount that only claims the store's name.
+pub fn serve(store: &Path, fs: Arc<Mutex<Fs>>, notifier: fuser::Notifier, device: String) -> Result<(), String> {
     let path = socket_path(store);
     // We hold the store's lock, so a socket left here is a dead daemon's.
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).map_err(|e| format!("control socket {}: {e}", path.display()))?;
     use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+    // Only the user who mounted the store may ask: a socket left open to others would let
+    // any local user clone, snapshot and destroy.
+    if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)) {
+        let _ = std::fs::remove_file(&path);
+        return Err(format!("control socket {}: cannot make it private: {e}", path.display()));
+    }
     // Weak: the daemon's final checkpoint needs sole ownership once the session ends.
     let fs = Arc::downgrade(&fs);
+    let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::spawn(move || {
         for conn in listener.incoming() {
-            let Ok(mut s) = conn else { continue };
-            let reply = match read_frame(&mut s)
-                .map_err(|e| e.to_string())
-                .and_then(|b| Request::decode(&b))
-            {
-                Err(e) => Err(e),
-                Ok(req) => {
-                    let r = match fs.upgrade() {
-                        Some(fs) => {
-                            let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
-                            execute(&mut fs, &req)
-                        }
-                        None => Err("the filesystem is being unmounted".into()),
-                    };
-                    // Outside the engine lock: the kernel may call back into the daemon.
-                    if let Ok((_, inval)) = &r {
-                        for i in inval {
-                            let _ = match i {
-                                Invalidate::Entry(p, n) => {
-                                    notifier.inval_entry(fuser::INodeNo(*p), std::ffi::OsStr::from_bytes(n))
-                                }
-                                Invalidate::Inode(p) => notifier.inval_inode(fuser::INodeNo(*p), 0, 0),
-                            };
-                        }
-                    }
-                    // Space a command freed (a destroy, or a checkpoint) is back on the host
-                    // when it returns, as after a checkpoint of an unmounted store.
-                    scion_fuse::punch_unlocked(&fs, true);
-                    r.map(|(t, _)| t)
-                }
-            };
-            let body = match reply {
-                Ok(t) => [&[0u8][..], t.as_bytes()].concat(),
-                Err(t) => [&[1u8][..], t.as_bytes()].concat(),
-            };
-            let _ = write_frame(&mut s, &body);
+            let Ok(s) = conn else { continue };
+            use std::sync::atomic::Ordering;
+            while busy.load(Ordering::Acquire) >= MAX_CLIENTS {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            busy.fetch_add(1, Ordering::AcqRel);
+            let (fs, notifier, device, busy) = (fs.clone(), notifier.clone(), device.clone(), busy.clone());
+            std::thread::spawn(move || {
+                serve_client(s, &fs, &notifier, &device);
+                busy.fetch_sub(1, Ordering::AcqRel);
+            });
         }
     });
     Ok(())
+}
+
+fn serve_client(mut s: UnixStream, fs: &std::sync::Weak<Mutex<Fs>>, notifier: &fuser::Notifier, device: &str) {
+    let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
+    let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
+    let reply = match read_frame(&mut s)
+        .map_err(|e| e.to_string())
+        .and_then(|b| Request::decode(&b))
+    {
+        Err(e) => Err(e),
+        Ok(req) if req.op == Op::Identify => Ok(device.to_string()),
+        Ok(req) => {
+            let r = match fs.upgrade() {
+                Some(fs) => {
+                    let mut fs = scion_fs::lock(&fs);
+                    execute(&mut fs, &req).map(|(t, mut inval)| {
+                        inval.extend(fs.take_invalidations());
+                        (t, inval)
+                    })
+                }
+                None => Err("the filesystem is being unmounted".into()),
+            };
+            // Outside the engine lock: the kernel may call back into the daemon.
+            if let Ok((_, inval)) = &r {
+                invalidate(notifier, inval);
+            }
+            // Space a command freed (a destroy, or a checkpoint) is back on the host when it
+            // returns, as after a checkpoint of an unmounted store.
+            scion_fuse::punch_unlocked(fs, true);
+            r.map(|(t, _)| t)
+        }
+    };
+    let body = match reply {
+        Ok(t) => [&[0u8][..], t.as_bytes()].concat(),
+        Err(t) => [&[1u8][..], t.as_bytes()].concat(),
+    };
+    let _ = write_frame(&mut s, &body);
 }
 
 use std::os::unix::ffi::OsStrExt;

@@ -109,6 +109,16 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_log))
         .format_timestamp_millis()
         .init();
+    // A panic is a bug: say so loudly in the log (the daemon's stderr may be nowhere), with
+    // where it happened, before the unwind reaches the code that marks the volume failed.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        log::error!(
+            "PANIC (a bug in scion): {info}\n{}",
+            std::backtrace::Backtrace::force_capture()
+        );
+        default_hook(info);
+    }));
     let r = match cli.cmd {
         Cmd::Init { store } => init(&store),
         Cmd::Mount {

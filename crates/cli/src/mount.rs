@@ -128,6 +128,11 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         faults = Some(host);
     }
     let fs = Fs::open(&store, opts).map_err(|e| e.to_string())?;
+    // The panic test's failpoints (scion_fs::failpoint), armed once mounted.
+    if let Ok(spec) = std::env::var("SCION_FAILPOINTS") {
+        log::warn!("SCION_FAILPOINTS set: the engine panics at {spec}");
+        scion_fs::failpoint::arm_spec(&spec)?;
+    }
     if let Some(h) = faults {
         h.arm(true);
     }
@@ -171,7 +176,10 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         &cfg,
     )
     .map_err(|e| format!("mount of {} failed: {e}", mnt.display()))?;
-    crate::control::serve(&store, fs.clone(), session.notifier())?;
+    // The mount's device number: read from the mount table, not by stat (the session does
+    // not serve requests yet, so a stat would wait for itself).
+    let device = mount_field(&mnt, 2).ok_or_else(|| format!("{} is not in the mount table", mnt.display()))?;
+    crate::control::serve(&store, fs.clone(), session.notifier(), device)?;
     log::info!("mounted {} at {}", store.display(), mnt.display());
     tune_bdi(&mnt);
     report_ready("ok");
@@ -179,40 +187,19 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let stop = Arc::new(AtomicBool::new(false));
     let ticker = {
         let (fs, stop) = (fs.clone(), stop.clone());
+        let notifier = session.notifier();
         let repack = background_repack;
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(500));
-                // Buffered data of closed files goes to the packs now, without the engine
-                // lock, so the checkpoint that folds it holds requests up for less (flush.rs).
-                // Bounded, so that the sync below still comes every half second or so.
-                let lock = || fs.lock().unwrap_or_else(|p| p.into_inner());
-                for _ in 0..8 {
-                    let Some(batch) = lock().flush_begin(scion_fs::FLUSH_FROM) else {
-                        break;
-                    };
-                    let done = batch.run();
-                    if !lock().flush_end(done) {
-                        break;
-                    }
-                }
-                // The journal is synced every half second, without holding up requests
-                // while the disk flushes; a failure is logged and remembered by the engine.
-                let needs_sync = fs.lock().unwrap_or_else(|p| p.into_inner()).needs_sync();
-                if needs_sync {
-                    let _ = scion_fuse::fsync_unlocked(&fs);
-                }
-                // Space freed by checkpoints goes back to the host without the engine lock:
-                // a punch can wait seconds for the device's discard (punch.rs).
-                scion_fuse::punch_unlocked(&Arc::downgrade(&fs), false);
-                let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
-                if let Err(e) = fs.tick(CHECKPOINT_AFTER) {
-                    log::error!("background checkpoint: {e}");
-                }
-                if repack {
-                    if let Err(e) = fs.background_repack() {
-                        log::error!("background repack: {}", std::io::Error::from_raw_os_error(e));
-                    }
+                // A panic here (a bug) must not silently end background syncs and
+                // checkpoints: it is logged, the volume is marked failed (so changes get EIO
+                // and the log says why), and the loop goes on with what a failed volume does.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    tick_once(&fs, &notifier, repack)
+                }));
+                if r.is_err() {
+                    scion_fs::lock(&fs).fail("a panic in the background thread (see the panic above in this log)");
                 }
             }
         })
@@ -229,13 +216,52 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let r = session.run();
     stop.store(true, Ordering::Relaxed);
     let _ = ticker.join();
-    let fs = match Arc::try_unwrap(fs) {
-        Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
-        Err(_) => return Err("internal error: filesystem still referenced after unmount".into()),
-    };
-    fs.close().map_err(|e| format!("final checkpoint failed: {e}"))?;
+    // Through the lock, not by taking the engine out of its Arc: a control command may hold
+    // it at this moment, and the final checkpoint must happen all the same.
+    scion_fs::lock(&fs)
+        .close_in_place()
+        .map_err(|e| format!("final checkpoint failed: {e}"))?;
     log::info!("unmounted {}; store flushed", mnt.display());
     r.map_err(|e| format!("FUSE session ended with an error: {e}"))
+}
+
+/// One round of the daemon's background work.
+fn tick_once(fs: &Arc<Mutex<Fs>>, notifier: &fuser::Notifier, repack: bool) {
+    // Buffered data of closed files goes to the packs now, without the engine lock, so the
+    // checkpoint that folds it holds requests up for less (flush.rs). Bounded, so that the
+    // sync below still comes every half second or so.
+    for _ in 0..8 {
+        let Some(batch) = scion_fs::lock(fs).flush_begin(scion_fs::FLUSH_FROM) else {
+            break;
+        };
+        let done = batch.run();
+        if !scion_fs::lock(fs).flush_end(done) {
+            break;
+        }
+    }
+    // The journal is synced every half second, without holding up requests while the disk
+    // flushes; a failure is logged and remembered by the engine.
+    let needs_sync = scion_fs::lock(fs).needs_sync();
+    if needs_sync {
+        let _ = scion_fuse::fsync_unlocked(fs);
+    }
+    // Space freed by checkpoints goes back to the host without the engine lock: a punch can
+    // wait seconds for the device's discard (punch.rs).
+    scion_fuse::punch_unlocked(&Arc::downgrade(fs), false);
+    let inval = {
+        let mut fs = scion_fs::lock(fs);
+        if let Err(e) = fs.tick(CHECKPOINT_AFTER) {
+            log::error!("background checkpoint: {e}");
+        }
+        if repack {
+            if let Err(e) = fs.background_repack() {
+                log::error!("background repack: {}", std::io::Error::from_raw_os_error(e));
+            }
+        }
+        fs.take_invalidations()
+    };
+    // Outside the engine lock: the kernel may call back into the daemon.
+    crate::control::invalidate(notifier, &inval);
 }
 
 /// The kernel gives a FUSE mount's writeback a strict 1% share of the dirty page limit, which

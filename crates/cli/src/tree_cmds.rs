@@ -13,10 +13,14 @@ struct Located {
     store: PathBuf,
     rel: Vec<u8>,
     mnt: Option<PathBuf>,
+    /// The mount's device (`major:minor`), which its daemon must confirm.
+    device: String,
 }
 
-/// Scion mounts: (mount point, store), from the kernel's mount table.
-fn scion_mounts() -> Vec<(PathBuf, PathBuf)> {
+/// Scion mounts: (mount point, store, device), from the kernel's mount table. The store is
+/// what the mount *claims* (any FUSE filesystem may call itself `scion:STORE`): `run` asks
+/// the store's daemon to confirm the device before trusting it.
+fn scion_mounts() -> Vec<(PathBuf, PathBuf, String)> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let unescape = |s: &str| s.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\");
     let mut out = Vec::new();
@@ -29,7 +33,11 @@ fn scion_mounts() -> Vec<(PathBuf, PathBuf)> {
             continue;
         }
         if let (Some(mp), Some(src)) = (f.get(4), f.get(dash + 2).and_then(|s| s.strip_prefix("scion:"))) {
-            out.push((PathBuf::from(unescape(mp)), PathBuf::from(unescape(src))));
+            out.push((
+                PathBuf::from(unescape(mp)),
+                PathBuf::from(unescape(src)),
+                f[2].to_string(),
+            ));
         }
     }
     out
@@ -41,6 +49,7 @@ fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located,
             store: store.clone(),
             rel: path.as_os_str().as_bytes().to_vec(),
             mnt: None,
+            device: String::new(),
         });
     }
     let abs = if exists {
@@ -61,9 +70,9 @@ fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located,
     };
     let best = scion_mounts()
         .into_iter()
-        .filter(|(mp, _)| abs.starts_with(mp))
-        .max_by_key(|(mp, _)| mp.as_os_str().len());
-    let Some((mp, store)) = best else {
+        .filter(|(mp, _, _)| abs.starts_with(mp))
+        .max_by_key(|(mp, _, _)| mp.as_os_str().len());
+    let Some((mp, store, device)) = best else {
         return Err(format!(
             "{} is not inside a scion mount (for an unmounted store, give --store STORE and store paths)",
             abs.display()
@@ -74,6 +83,7 @@ fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located,
         store,
         rel: rel.as_os_str().as_bytes().to_vec(),
         mnt: Some(mp),
+        device,
     })
 }
 
@@ -86,6 +96,25 @@ fn run(at: &Located, req: Request) -> Result<(), String> {
                 use std::os::fd::AsRawFd;
                 unsafe { libc::syncfs(d.as_raw_fd()) };
             }
+        }
+        // The mount table says which store a mount is, but any FUSE filesystem can claim
+        // a name there: the store's own daemon must confirm that this mount is its own,
+        // or a user's mount could steer root's command into root's store.
+        let theirs = control::call(
+            &at.store,
+            &Request {
+                op: Op::Identify,
+                fields: Vec::new(),
+            },
+        )?;
+        if theirs != at.device {
+            return Err(format!(
+                "{} claims to be store {} but is not that store's mount (device {}, its daemon serves {}); refusing",
+                mnt.display(),
+                at.store.display(),
+                at.device,
+                theirs
+            ));
         }
         control::call(&at.store, &req)?
     } else {
@@ -194,6 +223,7 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
                 store: s.clone(),
                 rel: Vec::new(),
                 mnt: None,
+                device: String::new(),
             },
             None => locate(Path::new("."), true, &store)?,
         };
@@ -240,6 +270,7 @@ fn optional_path(path: Option<PathBuf>, store: &Option<PathBuf>) -> Result<Locat
             store: s.clone(),
             rel: p.map(|p| p.as_os_str().as_bytes().to_vec()).unwrap_or_default(),
             mnt: None,
+            device: String::new(),
         }),
         (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, store),
     }
@@ -261,6 +292,7 @@ pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String
             store: s.clone(),
             rel: Vec::new(),
             mnt: None,
+            device: String::new(),
         },
         (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
     };

@@ -25,6 +25,8 @@ pub enum Op {
     Scrub = 5,
     /// path, budget in bytes (decimal text)
     Repack = 6,
+    /// no fields; the reply is the daemon's mount device (`major:minor`)
+    Identify = 7,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -73,6 +75,7 @@ impl Request {
             4 => Op::List,
             5 => Op::Scrub,
             6 => Op::Repack,
+            7 => Op::Identify,
             o => return Err(format!("unknown operation {o}")),
         };
         let n = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;

@@ -317,6 +317,7 @@ impl Fs {
             orphans: Default::default(),
             sweep_at: 1 << 16,
             room: Default::default(),
+            kernel_inval: Vec::new(),
         };
         match &sb.checkpoint {
             Some(ptr) => {
@@ -828,6 +829,7 @@ impl Fs {
             .collect();
         // 0. Files with only small overwrites are carried, not folded.
         let carry = self.carry(&mut dirty, &fold)?;
+        crate::failpoint::hit("checkpoint");
 
         // 1. Prepass: references for every record about to be rewritten, and for orphans.
         let mut targets: HashSet<Ino> = HashSet::new();

@@ -150,6 +150,8 @@ impl Fs {
     /// as `.snapshot/name/...` of every directory below it).
     pub fn snapshot(&mut self, dir: Ino, name: &[u8], origin: &[u8]) -> FsResult<u32> {
         self.writable()?;
+        // The snapshot's mark goes into the summaries of `dir` and the directories above it.
+        self.rw(dir)?;
         check_name(name)?;
         let n = self.dir_node(dir)?;
         if n.loc == Loc::Gone {
@@ -484,6 +486,14 @@ impl Fs {
         let inos: Vec<Ino> = self.nodes.iter().filter(|(_, n)| n.ns == id).map(|(i, _)| *i).collect();
         for ino in inos {
             let n = self.nodes.get_mut(&ino).unwrap();
+            // The kernel must drop what it cached of the clone (names, attributes, pages):
+            // a process inside it finds its directory stale instead of writing into it.
+            if n.lookups > 0 {
+                if let Loc::Entry { parent, name } = &n.loc {
+                    self.kernel_inval.push(Inval::Entry(*parent, name.clone()));
+                }
+                self.kernel_inval.push(Inval::Inode(ino));
+            }
             n.loc = Loc::Gone;
             n.entries.clear();
             n.sum_delta.clear();
@@ -525,6 +535,8 @@ impl Fs {
                 };
                 self.rw(parent)?;
                 let now = Ts::now();
+                self.kernel_inval.push(Inval::Entry(parent, name.clone()));
+                self.kernel_inval.push(Inval::Inode(parent));
                 self.drop_name(parent, ino, now)?;
                 let p = self.node_mut(parent)?;
                 p.entries.insert(name, None);
@@ -537,11 +549,13 @@ impl Fs {
                 if let Ok((parent, name)) = self.find_named(info.parent, &summary_snap_key(info.anchor)) {
                     if let Some(dir) = self.child(parent, &name)? {
                         self.bump(dir, &summary_snap_key(info.anchor), -1)?;
+                        self.kernel_inval.push(Inval::Entry(dir | SNAPDIR_BIT, info.name.clone()));
                     }
                 } else if let Some(dir) = self.namespaces.get(&info.parent).map(|n| n.root) {
                     // The snapshot of a namespace root.
                     if self.node(dir)?.inode.oid == info.anchor {
                         self.bump(dir, &summary_snap_key(info.anchor), -1)?;
+                        self.kernel_inval.push(Inval::Entry(dir | SNAPDIR_BIT, info.name.clone()));
                     }
                 }
             }
@@ -778,7 +792,14 @@ impl Fs {
         for n in &path {
             cur = self.child(cur, n)?.ok_or(libc::ENOENT)?;
         }
-        if self.node(cur)?.inode.kind != Kind::Dir {
+        // `path` is today's names. The snapshot's directory there is `dir` as it was only if
+        // it is the same directory: same object, in the snapshot's own tree (not a clone
+        // nested in it). Otherwise another directory now has that path: one made since
+        // (perhaps by another user, below a directory that was private then), and showing
+        // the snapshot's old directory through it would skip the permissions that guarded
+        // the path when the snapshot was taken.
+        let (then, now) = (self.node(cur)?, self.dir_node(dir)?);
+        if then.inode.kind != Kind::Dir || then.ns != id || then.inode.oid != now.inode.oid {
             return Err(libc::ENOENT);
         }
         if path.is_empty() {
@@ -811,7 +832,12 @@ impl Fs {
         for name in path.split(|b| *b == b'/') {
             match name {
                 b"" | b"." => {}
-                b".." => cur = self.parent_of(cur),
+                b".." => {
+                    if cur & SNAPDIR_BIT == 0 {
+                        self.dir_node(cur)?;
+                    }
+                    cur = self.parent_of(cur)
+                }
                 _ if cur & SNAPDIR_BIT != 0 => cur = self.snapdir_child(cur & !SNAPDIR_BIT, name)?,
                 SNAPDIR_NAME => {
                     self.dir_node(cur)?;

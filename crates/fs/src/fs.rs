@@ -350,6 +350,18 @@ pub struct Fs {
     /// Inode table size that triggers a full sweep of unused inodes at a checkpoint.
     pub(crate) sweep_at: usize,
     pub(crate) room: Room,
+    /// What the kernel must forget after changes it did not make itself (a destroyed
+    /// clone's inodes): sent by the daemon outside the engine lock (`take_invalidations`).
+    pub(crate) kernel_inval: Vec<Inval>,
+}
+
+/// Something the kernel cached that a change behind its back made wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Inval {
+    /// The name `name` in directory `parent`.
+    Entry(Ino, Vec<u8>),
+    /// An inode's attributes and cached pages.
+    Inode(Ino),
 }
 
 /// Host space kept free for the checkpoint that must follow any change: without it, a full
@@ -396,12 +408,24 @@ pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
 impl Fs {
     // ----- inode table -------------------------------------------------------------------
 
+    /// A loaded inode. ESTALE for one the kernel may still hold whose namespace was
+    /// destroyed: nothing may read or change it through a request (its node stays loaded
+    /// only until the kernel forgets it and its handles close; the engine reaches it
+    /// through `nodes` directly for that).
     pub(crate) fn node(&self, ino: Ino) -> FsResult<&Node> {
-        self.nodes.get(&ino).ok_or(libc::ESTALE)
+        let n = self.nodes.get(&ino).ok_or(libc::ESTALE)?;
+        if !self.namespaces.contains_key(&n.ns) {
+            return Err(libc::ESTALE);
+        }
+        Ok(n)
     }
 
     pub(crate) fn node_mut(&mut self, ino: Ino) -> FsResult<&mut Node> {
-        self.nodes.get_mut(&ino).ok_or(libc::ESTALE)
+        let n = self.nodes.get_mut(&ino).ok_or(libc::ESTALE)?;
+        if !self.namespaces.contains_key(&n.ns) {
+            return Err(libc::ESTALE);
+        }
+        Ok(n)
     }
 
     pub(crate) fn dir_node(&self, ino: Ino) -> FsResult<&Node> {
@@ -497,17 +521,32 @@ impl Fs {
         Ok(n.ns)
     }
 
-    /// Refuses changes to a read-only namespace (a snapshot).
+    /// Refuses changes to anything reachable under a snapshot (EROFS), and to an inode of a
+    /// destroyed namespace (ESTALE).
     pub(crate) fn rw(&self, ino: Ino) -> FsResult<()> {
         // A `.snapshot` directory is made up from the snapshot table: nothing to change.
         if ino & SNAPDIR_BIT != 0 {
             return Err(libc::EROFS);
         }
-        let ns = self.node(ino)?.ns;
-        match self.namespaces.get(&ns) {
-            Some(n) if n.info.kind == NsKind::Snapshot => Err(libc::EROFS),
-            _ => Ok(()),
+        self.ns_rw(self.node(ino)?.ns)
+    }
+
+    /// Whether namespace `ns` may change: not a snapshot, nor a clone nested (at any depth)
+    /// in one, which a snapshot of a directory holding clones makes.
+    pub(crate) fn ns_rw(&self, ns: u32) -> FsResult<()> {
+        let mut cur = ns;
+        // Each step goes to the namespace holding the clone's mount entry; the chain ends at
+        // the main tree or a snapshot, and is never longer than the namespace table.
+        for _ in 0..=self.namespaces.len() {
+            let n = self.namespaces.get(&cur).ok_or(libc::ESTALE)?;
+            match n.info.kind {
+                NsKind::Main => return Ok(()),
+                NsKind::Snapshot => return Err(libc::EROFS),
+                NsKind::Clone => cur = n.info.parent,
+            }
         }
+        log::error!("namespace {ns}: its chain of parents loops");
+        Err(libc::EIO)
     }
 
     // ----- subtree summaries -----------------------------------------------------------------
@@ -704,6 +743,20 @@ impl Fs {
             }
         }
         Ok(())
+    }
+
+    /// Marks the volume failed (the first reason is kept): changes and fsync are refused
+    /// and no checkpoint is taken until a remount replays the journal.
+    pub fn fail(&mut self, why: &str) {
+        if self.failed.is_none() {
+            log::error!("VOLUME FAILED: {why}; refusing changes until it is remounted (reads go on)");
+            self.failed = Some(why.to_string());
+        }
+    }
+
+    /// Why the volume refuses changes, if it does.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
     }
 
     pub(crate) fn writable(&self) -> FsResult<()> {
@@ -1337,6 +1390,7 @@ impl Fs {
 
     pub fn link(&mut self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
         self.writable()?;
+        self.rw(ino)?;
         self.rw(newparent)?;
         check_name(newname)?;
         let now = Ts::now();
@@ -2397,6 +2451,12 @@ impl Fs {
         Ok(())
     }
 
+    /// What the kernel must be told to forget, oldest first; the caller sends it without
+    /// the engine lock (the kernel may call back into the daemon while it invalidates).
+    pub fn take_invalidations(&mut self) -> Vec<Inval> {
+        std::mem::take(&mut self.kernel_inval)
+    }
+
     /// Whether an `fsync` would have anything to do.
     pub fn needs_sync(&self) -> bool {
         self.failed.is_none() && self.journal.as_ref().is_some_and(|j| j.has_unsynced())
@@ -2467,6 +2527,19 @@ impl Fs {
 
     /// Flushes everything into a final checkpoint.
     pub fn close(mut self) -> Result<()> {
+        self.close_in_place()
+    }
+
+    /// `close` through a reference (the daemon's engine may still be shared with a control
+    /// command when the mount ends): the final checkpoint, then every later change is
+    /// refused.
+    pub fn close_in_place(&mut self) -> Result<()> {
+        let r = self.close_inner();
+        self.failed.get_or_insert_with(|| "the filesystem is unmounted".to_string());
+        r
+    }
+
+    fn close_inner(&mut self) -> Result<()> {
         // The last checkpoint punches everything still waiting: no thread is left to do it.
         self.punch_later = false;
         if self.failed.is_none() {

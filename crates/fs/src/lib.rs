@@ -16,6 +16,7 @@ pub mod check;
 mod checkpoint;
 pub mod clone;
 pub mod delta;
+pub mod failpoint;
 mod flush;
 mod fs;
 pub mod inode;
@@ -27,12 +28,29 @@ pub mod scrub;
 pub use clone::Listing;
 pub use flush::{FlushBatch, FlushedBatch, FLUSH_FROM};
 pub use fs::{
-    write_ahead, Attr, DirEntry, Fs, FsResult, Ino, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket,
+    write_ahead, Attr, DirEntry, Fs, FsResult, Ino, Inval, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket,
     WrittenAhead, ROOT_INO,
 };
 pub use inode::{Kind, Ts, INLINE_MAX};
 pub use punch::PunchBatch;
 pub use repack::RepackReport;
+
+/// Locks the engine. A panic while the lock was held (a bug) left the in-memory state
+/// half changed: the volume is marked failed (changes and fsync refused, reads go on, as
+/// after a failed fsync) and the poison cleared, so that every later caller sees a failed
+/// volume instead of a state it cannot trust. Nothing acknowledged is lost: no checkpoint
+/// is taken from that state, and a remount replays the journal.
+pub fn lock(m: &std::sync::Mutex<Fs>) -> std::sync::MutexGuard<'_, Fs> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => {
+            let mut g = p.into_inner();
+            g.fail("a panic while the engine lock was held (see the panic above in this log)");
+            m.clear_poison();
+            g
+        }
+    }
+}
 
 /// Attribute changes of a `setattr`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -121,7 +121,7 @@ impl ScionFuse {
 
     fn fs(&self) -> std::sync::MutexGuard<'_, Fs> {
         // A panic in one request must not wedge every later one.
-        self.fs.lock().unwrap_or_else(|p| p.into_inner())
+        scion_fs::lock(&self.fs)
     }
 
     fn entry(&self, r: Result<Attr, i32>, reply: ReplyEntry) {
@@ -756,14 +756,14 @@ pub fn punch_unlocked(fs: &std::sync::Weak<Mutex<Fs>>, all: bool) {
     loop {
         let (batch, waiting) = {
             let Some(fs) = fs.upgrade() else { return };
-            let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
+            let mut fs = scion_fs::lock(&fs);
             (fs.punch_begin(), fs.unpunched_blocks())
         };
         match batch {
             Some(batch) => {
                 let done = batch.run();
                 let Some(fs) = fs.upgrade() else { return };
-                fs.lock().unwrap_or_else(|p| p.into_inner()).punch_end(done);
+                scion_fs::lock(&fs).punch_end(done);
                 if !all {
                     return;
                 }
@@ -778,7 +778,7 @@ pub fn punch_unlocked(fs: &std::sync::Weak<Mutex<Fs>>, all: bool) {
 /// the disk flushes (`Fs::sync_begin`), so other requests go on meanwhile: an fsync, and the
 /// half-second background sync, held every request up for its 20-30 ms before.
 pub fn fsync_unlocked(fs: &Mutex<Fs>) -> Result<(), i32> {
-    let lock = || fs.lock().unwrap_or_else(|p| p.into_inner());
+    let lock = || scion_fs::lock(&fs);
     let ticket = lock().sync_begin()?;
     let r = ticket.run();
     lock().sync_end(ticket, r)

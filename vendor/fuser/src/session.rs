@@ -579,7 +579,15 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
                         } else {
-                            req.dispatch(self)
+                            // scion's patch: a panicking handler must not end this thread
+                            // (a dead worker leaves the mount with fewer threads, and with
+                            // none, hung). The reply dropped in the unwind sends EIO.
+                            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                req.dispatch(self)
+                            }));
+                            if r.is_err() {
+                                error!("request panicked in the filesystem; answered with EIO");
+                            }
                         }
                     }
                     // Quit loop on illegal request

@@ -1,0 +1,69 @@
+//! Test-only failpoints: named places in the engine that panic on their Nth pass once
+//! armed, so that tests can show what a bug's panic does (it must mark the volume failed
+//! and lose nothing acknowledged). Unarmed, a pass costs one relaxed atomic load.
+//!
+//! The daemon arms them from `SCION_FAILPOINTS=name:n[,name:n...]` (tests/mount only);
+//! engine tests call [`arm`]. Places: `checkpoint` (after the checkpoint took the set of
+//! changed inodes, before it wrote anything).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+/// (place, passes left before the panic).
+static POINTS: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
+
+/// Makes the `n`th pass (1: the next) through `place` panic.
+pub fn arm(place: &str, n: u64) {
+    assert!(n >= 1, "failpoint {place}: n counts from 1");
+    let mut p = POINTS.lock().unwrap_or_else(|e| e.into_inner());
+    p.retain(|(q, _)| q != place);
+    p.push((place.to_string(), n));
+    ARMED.store(true, Ordering::Relaxed);
+}
+
+/// Arms the failpoints of a spec `name:n[,name:n...]`.
+pub fn arm_spec(spec: &str) -> Result<(), String> {
+    for part in spec.split(',').filter(|p| !p.is_empty()) {
+        let (place, n) = part
+            .split_once(':')
+            .ok_or_else(|| format!("failpoint '{part}': expected name:n"))?;
+        let n: u64 = n
+            .parse()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| format!("failpoint '{part}': n is a count from 1"))?;
+        arm(place, n);
+    }
+    Ok(())
+}
+
+/// Disarms every failpoint.
+pub fn clear() {
+    POINTS.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    ARMED.store(false, Ordering::Relaxed);
+}
+
+/// A pass through `place`: panics if it is armed and this is its pass.
+pub(crate) fn hit(place: &str) {
+    if !ARMED.load(Ordering::Relaxed) {
+        return;
+    }
+    let fire = {
+        let mut p = POINTS.lock().unwrap_or_else(|e| e.into_inner());
+        match p.iter_mut().position(|(q, _)| q == place) {
+            Some(i) => {
+                p[i].1 -= 1;
+                let fire = p[i].1 == 0;
+                if fire {
+                    p.remove(i);
+                }
+                fire
+            }
+            None => false,
+        }
+    };
+    if fire {
+        panic!("failpoint {place} fired");
+    }
+}
