@@ -1,0 +1,235 @@
+"""Regressions of the safety review (issue 23), through the real mount:
+
+- a clone destroyed while a process is inside it: the process's changes fail (and change
+  nothing), and files fsynced elsewhere afterwards survive a checkpoint and a remount;
+- a snapshot is read-only everywhere below it, clones nested in it included, for every
+  kind of change;
+- `.snapshot` does not show an old directory through a path another user made since;
+- a panic in a checkpoint (a test-only failpoint) fails the volume: changes are refused,
+  reads go on, and after a restart every acknowledged file is there;
+- a FUSE mount that only claims a store's name in the mount table is refused.
+"""
+
+import errno
+import os
+import pwd
+import subprocess
+import time
+
+import pytest
+
+from conftest import PLAIN
+
+pytestmark = pytest.mark.skipif(PLAIN, reason="scion-specific (SCION_TEST_TARGET=plain)")
+
+
+def scion_ok(m, *args):
+    r = m.run(*args)
+    assert r.returncode == 0, r.describe()
+    return r.stdout
+
+
+def daemon_log(m):
+    try:
+        with open(os.path.join(m.store, "daemon.log"), errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def write_fsynced(path, data):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def test_destroy_under_a_running_process_loses_nothing(scion_mount):
+    m = scion_mount
+    M = m.mnt
+    os.makedirs(f"{M}/C0/sub")
+    big = os.urandom(10240)
+    with open(f"{M}/C0/sub/big", "wb") as f:
+        f.write(big)
+    scion_ok(m, "clone", f"{M}/C0", f"{M}/C")
+    # The issue's reproduction: a shell inside the clone, which is destroyed under it.
+    script = (f"cd {M}/C/sub && sleep 1 && {m.bin} destroy {M}/C; "
+              f"touch x; echo touch=$?; echo hi >> big; echo append=$?")
+    r = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60)
+    out = r.stdout
+    assert "touch=0" not in out and "append=0" not in out, out + r.stderr
+    assert not os.path.exists(f"{M}/C")
+    for i in range(20):
+        write_fsynced(f"{M}/f{i}", f"file {i}".encode())
+    scion_ok(m, "list", M)  # a checkpoint
+    m.umount()
+    m.mount()
+    for i in range(20):
+        with open(f"{M}/f{i}", "rb") as f:
+            assert f.read() == f"file {i}".encode(), i
+    with open(f"{M}/C0/sub/big", "rb") as f:
+        assert f.read() == big
+    m.umount()
+    assert "clean" in m.check()
+    assert "PANIC" not in daemon_log(m), daemon_log(m)[-3000:]
+    m.mount()
+
+
+def expect_errno(e, fn, *args):
+    try:
+        fn(*args)
+    except OSError as x:
+        assert x.errno == e, f"{fn.__name__}{args}: {errno.errorcode.get(x.errno)}"
+        return
+    pytest.fail(f"{fn.__name__}{args} succeeded")
+
+
+def every_change_refused(d, f):
+    """Every kind of change in directory d (holding file f and subdirectory sub) gives
+    EROFS."""
+    E = errno.EROFS
+    expect_errno(E, os.open, f, os.O_WRONLY)
+    expect_errno(E, os.open, f, os.O_RDWR | os.O_APPEND)
+    expect_errno(E, os.open, f"{d}/new", os.O_WRONLY | os.O_CREAT, 0o644)
+    expect_errno(E, os.mkdir, f"{d}/newdir")
+    expect_errno(E, os.symlink, "t", f"{d}/sym")
+    expect_errno(E, os.mkfifo, f"{d}/fifo")
+    expect_errno(E, os.link, f, f"{d}/second")
+    expect_errno(E, os.unlink, f)
+    expect_errno(E, os.rmdir, f"{d}/sub")
+    expect_errno(E, os.rename, f, f"{d}/g")
+    expect_errno(E, os.chmod, f, 0o600)
+    expect_errno(E, os.chown, f, 1, 1)
+    expect_errno(E, os.truncate, f, 0)
+    expect_errno(E, os.utime, f, (1, 1))
+    expect_errno(E, os.setxattr, f, "user.x", b"1")
+    expect_errno(E, os.removexattr, f, "user.keep")
+
+
+def test_snapshots_are_read_only_through_nested_clones(scion_mount):
+    m = scion_mount
+    D = f"{m.mnt}/D"
+    os.makedirs(f"{D}/src/sub")
+    with open(f"{D}/src/f", "w") as f:
+        f.write("original")
+    os.setxattr(f"{D}/src/f", "user.keep", b"1")
+    scion_ok(m, "clone", f"{D}/src", f"{D}/nested")
+    scion_ok(m, "snapshot", D, "--name", "s")
+    for d in (f"{D}/.snapshot/s/src", f"{D}/.snapshot/s/nested"):
+        every_change_refused(d, f"{d}/f")
+        with open(f"{d}/f") as f:
+            assert f.read() == "original"
+    # Nor may the nested clone be destroyed or moved from inside the snapshot.
+    r = m.run("destroy", f"{D}/.snapshot/s/nested")
+    assert r.returncode != 0, r.describe()
+    expect_errno(errno.EROFS, os.rename, f"{D}/.snapshot/s/nested", f"{D}/.snapshot/s/moved")
+    m.umount()
+    m.mount()
+    with open(f"{D}/.snapshot/s/nested/f") as f:
+        assert f.read() == "original"
+
+
+def ensure_user(name):
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], check=True)
+        return pwd.getpwnam(name).pw_uid
+
+
+def as_user(user, cmd):
+    return subprocess.run(["su", user, "-s", "/bin/sh", "-c", cmd], capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create users")
+def test_dot_snapshot_keeps_the_permissions_of_the_path_it_was_taken_through(scion_mount):
+    m = scion_mount
+    ensure_user("scion-bob")
+    ensure_user("scion-mallory")
+    # The users must reach the mount point.
+    os.chmod(m.root, 0o755)
+    M = m.mnt
+    os.mkdir(f"{M}/pub")
+    os.chmod(f"{M}/pub", 0o1777)
+    r = as_user("scion-bob", f"mkdir -m 700 {M}/pub/b && mkdir -m 755 {M}/pub/b/sub && "
+                             f"echo bobs-secret > {M}/pub/b/sub/secret && chmod 644 {M}/pub/b/sub/secret")
+    assert r.returncode == 0, r.stderr
+    # Mallory cannot read it now.
+    r = as_user("scion-mallory", f"cat {M}/pub/b/sub/secret")
+    assert r.returncode != 0 and "bobs-secret" not in r.stdout
+    scion_ok(m, "snapshot", M, "--name", "s")
+    r = as_user("scion-bob", f"rm -rf {M}/pub/b")
+    assert r.returncode == 0, r.stderr
+    r = as_user("scion-mallory", f"mkdir -p {M}/pub/b/sub && cat {M}/pub/b/sub/.snapshot/s/secret; "
+                                 f"ls -a {M}/pub/b/sub/.snapshot/")
+    assert "bobs-secret" not in r.stdout, r.stdout
+    assert "s" not in r.stdout.split(), r.stdout
+    # Through the snapshot's own path, the permissions of then still guard it.
+    r = as_user("scion-mallory", f"cat {M}/.snapshot/s/pub/b/sub/secret")
+    assert r.returncode != 0 and "bobs-secret" not in r.stdout
+    with open(f"{M}/.snapshot/s/pub/b/sub/secret") as f:
+        assert f.read() == "bobs-secret\n"
+
+
+def test_a_panic_in_a_checkpoint_fails_the_volume_and_loses_nothing(scion_mount):
+    m = scion_mount
+    m.umount()
+    # The second checkpoint after mount panics (the first may be the mount's own).
+    os.environ["SCION_FAILPOINTS"] = "checkpoint:1"
+    try:
+        m.mount()
+    finally:
+        del os.environ["SCION_FAILPOINTS"]
+    M = m.mnt
+    for i in range(10):
+        write_fsynced(f"{M}/f{i}", f"file {i}".encode())
+    r = m.run("list", M)  # a checkpoint: the failpoint fires
+    assert r.returncode != 0, r.describe()
+    assert "PANIC" in daemon_log(m)
+    # Changes are refused from now on; reads go on.
+    expect_errno(errno.EIO, os.mkdir, f"{M}/late")
+    with open(f"{M}/f3", "rb") as f:
+        assert f.read() == b"file 3"
+    assert "VOLUME FAILED" in daemon_log(m)
+    m.umount()
+    m.mount()
+    for i in range(10):
+        with open(f"{M}/f{i}", "rb") as f:
+            assert f.read() == f"file {i}".encode(), i
+    assert not os.path.exists(f"{M}/late")
+    m.umount()
+    assert "clean" in m.check()
+    m.mount()
+
+
+def test_a_mount_claiming_a_stores_name_is_not_trusted(scion_mount, tmp_path):
+    """A mount whose mount-table name is the path of another store (here: a second store's
+    mount, whose store directory is then replaced by a symlink to the first store; any
+    user's own FUSE filesystem can claim such a name): commands on it are refused, not sent
+    to the first store's daemon with paths of the impostor's choosing."""
+    m = scion_mount
+    os.mkdir(f"{m.mnt}/real")
+    other, other_mnt = tmp_path / "other", tmp_path / "omnt"
+    other_mnt.mkdir()
+    scion_ok(m, "init", other)
+    scion_ok(m, "mount", other, other_mnt)
+    moved = tmp_path / "other-moved"
+    try:
+        os.mkdir(other_mnt / "real")
+        os.rename(other, moved)
+        os.symlink(m.store, other)
+        r = m.run("clone", other_mnt / "real", other_mnt / "copy")
+        assert r.returncode != 0, r.describe()
+        assert "not that store's mount" in r.stderr, r.describe()
+        assert not os.path.exists(f"{m.mnt}/copy")
+        # The genuine mount still works.
+        scion_ok(m, "clone", f"{m.mnt}/real", f"{m.mnt}/copy")
+    finally:
+        if os.path.islink(other):
+            os.unlink(other)
+        if os.path.exists(moved):
+            os.rename(moved, other)
+        subprocess.run([m.bin, "umount", str(other_mnt)], capture_output=True, timeout=60)
