@@ -739,7 +739,15 @@ impl Fs {
         }
         if let Some(r) = rec() {
             if let Some(j) = self.journal.as_mut() {
-                j.append(&r, more).map_err(eio)?;
+                if let Err(e) = j.append(&r, more) {
+                    // The change is already applied in memory, and its caller is told it
+                    // failed: that memory must never reach a checkpoint. The journal holds
+                    // neither this record nor anything after it, so a remount replays the
+                    // state without the change (an operation cut short after a record
+                    // flagged MORE is dropped whole by replay, nothing follows it).
+                    self.fail(&format!("a journal write failed ({e}), so a change was refused after it was made in memory"));
+                    return Err(eio(e));
+                }
             }
         }
         Ok(())

@@ -840,11 +840,18 @@ impl Journal {
     /// `append` of a record encoded beforehand (`Record::encode`).
     pub fn append_encoded(&mut self, payload: &[u8], more: bool) -> Result<()> {
         assert!(payload.len() <= MAX_RECORD, "journal record of {} bytes", payload.len());
+        let (buf_len, len) = (self.buf.len(), self.len);
         self.buf.extend_from_slice(&frame(payload, more, self.tag));
         self.buf.extend_from_slice(payload);
         self.len += (FRAME_LEN + payload.len()) as u64;
         if self.buf.len() >= BUFFER_FLUSH {
-            self.flush()?;
+            if let Err(e) = self.flush() {
+                // The caller is told the change failed: its record must not become durable
+                // with a later flush.
+                self.buf.truncate(buf_len);
+                self.len = len;
+                return Err(e);
+            }
         }
         Ok(())
     }

@@ -128,6 +128,46 @@ fn full_journal_write_fails_fsync_and_is_retried() {
 }
 
 #[test]
+fn a_change_whose_journal_write_fails_leaves_no_trace() {
+    let sim = new_store();
+    let mut fs = open_armed(&sim, "");
+    let keep = pattern(10, 2000);
+    create(&mut fs, "kept", &keep).unwrap();
+    fs.fsync().unwrap();
+    drop(fs);
+    // Records are buffered up to 4 MiB and written when the buffer fills: the change whose
+    // record fills it is the one whose journal write fails.
+    let spec = "write:journal/:enospc:count=1";
+    let mut fs = open_armed(&sim, spec);
+    let mut failed = None;
+    for i in 0..4000 {
+        if let Err(e) = create(&mut fs, &format!("n{i}"), &pattern(i as u8, 3000)) {
+            assert_eq!(e, libc::ENOSPC);
+            failed = Some(i);
+            break;
+        }
+    }
+    let i = failed.expect("4 MiB of records were buffered without a journal write");
+    // The fault is spent, but the change was made in memory and refused: the volume
+    // refuses everything after it, so that neither a later fsync nor a checkpoint makes it
+    // durable.
+    assert_eq!(create(&mut fs, "after", b"x").err(), Some(libc::EIO));
+    assert_eq!(fs.fsync(), Err(libc::EIO));
+    assert!(fs.checkpoint().is_err());
+    assert_eq!(read(&mut fs, "kept").unwrap(), keep, "reads go on");
+    drop(fs);
+    restart_and_verify(&sim, &[("kept", &keep)]);
+    let mut fs = open_on(Arc::new(sim.clone())).unwrap();
+    assert_eq!(read(&mut fs, &format!("n{i}")).err(), Some(libc::ENOENT), "the failed change");
+    assert_eq!(read(&mut fs, "after").err(), Some(libc::ENOENT));
+    row(
+        "ENOSPC writing the journal buffer (4 MiB of records)",
+        spec,
+        "the change whose record filled the buffer gets ENOSPC; changes and fsync get EIO until restart, reads go on; after restart the refused change left no trace, clean",
+    );
+}
+
+#[test]
 fn failed_fsync_refuses_changes_until_restart() {
     let sim = new_store();
     let spec = "sync:journal/:eio:after=1:count=1";
