@@ -233,3 +233,32 @@ def test_a_mount_claiming_a_stores_name_is_not_trusted(scion_mount, tmp_path):
         if os.path.exists(moved):
             os.rename(moved, other)
         subprocess.run([m.bin, "umount", str(other_mnt)], capture_output=True, timeout=60)
+
+
+def test_an_idle_control_client_blocks_no_one(scion_mount):
+    """A client that connects to the control socket and says nothing (or a stuck one) does
+    not hold up other commands (fails on 4ef7198, which served one client at a time with a
+    blocking read), and the socket is its owner's alone."""
+    import socket
+    import stat
+    m = scion_mount
+    sock = os.path.join(m.store, "control.sock")
+    assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+    idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    idle.connect(sock)
+    try:
+        os.mkdir(f"{m.mnt}/d")
+        t0 = time.monotonic()
+        r = m.run("clone", f"{m.mnt}/d", f"{m.mnt}/c", timeout=20)
+        assert r.returncode == 0, r.describe()
+        assert time.monotonic() - t0 < 10
+        # Unmount while the idle client is still connected: the final checkpoint happens.
+        with open(f"{m.mnt}/c/f", "w") as f:
+            f.write("kept")
+        m.umount()
+        assert "clean" in m.check()
+        m.mount()
+        with open(f"{m.mnt}/c/f") as f:
+            assert f.read() == "kept"
+    finally:
+        idle.close()

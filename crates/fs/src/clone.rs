@@ -121,6 +121,9 @@ impl Fs {
         let pns = self.node(parent)?.ns;
         // Taken only once the clone is made: a refused clone must change nothing.
         let oid = self.namespaces.get(&pns).ok_or(libc::EIO)?.next_oid;
+        if oid >= MAX_OID {
+            return Err(libc::ENOSPC);
+        }
         let info = NsInfo {
             kind: NsKind::Clone,
             parent: pns,

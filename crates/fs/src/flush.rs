@@ -65,20 +65,22 @@ impl Fs {
         let mut inos: Vec<Ino> = self
             .dirty
             .iter()
+            .chain(&self.orphans)
             .copied()
             .filter(|i| {
                 // (`dirty` may name inodes already dropped.) Open files may still be
-                // rewriting their buffers; unlinked ones keep their data in memory only (it
-                // dies with them).
+                // rewriting their buffers, except unlinked ones: they are open as long as
+                // they live, and their data must not live in memory (a tmpfile may be
+                // hundreds of MiB). Their blocks are garbage once the last handle closes.
                 self.nodes.get(i).is_some_and(|n| {
                     n.inode.kind == Kind::File
-                        && n.opens == 0
-                        && n.loc != Loc::Gone
+                        && (n.opens == 0 || n.loc == Loc::Gone)
                         && n.chunks.values().any(|c| matches!(c, Chunk::Buf(_)))
                 })
             })
             .collect();
         inos.sort_unstable();
+        inos.dedup();
         let mut chunks = Vec::new();
         let mut bytes = 0;
         'files: for ino in inos {
@@ -126,9 +128,10 @@ impl Fs {
             }
         };
         for ((ino, idx, bytes), ptr) in done.chunks.into_iter().zip(blocks) {
-            let same = self.nodes.get(&ino).is_some_and(|n| {
-                n.loc != Loc::Gone && matches!(n.chunks.get(&idx), Some(Chunk::Buf(b)) if *b == bytes)
-            });
+            let same = self
+                .nodes
+                .get(&ino)
+                .is_some_and(|n| matches!(n.chunks.get(&idx), Some(Chunk::Buf(b)) if *b == bytes));
             // Counted either way, so that the next checkpoint, which frees the garbage, comes
             // after at most DIRTY_LIMIT bytes written behind.
             self.flushed_bytes += bytes.len() as u64;

@@ -38,8 +38,12 @@ const JOURNAL_LIMIT: u64 = 1 << 30;
 /// that many bytes does).
 const COMMIT_TO_SHARE: u64 = 64;
 
+/// Object ids are below this: st_ino keeps them in its low 40 bits.
+pub(crate) const MAX_OID: u64 = 1 << 40;
+
 /// st_ino of an object: the namespace in the high bits, the object id in the low 40.
 pub fn make_ino(ns: u32, oid: u64) -> Ino {
+    assert!(oid < MAX_OID, "object id {oid} of namespace {ns} past 2^40");
     (((ns - 1) as u64) << 40) | oid
 }
 
@@ -1015,7 +1019,12 @@ impl Fs {
             }
             None => (mode & !umask & 0o7777) as u16,
         };
-        let oid = self.namespaces[&ns].next_oid;
+        let oid = self.namespaces.get(&ns).ok_or(libc::ESTALE)?.next_oid;
+        if oid >= MAX_OID {
+            // Past it, st_ino would name an object of the next namespace.
+            log::warn!("namespace {ns} has used all 2^40 object ids");
+            return Err(libc::ENOSPC);
+        }
         let now = Ts::now();
         let ptarget = self.target(parent);
         let ino = self.op_mknod(parent, name, kind, perm, uid, gid, rdev, target, &xattrs, oid, now)?;
@@ -1787,8 +1796,10 @@ impl Fs {
         let now = Ts::now();
         let target = self.target(ino);
         let end = offset.checked_add(data.len() as u64).ok_or(libc::EFBIG)?;
-        // An unlinked file's data dies with it: keep it in memory, never in packs.
-        let direct = target.is_some() && !self.replaying;
+        // Whole chunks go to the packs, an unlinked file's too (not journaled: its data dies
+        // with it, and its blocks become garbage when it is last closed), so that a large
+        // tmpfile-style file does not live in the daemon's memory.
+        let direct = !self.replaying;
         let first_full = offset.div_ceil(CHUNK);
         let last_full = end / CHUNK; // exclusive
         let mut pieces: Vec<(u64, u64)> = Vec::new(); // byte ranges journaled as bytes
@@ -2459,6 +2470,11 @@ impl Fs {
         Ok(())
     }
 
+    /// File data waiting in the daemon's memory (buffered partial chunks and patches).
+    pub fn buffered_bytes(&self) -> u64 {
+        self.dirty_bytes
+    }
+
     /// What the kernel must be told to forget, oldest first; the caller sends it without
     /// the engine lock (the kernel may call back into the daemon while it invalidates).
     pub fn take_invalidations(&mut self) -> Vec<Inval> {
@@ -2801,4 +2817,29 @@ impl Part {
 
 pub(crate) fn chunk_bytes(n: &Node) -> u64 {
     n.chunks.values().map(Chunk::memory).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Object ids stop short of 2^40, where st_ino would name another namespace's object.
+    #[test]
+    fn object_ids_past_2_to_the_40_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("store");
+        Fs::create(&scion_store::os_host(), &dir).unwrap();
+        let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
+        fs.namespaces.get_mut(&1).unwrap().next_oid = MAX_OID - 1;
+        let last = fs.mknod(ROOT_INO, b"last", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap();
+        assert_eq!(last.ino, MAX_OID - 1);
+        for kind in [Kind::File, Kind::Dir] {
+            assert_eq!(
+                fs.mknod(ROOT_INO, b"one-too-many", kind, 0o644, 0, 0, 0, 0, &[]).map(|_| ()),
+                Err(libc::ENOSPC)
+            );
+        }
+        assert_eq!(fs.clone_dir(last.ino, ROOT_INO, b"c", &[], b"t").map(|_| ()), Err(libc::ENOSPC));
+        assert!(fs.failure().is_none(), "a refusal, not a failure");
+    }
 }
