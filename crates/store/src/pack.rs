@@ -658,6 +658,57 @@ impl BlockStore {
         Ok(())
     }
 
+    /// Gives back the space from append position `from` to `to` that no block of `keep`
+    /// covers, and returns how many bytes that was. After a crash, the blocks between the
+    /// last checkpoint's append position and the last block the journal names are those the
+    /// journal replays, and others that nothing durable references (written behind, reserved
+    /// by a writer whose record never made it, an unlinked file's data, an uncommitted
+    /// checkpoint's meta blocks): without this they would hold host space for ever.
+    pub fn punch_unnamed(&self, from: (u32, u64), to: (u32, u64), keep: &[BlockPtr]) -> Result<u64> {
+        assert!(from <= to, "punch_unnamed from {from:?} past {to:?}");
+        let mut spans: Vec<(u32, u64, u64)> = keep
+            .iter()
+            .map(|p| (p.pack(), p.offset(), p.offset() + p.footprint()))
+            .filter(|&(pack, start, _)| (pack, start) >= from && (pack, start) < to)
+            .collect();
+        spans.sort_unstable();
+        let mut punched = 0;
+        for pack in from.0..=to.0 {
+            let start = if pack == from.0 { from.1 } else { 0 };
+            let end = if pack == to.0 {
+                to.1
+            } else {
+                self.reader(pack)?.len().map_err(|e| Error::io("stat of pack", e))?
+            };
+            let mut gaps = Vec::new();
+            let mut at = start;
+            for &(_, s, e) in spans.iter().filter(|x| x.0 == pack) {
+                if s > at {
+                    gaps.push((at, s));
+                }
+                at = at.max(e);
+            }
+            if end > at {
+                gaps.push((at, end));
+            }
+            for (a, b) in gaps {
+                self.punch_run(pack, a, b - a)?;
+                punched += b - a;
+            }
+        }
+        Ok(punched)
+    }
+
+    /// Bytes of pack files past append position `from` (an uncommitted tail).
+    pub fn bytes_past(&self, from: (u32, u64)) -> Result<u64> {
+        let mut total = 0;
+        for id in self.pack_ids()?.into_iter().filter(|id| *id >= from.0) {
+            let len = self.reader(id)?.len().map_err(|e| Error::io("stat of pack", e))?;
+            total += if id == from.0 { len.saturating_sub(from.1) } else { len };
+        }
+        Ok(total)
+    }
+
     /// Ids of all pack files present in the store, sorted.
     pub fn pack_ids(&self) -> Result<Vec<u32>> {
         let mut ids = Vec::new();
