@@ -174,6 +174,39 @@ def test_dot_snapshot_keeps_the_permissions_of_the_path_it_was_taken_through(sci
         assert f.read() == "bobs-secret\n"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create users")
+def test_dot_snapshot_checks_the_directories_above_as_they_were(scion_mount):
+    """Bob's directory was private when the snapshot was taken; he removes a file and opens
+    the directory up. Its subdirectory is the same one as then, but its `.snapshot` must not
+    show mallory what the private directory guarded then; bob and root still see it, and
+    a second look by mallory is asked again, not served from the kernel's cache."""
+    m = scion_mount
+    ensure_user("scion-bob")
+    ensure_user("scion-mallory")
+    os.chmod(m.root, 0o755)
+    os.mkdir(f"{m.mnt}/home")
+    os.chmod(f"{m.mnt}/home", 0o1777)
+    M = f"{m.mnt}/home"
+    r = as_user("scion-bob", f"mkdir -m 700 {M}/b && mkdir -m 755 {M}/b/sub && "
+                             f"echo old-secret > {M}/b/sub/secret && chmod 644 {M}/b/sub/secret")
+    assert r.returncode == 0, r.stderr
+    scion_ok(m, "snapshot", m.mnt, "--name", "s")
+    r = as_user("scion-bob", f"rm {M}/b/sub/secret && chmod 755 {M}/b")
+    assert r.returncode == 0, r.stderr
+    # Root first: its lookup must not leave an entry the kernel hands to mallory.
+    with open(f"{M}/b/sub/.snapshot/s/secret") as f:
+        assert f.read() == "old-secret\n"
+    r = as_user("scion-bob", f"cat {M}/b/sub/.snapshot/s/secret")
+    assert r.stdout == "old-secret\n", r.stderr
+    for _ in range(2):
+        r = as_user("scion-mallory", f"cat {M}/b/sub/.snapshot/s/secret")
+        assert r.returncode != 0 and "old-secret" not in r.stdout, r.stdout
+        assert "Permission denied" in r.stderr, r.stderr
+    # Today's tree is open to her.
+    r = as_user("scion-mallory", f"ls {M}/b/sub")
+    assert r.returncode == 0, r.stderr
+
+
 def test_a_panic_in_a_checkpoint_fails_the_volume_and_loses_nothing(scion_mount):
     m = scion_mount
     m.umount()

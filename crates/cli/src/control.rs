@@ -137,7 +137,10 @@ pub fn execute(fs: &mut Fs, req: &Request) -> Result<(String, Vec<Invalidate>), 
                     errno(format!("destroy of {}", show(path)))(e)
                 }
             })?;
-            Ok((format!("destroyed {}", show(path)), vec![Invalidate::Entry(p, name), Invalidate::Inode(p)]))
+            Ok((
+                format!("destroyed {}", show(path)),
+                vec![Invalidate::Entry(p, name), Invalidate::Inode(p)],
+            ))
         }
         Op::Repack => {
             let path = f(0)?;
@@ -264,7 +267,10 @@ pub fn serve(store: &Path, fs: Arc<Mutex<Fs>>, notifier: fuser::Notifier, device
     // any local user clone, snapshot and destroy.
     if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)) {
         let _ = std::fs::remove_file(&path);
-        return Err(format!("control socket {}: cannot make it private: {e}", path.display()));
+        return Err(format!(
+            "control socket {}: cannot make it private: {e}",
+            path.display()
+        ));
     }
     // Weak: the daemon's final checkpoint needs sole ownership once the session ends.
     let fs = Arc::downgrade(&fs);

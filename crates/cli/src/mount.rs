@@ -195,9 +195,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
                 // A panic here (a bug) must not silently end background syncs and
                 // checkpoints: it is logged, the volume is marked failed (so changes get EIO
                 // and the log says why), and the loop goes on with what a failed volume does.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    tick_once(&fs, &notifier, repack)
-                }));
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick_once(&fs, &notifier, repack)));
                 if r.is_err() {
                     scion_fs::lock(&fs).fail("a panic in the background thread (see the panic above in this log)");
                 }

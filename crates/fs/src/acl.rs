@@ -8,12 +8,12 @@ pub const ACCESS: &[u8] = b"system.posix_acl_access";
 pub const DEFAULT: &[u8] = b"system.posix_acl_default";
 
 const VERSION: u32 = 2;
-const USER_OBJ: u16 = 0x01;
-const USER: u16 = 0x02;
-const GROUP_OBJ: u16 = 0x04;
-const GROUP: u16 = 0x08;
-const MASK: u16 = 0x10;
-const OTHER: u16 = 0x20;
+pub const USER_OBJ: u16 = 0x01;
+pub const USER: u16 = 0x02;
+pub const GROUP_OBJ: u16 = 0x04;
+pub const GROUP: u16 = 0x08;
+pub const MASK: u16 = 0x10;
+pub const OTHER: u16 = 0x20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {

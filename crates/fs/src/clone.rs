@@ -16,6 +16,7 @@
 //! its source first when needed), so one journal record, fsynced before it is answered,
 //! rebuilds it after a crash.
 
+use crate::access::{may_search, Caller};
 use crate::checkpoint::{ns_key, ns_to_value, Fold, NsRecord};
 use crate::fs::*;
 use crate::inode::*;
@@ -552,13 +553,15 @@ impl Fs {
                 if let Ok((parent, name)) = self.find_named(info.parent, &summary_snap_key(info.anchor)) {
                     if let Some(dir) = self.child(parent, &name)? {
                         self.bump(dir, &summary_snap_key(info.anchor), -1)?;
-                        self.kernel_inval.push(Inval::Entry(dir | SNAPDIR_BIT, info.name.clone()));
+                        self.kernel_inval
+                            .push(Inval::Entry(dir | SNAPDIR_BIT, info.name.clone()));
                     }
                 } else if let Some(dir) = self.namespaces.get(&info.parent).map(|n| n.root) {
                     // The snapshot of a namespace root.
                     if self.node(dir)?.inode.oid == info.anchor {
                         self.bump(dir, &summary_snap_key(info.anchor), -1)?;
-                        self.kernel_inval.push(Inval::Entry(dir | SNAPDIR_BIT, info.name.clone()));
+                        self.kernel_inval
+                            .push(Inval::Entry(dir | SNAPDIR_BIT, info.name.clone()));
                     }
                 }
             }
@@ -784,8 +787,11 @@ impl Fs {
         }
     }
 
-    /// `dir/.snapshot/name`: `dir` as it was in that snapshot.
-    pub(crate) fn snapdir_child(&mut self, dir: Ino, name: &[u8]) -> FsResult<Ino> {
+    /// `dir/.snapshot/name`: `dir` as it was in that snapshot. With a `caller`, only if it
+    /// could then search every directory from the snapshot's root down to `dir` (EACCES
+    /// otherwise): the kernel checks today's path and the snapshot's `dir` itself, not the
+    /// directories between them as they were.
+    pub(crate) fn snapdir_child(&mut self, dir: Ino, name: &[u8], caller: Option<&Caller>) -> FsResult<Ino> {
         let (_, path, id) = self
             .snapshots_containing(dir)?
             .into_iter()
@@ -793,6 +799,11 @@ impl Fs {
             .ok_or(libc::ENOENT)?;
         let mut cur = self.namespaces.get(&id).ok_or(libc::ENOENT)?.root;
         for n in &path {
+            if let Some(c) = caller {
+                if !may_search(c, &self.dir_node(cur)?.inode) {
+                    return Err(libc::EACCES);
+                }
+            }
             cur = self.child(cur, n)?.ok_or(libc::ENOENT)?;
         }
         // `path` is today's names. The snapshot's directory there is `dir` as it was only if
@@ -814,7 +825,7 @@ impl Fs {
     pub(crate) fn snapdir_list(&mut self, dir: Ino) -> FsResult<Vec<DirEntry>> {
         let mut out = Vec::new();
         for (name, _, _) in self.snapshots_containing(dir)? {
-            if let Ok(ino) = self.snapdir_child(dir, &name) {
+            if let Ok(ino) = self.snapdir_child(dir, &name, None) {
                 out.push(DirEntry {
                     name,
                     ino,
@@ -841,7 +852,7 @@ impl Fs {
                     }
                     cur = self.parent_of(cur)
                 }
-                _ if cur & SNAPDIR_BIT != 0 => cur = self.snapdir_child(cur & !SNAPDIR_BIT, name)?,
+                _ if cur & SNAPDIR_BIT != 0 => cur = self.snapdir_child(cur & !SNAPDIR_BIT, name, None)?,
                 SNAPDIR_NAME => {
                     self.dir_node(cur)?;
                     cur |= SNAPDIR_BIT;

@@ -749,7 +749,9 @@ impl Fs {
                     // neither this record nor anything after it, so a remount replays the
                     // state without the change (an operation cut short after a record
                     // flagged MORE is dropped whole by replay, nothing follows it).
-                    self.fail(&format!("a journal write failed ({e}), so a change was refused after it was made in memory"));
+                    self.fail(&format!(
+                        "a journal write failed ({e}), so a change was refused after it was made in memory"
+                    ));
                     return Err(eio(e));
                 }
             }
@@ -834,7 +836,7 @@ impl Fs {
             return Err(libc::ENAMETOOLONG);
         }
         if parent & SNAPDIR_BIT != 0 {
-            let ino = self.snapdir_child(parent & !SNAPDIR_BIT, name)?;
+            let ino = self.snapdir_child(parent & !SNAPDIR_BIT, name, None)?;
             return self.remember(ino);
         }
         if name == SNAPDIR_NAME {
@@ -842,6 +844,21 @@ impl Fs {
         }
         let ino = self.child(parent, name)?.ok_or(libc::ENOENT)?;
         self.remember(ino)
+    }
+
+    /// `lookup` for `caller`: the same, except that `D/.snapshot/NAME` is found only if the
+    /// caller could search the directories above `D` in that snapshot as they were then
+    /// (`snapdir_child`). The mount looks names up this way; the kernel must not cache such
+    /// an entry (it would serve it to the next caller without asking).
+    pub fn lookup_as(&mut self, parent: Ino, name: &[u8], caller: &crate::access::Caller) -> FsResult<Attr> {
+        if parent & SNAPDIR_BIT != 0 {
+            if name.len() > MAX_NAME {
+                return Err(libc::ENAMETOOLONG);
+            }
+            let ino = self.snapdir_child(parent & !SNAPDIR_BIT, name, Some(caller))?;
+            return self.remember(ino);
+        }
+        self.lookup(parent, name)
     }
 
     /// Counts one kernel reference and returns the attributes.
@@ -2559,7 +2576,8 @@ impl Fs {
     /// refused.
     pub fn close_in_place(&mut self) -> Result<()> {
         let r = self.close_inner();
-        self.failed.get_or_insert_with(|| "the filesystem is unmounted".to_string());
+        self.failed
+            .get_or_insert_with(|| "the filesystem is unmounted".to_string());
         r
     }
 
@@ -2835,11 +2853,15 @@ mod tests {
         assert_eq!(last.ino, MAX_OID - 1);
         for kind in [Kind::File, Kind::Dir] {
             assert_eq!(
-                fs.mknod(ROOT_INO, b"one-too-many", kind, 0o644, 0, 0, 0, 0, &[]).map(|_| ()),
+                fs.mknod(ROOT_INO, b"one-too-many", kind, 0o644, 0, 0, 0, 0, &[])
+                    .map(|_| ()),
                 Err(libc::ENOSPC)
             );
         }
-        assert_eq!(fs.clone_dir(last.ino, ROOT_INO, b"c", &[], b"t").map(|_| ()), Err(libc::ENOSPC));
+        assert_eq!(
+            fs.clone_dir(last.ino, ROOT_INO, b"c", &[], b"t").map(|_| ()),
+            Err(libc::ENOSPC)
+        );
         assert!(fs.failure().is_none(), "a refusal, not a failure");
     }
 }

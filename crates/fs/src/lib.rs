@@ -11,6 +11,7 @@
 //! new superblock. This crate knows nothing of FUSE: the adapter and the tests drive [`Fs`]
 //! through plain method calls that return errno values.
 
+pub mod access;
 pub mod acl;
 pub mod check;
 mod checkpoint;

@@ -158,7 +158,11 @@ fn a_change_whose_journal_write_fails_leaves_no_trace() {
     drop(fs);
     restart_and_verify(&sim, &[("kept", &keep)]);
     let mut fs = open_on(Arc::new(sim.clone())).unwrap();
-    assert_eq!(read(&mut fs, &format!("n{i}")).err(), Some(libc::ENOENT), "the failed change");
+    assert_eq!(
+        read(&mut fs, &format!("n{i}")).err(),
+        Some(libc::ENOENT),
+        "the failed change"
+    );
     assert_eq!(read(&mut fs, "after").err(), Some(libc::ENOENT));
     row(
         "ENOSPC writing the journal buffer (4 MiB of records)",

@@ -55,7 +55,10 @@ fn every_change_refused(fs: &mut Fs, dir: Ino, file: Ino, errno: i32, what: &str
             "create",
             fs.mknod(dir, b"new", Kind::File, 0o644, 0, 0, 0, 0, &[]).map(|_| ()),
         ),
-        ("mkdir", fs.mknod(dir, b"newdir", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).map(|_| ())),
+        (
+            "mkdir",
+            fs.mknod(dir, b"newdir", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).map(|_| ()),
+        ),
         ("link", fs.link(file, dir, b"second").map(|_| ())),
         ("unlink", fs.unlink(dir, b"f")),
         ("rename", fs.rename(dir, b"f", dir, b"g", 0)),
@@ -155,7 +158,10 @@ fn everything_under_a_snapshot_is_read_only_nested_clones_included() {
     assert_eq!(fs.destroy(nested).map(|_| ()), Err(libc::EROFS));
     assert_eq!(fs.rename(snap, b"nested", snap, b"moved", 0), Err(libc::EROFS));
     assert_eq!(fs.snapshot(nested, b"t", b"test").map(|_| ()), Err(libc::EROFS));
-    assert_eq!(fs.clone_dir(ssrc, nested, b"x", &[], b"t").map(|_| ()), Err(libc::EROFS));
+    assert_eq!(
+        fs.clone_dir(ssrc, nested, b"x", &[], b"t").map(|_| ()),
+        Err(libc::EROFS)
+    );
     // A clone *of* something in a snapshot is writable, like any clone.
     let w = fs.clone_dir(nested, root, b"w", &[], b"test").unwrap();
     let wf = lookup(&mut fs, w, "f").unwrap();

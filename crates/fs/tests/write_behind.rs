@@ -176,7 +176,11 @@ fn unlinked_open_files_keep_their_data_in_packs() {
     for (i, piece) in whole.chunks(1 << 20).enumerate() {
         fs.write(f, (i << 20) as u64, piece).unwrap();
     }
-    assert_eq!(fs.buffered_bytes(), 0, "whole chunks of an unlinked file go to the packs");
+    assert_eq!(
+        fs.buffered_bytes(),
+        0,
+        "whole chunks of an unlinked file go to the packs"
+    );
     // Then 20 MiB of partial chunks past them: buffered, then written behind.
     let part = data(2, CHUNK - 100);
     let first = (32 << 20) / CHUNK;
@@ -199,7 +203,11 @@ fn unlinked_open_files_keep_their_data_in_packs() {
     fs.checkpoint().unwrap();
     let rep = check_committed(&scion_store::os_host(), &store).unwrap();
     assert!(rep.is_clean(), "{rep}");
-    assert!(rep.block_bytes < 1 << 20, "{} bytes of blocks left after the file closed", rep.block_bytes);
+    assert!(
+        rep.block_bytes < 1 << 20,
+        "{} bytes of blocks left after the file closed",
+        rep.block_bytes
+    );
     fs.close().unwrap();
     let rep = check(&scion_store::os_host(), &store).unwrap();
     assert!(rep.is_clean(), "{rep}");

@@ -11,6 +11,7 @@ use fuser::{
     ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use scion_fs::clone::SNAPDIR_BIT;
 use scion_fs::{Attr, Fs, Kind, SetAttr, Ts};
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -164,6 +165,24 @@ fn caller_in_group(req: &Request, gid: u32) -> bool {
         .is_some_and(|groups| groups.split_whitespace().any(|g| g.parse() == Ok(gid)))
 }
 
+/// The caller of `req`, with its supplementary groups (read from /proc, as
+/// `caller_in_group` does).
+fn caller(req: &Request) -> scion_fs::access::Caller {
+    let groups = std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Groups:"))
+                .map(|g| g.split_whitespace().filter_map(|g| g.parse().ok()).collect())
+        })
+        .unwrap_or_default();
+    scion_fs::access::Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        groups,
+    }
+}
+
 /// Whether a SETATTR that changes nothing but perhaps ctime is a chown(f, -1, -1) (see
 /// `setattr`): without the writeback cache, whose ctime it carries, this cannot be told.
 fn chown_unchanged(cur: &Attr, a: &SetAttr) -> bool {
@@ -243,7 +262,16 @@ impl Filesystem for ScionFuse {
         // The final checkpoint is taken by whoever owns the Fs after the session ends.
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if parent.0 & SNAPDIR_BIT != 0 {
+            // `D/.snapshot/NAME` depends on who asks (`Fs::lookup_as`): the kernel may not
+            // cache the entry, or it would serve it to the next caller without asking.
+            let r = self.fs().lookup_as(parent.0, name.as_bytes(), &caller(req));
+            return match r {
+                Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &Duration::ZERO, &file_attr(&a), Generation(0)),
+                Err(e) => reply.error(err(e)),
+            };
+        }
         let r = self.fs().lookup(parent.0, name.as_bytes());
         self.entry(r, reply)
     }
@@ -549,6 +577,24 @@ impl Filesystem for ScionFuse {
             // 0), because a full entry would make the kernel refresh the cached inode and drop
             // its cached ACLs, and `ls -l` would then ask for them again, one round trip each.
             let known = !dots && fs.kernel_holds(*child);
+            if !dots && ino.0 & SNAPDIR_BIT != 0 {
+                // Entries of `.snapshot` depend on the caller: names only (node id 0), so
+                // that each use goes through `lookup`.
+                if let Ok(a) = fs.getattr(*child) {
+                    let at = INodeNo(0);
+                    if reply.add(
+                        at,
+                        i as u64 + 1,
+                        OsStr::from_bytes(name),
+                        &Duration::ZERO,
+                        &file_attr(&a),
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                }
+                continue;
+            }
             let a = if dots || known {
                 fs.getattr(*child)
             } else {
