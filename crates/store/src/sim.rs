@@ -5,7 +5,7 @@
 //! state a power cut could leave on a POSIX host: an operation survives for certain only if
 //! a later sync covers it (`fdatasync` of its file for data, `fsync` of the parent directory
 //! for a name), and every operation not so covered may or may not have reached the disk,
-//! independently of the others and, for writes, independently for each 4 KiB sector.
+//! independently of the others and, for writes, independently for each 512-byte sector.
 
 use crate::host::{HostFile, HostFs, HostSpace, OpenMode};
 use crate::{Error, Result};
@@ -15,8 +15,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// Sector size of the simulated disk: the unit in which a write can be torn.
-pub const SECTOR: u64 = 4096;
+/// Sector size of the simulated disk: the unit in which a write can be torn. 512 bytes, the
+/// logical sector of most disks: a 4 KiB write (a superblock slot, a page of a pack) is not
+/// atomic on them either.
+pub const SECTOR: u64 = 512;
+/// Allocation unit of the simulated filesystem (what `allocated_bytes` and `space` count).
+pub const FS_BLOCK: u64 = 4096;
 
 /// One change or sync, as the store issued it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,7 +80,7 @@ pub struct Image {
 }
 
 impl Image {
-    /// Applies one operation; `sectors`, for a write, says which of the 4 KiB sectors it
+    /// Applies one operation; `sectors`, for a write, says which of the 512-byte sectors it
     /// touches reach the disk (all if `None`).
     pub fn apply(&mut self, op: &HostOp, sectors: Option<&[bool]>) {
         match op {
@@ -296,10 +300,24 @@ struct SimFile {
     state: Arc<Mutex<State>>,
     ino: u64,
     writable: bool,
+    /// Opened with `open_direct`: offsets and lengths must be 4 KiB multiples, as O_DIRECT
+    /// requires (EINVAL otherwise). The crash model is the same: a direct write is durable
+    /// only once a sync of the file covers it.
+    direct: bool,
+}
+
+impl SimFile {
+    fn aligned(&self, offset: u64, len: usize) -> io::Result<()> {
+        if self.direct && (offset % 4096 != 0 || len % 4096 != 0) {
+            return Err(SimHost::host_err(libc::EINVAL));
+        }
+        Ok(())
+    }
 }
 
 impl HostFile for SimFile {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.aligned(offset, buf.len())?;
         let st = self.state.lock().unwrap();
         let f = &st.img.files[&self.ino];
         let end = offset as usize + buf.len();
@@ -313,6 +331,7 @@ impl HostFile for SimFile {
         if !self.writable {
             return Err(SimHost::host_err(libc::EBADF));
         }
+        self.aligned(offset, buf.len())?;
         let mut st = self.state.lock().unwrap();
         let len = st.img.files[&self.ino].len() as u64;
         let grow = (offset + buf.len() as u64).saturating_sub(len);
@@ -351,6 +370,23 @@ impl HostFile for SimFile {
         });
         Ok(())
     }
+    /// `fallocate` mode 0: the file grows to cover the range (zeros); like a write, the new
+    /// size is durable only once a sync of the file covers it.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        if !self.writable {
+            return Err(SimHost::host_err(libc::EBADF));
+        }
+        let mut st = self.state.lock().unwrap();
+        let cur = st.img.files[&self.ino].len() as u64;
+        let end = offset + len;
+        if end > cur {
+            if st.img.bytes() + (end - cur) > st.capacity {
+                return Err(SimHost::host_err(libc::ENOSPC));
+            }
+            st.record(HostOp::SetLen { ino: self.ino, len: end });
+        }
+        Ok(())
+    }
 }
 
 impl HostFs for SimHost {
@@ -379,7 +415,18 @@ impl HostFs for SimHost {
             state: self.state.clone(),
             ino,
             writable: mode != OpenMode::Read,
+            direct: false,
         }))
+    }
+    fn open_direct(&self, path: &Path, write: bool) -> io::Result<Option<Arc<dyn HostFile>>> {
+        let st = self.state.lock().unwrap();
+        let ino = *st.img.names.get(path).ok_or_else(|| SimHost::host_err(libc::ENOENT))?;
+        Ok(Some(Arc::new(SimFile {
+            state: self.state.clone(),
+            ino,
+            writable: write,
+            direct: true,
+        })))
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut st = self.state.lock().unwrap();
@@ -439,15 +486,15 @@ impl HostFs for SimHost {
         let ino = st.img.names.get(path).ok_or_else(|| SimHost::host_err(libc::ENOENT))?;
         // Whole sectors holding anything but zeros: punched ranges read as zeros.
         let f = &st.img.files[ino];
-        Ok(f.chunks(SECTOR as usize).filter(|s| s.iter().any(|b| *b != 0)).count() as u64 * SECTOR)
+        Ok(f.chunks(FS_BLOCK as usize).filter(|s| s.iter().any(|b| *b != 0)).count() as u64 * FS_BLOCK)
     }
     fn space(&self, _path: &Path) -> io::Result<HostSpace> {
         let st = self.state.lock().unwrap();
         let cap = if st.capacity == u64::MAX { 1 << 40 } else { st.capacity };
-        let free = cap.saturating_sub(st.img.bytes()) / SECTOR;
+        let free = cap.saturating_sub(st.img.bytes()) / FS_BLOCK;
         Ok(HostSpace {
-            block_size: SECTOR,
-            blocks: cap / SECTOR,
+            block_size: FS_BLOCK,
+            blocks: cap / FS_BLOCK,
             free,
             available: free,
         })
