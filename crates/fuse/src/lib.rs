@@ -39,6 +39,21 @@ fn attr_ttl(a: &Attr) -> Duration {
         TTL
     }
 }
+
+/// How long the kernel may trust a name. Not at all for a file with several names: the
+/// kernel takes one off its cached link count itself after an unlink or a rename over one
+/// of its names, and a GETATTR answered between the daemon's unlink and that decrement
+/// leaves the count one too low, possibly 0. `link(2)` checks the cached count without asking
+/// (`vfs_link`: ENOENT for 0) unless the path walk revalidated the name, which a zero entry
+/// timeout makes it do (the LOOKUP's reply refreshes the count). Costs one LOOKUP per path
+/// walk to such a file.
+fn entry_ttl(a: &Attr) -> Duration {
+    if a.linked {
+        Duration::ZERO
+    } else {
+        TTL
+    }
+}
 const MAX_WRITE: u32 = 1 << 20;
 
 pub struct ScionFuse {
@@ -127,7 +142,7 @@ impl ScionFuse {
 
     fn entry(&self, r: Result<Attr, i32>, reply: ReplyEntry) {
         match r {
-            Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &TTL, &file_attr(&a), Generation(0)),
+            Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &entry_ttl(&a), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(err(e)),
         }
     }
