@@ -370,3 +370,31 @@ def test_a_directory_seen_through_two_snapshot_paths(scion_mount):
                 assert f.read() == "then"
             assert sorted(os.listdir(path)) == ["f", "r"]
             assert os.stat(f"{path}/r/..").st_ino == os.stat(path).st_ino
+
+
+def test_unmount_during_a_control_command_still_flushes(scion_mount):
+    """Issue 23 item 6: the unmount's final checkpoint used to need sole ownership of the
+    engine, and a control command holding it at that moment made the daemon exit without
+    its final checkpoint, dropping the journal's unsynced buffer. The failpoint makes
+    `scion list` keep the engine (not its lock) for 3 s after its work; the unmount comes
+    meanwhile. A file written and closed (not fsynced) just before must survive, and the
+    daemon must not report the engine still referenced."""
+    m = scion_mount
+    m.umount()
+    os.environ["SCION_FAILPOINTS"] = "control.hold:3000"
+    try:
+        m.mount()
+    finally:
+        del os.environ["SCION_FAILPOINTS"]
+    listing = subprocess.Popen([m.bin, "list", m.mnt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    with open(f"{m.mnt}/late", "w") as f:
+        f.write("written just before the unmount")
+    m.umount()
+    listing.wait(timeout=60)
+    log = daemon_log(m)
+    assert "failpoint control.hold" in log, log[-2000:]
+    assert "still referenced" not in log and "final checkpoint failed" not in log, log[-2000:]
+    m.mount()
+    with open(f"{m.mnt}/late") as f:
+        assert f.read() == "written just before the unmount"

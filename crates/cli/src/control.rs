@@ -305,11 +305,17 @@ fn serve_client(mut s: UnixStream, fs: &std::sync::Weak<Mutex<Fs>>, notifier: &f
         Ok(req) => {
             let r = match fs.upgrade() {
                 Some(fs) => {
-                    let mut fs = scion_fs::lock(&fs);
-                    execute(&mut fs, &req).map(|(t, mut inval)| {
-                        inval.extend(fs.take_invalidations());
-                        (t, inval)
-                    })
+                    let r = {
+                        let mut fs = scion_fs::lock(&fs);
+                        execute(&mut fs, &req).map(|(t, mut inval)| {
+                            inval.extend(fs.take_invalidations());
+                            (t, inval)
+                        })
+                    };
+                    // (Test only: the command keeps the engine's `Arc` a while longer, as one
+                    // finishing its reply when the unmount comes would.)
+                    scion_fs::failpoint::pause("control.hold");
+                    r
                 }
                 None => Err("the filesystem is being unmounted".into()),
             };

@@ -3,8 +3,10 @@
 //! and lose nothing acknowledged). Unarmed, a pass costs one relaxed atomic load.
 //!
 //! The daemon arms them from `SCION_FAILPOINTS=name:n[,name:n...]` (tests/mount only);
-//! engine tests call [`arm`]. Places: `checkpoint` (after the checkpoint took the set of
-//! changed inodes, before it wrote anything).
+//! engine tests call [`arm`]. Places that panic on their nth pass: `checkpoint` (after the
+//! checkpoint took the set of changed inodes, before it wrote anything). Places that wait
+//! n milliseconds on every pass ([`pause`]): `control.hold` (a control command that has
+//! done its work and still holds the engine's `Arc`, not its lock).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -65,5 +67,20 @@ pub(crate) fn hit(place: &str) {
     };
     if fire {
         panic!("failpoint {place} fired");
+    }
+}
+
+/// A pass through a waiting place: sleeps its armed number of milliseconds, if armed.
+pub fn pause(place: &str) {
+    if !ARMED.load(Ordering::Relaxed) {
+        return;
+    }
+    let ms = {
+        let p = POINTS.lock().unwrap_or_else(|e| e.into_inner());
+        p.iter().find(|(q, _)| q == place).map(|(_, n)| *n)
+    };
+    if let Some(ms) = ms {
+        log::warn!("failpoint {place}: waiting {ms} ms");
+        std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }

@@ -724,7 +724,10 @@ fn held_and_refused(rng: &mut StdRng) -> Vec<Step> {
         Step::WriteHeld(1, 0, bytes(rng, 100)),
         Step::Destroy("c".into()),
     ];
-    s.push(Step::Refused(Box::new(Step::WriteHeld(1, 0, bytes(rng, 70_000))), libc::ESTALE));
+    s.push(Step::Refused(
+        Box::new(Step::WriteHeld(1, 0, bytes(rng, 70_000))),
+        libc::ESTALE,
+    ));
     s.push(Step::Refused(Box::new(Step::CreateIn(2, "x".into())), libc::ESTALE));
     s.push(Step::Create("after".into()));
     s.push(Step::Fsync);
@@ -737,12 +740,24 @@ fn held_and_refused(rng: &mut StdRng) -> Vec<Step> {
         ("src/.snapshot/s/f", libc::EROFS),
         ("src/.snapshot/s/nested/g", libc::EROFS),
     ] {
-        s.push(Step::Refused(Box::new(Step::Write(p.into(), 0, bytes(rng, 100))), errno));
+        s.push(Step::Refused(
+            Box::new(Step::Write(p.into(), 0, bytes(rng, 100))),
+            errno,
+        ));
         s.push(Step::Refused(Box::new(Step::Truncate(p.into(), 0)), errno));
-        s.push(Step::Refused(Box::new(Step::SetXattr(p.into(), b"user.x".to_vec(), b"1".to_vec())), errno));
+        s.push(Step::Refused(
+            Box::new(Step::SetXattr(p.into(), b"user.x".to_vec(), b"1".to_vec())),
+            errno,
+        ));
     }
-    s.push(Step::Refused(Box::new(Step::Create("src/.snapshot/s/nested/new".into())), libc::EROFS));
-    s.push(Step::Refused(Box::new(Step::Unlink("src/.snapshot/s/f".into())), libc::EROFS));
+    s.push(Step::Refused(
+        Box::new(Step::Create("src/.snapshot/s/nested/new".into())),
+        libc::EROFS,
+    ));
+    s.push(Step::Refused(
+        Box::new(Step::Unlink("src/.snapshot/s/f".into())),
+        libc::EROFS,
+    ));
     s.push(Step::Write("src/nested/g".into(), 0, bytes(rng, 3000)));
     s.push(Step::Fsync);
     s
@@ -799,7 +814,10 @@ fn every_crash_state_recovers() {
         if name == "direct runs" {
             // The workload is there for the direct path: it must allocate the pack ahead
             // (16 MiB past what was written) and cut it back.
-            let grown = rec.log.iter().any(|o| matches!(o, HostOp::SetLen { len, .. } if *len > 16 << 20));
+            let grown = rec
+                .log
+                .iter()
+                .any(|o| matches!(o, HostOp::SetLen { len, .. } if *len > 16 << 20));
             assert!(grown, "no allocation ahead: the direct write path was not taken");
         }
         let t = explore(&rec, mixes, seed);

@@ -383,7 +383,10 @@ impl HostFile for SimFile {
             if st.img.bytes() + (end - cur) > st.capacity {
                 return Err(SimHost::host_err(libc::ENOSPC));
             }
-            st.record(HostOp::SetLen { ino: self.ino, len: end });
+            st.record(HostOp::SetLen {
+                ino: self.ino,
+                len: end,
+            });
         }
         Ok(())
     }
@@ -486,7 +489,10 @@ impl HostFs for SimHost {
         let ino = st.img.names.get(path).ok_or_else(|| SimHost::host_err(libc::ENOENT))?;
         // Whole sectors holding anything but zeros: punched ranges read as zeros.
         let f = &st.img.files[ino];
-        Ok(f.chunks(FS_BLOCK as usize).filter(|s| s.iter().any(|b| *b != 0)).count() as u64 * FS_BLOCK)
+        Ok(f.chunks(FS_BLOCK as usize)
+            .filter(|s| s.iter().any(|b| *b != 0))
+            .count() as u64
+            * FS_BLOCK)
     }
     fn space(&self, _path: &Path) -> io::Result<HostSpace> {
         let st = self.state.lock().unwrap();
