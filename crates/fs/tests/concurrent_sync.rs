@@ -14,6 +14,8 @@ use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+mod common;
+
 const STORE: &str = "/store";
 const THREADS: u64 = 3;
 const FILES: u64 = 24;
@@ -187,4 +189,40 @@ fn one_run() {
         }
         fs.close().unwrap();
     }
+}
+
+/// A read planned under the engine lock and carried out without it, while the file is
+/// deleted and a checkpoint frees and punches its blocks: the checkpoint waits for the read
+/// (`ReadGate`) before punching, so the read gets the file's bytes, never zeros or EIO.
+/// Removing the wait fails it (the read then finds a hole and gets EIO).
+#[test]
+fn reads_in_flight_finish_before_their_blocks_are_punched() {
+    let (_tmp, _store, mut fs) = common::new_store();
+    let root = fs.root();
+    let f = fs.mknod(root, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    let data: Vec<u8> = (0..4 * 65536).map(|i| (i % 251) as u8 + 1).collect();
+    fs.write(f, 0, &data).unwrap();
+    fs.checkpoint().unwrap();
+    let fs = Arc::new(Mutex::new(fs));
+    let plan = scion_fs::lock(&fs).read_plan(f, 0, data.len() as u32).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let deleter = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let mut fs = scion_fs::lock(&fs);
+            fs.unlink(root, b"f").unwrap();
+            fs.forget(f, u64::MAX);
+            tx.send(()).unwrap();
+            // Frees the file's blocks and punches them, once the read is done.
+            fs.checkpoint().unwrap();
+        })
+    };
+    rx.recv().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(
+        plan.execute().as_deref(),
+        Ok(&data[..]),
+        "a read in flight read its bytes"
+    );
+    deleter.join().unwrap();
 }

@@ -562,14 +562,17 @@ impl Filesystem for ScionFuse {
         v.push((b"..".to_vec(), parent, Kind::Dir));
         v.extend(list.into_iter().map(|e| (e.name, e.ino, e.kind)));
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.dirs.lock().unwrap().insert(fh, Arc::new(v));
+        self.dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, Arc::new(v));
         // No FOPEN_CACHE_DIR: the listing is taken at opendir, and a kernel cache filled from
         // a listing taken while the directory changed stayed stale (found by tests/soak.py).
         reply.opened(FileHandle(fh), FopenFlags::empty())
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let Some(list) = self.dirs.lock().unwrap().get(&fh.0).cloned() else {
+        let Some(list) = self.dirs.lock().unwrap_or_else(|p| p.into_inner()).get(&fh.0).cloned() else {
             return reply.error(Errno::EBADF);
         };
         for (i, (name, ino, k)) in list.iter().enumerate().skip(offset as usize) {
@@ -581,7 +584,7 @@ impl Filesystem for ScionFuse {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let Some(list) = self.dirs.lock().unwrap().get(&fh.0).cloned() else {
+        let Some(list) = self.dirs.lock().unwrap_or_else(|p| p.into_inner()).get(&fh.0).cloned() else {
             return reply.error(Errno::EBADF);
         };
         let mut fs = self.fs();
@@ -636,7 +639,7 @@ impl Filesystem for ScionFuse {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.dirs.lock().unwrap().remove(&fh.0);
+        self.dirs.lock().unwrap_or_else(|p| p.into_inner()).remove(&fh.0);
         reply.ok()
     }
 
