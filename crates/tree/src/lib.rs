@@ -13,9 +13,11 @@
 //! lose one. Freeing therefore costs time in proportion to what is freed, never to the size
 //! of the store, and cloning a whole tree is one increment.
 
+mod diff;
 mod node;
 mod refs;
 
+pub use diff::DiffStats;
 pub use node::{Node, Value, MAX_KEY_LEN};
 pub use refs::RefTable;
 
