@@ -289,6 +289,7 @@ def test_an_idle_control_client_blocks_no_one(scion_mount):
         with open(f"{m.mnt}/c/f", "w") as f:
             f.write("kept")
         m.umount()
+        assert not os.path.exists(sock), "a clean unmount removes the control socket"
         assert "clean" in m.check()
         m.mount()
         with open(f"{m.mnt}/c/f") as f:

@@ -216,9 +216,11 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let _ = ticker.join();
     // Through the lock, not by taking the engine out of its Arc: a control command may hold
     // it at this moment, and the final checkpoint must happen all the same.
-    scion_fs::lock(&fs)
-        .close_in_place()
-        .map_err(|e| format!("final checkpoint failed: {e}"))?;
+    let closed = scion_fs::lock(&fs).close_in_place();
+    // No one is listening any more; the store's lock still keeps another daemon out until
+    // this process exits.
+    let _ = std::fs::remove_file(crate::control::socket_path(&store));
+    closed.map_err(|e| format!("final checkpoint failed: {e}"))?;
     log::info!("unmounted {}; store flushed", mnt.display());
     r.map_err(|e| format!("FUSE session ended with an error: {e}"))
 }
