@@ -106,7 +106,17 @@ fn run(at: &Located, req: Request) -> Result<(), String> {
                 op: Op::Identify,
                 fields: Vec::new(),
             },
-        )?;
+        )
+        .map_err(|e| {
+            if e.contains("unknown operation") {
+                format!(
+                    "the daemon of {} runs an older scion ({e}); unmount and mount it again with this one",
+                    at.store.display()
+                )
+            } else {
+                e
+            }
+        })?;
         if theirs != at.device {
             return Err(format!(
                 "{} claims to be store {} but is not that store's mount (device {}, its daemon serves {}); refusing",
