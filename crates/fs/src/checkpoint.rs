@@ -17,6 +17,7 @@ use crate::delta::{Patches, StoredChunk};
 use crate::fs::*;
 use crate::inode::*;
 use crate::journal::{self, Journal, Record};
+use crate::volume::Volume;
 use scion_store::codec::{Reader, Writer};
 use scion_store::{BlockKind, BlockPtr, BlockStore, Error, Host, Result, Superblock};
 use scion_tree::{Forest, Op, RefTable, Value};
@@ -297,32 +298,26 @@ impl Fs {
             log::info!("{reclaimed} bytes of pack space that nothing references (a crash left them) given back");
         }
         let mut fs = Fs {
-            dir: dir.to_path_buf(),
-            store_id: sb.store_id,
-            generation: sb.generation,
-            host,
-            _lock: lock,
-            forest: Forest::new(store.clone(), RefTable::default()),
+            vol: Volume::new(
+                dir.to_path_buf(),
+                sb.store_id,
+                sb.generation,
+                host,
+                lock,
+                Forest::new(store.clone(), RefTable::default()),
+            ),
             nodes: Default::default(),
             namespaces: BTreeMap::new(),
             next_ns: 1,
             ns_root: None,
-            journal: None,
             replaying: true,
             dirty_bytes: 0,
             flushed_bytes: 0,
             pending_chunks: 0,
-            garbage: Vec::new(),
-            read_gate: Default::default(),
             orphan_releases: Vec::new(),
-            meta_blocks: Vec::new(),
-            unpunched: Vec::new(),
-            punch_later: false,
-            punching: false,
             last_checkpoint: Instant::now(),
             last_change: Instant::now(),
             last_repack: None,
-            failed: None,
             dropped_ns: Vec::new(),
             show_snapdir: false,
             dirty: Default::default(),
@@ -351,10 +346,10 @@ impl Fs {
                 if let Err(e) = store.punch_all(&rec.freed) {
                     log::warn!("{e}: some freed space stays allocated until a later open");
                 }
-                fs.forest.refs = rec.refs;
+                fs.vol.forest.refs = rec.refs;
                 fs.ns_root = rec.ns_root;
                 fs.next_ns = rec.next_ns;
-                fs.meta_blocks = rec.meta;
+                fs.vol.meta_blocks = rec.meta;
                 // Files that were open but unlinked at the crash are gone now.
                 fs.orphan_releases = rec.orphans;
                 fs.load_namespaces()?;
@@ -408,11 +403,12 @@ impl Fs {
         // older, or left by a crash during the first checkpoint that upgraded) go.
         let jdir = dir.join("journal");
         let names = fs
+            .vol
             .host
             .list_dir(&jdir)
             .map_err(|e| Error::io(format!("listing of {}", jdir.display()), e))?;
         for name in names.iter().filter(|n| journal::is_legacy_journal_name(n)) {
-            if let Err(e) = fs.host.remove_file(&jdir.join(name)) {
+            if let Err(e) = fs.vol.host.remove_file(&jdir.join(name)) {
                 log::warn!("could not remove old journal {name}: {e}");
             }
         }
@@ -424,7 +420,7 @@ impl Fs {
     fn load_namespaces(&mut self) -> Result<()> {
         let mut found = Vec::new();
         let mut err = None;
-        self.forest.scan(self.ns_root.as_ref(), &[], &mut |k, v| {
+        self.vol.forest.scan(self.ns_root.as_ref(), &[], &mut |k, v| {
             match (k.try_into().map(u32::from_be_bytes), ns_from_value(v)) {
                 (Ok(id), Ok(rec)) => found.push((id, rec)),
                 (Err(_), _) => err = Some(Error::corrupt("namespace table", "key", "not a namespace id")),
@@ -673,7 +669,7 @@ impl Fs {
                     m.payload.clone()
                 }
                 _ => {
-                    let Some(v) = self.forest.get(p_content.as_ref(), name)? else {
+                    let Some(v) = self.vol.forest.get(p_content.as_ref(), name)? else {
                         continue;
                     };
                     let Ok(EntryRecord::Inline(stored)) = EntryRecord::from_value(&v) else {
@@ -773,7 +769,7 @@ impl Fs {
         // A committed chunk past 0 that stays (not overlaid by a hole) keeps the tree.
         let tree = n.inode.tree();
         let mut more = false;
-        self.forest.scan(tree, &chunk_key(1), &mut |k, _| {
+        self.vol.forest.scan(tree, &chunk_key(1), &mut |k, _| {
             more = chunk_index(k).map_or(true, |i| !n.chunks.contains_key(&i));
             !more
         })?;
@@ -783,11 +779,13 @@ impl Fs {
         let one = match n.chunks.get(&0) {
             Some(Chunk::Buf(b)) if b.iter().all(|x| *x == 0) => OneChunk::Empty,
             Some(Chunk::Buf(b)) if b.len() <= INLINE_MAX => OneChunk::Inline(b.clone()),
-            Some(Chunk::Buf(b)) => OneChunk::Direct(self.forest.store.write(BlockKind::Data, b)?, Patches::default()),
+            Some(Chunk::Buf(b)) => {
+                OneChunk::Direct(self.vol.forest.store.write(BlockKind::Data, b)?, Patches::default())
+            }
             // The overlay's reference moves to the record.
             Some(Chunk::Block(p) | Chunk::Shared(p)) => OneChunk::Direct(*p, Patches::default()),
             Some(Chunk::Patched { base, patches }) => {
-                self.forest.refs.inc(base);
+                self.vol.forest.refs.inc(base);
                 OneChunk::Direct(*base, patches.clone())
             }
             Some(Chunk::Hole) => OneChunk::Empty,
@@ -795,14 +793,14 @@ impl Fs {
             None => {
                 let stored = match n.inode.direct_chunk() {
                     Some(c) => Some(c),
-                    None => match self.forest.get(tree, &chunk_key(0))? {
+                    None => match self.vol.forest.get(tree, &chunk_key(0))? {
                         Some(v) => Some(StoredChunk::from_value(&v)?),
                         None => None,
                     },
                 };
                 match stored {
                     Some(c) => {
-                        self.forest.refs.inc(&c.block);
+                        self.vol.forest.refs.inc(&c.block);
                         OneChunk::Direct(c.block, c.patches)
                     }
                     None => OneChunk::Empty,
@@ -817,13 +815,13 @@ impl Fs {
     }
 
     pub(crate) fn checkpoint_with(&mut self, fold: Fold) -> Result<()> {
-        if let Some(why) = &self.failed {
+        if let Some(why) = &self.vol.failed {
             return Err(Error::Format(format!("filesystem failed earlier: {why}")));
         }
         let r = self.checkpoint_inner(fold);
         if let Err(e) = &r {
             log::error!("checkpoint failed, refusing changes until remount: {e}");
-            self.failed = Some(format!("checkpoint failed: {e}"));
+            self.vol.failed = Some(format!("checkpoint failed: {e}"));
         }
         r
     }
@@ -834,7 +832,7 @@ impl Fs {
         let flushed_bytes = std::mem::take(&mut self.flushed_bytes);
         // Orphans closed since the last checkpoint drop their content now.
         for p in std::mem::take(&mut self.orphan_releases) {
-            self.forest.release(&p)?;
+            self.vol.forest.release(&p)?;
         }
 
         // Only what changed is visited (see `Fs::dirty`).
@@ -874,11 +872,11 @@ impl Fs {
         for ino in &targets {
             let n = self.nodes.get_mut(ino).expect("overlay names an unloaded inode");
             if let Some(c) = n.inode.content {
-                self.forest.refs.inc(&c);
+                self.vol.forest.refs.inc(&c);
                 n.prepass = Some(c);
             }
             if let Some(c) = n.inode.summary {
-                self.forest.refs.inc(&c);
+                self.vol.forest.refs.inc(&c);
                 n.prepass_sum = Some(c);
             }
         }
@@ -886,7 +884,7 @@ impl Fs {
             let n = self.nodes.get_mut(ino).expect("an orphan is loaded");
             if n.loc == Loc::Gone && n.opens > 0 && n.orphan_ref.is_none() && n.inode.kind == Kind::File {
                 if let Some(c) = n.inode.content {
-                    self.forest.refs.inc(&c);
+                    self.vol.forest.refs.inc(&c);
                     n.orphan_ref = Some(c);
                 }
             }
@@ -936,7 +934,7 @@ impl Fs {
                     }
                 }
                 if let Some(p) = n.prepass.take() {
-                    self.forest.release(&p)?;
+                    self.vol.forest.release(&p)?;
                 }
                 continue;
             }
@@ -951,18 +949,18 @@ impl Fs {
             let tree = if old_direct.is_some() { None } else { n.inode.content };
             if !chunks.contains_key(&0) {
                 if !old_inline.is_empty() {
-                    let ptr = self.forest.store.write(BlockKind::Data, &old_inline)?;
+                    let ptr = self.vol.forest.store.write(BlockKind::Data, &old_inline)?;
                     ops.push((chunk_key(0), Some(Value::new(Vec::new(), vec![ptr]))));
                 }
                 if let Some(c) = old_direct {
-                    self.forest.refs.inc(&c.block);
+                    self.vol.forest.refs.inc(&c.block);
                     ops.push((chunk_key(0), Some(c.to_value())));
                 }
             }
             for (idx, c) in chunks {
                 match c {
                     Chunk::Buf(buf) if buf.iter().any(|b| *b != 0) => {
-                        let ptr = self.forest.store.write(BlockKind::Data, &buf)?;
+                        let ptr = self.vol.forest.store.write(BlockKind::Data, &buf)?;
                         ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr]))));
                     }
                     Chunk::Buf(buf) => {
@@ -977,17 +975,17 @@ impl Fs {
                     Chunk::Hole => ops.push((chunk_key(idx), None)),
                     // The new value owns a reference to the block, the old one drops its own.
                     Chunk::Patched { base, patches } => {
-                        self.forest.refs.inc(&base);
+                        self.vol.forest.refs.inc(&base);
                         ops.push((chunk_key(idx), Some(StoredChunk { block: base, patches }.to_value())))
                     }
                 }
             }
-            let new = self.forest.apply(tree.as_ref(), ops)?;
+            let new = self.vol.forest.apply(tree.as_ref(), ops)?;
             let n = self.nodes.get_mut(&ino).unwrap();
             n.inode.alloc = (n.inode.alloc as i64 + alloc_fix).max(0) as u64;
             n.inode.content = new;
             if let Some(p) = n.prepass.take() {
-                self.forest.release(&p)?;
+                self.vol.forest.release(&p)?;
             }
         }
         self.dirty_bytes = self.orphans.iter().map(|i| chunk_bytes(&self.nodes[i])).sum();
@@ -1023,7 +1021,7 @@ impl Fs {
             if !delta.is_empty() {
                 let mut ops: Vec<Op> = Vec::with_capacity(delta.len());
                 for (k, d) in delta {
-                    let cur = match self.forest.get(summary.as_ref(), &k)? {
+                    let cur = match self.vol.forest.get(summary.as_ref(), &k)? {
                         Some(v) => summary_count(&v)? as i64,
                         None => 0,
                     };
@@ -1044,11 +1042,11 @@ impl Fs {
                         },
                     ));
                 }
-                let new = self.forest.apply(summary.as_ref(), ops)?;
+                let new = self.vol.forest.apply(summary.as_ref(), ops)?;
                 let n = self.nodes.get_mut(&ino).unwrap();
                 n.inode.summary = new;
                 if let Some(p) = n.prepass_sum.take() {
-                    self.forest.release(&p)?;
+                    self.vol.forest.release(&p)?;
                 }
                 fresh_sum = true;
             }
@@ -1068,11 +1066,11 @@ impl Fs {
             }
             let mut fresh_content = false;
             if !ops.is_empty() {
-                let new = self.forest.apply(content.as_ref(), ops)?;
+                let new = self.vol.forest.apply(content.as_ref(), ops)?;
                 let n = self.nodes.get_mut(&ino).unwrap();
                 n.inode.content = new;
                 if let Some(p) = n.prepass.take() {
-                    self.forest.release(&p)?;
+                    self.vol.forest.release(&p)?;
                 }
                 fresh_content = true;
             }
@@ -1083,12 +1081,12 @@ impl Fs {
             if let Loc::Entry { .. } = n.loc {
                 if !fresh_content && n.prepass.is_none() {
                     if let Some(c) = n.inode.content {
-                        self.forest.refs.inc(&c);
+                        self.vol.forest.refs.inc(&c);
                     }
                 }
                 if !fresh_sum && n.prepass_sum.is_none() {
                     if let Some(c) = n.inode.summary {
-                        self.forest.refs.inc(&c);
+                        self.vol.forest.refs.inc(&c);
                     }
                 }
             }
@@ -1138,7 +1136,7 @@ impl Fs {
                     });
                     ops.push((oid_key(oid), v));
                 }
-                link_root = self.forest.apply(link_root.as_ref(), ops)?;
+                link_root = self.vol.forest.apply(link_root.as_ref(), ops)?;
                 fresh_link = true;
             }
             let ns = self.namespaces.get_mut(&id).unwrap();
@@ -1148,17 +1146,17 @@ impl Fs {
             // The new record owns one reference to each pointer; fresh roots carry theirs.
             if !fresh_roots.contains(&id) {
                 if let Some(c) = root.inode.content {
-                    self.forest.refs.inc(&c);
+                    self.vol.forest.refs.inc(&c);
                 }
             }
             if !fresh_sums.contains(&id) {
                 if let Some(c) = root.inode.summary {
-                    self.forest.refs.inc(&c);
+                    self.vol.forest.refs.inc(&c);
                 }
             }
             if !fresh_link {
                 if let Some(l) = link_root {
-                    self.forest.refs.inc(&l);
+                    self.vol.forest.refs.inc(&l);
                 }
             }
             let rec = NsRecord {
@@ -1177,9 +1175,9 @@ impl Fs {
         ns_ops.sort_by(|a, b| a.0.cmp(&b.0));
         if !ns_ops.is_empty() {
             let old = self.ns_root;
-            self.ns_root = self.forest.apply(old.as_ref(), ns_ops)?;
+            self.ns_root = self.vol.forest.apply(old.as_ref(), ns_ops)?;
             if let Some(old) = old {
-                self.forest.release(&old)?;
+                self.vol.forest.release(&old)?;
             }
         }
 
@@ -1192,17 +1190,17 @@ impl Fs {
         }
 
         // 5. Meta blocks, then commit.
-        let generation = self.generation + 1;
+        let generation = self.vol.generation + 1;
         let orphans: Vec<BlockPtr> = self.orphans.iter().filter_map(|i| self.nodes[i].orphan_ref).collect();
         // Blocks an earlier checkpoint freed and nobody has punched yet stay on the list, so
         // that an open after a crash still punches them.
-        let mut freed = std::mem::take(&mut self.unpunched);
-        freed.extend(std::mem::take(&mut self.forest.freed));
-        freed.extend(std::mem::take(&mut self.meta_blocks));
-        freed.extend(std::mem::take(&mut self.garbage));
+        let mut freed = std::mem::take(&mut self.vol.unpunched);
+        freed.extend(std::mem::take(&mut self.vol.forest.freed));
+        freed.extend(std::mem::take(&mut self.vol.meta_blocks));
+        freed.extend(std::mem::take(&mut self.vol.garbage));
         self.pending_chunks = 0;
         let mut body = Writer::new();
-        self.forest.refs.encode(&mut body);
+        self.vol.forest.refs.encode(&mut body);
         {
             let w = &mut body;
             w.u32(orphans.len() as u32);
@@ -1217,43 +1215,43 @@ impl Fs {
         let body = body.finish();
         let mut pages = Vec::new();
         for part in body.chunks(PAGE) {
-            pages.push(self.forest.store.write(BlockKind::Meta, part)?);
+            pages.push(self.vol.forest.store.write(BlockKind::Meta, part)?);
         }
         let mut w = Writer::new();
         w.raw(RECORD_MAGIC).u32(RECORD_VERSION).u64(generation);
         put_opt_ptr(&mut w, &self.ns_root);
         w.u32(self.next_ns);
         put_ptrs(&mut w, &pages);
-        let record = self.forest.store.write(BlockKind::Meta, &w.finish())?;
+        let record = self.vol.forest.store.write(BlockKind::Meta, &w.finish())?;
         let t_built = t0.elapsed();
-        self.forest.store.sync()?;
+        self.vol.forest.store.sync()?;
         let t_synced = t0.elapsed();
         let head: Vec<&[u8]> = carry.iter().map(|(_, p)| p.as_slice()).collect();
-        let journal = Journal::create_with(&self.host, &self.dir, generation, &self.store_id, &head)?;
-        let (pack, pack_end) = self.forest.store.position();
+        let journal = Journal::create_with(&self.vol.host, &self.vol.dir, generation, &self.vol.store_id, &head)?;
+        let (pack, pack_end) = self.vol.forest.store.position();
         let sb = Superblock {
             version: scion_store::FORMAT_VERSION,
             generation,
-            store_id: self.store_id,
+            store_id: self.vol.store_id,
             pack,
             pack_end,
             checkpoint: Some(record),
         };
-        sb.write(&self.host, &self.dir)?;
+        sb.write(&self.vol.host, &self.vol.dir)?;
 
         // 6. Committed: reclaim, rotate the journal, forget pins.
-        self.generation = generation;
+        self.vol.generation = generation;
         self.journal_floor = journal.len;
-        self.journal = Some(journal);
+        self.vol.journal = Some(journal);
         self.carried = carry.iter().map(|(i, _)| *i).collect();
         self.dirty.extend(self.carried.iter().copied());
         self.dirty_bytes += self.carried.iter().map(|i| chunk_bytes(&self.nodes[i])).sum::<u64>();
-        self.meta_blocks = vec![record];
-        self.meta_blocks.extend(pages);
+        self.vol.meta_blocks = vec![record];
+        self.vol.meta_blocks.extend(pages);
         // Reads planned before the commit may still be fetching freed blocks; later ones
         // cannot name them. Once these are done the blocks may be punched at any time.
-        self.read_gate.wait_idle();
-        self.unpunched = freed;
+        self.vol.read_gate.wait_idle();
+        self.vol.unpunched = freed;
         self.punch_now_unless_later();
         // Unpin what this checkpoint wrote and drop what nothing holds. Inodes loaded for a
         // path walk and never changed are swept too, whenever the table has doubled since the

@@ -258,7 +258,7 @@ impl Fs {
             if self.next_ns != before {
                 let why = format!("a clone failed half way (errno {e})");
                 log::error!("{why}; refusing changes until remount");
-                self.failed = Some(why);
+                self.vol.failed = Some(why);
             }
         }
         r
@@ -327,6 +327,7 @@ impl Fs {
             match tag {
                 b'L' => {
                     let v = self
+                        .vol
                         .forest
                         .get(a_links.as_ref(), &oid_key(oid))
                         .map_err(eio)?
@@ -355,7 +356,8 @@ impl Fs {
         }
         let mut table_len = 0;
         if same_links && !linked.is_empty() {
-            self.forest
+            self.vol
+                .forest
                 .scan(a_links.as_ref(), &[], &mut |_, _| {
                     table_len += 1;
                     table_len <= linked.len()
@@ -363,19 +365,21 @@ impl Fs {
                 .map_err(eio)?;
         }
         let link_root = if same_links && !linked.is_empty() && table_len == linked.len() {
-            self.forest.inc(a_links.as_ref().expect("linked files have a table"));
+            self.vol
+                .forest
+                .inc(a_links.as_ref().expect("linked files have a table"));
             a_links
         } else {
             for i in &linked {
                 for p in i.ptrs() {
-                    self.forest.refs.inc(&p);
+                    self.vol.forest.refs.inc(&p);
                 }
                 link_ops.push((oid_key(i.oid), Some(inode_to_value(i))));
             }
-            self.forest.apply(None, link_ops).map_err(eio)?
+            self.vol.forest.apply(None, link_ops).map_err(eio)?
         };
         for p in root.ptrs() {
-            self.forest.refs.inc(&p);
+            self.vol.forest.refs.inc(&p);
         }
         let mut mounts = BTreeMap::new();
         for (oid, child) in nested {
@@ -407,11 +411,12 @@ impl Fs {
         // by the caller's checkpoint.
         let old = self.ns_root;
         self.ns_root = self
+            .vol
             .forest
             .apply(old.as_ref(), vec![(ns_key(id), Some(ns_to_value(&rec)))])
             .map_err(eio)?;
         if let Some(old) = old {
-            self.forest.release(&old).map_err(eio)?;
+            self.vol.forest.release(&old).map_err(eio)?;
         }
         let rino = make_ino(id, root.oid);
         self.nodes.insert(rino, Node::new_root(root, id));
@@ -457,6 +462,7 @@ impl Fs {
     fn raw_contribution(&self, dir: Ino, name: &[u8]) -> FsResult<(BTreeMap<Vec<u8>, i64>, bool)> {
         let n = self.node(dir)?;
         let v = self
+            .vol
             .forest
             .get(n.inode.content.as_ref(), name)
             .map_err(eio)?
@@ -707,7 +713,7 @@ impl Fs {
     ) -> Result<()> {
         let mut stack = vec![*root];
         while let Some(p) = stack.pop() {
-            if (exclusive && self.forest.refs.get(p.addr) > 1) || !seen.insert(p.addr) {
+            if (exclusive && self.vol.forest.refs.get(p.addr) > 1) || !seen.insert(p.addr) {
                 continue;
             }
             f(&p);
@@ -716,7 +722,7 @@ impl Fs {
             }
             let (mut nodes, mut values) = (Vec::new(), Vec::new());
             let mut first = true;
-            self.forest.walk(
+            self.vol.forest.walk(
                 &p,
                 &mut |q| {
                     if std::mem::replace(&mut first, false) {

@@ -59,7 +59,7 @@ impl Fs {
     /// order (which keeps a directory's new files together in the pack), if at least `from`
     /// bytes (the mount uses `FLUSH_FROM`) wait in memory. `None`: nothing to do.
     pub fn flush_begin(&mut self, from: u64) -> Option<FlushBatch> {
-        if self.failed.is_some() || self.replaying || self.dirty_bytes < from.max(1) {
+        if self.vol.failed.is_some() || self.replaying || self.dirty_bytes < from.max(1) {
             return None;
         }
         let mut inos: Vec<Ino> = self
@@ -110,7 +110,7 @@ impl Fs {
             return None;
         }
         Some(FlushBatch {
-            store: self.forest.store.clone(),
+            store: self.vol.forest.store.clone(),
             chunks,
         })
     }
@@ -136,13 +136,13 @@ impl Fs {
             // after at most DIRTY_LIMIT bytes written behind.
             self.flushed_bytes += bytes.len() as u64;
             if !same {
-                self.garbage.push(ptr);
+                self.vol.garbage.push(ptr);
                 continue;
             }
             // set_chunk keeps the counts: the bytes leave memory, the length stays the same.
             if let Err(e) = self.set_chunk(ino, idx, Chunk::Block(ptr)) {
                 log::warn!("ino {ino}: keeping chunk {idx} in memory: errno {e}");
-                self.garbage.push(ptr);
+                self.vol.garbage.push(ptr);
             }
         }
         true

@@ -5,12 +5,12 @@ use crate::checkpoint::Fold;
 use crate::clone::{SNAPDIR_BIT, SNAPDIR_NAME};
 use crate::delta::{changed_runs, Patches, StoredChunk, BLIND_MAX, PATCH_MAX};
 use crate::inode::*;
-use crate::journal::{Journal, JournalSync, Record, Target};
+use crate::journal::{JournalSync, Record, Target};
+use crate::volume::Volume;
 use crate::{SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
 use scion_store::{BlockPtr, BlockStore, Error, Host, Result};
-use scion_tree::Forest;
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -290,19 +290,16 @@ impl MountOptions {
     }
 }
 
+/// The filesystem model over one volume: inodes loaded in memory and their overlays, the
+/// namespaces (main tree, clones, snapshots), and what the next checkpoint must fold. The
+/// durable state it works on is its `Volume`.
 pub struct Fs {
-    pub(crate) dir: PathBuf,
-    pub(crate) store_id: [u8; 16],
-    pub(crate) generation: u64,
-    pub(crate) host: Host,
-    pub(crate) _lock: Box<dyn std::any::Any + Send>,
-    pub(crate) forest: Forest,
+    pub(crate) vol: Volume,
     pub(crate) nodes: InoMap<Node>,
     pub(crate) namespaces: BTreeMap<u32, Namespace>,
     pub(crate) next_ns: u32,
     /// Root of the namespace table (ns id -> namespace record).
     pub(crate) ns_root: Option<BlockPtr>,
-    pub(crate) journal: Option<Journal>,
     pub(crate) replaying: bool,
     pub(crate) dirty_bytes: u64,
     /// Buffered bytes written behind (`flush.rs`) since the last checkpoint: with
@@ -310,28 +307,13 @@ pub struct Fs {
     pub(crate) flushed_bytes: u64,
     /// Whole chunks written ahead since the last checkpoint.
     pub(crate) pending_chunks: u64,
-    /// Blocks written ahead that no checkpoint will reference; freed by the next checkpoint.
-    pub(crate) garbage: Vec<BlockPtr>,
-    pub(crate) read_gate: Arc<ReadGate>,
     /// Orphan content references to drop at the next checkpoint.
     pub(crate) orphan_releases: Vec<BlockPtr>,
-    /// Meta blocks of the committed checkpoint, freed by the next one.
-    pub(crate) meta_blocks: Vec<BlockPtr>,
-    /// Blocks freed by committed checkpoints and not punched yet, oldest first (`punch.rs`).
-    pub(crate) unpunched: Vec<BlockPtr>,
-    /// Whether checkpoints leave their freed blocks to `punch_begin` instead of punching them
-    /// under the engine lock.
-    pub(crate) punch_later: bool,
-    /// A `PunchBatch` is out (between `punch_begin` and `punch_end`).
-    pub(crate) punching: bool,
     pub(crate) last_checkpoint: Instant,
     /// When a change last marked an inode dirty (background repack waits for quiet).
     pub(crate) last_change: Instant,
     /// When the last background repack pass ran, and whether it stopped at its budget.
     pub(crate) last_repack: Option<(Instant, bool)>,
-    /// Set when a checkpoint failed half way: the in-memory state can no longer be trusted
-    /// to match the store, so every change is refused until a remount replays the journal.
-    pub(crate) failed: Option<String>,
     /// Namespaces destroyed since the last checkpoint: their records leave the table then.
     pub(crate) dropped_ns: Vec<u32>,
     /// List `.snapshot` in directory listings (mount option `snapdir=visible`).
@@ -482,7 +464,7 @@ impl Fs {
             None => {}
         }
         let content = p.inode.content;
-        let Some(v) = self.forest.get(content.as_ref(), name).map_err(eio)? else {
+        let Some(v) = self.vol.forest.get(content.as_ref(), name).map_err(eio)? else {
             return Ok(None);
         };
         match EntryRecord::from_value(&v).map_err(eio)? {
@@ -585,7 +567,8 @@ impl Fs {
     pub(crate) fn stored_summary(&self, root: Option<&BlockPtr>) -> FsResult<BTreeMap<Vec<u8>, i64>> {
         let mut out: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
         let mut err = None;
-        self.forest
+        self.vol
+            .forest
             .scan(root, &[], &mut |k, v| match summary_count(v) {
                 Ok(c) => {
                     out.insert(k.to_vec(), c as i64);
@@ -649,6 +632,7 @@ impl Fs {
         }
         let root = n.link_root;
         let v = self
+            .vol
             .forest
             .get(root.as_ref(), &oid_key(oid))
             .map_err(eio)?
@@ -742,7 +726,7 @@ impl Fs {
             return Ok(());
         }
         if let Some(r) = rec() {
-            if let Some(j) = self.journal.as_mut() {
+            if let Some(j) = self.vol.journal.as_mut() {
                 if let Err(e) = j.append(&r, more) {
                     // The change is already applied in memory, and its caller is told it
                     // failed: that memory must never reach a checkpoint. The journal holds
@@ -762,19 +746,16 @@ impl Fs {
     /// Marks the volume failed (the first reason is kept): changes and fsync are refused
     /// and no checkpoint is taken until a remount replays the journal.
     pub fn fail(&mut self, why: &str) {
-        if self.failed.is_none() {
-            log::error!("VOLUME FAILED: {why}; refusing changes until it is remounted (reads go on)");
-            self.failed = Some(why.to_string());
-        }
+        self.vol.fail(why);
     }
 
     /// Why the volume refuses changes, if it does.
     pub fn failure(&self) -> Option<&str> {
-        self.failed.as_deref()
+        self.vol.failed.as_deref()
     }
 
     pub(crate) fn writable(&self) -> FsResult<()> {
-        if let Some(why) = &self.failed {
+        if let Some(why) = &self.vol.failed {
             log::warn!("refusing a change: {why}");
             return Err(libc::EIO);
         }
@@ -794,7 +775,7 @@ impl Fs {
             self.room.slack -= cost;
             return Ok(());
         }
-        let Ok(sp) = self.host.space(&self.dir) else {
+        let Ok(sp) = self.vol.host.space(&self.vol.dir) else {
             return Ok(()); // a host that cannot say is not refused
         };
         let avail = sp.available.saturating_mul(sp.block_size);
@@ -814,7 +795,7 @@ impl Fs {
         if self.replaying {
             return Ok(());
         }
-        let jl = self.journal.as_ref().map(|j| j.len).unwrap_or(0);
+        let jl = self.vol.journal.as_ref().map(|j| j.len).unwrap_or(0);
         if self.dirty_bytes + self.flushed_bytes > DIRTY_LIMIT
             || jl > JOURNAL_LIMIT
             || self.pending_chunks > PENDING_CHUNK_LIMIT
@@ -903,9 +884,9 @@ impl Fs {
             let n = self.nodes.remove(&ino).unwrap();
             for c in n.chunks.values() {
                 match c {
-                    Chunk::Block(p) => self.garbage.push(*p),
+                    Chunk::Block(p) => self.vol.garbage.push(*p),
                     Chunk::Shared(p) => {
-                        if let Err(e) = self.forest.release(p) {
+                        if let Err(e) = self.vol.forest.release(p) {
                             log::error!("release of a shared chunk: {e}");
                         }
                     }
@@ -1240,7 +1221,8 @@ impl Fs {
         }
         let mut empty = true;
         let removed: Vec<&Vec<u8>> = n.entries.keys().collect();
-        self.forest
+        self.vol
+            .forest
             .scan(n.inode.content.as_ref(), &[], &mut |k, _| {
                 if removed.iter().any(|r| r.as_slice() == k) {
                     true
@@ -1517,7 +1499,8 @@ impl Fs {
         let mut out: BTreeMap<Vec<u8>, (Ino, Kind)> = BTreeMap::new();
         let mut mounts = Vec::new();
         let mut err = None;
-        self.forest
+        self.vol
+            .forest
             .scan(
                 n.inode.content.as_ref(),
                 &[],
@@ -1620,6 +1603,7 @@ impl Fs {
             return Ok(if idx == 0 { n.inode.direct_chunk() } else { None });
         }
         let Some(v) = self
+            .vol
             .forest
             .get(n.inode.content.as_ref(), &chunk_key(idx))
             .map_err(eio)?
@@ -1634,7 +1618,8 @@ impl Fs {
 
     fn read_block(&self, n: &Node, idx: u64, ptr: &BlockPtr) -> FsResult<Vec<u8>> {
         // One block on its own: a write into part of a committed chunk, a truncate into one.
-        self.forest
+        self.vol
+            .forest
             .store
             .read_shared(ptr, true)
             .map(|b| b.to_vec())
@@ -1689,8 +1674,8 @@ impl Fs {
             }
             // Written ahead and replaced before any checkpoint took it: the journal still
             // names it until the next checkpoint, which then frees it.
-            Some(Chunk::Block(p)) => self.garbage.push(p),
-            Some(Chunk::Shared(p)) => self.forest.release(&p).map_err(eio)?,
+            Some(Chunk::Block(p)) => self.vol.garbage.push(p),
+            Some(Chunk::Shared(p)) => self.vol.forest.release(&p).map_err(eio)?,
             _ => {}
         }
         self.dirty_bytes += new_mem;
@@ -1716,8 +1701,8 @@ impl Fs {
         let mut plan = ReadPlan {
             len: end.saturating_sub(offset) as usize,
             parts: Vec::new(),
-            store: self.forest.store.clone(),
-            gate: self.read_gate.enter(),
+            store: self.vol.forest.store.clone(),
+            gate: self.vol.read_gate.enter(),
         };
         let mut pos = offset;
         while pos < end {
@@ -1793,7 +1778,7 @@ impl Fs {
     pub fn store_for_write(&self, ino: Ino) -> FsResult<Arc<BlockStore>> {
         self.writable()?;
         self.rw(ino)?;
-        Ok(self.forest.store.clone())
+        Ok(self.vol.forest.store.clone())
     }
 
     /// `write` with the whole chunks already in a pack (`write_ahead`, called without the
@@ -1807,7 +1792,7 @@ impl Fs {
             self.room_for(data.len() as u64)
         })();
         if let Err(e) = checks {
-            self.garbage.extend(ahead.chunks.into_iter().flatten());
+            self.vol.garbage.extend(ahead.chunks.into_iter().flatten());
             return Err(e);
         }
         let now = Ts::now();
@@ -1821,7 +1806,7 @@ impl Fs {
         let last_full = end / CHUNK; // exclusive
         let mut pieces: Vec<(u64, u64)> = Vec::new(); // byte ranges journaled as bytes
         if !direct || ahead.chunks.is_empty() {
-            self.garbage.extend(ahead.chunks.into_iter().flatten());
+            self.vol.garbage.extend(ahead.chunks.into_iter().flatten());
             pieces.push((offset, end));
         } else {
             assert_eq!(
@@ -1904,7 +1889,7 @@ impl Fs {
             let c = match c {
                 Some(p) if p.len as u64 == CHUNK && p.kind == scion_store::BlockKind::Data => {
                     if shared {
-                        self.forest.refs.inc(p);
+                        self.vol.forest.refs.inc(p);
                         Chunk::Shared(*p)
                     } else {
                         Chunk::Block(*p)
@@ -2082,7 +2067,8 @@ impl Fs {
     fn data_chunks_from(&self, n: &Node, from: u64, limit: usize) -> FsResult<Vec<u64>> {
         let mut stored = Vec::new();
         let mut err = None;
-        self.forest
+        self.vol
+            .forest
             .scan(n.inode.tree(), &chunk_key(from), &mut |k, _| match chunk_index(k) {
                 Ok(i) => {
                     stored.push(i);
@@ -2442,7 +2428,7 @@ impl Fs {
     /// Bytes of the current journal (header and records, synced or not): what replay would
     /// read. The journal's file is longer (it is reused and written ahead).
     pub fn journal_len(&self) -> u64 {
-        self.journal.as_ref().map_or(0, |j| j.len)
+        self.vol.journal.as_ref().map_or(0, |j| j.len)
     }
 
     /// Makes every acknowledged change durable (the journal is fsynced).
@@ -2458,11 +2444,11 @@ impl Fs {
     /// lock again) records the outcome. Everything acknowledged before `sync_begin` is durable
     /// once `sync_end` returns Ok.
     pub fn sync_begin(&mut self) -> FsResult<SyncTicket> {
-        if let Some(why) = &self.failed {
+        if let Some(why) = &self.vol.failed {
             log::warn!("refusing fsync: {why}");
             return Err(libc::EIO);
         }
-        let journal = match self.journal.as_mut().map(|j| j.prepare_sync()).transpose() {
+        let journal = match self.vol.journal.as_mut().map(|j| j.prepare_sync()).transpose() {
             Ok(j) => j.flatten(),
             Err(e) => {
                 self.sync_failed(&e);
@@ -2470,7 +2456,7 @@ impl Fs {
             }
         };
         Ok(SyncTicket {
-            store: self.forest.store.clone(),
+            store: self.vol.forest.store.clone(),
             journal,
         })
     }
@@ -2481,7 +2467,7 @@ impl Fs {
             self.sync_failed(&e);
             return Err(eio(e));
         }
-        if let (Some(j), Some(s)) = (self.journal.as_mut(), &t.journal) {
+        if let (Some(j), Some(s)) = (self.vol.journal.as_mut(), &t.journal) {
             j.synced(s);
         }
         Ok(())
@@ -2500,7 +2486,7 @@ impl Fs {
 
     /// Whether an `fsync` would have anything to do.
     pub fn needs_sync(&self) -> bool {
-        self.failed.is_none() && self.journal.as_ref().is_some_and(|j| j.has_unsynced())
+        self.vol.failed.is_none() && self.vol.journal.as_ref().is_some_and(|j| j.has_unsynced())
     }
 
     /// After a failed fsync the host may have dropped the unsynced data while marking it
@@ -2512,14 +2498,14 @@ impl Fs {
         if sync_call {
             let why = format!("fsync failed ({e}); unsynced changes may be lost");
             log::error!("{why}; refusing changes until remount");
-            self.failed = Some(why);
+            self.vol.failed = Some(why);
         }
     }
 
     /// Periodic work: checkpoints when changes are old enough. (The caller syncs the journal
     /// first, without the engine lock: `sync_begin`.)
     pub fn tick(&mut self, checkpoint_after: std::time::Duration) -> Result<()> {
-        if self.failed.is_some() {
+        if self.vol.failed.is_some() {
             return Ok(());
         }
         if self.last_checkpoint.elapsed() >= checkpoint_after && self.has_changes() {
@@ -2529,20 +2515,20 @@ impl Fs {
     }
 
     pub fn has_changes(&self) -> bool {
-        self.journal.as_ref().is_some_and(|j| j.len > self.journal_floor) || self.pending()
+        self.vol.journal.as_ref().is_some_and(|j| j.len > self.journal_floor) || self.pending()
     }
 
     /// Something in memory is not in the committed trees (nor carried in the journal) yet.
     pub(crate) fn pending(&self) -> bool {
         self.dirty.iter().any(|i| !self.carried.contains(i))
             || !self.orphan_releases.is_empty()
-            || !self.garbage.is_empty()
+            || !self.vol.garbage.is_empty()
             || !self.dropped_ns.is_empty()
             || self.namespaces.values().any(|n| n.dirty || !n.links.is_empty())
     }
 
     pub fn statfs(&self) -> StatFs {
-        let st = self.host.space(&self.dir).unwrap_or_default();
+        let st = self.vol.host.space(&self.vol.dir).unwrap_or_default();
         let bsize = st.block_size.max(512);
         let inodes: u64 = self.namespaces.values().map(|n| n.inodes).sum();
         // Inodes cost no host inodes; a small record each, so free space bounds them.
@@ -2559,11 +2545,11 @@ impl Fs {
     }
 
     pub fn store_dir(&self) -> &Path {
-        &self.dir
+        &self.vol.dir
     }
 
     pub fn block_store(&self) -> &Arc<BlockStore> {
-        &self.forest.store
+        &self.vol.forest.store
     }
 
     /// Flushes everything into a final checkpoint.
@@ -2576,27 +2562,32 @@ impl Fs {
     /// refused.
     pub fn close_in_place(&mut self) -> Result<()> {
         let r = self.close_inner();
-        self.failed
+        self.vol
+            .failed
             .get_or_insert_with(|| "the filesystem is unmounted".to_string());
         r
     }
 
     fn close_inner(&mut self) -> Result<()> {
         // The last checkpoint punches everything still waiting: no thread is left to do it.
-        self.punch_later = false;
-        if self.failed.is_none() {
+        self.vol.punch_later = false;
+        if self.vol.failed.is_none() {
             // Everything into the trees: an unmounted store has an empty journal.
             self.checkpoint_with(Fold::All)?;
             // ... and needs no journal space: the current journal holds nothing, and the
             // other file held the generation before, which the checkpoint made dead. Up to
             // 64 MiB each otherwise (journal.rs, `REUSE_LIMIT`).
-            if let Some(j) = &mut self.journal {
+            if let Some(j) = &mut self.vol.journal {
                 j.trim()?;
             }
-            let old =
-                crate::journal::journal_path(&self.dir, self.generation.wrapping_sub(1), scion_store::FORMAT_VERSION);
-            if self.host.exists(&old) {
-                self.host
+            let old = crate::journal::journal_path(
+                &self.vol.dir,
+                self.vol.generation.wrapping_sub(1),
+                scion_store::FORMAT_VERSION,
+            );
+            if self.vol.host.exists(&old) {
+                self.vol
+                    .host
                     .open(&old, scion_store::OpenMode::ReadWrite)
                     .and_then(|f| f.set_len(0))
                     .map_err(|e| Error::io(format!("truncation of {}", old.display()), e))?;

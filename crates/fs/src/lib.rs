@@ -25,6 +25,7 @@ pub mod journal;
 mod punch;
 pub mod repack;
 pub mod scrub;
+mod volume;
 
 pub use clone::Listing;
 pub use flush::{FlushBatch, FlushedBatch, FLUSH_FROM};

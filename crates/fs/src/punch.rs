@@ -47,47 +47,47 @@ impl Fs {
     /// Leave freed blocks to `punch_begin` (a daemon with a background thread) instead of
     /// punching them at the end of each checkpoint, under the engine lock.
     pub fn set_punch_later(&mut self, later: bool) {
-        self.punch_later = later;
+        self.vol.punch_later = later;
     }
 
     /// The freed blocks waiting to be punched, if any. They stay listed (and in the next
     /// checkpoint record) until `punch_end` reports them done.
     /// One batch at a time: None while another is out, or when nothing waits.
     pub fn punch_begin(&mut self) -> Option<PunchBatch> {
-        if self.unpunched.is_empty() || self.punching {
+        if self.vol.unpunched.is_empty() || self.vol.punching {
             return None;
         }
-        self.punching = true;
+        self.vol.punching = true;
         Some(PunchBatch {
-            store: self.forest.store.clone(),
-            blocks: self.unpunched.clone(),
+            store: self.vol.forest.store.clone(),
+            blocks: self.vol.unpunched.clone(),
         })
     }
 
     /// The first `done` waiting blocks have been punched. A checkpoint in between keeps the
     /// older blocks first, so these are still the ones at the front.
     pub fn punch_end(&mut self, done: usize) {
-        assert!(self.punching, "punch_end without punch_begin");
+        assert!(self.vol.punching, "punch_end without punch_begin");
         assert!(
-            done <= self.unpunched.len(),
+            done <= self.vol.unpunched.len(),
             "punched {done} of {} waiting blocks",
-            self.unpunched.len()
+            self.vol.unpunched.len()
         );
-        self.unpunched.drain(..done);
-        self.punching = false;
+        self.vol.unpunched.drain(..done);
+        self.vol.punching = false;
     }
 
     /// Blocks freed by committed checkpoints and not punched yet.
     pub fn unpunched_blocks(&self) -> usize {
-        self.unpunched.len()
+        self.vol.unpunched.len()
     }
 
     /// Called by a checkpoint once it is committed and no earlier read is in flight.
     pub(crate) fn punch_now_unless_later(&mut self) {
         // Not past the limit while a batch is out: `punch_end` counts on the list's front.
-        if !self.punch_later || (self.unpunched.len() > UNPUNCHED_MAX && !self.punching) {
-            let blocks = std::mem::take(&mut self.unpunched);
-            punch_logged(&self.forest.store, &blocks);
+        if !self.vol.punch_later || (self.vol.unpunched.len() > UNPUNCHED_MAX && !self.vol.punching) {
+            let blocks = std::mem::take(&mut self.vol.unpunched);
+            punch_logged(&self.vol.forest.store, &blocks);
         }
     }
 }

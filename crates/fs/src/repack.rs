@@ -138,7 +138,7 @@ impl Fs {
             None => true,
             Some((at, budget_reached)) => at.elapsed() >= if budget_reached { IDLE } else { EVERY },
         };
-        if !due || self.last_change.elapsed() < IDLE || self.failed.is_some() {
+        if !due || self.last_change.elapsed() < IDLE || self.vol.failed.is_some() {
             return Ok(None);
         }
         let roots: Vec<Ino> = self
@@ -192,11 +192,11 @@ impl Fs {
         let mut moved = Vec::with_capacity(blocks.len());
         let mut bytes = 0;
         for (idx, old) in &blocks {
-            let data = self.forest.store.read(old).map_err(|e| {
+            let data = self.vol.forest.store.read(old).map_err(|e| {
                 log::error!("repack: read of chunk {idx} of ino {ino}: {e}");
                 e.errno()
             })?;
-            let new = self.forest.store.write(BlockKind::Data, &data).map_err(eio)?;
+            let new = self.vol.forest.store.write(BlockKind::Data, &data).map_err(eio)?;
             bytes += data.len() as u64;
             moved.push((*idx, new));
         }
@@ -219,7 +219,8 @@ impl Fs {
         }
         let mut out = Vec::new();
         let mut bad = None;
-        self.forest
+        self.vol
+            .forest
             .scan(n.inode.tree(), &chunk_key(0), &mut |k, v| {
                 match (chunk_index(k), StoredChunk::from_value(v)) {
                     (Ok(idx), Ok(c)) => out.push((idx, c)),

@@ -88,7 +88,7 @@ impl Fs {
         }
         s.rep.blocks += 1;
         s.rep.bytes += p.len as u64;
-        if let Err(e) = self.forest.store.read(p) {
+        if let Err(e) = self.vol.forest.store.read(p) {
             s.damaged(path, e.to_string());
             return false;
         }
@@ -110,7 +110,7 @@ impl Fs {
             if !self.scrub_block(s, &p, path) {
                 continue;
             }
-            match self.forest.load(&p) {
+            match self.vol.forest.load(&p) {
                 Ok(n) => match &*n {
                     scion_tree::Node::Leaf(entries) => values.extend(entries.iter().cloned()),
                     scion_tree::Node::Internal { children, .. } => stack.extend(children.iter().map(|c| c.1)),

@@ -1,0 +1,80 @@
+//! A volume: one store's durable state and nothing else. Its block store (inside the
+//! forest of trees), its journal, the generation of its last committed checkpoint, the
+//! blocks waiting to be freed or punched, and whether it failed. The filesystem model
+//! (`Fs`) works on one; a failure marks the volume, not the process. (Cubes, later, are
+//! more volumes.)
+
+use crate::fs::ReadGate;
+use crate::journal::Journal;
+use scion_store::{BlockPtr, Host};
+use scion_tree::Forest;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub(crate) struct Volume {
+    /// The store's directory on the host.
+    pub(crate) dir: PathBuf,
+    pub(crate) store_id: [u8; 16],
+    /// Generation of the last committed checkpoint (the superblock's).
+    pub(crate) generation: u64,
+    pub(crate) host: Host,
+    /// The store's lock, held as long as the volume is open.
+    pub(crate) _lock: Box<dyn std::any::Any + Send>,
+    /// The trees, their block store and reference counts.
+    pub(crate) forest: Forest,
+    pub(crate) journal: Option<Journal>,
+    /// Blocks written ahead that no checkpoint will reference; freed by the next checkpoint.
+    pub(crate) garbage: Vec<BlockPtr>,
+    /// Reads of blocks in flight without the engine lock (`ReadPlan`): a checkpoint waits
+    /// for them before its freed blocks may be punched.
+    pub(crate) read_gate: Arc<ReadGate>,
+    /// Meta blocks of the committed checkpoint, freed by the next one.
+    pub(crate) meta_blocks: Vec<BlockPtr>,
+    /// Blocks freed by committed checkpoints and not punched yet, oldest first (`punch.rs`).
+    pub(crate) unpunched: Vec<BlockPtr>,
+    /// Whether checkpoints leave their freed blocks to `punch_begin` instead of punching them
+    /// under the engine lock.
+    pub(crate) punch_later: bool,
+    /// A `PunchBatch` is out (between `punch_begin` and `punch_end`).
+    pub(crate) punching: bool,
+    /// Why the volume refuses changes, if it does: the in-memory state may not match the
+    /// store (a checkpoint or journal write failed half way, an fsync failed, a panic), so
+    /// nothing more is committed until a remount replays the journal.
+    pub(crate) failed: Option<String>,
+}
+
+impl Volume {
+    pub(crate) fn new(
+        dir: PathBuf,
+        store_id: [u8; 16],
+        generation: u64,
+        host: Host,
+        lock: Box<dyn std::any::Any + Send>,
+        forest: Forest,
+    ) -> Volume {
+        Volume {
+            dir,
+            store_id,
+            generation,
+            host,
+            _lock: lock,
+            forest,
+            journal: None,
+            garbage: Vec::new(),
+            read_gate: Default::default(),
+            meta_blocks: Vec::new(),
+            unpunched: Vec::new(),
+            punch_later: false,
+            punching: false,
+            failed: None,
+        }
+    }
+
+    /// Marks the volume failed (the first reason is kept).
+    pub(crate) fn fail(&mut self, why: &str) {
+        if self.failed.is_none() {
+            log::error!("VOLUME FAILED: {why}; refusing changes until it is remounted (reads go on)");
+            self.failed = Some(why.to_string());
+        }
+    }
+}
