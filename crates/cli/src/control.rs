@@ -7,10 +7,11 @@
 //! body is a status byte (0, or the errno) and a UTF-8 text. Decoding is bounded: at most
 //! `MAX_MESSAGE` bytes and `MAX_FIELDS` fields, every length checked against what remains.
 
+use scion_daemon::Engine;
 use scion_fs::{Fs, NsKind};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 pub use scion::wire::{read_frame, write_frame, Op, Request};
 
@@ -257,7 +258,7 @@ pub fn human(b: u64) -> String {
 /// `device` is the mount's device number (`major:minor`, as in /proc/self/mountinfo), which
 /// `Op::Identify` answers so that a client can tell this daemon's mount from another FUSE
 /// mount that only claims the store's name.
-pub fn serve(store: &Path, fs: Arc<Mutex<Fs>>, notifier: fuser::Notifier, device: String) -> Result<(), String> {
+pub fn serve(store: &Path, engine: Engine, notifier: fuser::Notifier, device: String) -> Result<(), String> {
     let path = socket_path(store);
     // We hold the store's lock, so a socket left here is a dead daemon's.
     let _ = std::fs::remove_file(&path);
@@ -272,8 +273,6 @@ pub fn serve(store: &Path, fs: Arc<Mutex<Fs>>, notifier: fuser::Notifier, device
             path.display()
         ));
     }
-    // Weak: the daemon's final checkpoint needs sole ownership once the session ends.
-    let fs = Arc::downgrade(&fs);
     let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::spawn(move || {
         for conn in listener.incoming() {
@@ -283,9 +282,9 @@ pub fn serve(store: &Path, fs: Arc<Mutex<Fs>>, notifier: fuser::Notifier, device
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             busy.fetch_add(1, Ordering::AcqRel);
-            let (fs, notifier, device, busy) = (fs.clone(), notifier.clone(), device.clone(), busy.clone());
+            let (engine, notifier, device, busy) = (engine.clone(), notifier.clone(), device.clone(), busy.clone());
             std::thread::spawn(move || {
-                serve_client(s, &fs, &notifier, &device);
+                serve_client(s, &engine, &notifier, &device);
                 busy.fetch_sub(1, Ordering::AcqRel);
             });
         }
@@ -293,7 +292,7 @@ pub fn serve(store: &Path, fs: Arc<Mutex<Fs>>, notifier: fuser::Notifier, device
     Ok(())
 }
 
-fn serve_client(mut s: UnixStream, fs: &std::sync::Weak<Mutex<Fs>>, notifier: &fuser::Notifier, device: &str) {
+fn serve_client(mut s: UnixStream, engine: &Engine, notifier: &fuser::Notifier, device: &str) {
     let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
     let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
     let reply = match read_frame(&mut s)
@@ -303,29 +302,23 @@ fn serve_client(mut s: UnixStream, fs: &std::sync::Weak<Mutex<Fs>>, notifier: &f
         Err(e) => Err(e),
         Ok(req) if req.op == Op::Identify => Ok(device.to_string()),
         Ok(req) => {
-            let r = match fs.upgrade() {
-                Some(fs) => {
-                    let r = {
-                        let mut fs = scion_fs::lock(&fs);
-                        execute(&mut fs, &req).map(|(t, mut inval)| {
-                            inval.extend(fs.take_invalidations());
-                            (t, inval)
-                        })
-                    };
-                    // (Test only: the command keeps the engine's `Arc` a while longer, as one
-                    // finishing its reply when the unmount comes would.)
-                    scion_fs::failpoint::pause("control.hold");
-                    r
-                }
-                None => Err("the filesystem is being unmounted".into()),
+            let r = {
+                let mut fs = engine.lock();
+                execute(&mut fs, &req).map(|(t, mut inval)| {
+                    inval.extend(fs.take_invalidations());
+                    (t, inval)
+                })
             };
+            // (Test only: the command keeps the engine a while longer, as one finishing its
+            // reply when the unmount comes would.)
+            scion_fs::failpoint::pause("control.hold");
             // Outside the engine lock: the kernel may call back into the daemon.
             if let Ok((_, inval)) = &r {
                 invalidate(notifier, inval);
             }
             // Space a command freed (a destroy, or a checkpoint) is back on the host when it
             // returns, as after a checkpoint of an unmounted store.
-            scion_fuse::punch_unlocked(fs, true);
+            engine.punch(true);
             r.map(|(t, _)| t)
         }
     };

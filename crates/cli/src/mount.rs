@@ -1,6 +1,7 @@
 //! Mounting, the background daemon, and unmounting.
 
 use fuser::{Config, MountOption, SessionACL};
+use scion_daemon::{Background, BackgroundOptions, Engine};
 use scion_fs::{Fs, MountOptions};
 use scion_store::StoreLock;
 use std::io::{BufRead, BufReader, Write};
@@ -8,8 +9,6 @@ use std::os::unix::io::{FromRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const READY_FD: &str = "SCION_READY_FD";
@@ -166,10 +165,10 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         .filter(|o| !ours.iter().any(|p| o.starts_with(p)))
         .cloned()
         .collect();
-    let fs = Arc::new(Mutex::new(fs));
+    let engine = Engine::new(fs);
     let cfg = mount_options(&store, &options);
     let session = fuser::Session::new(
-        scion_fuse::ScionFuse::new(fs.clone())
+        scion_fuse::ScionFuse::new(engine.clone())
             .with_uring(uring)
             .with_writeback(writeback),
         &mnt,
@@ -179,28 +178,23 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     // The mount's device number: read from the mount table, not by stat (the session does
     // not serve requests yet, so a stat would wait for itself).
     let device = mount_field(&mnt, 2).ok_or_else(|| format!("{} is not in the mount table", mnt.display()))?;
-    crate::control::serve(&store, fs.clone(), session.notifier(), device)?;
+    crate::control::serve(&store, engine.clone(), session.notifier(), device)?;
     log::info!("mounted {} at {}", store.display(), mnt.display());
     tune_bdi(&mnt);
     report_ready("ok");
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let ticker = {
-        let (fs, stop) = (fs.clone(), stop.clone());
+    let background = {
         let notifier = session.notifier();
-        let repack = background_repack;
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(500));
-                // A panic here (a bug) must not silently end background syncs and
-                // checkpoints: it is logged, the volume is marked failed (so changes get EIO
-                // and the log says why), and the loop goes on with what a failed volume does.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick_once(&fs, &notifier, repack)));
-                if r.is_err() {
-                    scion_fs::lock(&fs).fail("a panic in the background thread (see the panic above in this log)");
-                }
-            }
-        })
+        let opts = BackgroundOptions {
+            repack: background_repack,
+            checkpoint_after: CHECKPOINT_AFTER,
+            ..Default::default()
+        };
+        Background::start(
+            engine.clone(),
+            opts,
+            Box::new(move |inval| crate::control::invalidate(&notifier, inval)),
+        )
     };
     {
         let mnt = mnt.clone();
@@ -212,56 +206,16 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         });
     }
     let r = session.run();
-    stop.store(true, Ordering::Relaxed);
-    let _ = ticker.join();
+    background.stop();
     // Through the lock, not by taking the engine out of its Arc: a control command may hold
     // it at this moment, and the final checkpoint must happen all the same.
-    let closed = scion_fs::lock(&fs).close_in_place();
+    let closed = engine.close();
     // No one is listening any more; the store's lock still keeps another daemon out until
     // this process exits.
     let _ = std::fs::remove_file(crate::control::socket_path(&store));
     closed.map_err(|e| format!("final checkpoint failed: {e}"))?;
     log::info!("unmounted {}; store flushed", mnt.display());
     r.map_err(|e| format!("FUSE session ended with an error: {e}"))
-}
-
-/// One round of the daemon's background work.
-fn tick_once(fs: &Arc<Mutex<Fs>>, notifier: &fuser::Notifier, repack: bool) {
-    // Buffered data of closed files goes to the packs now, without the engine lock, so the
-    // checkpoint that folds it holds requests up for less (flush.rs). Bounded, so that the
-    // sync below still comes every half second or so.
-    for _ in 0..8 {
-        let Some(batch) = scion_fs::lock(fs).flush_begin(scion_fs::FLUSH_FROM) else {
-            break;
-        };
-        let done = batch.run();
-        if !scion_fs::lock(fs).flush_end(done) {
-            break;
-        }
-    }
-    // The journal is synced every half second, without holding up requests while the disk
-    // flushes; a failure is logged and remembered by the engine.
-    let needs_sync = scion_fs::lock(fs).needs_sync();
-    if needs_sync {
-        let _ = scion_fuse::fsync_unlocked(fs);
-    }
-    // Space freed by checkpoints goes back to the host without the engine lock: a punch can
-    // wait seconds for the device's discard (punch.rs).
-    scion_fuse::punch_unlocked(&Arc::downgrade(fs), false);
-    let inval = {
-        let mut fs = scion_fs::lock(fs);
-        if let Err(e) = fs.tick(CHECKPOINT_AFTER) {
-            log::error!("background checkpoint: {e}");
-        }
-        if repack {
-            if let Err(e) = fs.background_repack() {
-                log::error!("background repack: {}", std::io::Error::from_raw_os_error(e));
-            }
-        }
-        fs.take_invalidations()
-    };
-    // Outside the engine lock: the kernel may call back into the daemon.
-    crate::control::invalidate(notifier, &inval);
 }
 
 /// The kernel gives a FUSE mount's writeback a strict 1% share of the dirty page limit, which

@@ -1,4 +1,6 @@
-//! The FUSE adapter: a thin translation from kernel requests to [`scion_fs::Fs`] calls.
+//! The FUSE adapter: a thin translation from kernel requests to calls on the engine
+//! ([`scion_daemon::Engine`], which owns the locking and the protocols that keep disk work
+//! outside the lock).
 //!
 //! Round trips are what a FUSE filesystem pays for, so the adapter asks the kernel to keep
 //! as much as it can: writeback caching of file data, long attribute and entry timeouts
@@ -11,6 +13,7 @@ use fuser::{
     ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use scion_daemon::Engine;
 use scion_fs::clone::SNAPDIR_BIT;
 use scion_fs::{Attr, Fs, Kind, SetAttr, Ts};
 use std::collections::HashMap;
@@ -57,7 +60,7 @@ fn entry_ttl(a: &Attr) -> Duration {
 const MAX_WRITE: u32 = 1 << 20;
 
 pub struct ScionFuse {
-    fs: Arc<Mutex<Fs>>,
+    engine: Engine,
     /// Directory listings taken at opendir, read by offset.
     dirs: Mutex<HashMap<u64, Arc<Vec<(Vec<u8>, u64, Kind)>>>>,
     next_fh: AtomicU64,
@@ -111,9 +114,9 @@ fn err(e: i32) -> Errno {
 }
 
 impl ScionFuse {
-    pub fn new(fs: Arc<Mutex<Fs>>) -> ScionFuse {
+    pub fn new(engine: Engine) -> ScionFuse {
         ScionFuse {
-            fs,
+            engine,
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             uring: false,
@@ -136,8 +139,7 @@ impl ScionFuse {
     }
 
     fn fs(&self) -> std::sync::MutexGuard<'_, Fs> {
-        // A panic in one request must not wedge every later one.
-        scion_fs::lock(&self.fs)
+        self.engine.lock()
     }
 
     fn entry(&self, r: Result<Attr, i32>, reply: ReplyEntry) {
@@ -500,20 +502,11 @@ impl Filesystem for ScionFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        // Whole chunks go to the pack before the engine lock is taken (this statement
-        // releases it): writers overlap there.
-        let store = self.fs().store_for_write(ino.0);
-        let ahead = match store.and_then(|store| scion_fs::write_ahead(&store, offset, data)) {
-            Ok(a) => a,
-            Err(e) => return reply.error(err(e)),
-        };
-        let mut fs = self.fs();
-        // After the write, which takes the blocks written ahead (or frees them if refused).
-        let r = fs.write_with(ino.0, offset, data, ahead).and_then(|n| {
+        let r = self.engine.write(ino.0, offset, data, |fs| {
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-                kill_privs(&mut fs, ino.0, req)?;
+                kill_privs(fs, ino.0, req)?;
             }
-            Ok(n)
+            Ok(())
         });
         match r {
             Ok(n) => reply.written(n),
@@ -543,7 +536,7 @@ impl Filesystem for ScionFuse {
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        match fsync_unlocked(&self.fs) {
+        match self.engine.fsync() {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
@@ -644,7 +637,7 @@ impl Filesystem for ScionFuse {
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        match fsync_unlocked(&self.fs) {
+        match self.engine.fsync() {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
@@ -809,41 +802,4 @@ impl Filesystem for ScionFuse {
             Err(e) => reply.error(err(e)),
         }
     }
-}
-
-/// Punches the freed blocks waiting in the engine (scion_fs `punch.rs`) without holding its
-/// lock while the host works: a punch may wait seconds for the device's discard. With `all`,
-/// until none is left, waiting out a batch another thread holds. Holds the engine itself only
-/// under its lock, so an unmount meanwhile is not kept from the final checkpoint, which
-/// punches whatever is left.
-pub fn punch_unlocked(fs: &std::sync::Weak<Mutex<Fs>>, all: bool) {
-    loop {
-        let (batch, waiting) = {
-            let Some(fs) = fs.upgrade() else { return };
-            let mut fs = scion_fs::lock(&fs);
-            (fs.punch_begin(), fs.unpunched_blocks())
-        };
-        match batch {
-            Some(batch) => {
-                let done = batch.run();
-                let Some(fs) = fs.upgrade() else { return };
-                scion_fs::lock(&fs).punch_end(done);
-                if !all {
-                    return;
-                }
-            }
-            None if waiting == 0 || !all => return,
-            None => std::thread::sleep(std::time::Duration::from_millis(5)),
-        }
-    }
-}
-
-/// `Fs::fsync` on a shared engine, its lock held only to begin and to end the sync, not while
-/// the disk flushes (`Fs::sync_begin`), so other requests go on meanwhile: an fsync, and the
-/// half-second background sync, held every request up for its 20-30 ms before.
-pub fn fsync_unlocked(fs: &Mutex<Fs>) -> Result<(), i32> {
-    let lock = || scion_fs::lock(&fs);
-    let ticket = lock().sync_begin()?;
-    let r = ticket.run();
-    lock().sync_end(ticket, r)
 }

@@ -1,0 +1,104 @@
+//! The daemon's background worker: every half second, write-behind of buffered data, the
+//! journal's sync, punching of freed space, the checkpoint when changes are old enough, and
+//! repack when the store is idle; then what the kernel must forget, handed to the front end.
+
+use crate::Engine;
+use scion_fs::Inval;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What the worker does.
+#[derive(Clone, Debug)]
+pub struct BackgroundOptions {
+    /// How often it wakes.
+    pub period: Duration,
+    /// A checkpoint is taken once changes are this old.
+    pub checkpoint_after: Duration,
+    /// Repack scattered files when the store is idle (mount option `repack=idle`).
+    pub repack: bool,
+}
+
+impl Default for BackgroundOptions {
+    fn default() -> Self {
+        BackgroundOptions {
+            period: Duration::from_millis(500),
+            checkpoint_after: Duration::from_secs(30),
+            repack: true,
+        }
+    }
+}
+
+/// Tells the front end what the kernel must forget (called without the engine lock).
+pub type Invalidator = Box<dyn Fn(&[Inval]) + Send>;
+
+/// The running worker; `stop` ends it.
+pub struct Background {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn start(engine: Engine, opts: BackgroundOptions, invalidate: Invalidator) -> Background {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(opts.period);
+                // A panic here (a bug) must not silently end background syncs and
+                // checkpoints: it is logged, the volume is marked failed (so changes get EIO
+                // and the log says why), and the loop goes on with what a failed volume does.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick(&engine, &opts, &invalidate)));
+                if r.is_err() {
+                    engine
+                        .lock()
+                        .fail("a panic in the background thread (see the panic above in this log)");
+                }
+            }
+        });
+        Background {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Ends the worker after its current round.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One round of background work.
+fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator) {
+    // Buffered data of closed files goes to the packs now, without the engine lock, so the
+    // checkpoint that folds it holds requests up for less. Bounded, so that the sync below
+    // still comes every half second or so.
+    engine.write_behind(8);
+    // The journal is synced every half second, without holding up requests while the disk
+    // flushes; a failure is logged and remembered by the engine.
+    if engine.lock().needs_sync() {
+        let _ = engine.fsync();
+    }
+    // Space freed by checkpoints goes back to the host without the engine lock: a punch can
+    // wait seconds for the device's discard.
+    engine.punch(false);
+    let inval = {
+        let mut fs = engine.lock();
+        if let Err(e) = fs.tick(opts.checkpoint_after) {
+            log::error!("background checkpoint: {e}");
+        }
+        if opts.repack {
+            if let Err(e) = fs.background_repack() {
+                log::error!("background repack: {}", std::io::Error::from_raw_os_error(e));
+            }
+        }
+        fs.take_invalidations()
+    };
+    if !inval.is_empty() {
+        invalidate(&inval);
+    }
+}

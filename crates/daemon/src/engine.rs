@@ -1,0 +1,98 @@
+//! One mounted store's engine, shared by the request threads, the background worker and
+//! the control socket.
+
+use scion_fs::{Fs, FsResult, Ino};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A shared engine. Cloning shares it. Every lock goes through `scion_fs::lock`, so a panic
+/// while it was held fails the volume instead of being ignored.
+#[derive(Clone)]
+pub struct Engine {
+    fs: Arc<Mutex<Fs>>,
+}
+
+impl Engine {
+    pub fn new(fs: Fs) -> Engine {
+        Engine {
+            fs: Arc::new(Mutex::new(fs)),
+        }
+    }
+
+    /// The engine, locked: for operations that need nothing done outside the lock.
+    pub fn lock(&self) -> MutexGuard<'_, Fs> {
+        scion_fs::lock(&self.fs)
+    }
+
+    /// `write(2)`: the write's whole chunks go to a pack before the lock is taken (writers
+    /// overlap there), then the write is applied and journaled under it; `then` runs under
+    /// the same lock after a successful write (dropping privileges, say).
+    pub fn write(
+        &self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        then: impl FnOnce(&mut Fs) -> FsResult<()>,
+    ) -> FsResult<u32> {
+        let store = self.lock().store_for_write(ino)?;
+        let ahead = scion_fs::write_ahead(&store, offset, data)?;
+        let mut fs = self.lock();
+        // Takes the blocks written ahead (or frees them if the write is refused).
+        let n = fs.write_with(ino, offset, data, ahead)?;
+        then(&mut fs)?;
+        Ok(n)
+    }
+
+    /// `fsync`: everything acknowledged so far made durable, the lock held only to begin and
+    /// to end the sync, not while the disk flushes (`Fs::sync_begin`), so other requests go
+    /// on meanwhile: an fsync, and the half-second background sync, held every request up
+    /// for its 20-30 ms before.
+    pub fn fsync(&self) -> FsResult<()> {
+        let ticket = self.lock().sync_begin()?;
+        let r = ticket.run();
+        self.lock().sync_end(ticket, r)
+    }
+
+    /// Punches the freed blocks waiting in the engine (scion-fs `punch.rs`) without holding
+    /// the lock while the host works: a punch may wait seconds for the device's discard.
+    /// With `all`, until none is left, waiting out a batch another thread holds.
+    pub fn punch(&self, all: bool) {
+        loop {
+            let (batch, waiting) = {
+                let mut fs = self.lock();
+                (fs.punch_begin(), fs.unpunched_blocks())
+            };
+            match batch {
+                Some(batch) => {
+                    let done = batch.run();
+                    self.lock().punch_end(done);
+                    if !all {
+                        return;
+                    }
+                }
+                None if waiting == 0 || !all => return,
+                None => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+    }
+
+    /// Buffered data of closed files to the packs, without the lock (`flush.rs`), at most
+    /// `batches` batches of it, so that a caller's other periodic work still comes.
+    pub fn write_behind(&self, batches: usize) {
+        for _ in 0..batches {
+            let Some(batch) = self.lock().flush_begin(scion_fs::FLUSH_FROM) else {
+                break;
+            };
+            let done = batch.run();
+            if !self.lock().flush_end(done) {
+                break;
+            }
+        }
+    }
+
+    /// The final checkpoint, through the lock: another holder of the engine (a control
+    /// command finishing its reply) does not keep it from happening. Changes are refused
+    /// afterwards.
+    pub fn close(&self) -> scion_store::Result<()> {
+        self.lock().close_in_place()
+    }
+}

@@ -1,0 +1,11 @@
+//! The service layer between the filesystem model (`scion-fs`) and its front ends (the FUSE
+//! adapter, the control socket). It owns how the engine is shared: the lock, the protocols
+//! that keep slow disk work outside it (write-ahead, fsync, punch), and the background
+//! worker (write-behind, journal sync, punching, checkpoint ticks, repack). The front ends
+//! translate requests into calls on an [`Engine`] and know nothing of the lock.
+
+mod background;
+mod engine;
+
+pub use background::{Background, BackgroundOptions};
+pub use engine::Engine;
