@@ -89,6 +89,13 @@ impl Engine {
         }
     }
 
+    /// `scion scrub` of a mounted store: the committed state is pinned under the lock (a
+    /// checkpoint first) and read without it, so requests go on while every block is read.
+    pub fn scrub(&self) -> FsResult<scion_fs::scrub::ScrubReport> {
+        let pinned = self.lock().pin_committed()?;
+        Ok(pinned.scrub())
+    }
+
     /// The final checkpoint, through the lock: another holder of the engine (a control
     /// command finishing its reply) does not keep it from happening. Changes are refused
     /// afterwards.

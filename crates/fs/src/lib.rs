@@ -22,6 +22,7 @@ mod flush;
 mod fs;
 pub mod inode;
 pub mod journal;
+pub mod pinned;
 mod punch;
 pub mod repack;
 pub mod scrub;

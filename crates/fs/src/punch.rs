@@ -54,7 +54,7 @@ impl Fs {
     /// checkpoint record) until `punch_end` reports them done.
     /// One batch at a time: None while another is out, or when nothing waits.
     pub fn punch_begin(&mut self) -> Option<PunchBatch> {
-        if self.vol.unpunched.is_empty() || self.vol.punching {
+        if self.vol.unpunched.is_empty() || self.vol.punching || self.vol.pinned() {
             return None;
         }
         self.vol.punching = true;
@@ -85,6 +85,10 @@ impl Fs {
     /// Called by a checkpoint once it is committed and no earlier read is in flight.
     pub(crate) fn punch_now_unless_later(&mut self) {
         // Not past the limit while a batch is out: `punch_end` counts on the list's front.
+        // A pinned walk may still read freed blocks: they wait (and stay listed).
+        if self.vol.pinned() {
+            return;
+        }
         if !self.vol.punch_later || (self.vol.unpunched.len() > UNPUNCHED_MAX && !self.vol.punching) {
             let blocks = std::mem::take(&mut self.vol.unpunched);
             punch_logged(&self.vol.forest.store, &blocks);

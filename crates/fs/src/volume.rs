@@ -37,6 +37,9 @@ pub(crate) struct Volume {
     pub(crate) punch_later: bool,
     /// A `PunchBatch` is out (between `punch_begin` and `punch_end`).
     pub(crate) punching: bool,
+    /// Walks of a pinned committed state in progress (`pinned.rs`): while there are any, no
+    /// freed block is punched (they stay listed, and readable, until the last pin goes).
+    pub(crate) pins: Arc<std::sync::atomic::AtomicUsize>,
     /// Why the volume refuses changes, if it does: the in-memory state may not match the
     /// store (a checkpoint or journal write failed half way, an fsync failed, a panic), so
     /// nothing more is committed until a remount replays the journal.
@@ -66,8 +69,14 @@ impl Volume {
             unpunched: Vec::new(),
             punch_later: false,
             punching: false,
+            pins: Default::default(),
             failed: None,
         }
+    }
+
+    /// Whether a pinned walk is in progress (freed blocks must not be punched yet).
+    pub(crate) fn pinned(&self) -> bool {
+        self.pins.load(std::sync::atomic::Ordering::Acquire) > 0
     }
 
     /// Marks the volume failed (the first reason is kept).

@@ -1,0 +1,48 @@
+//! A pinned committed state (`pinned.rs`) is read without the engine while the store goes
+//! on changing: files deleted and checkpoints taken meanwhile do not punch the blocks it
+//! reaches, so a scrub of it finds every block intact; once the pin goes, they are punched.
+
+use scion_fs::Kind;
+
+mod common;
+use common::{new_store, read_all};
+
+#[test]
+fn a_pinned_state_outlives_the_changes_after_it() {
+    let (_tmp, store, mut fs) = new_store();
+    let root = fs.root();
+    let data: Vec<u8> = (0..1 << 20).map(|i| (i % 253) as u8 + 1).collect();
+    for name in ["a", "b"] {
+        let f = fs
+            .mknod(root, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[])
+            .unwrap()
+            .ino;
+        fs.write(f, 0, &data).unwrap();
+    }
+    let pinned = fs.pin_committed().unwrap();
+    let host = scion_store::os_host();
+    let sb = scion_store::Superblock::read(&host, &store).unwrap();
+    let packs = scion_store::BlockStore::open(&host, &store, sb.pack, sb.pack_end, false).unwrap();
+    let before = packs.allocated_bytes().unwrap();
+    // The store changes under the pin: a file deleted, another rewritten, checkpoints that
+    // free their old blocks (and would punch them at once: punch_later is off here).
+    fs.unlink(root, b"a").unwrap();
+    let b = fs.lookup(root, b"b").unwrap().ino;
+    fs.write(b, 0, &vec![7u8; 1 << 20]).unwrap();
+    fs.checkpoint().unwrap();
+    fs.checkpoint().unwrap();
+    assert!(fs.unpunched_blocks() >= 32, "the freed blocks wait for the pin");
+    let rep = pinned.scrub();
+    assert_eq!(rep.damaged_total, 0, "{rep}");
+    assert!(rep.blocks >= 32, "{rep}");
+    // The pin goes: the next checkpoint punches what waited.
+    drop(pinned);
+    fs.checkpoint().unwrap();
+    assert_eq!(fs.unpunched_blocks(), 0);
+    let after = packs.allocated_bytes().unwrap();
+    // Both old files' megabytes went back to the host; the new one took one.
+    assert!(after + (1 << 19) < before, "{before} -> {after} bytes allocated");
+    assert_eq!(read_all(&mut fs, b), vec![7u8; 1 << 20]);
+    // The engine's own scrub (pin and walk at once) sees the new state, clean.
+    assert_eq!(fs.scrub().unwrap().damaged_total, 0);
+}
