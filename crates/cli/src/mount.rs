@@ -178,7 +178,12 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     // The mount's device number: read from the mount table, not by stat (the session does
     // not serve requests yet, so a stat would wait for itself).
     let device = mount_field(&mnt, 2).ok_or_else(|| format!("{} is not in the mount table", mnt.display()))?;
-    crate::control::serve(&store, engine.clone(), session.notifier(), device)?;
+    {
+        let notifier = session.notifier();
+        let invalidate =
+            std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&notifier, inval));
+        scion_daemon::server::serve(&store, engine.clone(), device, invalidate)?;
+    }
     log::info!("mounted {} at {}", store.display(), mnt.display());
     tune_bdi(&mnt);
     report_ready("ok");

@@ -1,8 +1,10 @@
 //! `scion clone`, `snapshot`, `destroy`, `list`: find the store behind a path, then ask its
 //! daemon (mounted) or open it directly (unmounted, with `--store`).
 
-use crate::control::{self, Op, Request};
+use crate::control;
 use scion::wire::Template;
+use scion_daemon::control::{execute, Op, Reply, Target};
+use scion_daemon::server;
 use scion_fs::{Fs, MountOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -87,9 +89,9 @@ fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located,
     })
 }
 
-fn run(at: &Located, req: Request) -> Result<(), String> {
-    let text = if let Some(mnt) = &at.mnt {
-        if matches!(req.op, Op::Clone | Op::Snapshot) {
+fn run(at: &Located, op: Op) -> Result<(), String> {
+    let reply = if let Some(mnt) = &at.mnt {
+        if matches!(op, Op::Clone { .. } | Op::Snapshot { .. }) {
             // The kernel may hold written data the daemon has not seen yet (writeback
             // caching): a clone is of what processes see, so flush it first.
             if let Ok(d) = std::fs::File::open(mnt) {
@@ -100,23 +102,16 @@ fn run(at: &Located, req: Request) -> Result<(), String> {
         // The mount table says which store a mount is, but any FUSE filesystem can claim
         // a name there: the store's own daemon must confirm that this mount is its own,
         // or a user's mount could steer root's command into root's store.
-        let theirs = control::call(
-            &at.store,
-            &Request {
-                op: Op::Identify,
-                fields: Vec::new(),
-            },
-        )
-        .map_err(|e| {
-            if e.contains("unknown operation") {
-                format!(
-                    "the daemon of {} runs an older scion ({e}); unmount and mount it again with this one",
+        let theirs = match server::call(&at.store, &Op::Identify, &mut |_, _, _| {}) {
+            Ok(Reply::Identity(d)) => d,
+            Ok(r) => {
+                return Err(format!(
+                    "the daemon of {} answered {r:?} to identify",
                     at.store.display()
-                )
-            } else {
-                e
+                ))
             }
-        })?;
+            Err(e) => return Err(e.message),
+        };
         if theirs != at.device {
             return Err(format!(
                 "{} claims to be store {} but is not that store's mount (device {}, its daemon serves {}); refusing",
@@ -126,14 +121,26 @@ fn run(at: &Located, req: Request) -> Result<(), String> {
                 theirs
             ));
         }
-        control::call(&at.store, &req)?
+        // Progress of long operations, on a terminal.
+        let tty = unsafe { libc::isatty(2) } == 1;
+        let mut progress = |_done: u64, _total: u64, what: &str| {
+            if tty {
+                eprint!("\r{what}\x1b[K");
+            }
+        };
+        let r = server::call(&at.store, &op, &mut progress);
+        if tty {
+            eprint!("\r\x1b[K");
+        }
+        r.map_err(|e| e.message)?
     } else {
         let mut fs =
             Fs::open(&at.store, MountOptions::new("scion (clone/snapshot/destroy/list)")).map_err(|e| e.to_string())?;
-        let r = control::execute(&mut fs, &req).map(|(t, _)| t);
+        let r = execute(&mut fs, &op).map(|(reply, _)| reply);
         fs.close().map_err(|e| e.to_string())?;
-        r?
+        r.map_err(|e| e.message)?
     };
+    let text = control::render(&op, &reply)?;
     print!("{text}");
     if !text.ends_with('\n') {
         println!();
@@ -181,7 +188,7 @@ pub fn clone(
             dst.display()
         ));
     }
-    let mut fields = vec![s.rel.clone(), d.rel.clone()];
+    let mut excludes = Vec::new();
     for e in &exclude {
         // Absolute: must lie inside SRC. Relative: taken from SRC.
         let rel = if e.is_absolute() && store.is_none() {
@@ -198,9 +205,23 @@ pub fn clone(
         } else {
             e.clone()
         };
-        fields.push(rel.as_os_str().as_bytes().to_vec());
+        let names: Vec<Vec<u8>> = rel
+            .as_os_str()
+            .as_bytes()
+            .split(|b| *b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+            .map(|c| c.to_vec())
+            .collect();
+        if !names.is_empty() {
+            excludes.push(names);
+        }
     }
-    run(&s, Request { op: Op::Clone, fields })
+    let op = Op::Clone {
+        src: s.rel.clone(),
+        dst: d.rel.clone(),
+        excludes,
+    };
+    run(&s, op)
 }
 
 fn utc_now_name() -> String {
@@ -218,9 +239,9 @@ pub fn snapshot(path: PathBuf, name: Option<String>, store: Option<PathBuf>) -> 
     let name = name.unwrap_or_else(utc_now_name);
     run(
         &at,
-        Request {
-            op: Op::Snapshot,
-            fields: vec![at.rel.clone(), name.into_bytes()],
+        Op::Snapshot {
+            path: at.rel.clone(),
+            name: name.into_bytes(),
         },
     )
 }
@@ -237,13 +258,10 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
             },
             None => locate(Path::new("."), true, &store)?,
         };
-        return run(
-            &at,
-            Request {
-                op: Op::Destroy,
-                fields: vec![id.as_bytes().to_vec()],
-            },
-        );
+        let id: u32 = id[1..]
+            .parse()
+            .map_err(|_| "a clone id is @ and a number, as `scion list` shows it".to_string())?;
+        return run(&at, Op::Destroy(Target::Id(id)));
     }
     // Not canonicalised: the last name is the clone itself, not what a symlink points at.
     let at = if store.is_some() {
@@ -263,13 +281,7 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
         l.rel.extend_from_slice(name.as_bytes());
         l
     };
-    run(
-        &at,
-        Request {
-            op: Op::Destroy,
-            fields: vec![at.rel.clone()],
-        },
-    )
+    run(&at, Op::Destroy(Target::Path(at.rel.clone())))
 }
 
 /// An optional path: inside the store given with --store (taken as is), or in a mount
@@ -288,12 +300,8 @@ fn optional_path(path: Option<PathBuf>, store: &Option<PathBuf>) -> Result<Locat
 
 pub fn list(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
     let at = optional_path(path, &store)?;
-    let fields = if at.rel.is_empty() {
-        Vec::new()
-    } else {
-        vec![at.rel.clone()]
-    };
-    run(&at, Request { op: Op::List, fields })
+    let under = (!at.rel.is_empty()).then(|| at.rel.clone());
+    run(&at, Op::List { under })
 }
 
 pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
@@ -306,22 +314,16 @@ pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String
         },
         (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
     };
-    run(
-        &at,
-        Request {
-            op: Op::Scrub,
-            fields: Vec::new(),
-        },
-    )
+    run(&at, Op::Scrub)
 }
 
 pub fn repack(path: Option<PathBuf>, store: Option<PathBuf>, budget: u64) -> Result<(), String> {
     let at = optional_path(path, &store)?;
     run(
         &at,
-        Request {
-            op: Op::Repack,
-            fields: vec![at.rel.clone(), budget.to_string().into_bytes()],
+        Op::Repack {
+            path: at.rel.clone(),
+            budget,
         },
     )
 }

@@ -90,10 +90,11 @@ impl Engine {
     }
 
     /// `scion scrub` of a mounted store: the committed state is pinned under the lock (a
-    /// checkpoint first) and read without it, so requests go on while every block is read.
-    pub fn scrub(&self) -> FsResult<scion_fs::scrub::ScrubReport> {
+    /// checkpoint first) and read without it, so requests go on while every block is read;
+    /// `progress` hears (blocks, bytes) read so far every 4,096 blocks.
+    pub fn scrub(&self, progress: &mut dyn FnMut(u64, u64)) -> FsResult<scion_fs::scrub::ScrubReport> {
         let pinned = self.lock().pin_committed()?;
-        Ok(pinned.scrub())
+        Ok(pinned.scrub_with_progress(4096, progress))
     }
 
     /// The final checkpoint, through the lock: another holder of the engine (a control

@@ -5,7 +5,10 @@
 //! translate requests into calls on an [`Engine`] and know nothing of the lock.
 
 mod background;
+pub mod control;
 mod engine;
+pub mod server;
+pub mod wire;
 
 pub use background::{Background, BackgroundOptions};
 pub use engine::Engine;

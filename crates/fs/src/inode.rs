@@ -115,10 +115,10 @@ impl Ts {
                 + std::time::Duration::from_nanos(self.nsec as u64)
         }
     }
-    pub(crate) fn encode(&self, w: &mut Writer) {
+    pub fn encode(&self, w: &mut Writer) {
         w.i64(self.sec).u32(self.nsec);
     }
-    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Ts> {
+    pub fn decode(r: &mut Reader<'_>) -> Result<Ts> {
         let sec = r.i64()?;
         let nsec = r.u32()?;
         if nsec >= 1_000_000_000 {

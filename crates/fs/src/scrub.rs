@@ -53,13 +53,42 @@ impl Visit for ScrubReport {
     }
 }
 
+/// A scrub that tells `progress` (blocks, bytes) every `every` blocks.
+struct WithProgress<'a> {
+    rep: ScrubReport,
+    every: u64,
+    progress: &'a mut dyn FnMut(u64, u64),
+}
+
+impl Visit for WithProgress<'_> {
+    fn block(&mut self, path: &str, ptr: &BlockPtr, read: &scion_store::Result<Vec<u8>>) {
+        self.rep.block(path, ptr, read);
+        if self.rep.blocks % self.every == 0 {
+            (self.progress)(self.rep.blocks, self.rep.bytes);
+        }
+    }
+
+    fn damaged(&mut self, path: &str, what: String) {
+        self.rep.damaged(path, what);
+    }
+}
+
 impl Pinned {
     /// Scrubs the pinned state: every block read once, however many clones share it, and
     /// its damage reported under the first path that reached it. Needs no engine lock.
     pub fn scrub(&self) -> ScrubReport {
-        let mut rep = ScrubReport::default();
-        self.walk(&mut rep);
-        rep
+        self.scrub_with_progress(u64::MAX, &mut |_, _| {})
+    }
+
+    /// `scrub`, telling `progress` the blocks and bytes read so far every `every` blocks.
+    pub fn scrub_with_progress(&self, every: u64, progress: &mut dyn FnMut(u64, u64)) -> ScrubReport {
+        let mut v = WithProgress {
+            rep: ScrubReport::default(),
+            every: every.max(1),
+            progress,
+        };
+        self.walk(&mut v);
+        v.rep
     }
 }
 

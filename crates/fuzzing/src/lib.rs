@@ -169,10 +169,15 @@ pub fn ref_table(data: &[u8]) {
     let _ = scion_tree::RefTable::decode(&mut Reader::new(data, "fuzz refs"));
 }
 
-/// A control-socket message: the frame and the request inside it.
+/// A control-socket message: a frame, a request and a reply frame (`scion_daemon::wire`).
+/// A request that decodes re-encodes to one that decodes to the same operation.
 pub fn control(data: &[u8]) {
-    let _ = scion::wire::read_frame(&mut std::io::Cursor::new(data));
-    let _ = scion::wire::Request::decode(data);
+    let _ = scion_daemon::wire::read_frame(&mut std::io::Cursor::new(data));
+    if let Ok(op) = scion_daemon::wire::decode_request(data) {
+        let again = scion_daemon::wire::decode_request(&scion_daemon::wire::encode_request(&op));
+        assert_eq!(again.as_ref(), Ok(&op), "a request changes through encoding");
+    }
+    let _ = scion_daemon::wire::decode_frame(data);
 }
 
 /// A clone template file.

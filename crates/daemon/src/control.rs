@@ -1,0 +1,166 @@
+//! Control operations: what `scion clone`, `snapshot`, `destroy`, `list`, `scrub` and
+//! `repack` ask of a store, typed, and what each means. A mounted store's daemon runs them
+//! for the control socket; a command on an unmounted store runs them on the store it opened.
+//! Replies are typed too: the CLI decides how to print them.
+
+use scion_fs::repack::RepackReport;
+use scion_fs::scrub::ScrubReport;
+use scion_fs::{Fs, Inval, Listing};
+
+/// An operation. Paths are from the mount root, names separated by `/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// A clone of directory `src` as the new directory `dst`, without the paths in
+    /// `excludes` (each a list of names below `src`).
+    Clone {
+        src: Vec<u8>,
+        dst: Vec<u8>,
+        excludes: Vec<Vec<Vec<u8>>>,
+    },
+    /// A read-only snapshot `name` of directory `path`.
+    Snapshot { path: Vec<u8>, name: Vec<u8> },
+    /// Destroys a clone or snapshot, by path (`D/.snapshot/NAME` for a snapshot) or by the
+    /// id `scion list` shows.
+    Destroy(Target),
+    /// Clones and snapshots at or below `under` (all of them without it).
+    List { under: Option<Vec<u8>> },
+    /// Reads and verifies every block of the committed state.
+    Scrub,
+    /// Rewrites scattered files below `path` back to back, up to `budget` bytes moved.
+    Repack { path: Vec<u8>, budget: u64 },
+    /// Which mount the daemon serves (its device, `major:minor`).
+    Identify,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Path(Vec<u8>),
+    Id(u32),
+}
+
+/// What an operation did.
+#[derive(Debug)]
+pub enum Reply {
+    Cloned,
+    Snapshotted,
+    Destroyed,
+    Listing(Vec<Listing>),
+    Scrubbed(ScrubReport),
+    Repacked(RepackReport),
+    Identity(String),
+}
+
+/// Why an operation failed: the errno, if the engine gave one, and a message saying what
+/// was refused and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub errno: i32,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(errno: i32, message: impl Into<String>) -> Failure {
+        Failure {
+            errno,
+            message: message.into(),
+        }
+    }
+
+    /// `what: <the errno's text>`.
+    fn errno(what: String) -> impl FnOnce(i32) -> Failure {
+        move |e| Failure::new(e, format!("{what}: {}", std::io::Error::from_raw_os_error(e)))
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// `/a/b` for the path `a/b`, as messages show paths.
+pub fn show(p: &[u8]) -> String {
+    format!("/{}", String::from_utf8_lossy(p).trim_start_matches('/'))
+}
+
+/// Runs an operation on an open engine: its reply, and what the kernel must forget.
+/// (`Identify` is the daemon's to answer: it has no meaning here.)
+pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
+    let (reply, mut inval) = match op {
+        Op::Clone { src, dst, excludes } => {
+            if excludes.iter().any(|e| e.iter().any(|c| c == b"..")) {
+                return Err(Failure::new(libc::EINVAL, "an excluded path may not contain '..'"));
+            }
+            let s = fs.resolve_path(src).map_err(Failure::errno(show(src)))?;
+            let (p, name) = fs.resolve_parent(dst).map_err(Failure::errno(show(dst)))?;
+            fs.clone_dir(s, p, &name, excludes, &show(src).into_bytes())
+                .map_err(Failure::errno(format!("clone of {} to {}", show(src), show(dst))))?;
+            (Reply::Cloned, vec![Inval::Entry(p, name), Inval::Inode(p)])
+        }
+        Op::Snapshot { path, name } => {
+            let d = fs.resolve_path(path).map_err(Failure::errno(show(path)))?;
+            fs.snapshot(d, name, &show(path).into_bytes())
+                .map_err(Failure::errno(format!("snapshot of {}", show(path))))?;
+            let snapdir = d | scion_fs::clone::SNAPDIR_BIT;
+            (
+                Reply::Snapshotted,
+                vec![Inval::Entry(snapdir, name.to_vec()), Inval::Inode(snapdir)],
+            )
+        }
+        Op::Destroy(Target::Id(id)) => {
+            fs.destroy_id(*id).map_err(|e| {
+                if e == libc::EINVAL || e == libc::ENOENT {
+                    Failure::new(libc::ENOENT, format!("no clone or snapshot with id {id}"))
+                } else {
+                    Failure::errno(format!("destroy of @{id}"))(e)
+                }
+            })?;
+            (Reply::Destroyed, Vec::new())
+        }
+        Op::Destroy(Target::Path(path)) => {
+            let (p, name) = fs.resolve_parent(path).map_err(Failure::errno(show(path)))?;
+            let ino = fs.resolve_path(path).map_err(Failure::errno(show(path)))?;
+            fs.destroy(ino).map_err(|e| {
+                if e == libc::EINVAL {
+                    Failure::new(e, format!("{} is not a clone or snapshot", show(path)))
+                } else {
+                    Failure::errno(format!("destroy of {}", show(path)))(e)
+                }
+            })?;
+            (Reply::Destroyed, vec![Inval::Entry(p, name), Inval::Inode(p)])
+        }
+        Op::List { under } => {
+            let under = under.as_ref().map(|p| show(p)).filter(|p| p != "/");
+            let rows = fs
+                .list()
+                .map_err(Failure::errno("list".into()))?
+                .into_iter()
+                .filter(|l| {
+                    let Some(u) = &under else { return true };
+                    let p = l.path.as_ref().map(|p| show(p)).unwrap_or_default();
+                    p == *u || p.starts_with(&format!("{u}/"))
+                })
+                .collect();
+            (Reply::Listing(rows), Vec::new())
+        }
+        Op::Scrub => (
+            Reply::Scrubbed(fs.scrub().map_err(Failure::errno("scrub".into()))?),
+            Vec::new(),
+        ),
+        Op::Repack { path, budget } => {
+            let d = fs.resolve_path(path).map_err(Failure::errno(show(path)))?;
+            let r = fs
+                .repack(d, *budget)
+                .map_err(Failure::errno(format!("repack of {}", show(path))))?;
+            (Reply::Repacked(r), Vec::new())
+        }
+        Op::Identify => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                "identify is answered by a mounted store's daemon only",
+            ))
+        }
+    };
+    inval.extend(fs.take_invalidations());
+    Ok((reply, inval))
+}

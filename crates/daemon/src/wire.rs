@@ -1,0 +1,337 @@
+//! The control protocol between `scion` commands and a mounted store's daemon, version 2.
+//! Decoded without trusting the other side: every length is checked against what remains
+//! (`scion_store::codec::Reader`), and a frame is at most `MAX_MESSAGE` bytes.
+//!
+//! A connection carries one request and its reply. Both are sequences of frames, `len u32
+//! (LE)` then the body. The request is one frame: `magic "SCNC", version u8, op` (below).
+//! The reply is any number of progress frames, then one final frame, a reply or a failure;
+//! so an operation may stream as long as it likes, the limit applying to each frame:
+//!
+//! ```text
+//! progress  0x10  done u64, total u64 (0: unknown), what (u32 len + bytes)
+//! reply     0x11  the typed reply (below)
+//! failure   0x12  errno u32, message (u32 len + bytes)
+//! ```
+//!
+//! Version 1 (before issue 17) answered with a status byte, 0 or 1, and a text: a body that
+//! begins with either is an older daemon's, and is reported as such.
+
+use crate::control::{Failure, Op, Reply, Target};
+use scion_fs::repack::RepackReport;
+use scion_fs::scrub::ScrubReport;
+use scion_fs::{Listing, NsKind, Ts};
+use scion_store::codec::{Reader, Writer};
+use std::io::{Read, Write};
+
+pub const MAGIC: &[u8; 4] = b"SCNC";
+pub const VERSION: u8 = 2;
+/// Largest frame, either way.
+pub const MAX_MESSAGE: usize = 1 << 20;
+/// Most names in an excluded path, and most excluded paths.
+const MAX_FIELDS: usize = 4096;
+
+const PROGRESS: u8 = 0x10;
+const REPLY: u8 = 0x11;
+const FAILURE: u8 = 0x12;
+
+pub fn write_frame(s: &mut impl Write, body: &[u8]) -> std::io::Result<()> {
+    if body.len() > MAX_MESSAGE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("message of {} bytes exceeds {MAX_MESSAGE}", body.len()),
+        ));
+    }
+    s.write_all(&(body.len() as u32).to_le_bytes())?;
+    s.write_all(body)
+}
+
+pub fn read_frame(s: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut l = [0u8; 4];
+    s.read_exact(&mut l)?;
+    let len = u32::from_le_bytes(l) as usize;
+    if len > MAX_MESSAGE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("message of {len} bytes exceeds {MAX_MESSAGE}"),
+        ));
+    }
+    let mut b = vec![0u8; len];
+    s.read_exact(&mut b)?;
+    Ok(b)
+}
+
+fn bad(e: scion_store::Error) -> String {
+    e.to_string()
+}
+
+// ----- requests ---------------------------------------------------------------------------
+
+pub fn encode_request(op: &Op) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.raw(MAGIC).u8(VERSION);
+    match op {
+        Op::Clone { src, dst, excludes } => {
+            w.u8(1).bytes(src).bytes(dst).u32(excludes.len() as u32);
+            for e in excludes {
+                w.u32(e.len() as u32);
+                for n in e {
+                    w.bytes(n);
+                }
+            }
+        }
+        Op::Snapshot { path, name } => {
+            w.u8(2).bytes(path).bytes(name);
+        }
+        Op::Destroy(Target::Path(p)) => {
+            w.u8(3).bytes(p);
+        }
+        Op::Destroy(Target::Id(id)) => {
+            w.u8(4).u32(*id);
+        }
+        Op::List { under } => {
+            w.u8(5)
+                .u8(under.is_some() as u8)
+                .bytes(under.as_deref().unwrap_or_default());
+        }
+        Op::Scrub => {
+            w.u8(6);
+        }
+        Op::Repack { path, budget } => {
+            w.u8(7).bytes(path).u64(*budget);
+        }
+        Op::Identify => {
+            w.u8(8);
+        }
+    }
+    w.finish()
+}
+
+/// A request's operation; an error names what is wrong with it.
+pub fn decode_request(b: &[u8]) -> Result<Op, String> {
+    let mut r = Reader::new(b, "control request");
+    if r.raw(4).map_err(bad)? != MAGIC {
+        return Err("not a scion control request".into());
+    }
+    let v = r.u8().map_err(bad)?;
+    if v != VERSION {
+        return Err(format!(
+            "control protocol version {v} is not supported (this daemon speaks {VERSION}); use the scion that mounted the store"
+        ));
+    }
+    let op = match r.u8().map_err(bad)? {
+        1 => {
+            let src = r.bytes().map_err(bad)?.to_vec();
+            let dst = r.bytes().map_err(bad)?.to_vec();
+            let n = r.count(4).map_err(bad)?;
+            if n > MAX_FIELDS {
+                return Err(format!("{n} excluded paths, more than {MAX_FIELDS}"));
+            }
+            let mut excludes = Vec::with_capacity(n);
+            for _ in 0..n {
+                let m = r.count(4).map_err(bad)?;
+                if m > MAX_FIELDS {
+                    return Err(format!("an excluded path of {m} names, more than {MAX_FIELDS}"));
+                }
+                let mut names = Vec::with_capacity(m);
+                for _ in 0..m {
+                    names.push(r.bytes().map_err(bad)?.to_vec());
+                }
+                excludes.push(names);
+            }
+            Op::Clone { src, dst, excludes }
+        }
+        2 => Op::Snapshot {
+            path: r.bytes().map_err(bad)?.to_vec(),
+            name: r.bytes().map_err(bad)?.to_vec(),
+        },
+        3 => Op::Destroy(Target::Path(r.bytes().map_err(bad)?.to_vec())),
+        4 => Op::Destroy(Target::Id(r.u32().map_err(bad)?)),
+        5 => {
+            let has = r.u8().map_err(bad)?;
+            let p = r.bytes().map_err(bad)?.to_vec();
+            Op::List {
+                under: (has != 0).then_some(p),
+            }
+        }
+        6 => Op::Scrub,
+        7 => Op::Repack {
+            path: r.bytes().map_err(bad)?.to_vec(),
+            budget: r.u64().map_err(bad)?,
+        },
+        8 => Op::Identify,
+        o => return Err(format!("unknown operation {o}")),
+    };
+    r.expect_end().map_err(bad)?;
+    Ok(op)
+}
+
+// ----- replies ----------------------------------------------------------------------------
+
+/// A frame of a reply stream.
+#[derive(Debug)]
+pub enum Frame {
+    Progress { done: u64, total: u64, what: String },
+    Reply(Reply),
+    Failure(Failure),
+}
+
+pub fn encode_progress(done: u64, total: u64, what: &str) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.u8(PROGRESS).u64(done).u64(total).bytes(what.as_bytes());
+    w.finish()
+}
+
+pub fn encode_failure(f: &Failure) -> Vec<u8> {
+    let mut w = Writer::new();
+    // The message is cut to fit a frame.
+    let m = &f.message.as_bytes()[..f.message.len().min(MAX_MESSAGE - 64)];
+    w.u8(FAILURE).u32(f.errno as u32).bytes(m);
+    w.finish()
+}
+
+/// A reply frame. A listing or damage list too long for one frame is cut, and says so.
+pub fn encode_reply(reply: &Reply) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.u8(REPLY);
+    match reply {
+        Reply::Cloned => {
+            w.u8(1);
+        }
+        Reply::Snapshotted => {
+            w.u8(2);
+        }
+        Reply::Destroyed => {
+            w.u8(3);
+        }
+        Reply::Listing(rows) => {
+            let mut body = Writer::new();
+            let mut n = 0u32;
+            for l in rows {
+                let mut row = Writer::new();
+                row.u32(l.ns).u8(l.kind as u8).u8(l.path.is_some() as u8);
+                row.bytes(l.path.as_deref().unwrap_or_default()).bytes(&l.origin);
+                l.created.encode(&mut row);
+                row.u64(l.referenced).u64(l.exclusive);
+                let row = row.finish();
+                if body.buf.len() + row.len() > MAX_MESSAGE - 64 {
+                    break;
+                }
+                body.raw(&row);
+                n += 1;
+            }
+            w.u8(4).u32(n).raw(&body.finish());
+        }
+        Reply::Scrubbed(s) => {
+            w.u8(5).u64(s.blocks).u64(s.bytes).u64(s.damaged_total);
+            let mut body = Writer::new();
+            let mut n = 0u32;
+            for (p, e) in &s.damage {
+                if body.buf.len() + p.len() + e.len() + 8 > MAX_MESSAGE - 64 {
+                    break;
+                }
+                body.bytes(p.as_bytes()).bytes(e.as_bytes());
+                n += 1;
+            }
+            w.u32(n).raw(&body.finish());
+        }
+        Reply::Repacked(r) => {
+            w.u8(6)
+                .u64(r.files)
+                .u64(r.contiguous)
+                .u64(r.shared)
+                .u64(r.busy)
+                .u64(r.moved_files)
+                .u64(r.moved_bytes)
+                .u8(r.budget_reached as u8);
+        }
+        Reply::Identity(d) => {
+            w.u8(7).bytes(d.as_bytes());
+        }
+    }
+    w.finish()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A frame of a reply stream; an error says what is wrong with it.
+pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
+    let mut r = Reader::new(b, "control reply");
+    let kind = r.u8().map_err(bad)?;
+    let f = match kind {
+        0 | 1 => {
+            return Err(format!(
+                "the daemon runs an older scion (control protocol 1), which said: {}; unmount and mount the store again with this one",
+                text(&b[1..])
+            ))
+        }
+        PROGRESS => Frame::Progress {
+            done: r.u64().map_err(bad)?,
+            total: r.u64().map_err(bad)?,
+            what: text(r.bytes().map_err(bad)?),
+        },
+        FAILURE => Frame::Failure(Failure::new(r.u32().map_err(bad)? as i32, text(r.bytes().map_err(bad)?))),
+        REPLY => Frame::Reply(match r.u8().map_err(bad)? {
+            1 => Reply::Cloned,
+            2 => Reply::Snapshotted,
+            3 => Reply::Destroyed,
+            4 => {
+                let n = r.count(4 + 1 + 1 + 4 + 4 + 12 + 16).map_err(bad)?;
+                let mut rows = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let ns = r.u32().map_err(bad)?;
+                    let kind = match r.u8().map_err(bad)? {
+                        0 => NsKind::Main,
+                        1 => NsKind::Clone,
+                        2 => NsKind::Snapshot,
+                        k => return Err(format!("unknown namespace kind {k}")),
+                    };
+                    let has_path = r.u8().map_err(bad)? != 0;
+                    let path = r.bytes().map_err(bad)?.to_vec();
+                    let origin = r.bytes().map_err(bad)?.to_vec();
+                    let created = Ts::decode(&mut r).map_err(bad)?;
+                    rows.push(Listing {
+                        ns,
+                        kind,
+                        path: has_path.then_some(path),
+                        origin,
+                        created,
+                        referenced: r.u64().map_err(bad)?,
+                        exclusive: r.u64().map_err(bad)?,
+                    });
+                }
+                Reply::Listing(rows)
+            }
+            5 => {
+                let mut s = ScrubReport {
+                    blocks: r.u64().map_err(bad)?,
+                    bytes: r.u64().map_err(bad)?,
+                    damaged_total: r.u64().map_err(bad)?,
+                    damage: Vec::new(),
+                };
+                let n = r.count(8).map_err(bad)?;
+                for _ in 0..n {
+                    let p = text(r.bytes().map_err(bad)?);
+                    let e = text(r.bytes().map_err(bad)?);
+                    s.damage.push((p, e));
+                }
+                Reply::Scrubbed(s)
+            }
+            6 => Reply::Repacked(RepackReport {
+                files: r.u64().map_err(bad)?,
+                contiguous: r.u64().map_err(bad)?,
+                shared: r.u64().map_err(bad)?,
+                busy: r.u64().map_err(bad)?,
+                moved_files: r.u64().map_err(bad)?,
+                moved_bytes: r.u64().map_err(bad)?,
+                budget_reached: r.u8().map_err(bad)? != 0,
+            }),
+            7 => Reply::Identity(text(r.bytes().map_err(bad)?)),
+            k => return Err(format!("unknown reply {k}")),
+        }),
+        k => return Err(format!("unknown reply frame {k:#x}")),
+    };
+    r.expect_end().map_err(bad)?;
+    Ok(f)
+}
