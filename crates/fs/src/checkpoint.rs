@@ -826,6 +826,10 @@ impl Fs {
         r
     }
 
+    /// A checkpoint, in its steps: what changed since the last one is folded into new
+    /// tree versions bottom-up (files, directories deepest first, link tables, the namespace
+    /// table), written, synced and committed by a new superblock; then what the old versions
+    /// alone held is freed.
     fn checkpoint_inner(&mut self, fold: Fold) -> Result<()> {
         let t0 = Instant::now();
         let data_bytes = self.dirty_bytes;
@@ -843,10 +847,48 @@ impl Fs {
         // 0. Files with only small overwrites are carried, not folded.
         let carry = self.carry(&mut dirty, &fold)?;
         crate::failpoint::hit("checkpoint");
+        let targets = self.prepass(&dirty);
+        let n_dirty = dirty.len();
+        self.fold_files(&dirty)?;
+        self.dirty_bytes = self.orphans.iter().map(|i| chunk_bytes(&self.nodes[i])).sum();
+        let t_files = t0.elapsed();
+        let (fresh_roots, fresh_sums) = self.fold_dirs(&dirty)?;
+        self.fold_namespaces(&fresh_roots, &fresh_sums)?;
+        // The prepass references not released above now belong to the records written.
+        for ino in targets.iter().chain(&dirty) {
+            if let Some(n) = self.nodes.get_mut(ino) {
+                n.prepass = None;
+                n.prepass_sum = None;
+            }
+        }
+        let Committed {
+            generation,
+            freed,
+            t_built,
+            t_synced,
+        } = self.commit(&carry, t0)?;
+        self.after_commit(carry, dirty, freed);
+        self.last_checkpoint = Instant::now();
+        log::debug!(
+            "checkpoint {generation}: {} MiB of buffered data ({} MiB more written behind), {} inodes changed; files {:?}, trees {:?}, pack sync {:?}, commit {:?}",
+            data_bytes >> 20,
+            flushed_bytes >> 20,
+            n_dirty,
+            t_files,
+            t_built - t_files,
+            t_synced - t_built,
+            self.last_checkpoint - t0 - t_synced,
+        );
+        Ok(())
+    }
 
-        // 1. Prepass: references for every record about to be rewritten, and for orphans.
+    /// Step 1, the prepass: a reference on the old content (and summary) of every record
+    /// about to be rewritten, so that a record moving between directories in one batch
+    /// (rename) is held whichever side releases first; and orphan references for files
+    /// removed while open. Returns the records rewritten through their parents' overlays.
+    fn prepass(&mut self, dirty: &[Ino]) -> HashSet<Ino> {
         let mut targets: HashSet<Ino> = HashSet::new();
-        for dir in &dirty {
+        for dir in dirty {
             let n = &self.nodes[dir];
             if n.loc == Loc::Gone {
                 continue;
@@ -890,8 +932,11 @@ impl Fs {
             }
         }
 
-        let n_dirty = dirty.len();
-        // 2. File overlays become content trees.
+        targets
+    }
+
+    /// Step 2: file overlays become content trees (or inline bytes, or a direct chunk).
+    fn fold_files(&mut self, dirty: &[Ino]) -> Result<()> {
         let files: Vec<Ino> = dirty
             .iter()
             .filter(|i| {
@@ -901,97 +946,107 @@ impl Fs {
             .copied()
             .collect();
         for ino in files {
-            let n = &self.nodes[&ino];
-            // Invariant: a file folded here is named in its parent's overlay or its link table,
-            // so the prepass holds a reference to its old content, released below.
-            assert_eq!(
-                n.prepass, n.inode.content,
-                "ino {ino}: folded without a prepass reference"
-            );
-            // A file that stores nothing past chunk 0 keeps it in its record: inline bytes, or
-            // the block (and patches) a one-entry content tree would hold.
-            if let Some(one) = self.single_chunk(ino)? {
-                let n = self.nodes.get_mut(&ino).unwrap();
-                // Buffers are dropped; the only block the overlay may hold is chunk 0's,
-                // whose reference `single_chunk` moved to the result.
-                n.chunks.clear();
-                let i = &mut n.inode;
-                (i.inline, i.direct) = (Vec::new(), None);
-                match one {
-                    OneChunk::Inline(bytes) => {
-                        i.alloc = bytes.len() as u64;
-                        i.content = None;
-                        i.inline = bytes;
-                    }
-                    OneChunk::Direct(block, patches) => {
-                        i.alloc = (block.len as u64).max(patches.end() as u64);
-                        i.content = Some(block);
-                        i.direct = Some(patches);
-                    }
-                    OneChunk::Empty => {
-                        i.alloc = 0;
-                        i.content = None;
-                    }
-                }
-                if let Some(p) = n.prepass.take() {
-                    self.vol.forest.release(&p)?;
-                }
-                continue;
-            }
+            self.fold_file(ino)?;
+        }
+        Ok(())
+    }
+
+    /// One file's overlay folded into its record: inline bytes, a direct chunk, or a new
+    /// version of its content tree.
+    fn fold_file(&mut self, ino: Ino) -> Result<()> {
+        let n = &self.nodes[&ino];
+        // Invariant: a file folded here is named in its parent's overlay or its link table,
+        // so the prepass holds a reference to its old content, released below.
+        assert_eq!(
+            n.prepass, n.inode.content,
+            "ino {ino}: folded without a prepass reference"
+        );
+        // A file that stores nothing past chunk 0 keeps it in its record: inline bytes, or
+        // the block (and patches) a one-entry content tree would hold.
+        if let Some(one) = self.single_chunk(ino)? {
             let n = self.nodes.get_mut(&ino).unwrap();
-            let chunks = std::mem::take(&mut n.chunks);
-            let mut ops: Vec<Op> = Vec::with_capacity(chunks.len() + 1);
-            let mut alloc_fix: i64 = 0;
-            // Chunk 0 kept in the record by a file that now needs a tree moves into it.
-            let old_inline = std::mem::take(&mut n.inode.inline);
-            let old_direct = n.inode.direct_chunk();
-            n.inode.direct = None;
-            let tree = if old_direct.is_some() { None } else { n.inode.content };
-            if !chunks.contains_key(&0) {
-                if !old_inline.is_empty() {
-                    let ptr = self.vol.forest.store.write(BlockKind::Data, &old_inline)?;
-                    ops.push((chunk_key(0), Some(Value::new(Vec::new(), vec![ptr]))));
+            // Buffers are dropped; the only block the overlay may hold is chunk 0's,
+            // whose reference `single_chunk` moved to the result.
+            n.chunks.clear();
+            let i = &mut n.inode;
+            (i.inline, i.direct) = (Vec::new(), None);
+            match one {
+                OneChunk::Inline(bytes) => {
+                    i.alloc = bytes.len() as u64;
+                    i.content = None;
+                    i.inline = bytes;
                 }
-                if let Some(c) = old_direct {
-                    self.vol.forest.refs.inc(&c.block);
-                    ops.push((chunk_key(0), Some(c.to_value())));
+                OneChunk::Direct(block, patches) => {
+                    i.alloc = (block.len as u64).max(patches.end() as u64);
+                    i.content = Some(block);
+                    i.direct = Some(patches);
                 }
-            }
-            for (idx, c) in chunks {
-                match c {
-                    Chunk::Buf(buf) if buf.iter().any(|b| *b != 0) => {
-                        let ptr = self.vol.forest.store.write(BlockKind::Data, &buf)?;
-                        ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr]))));
-                    }
-                    Chunk::Buf(buf) => {
-                        // All zeros: stored as a hole.
-                        alloc_fix -= buf.len() as i64;
-                        ops.push((chunk_key(idx), None));
-                    }
-                    // Written ahead: the tree takes the block's one reference.
-                    Chunk::Block(ptr) | Chunk::Shared(ptr) => {
-                        ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr]))))
-                    }
-                    Chunk::Hole => ops.push((chunk_key(idx), None)),
-                    // The new value owns a reference to the block, the old one drops its own.
-                    Chunk::Patched { base, patches } => {
-                        self.vol.forest.refs.inc(&base);
-                        ops.push((chunk_key(idx), Some(StoredChunk { block: base, patches }.to_value())))
-                    }
+                OneChunk::Empty => {
+                    i.alloc = 0;
+                    i.content = None;
                 }
             }
-            let new = self.vol.forest.apply(tree.as_ref(), ops)?;
-            let n = self.nodes.get_mut(&ino).unwrap();
-            n.inode.alloc = (n.inode.alloc as i64 + alloc_fix).max(0) as u64;
-            n.inode.content = new;
             if let Some(p) = n.prepass.take() {
                 self.vol.forest.release(&p)?;
             }
+            return Ok(());
         }
-        self.dirty_bytes = self.orphans.iter().map(|i| chunk_bytes(&self.nodes[i])).sum();
-        let t_files = t0.elapsed();
+        let n = self.nodes.get_mut(&ino).unwrap();
+        let chunks = std::mem::take(&mut n.chunks);
+        let mut ops: Vec<Op> = Vec::with_capacity(chunks.len() + 1);
+        let mut alloc_fix: i64 = 0;
+        // Chunk 0 kept in the record by a file that now needs a tree moves into it.
+        let old_inline = std::mem::take(&mut n.inode.inline);
+        let old_direct = n.inode.direct_chunk();
+        n.inode.direct = None;
+        let tree = if old_direct.is_some() { None } else { n.inode.content };
+        if !chunks.contains_key(&0) {
+            if !old_inline.is_empty() {
+                let ptr = self.vol.forest.store.write(BlockKind::Data, &old_inline)?;
+                ops.push((chunk_key(0), Some(Value::new(Vec::new(), vec![ptr]))));
+            }
+            if let Some(c) = old_direct {
+                self.vol.forest.refs.inc(&c.block);
+                ops.push((chunk_key(0), Some(c.to_value())));
+            }
+        }
+        for (idx, c) in chunks {
+            match c {
+                Chunk::Buf(buf) if buf.iter().any(|b| *b != 0) => {
+                    let ptr = self.vol.forest.store.write(BlockKind::Data, &buf)?;
+                    ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr]))));
+                }
+                Chunk::Buf(buf) => {
+                    // All zeros: stored as a hole.
+                    alloc_fix -= buf.len() as i64;
+                    ops.push((chunk_key(idx), None));
+                }
+                // Written ahead: the tree takes the block's one reference.
+                Chunk::Block(ptr) | Chunk::Shared(ptr) => {
+                    ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr]))))
+                }
+                Chunk::Hole => ops.push((chunk_key(idx), None)),
+                // The new value owns a reference to the block, the old one drops its own.
+                Chunk::Patched { base, patches } => {
+                    self.vol.forest.refs.inc(&base);
+                    ops.push((chunk_key(idx), Some(StoredChunk { block: base, patches }.to_value())))
+                }
+            }
+        }
+        let new = self.vol.forest.apply(tree.as_ref(), ops)?;
+        let n = self.nodes.get_mut(&ino).unwrap();
+        n.inode.alloc = (n.inode.alloc as i64 + alloc_fix).max(0) as u64;
+        n.inode.content = new;
+        if let Some(p) = n.prepass.take() {
+            self.vol.forest.release(&p)?;
+        }
+        Ok(())
+    }
 
-        // 3. Directories, deepest first.
+    /// Step 3: directories, deepest first, each record rewritten into its parent's overlay
+    /// up to its namespace root. Returns the namespaces whose root content and summary were
+    /// rewritten (their new roots carry their own references).
+    fn fold_dirs(&mut self, dirty: &[Ino]) -> Result<(HashSet<u32>, HashSet<u32>)> {
         let mut heap: BinaryHeap<(usize, Ino)> = BinaryHeap::new();
         let mut queued: HashSet<Ino> = HashSet::new();
         let depth_of = |nodes: &InoMap<Node>, mut ino: Ino| {
@@ -1002,7 +1057,7 @@ impl Fs {
             }
             d
         };
-        for ino in &dirty {
+        for ino in dirty {
             let n = &self.nodes[ino];
             if (!n.entries.is_empty() || !n.sum_delta.is_empty()) && n.loc != Loc::Gone {
                 heap.push((depth_of(&self.nodes, *ino), *ino));
@@ -1116,7 +1171,11 @@ impl Fs {
             }
         }
 
-        // 4. Link tables and the namespace table.
+        Ok((fresh_roots, fresh_sums))
+    }
+
+    /// Step 4: link tables and the namespace table.
+    fn fold_namespaces(&mut self, fresh_roots: &HashSet<u32>, fresh_sums: &HashSet<u32>) -> Result<()> {
         let mut ns_ops: Vec<Op> = Vec::new();
         let ids: Vec<u32> = self.namespaces.keys().copied().collect();
         for id in ids {
@@ -1181,15 +1240,13 @@ impl Fs {
             }
         }
 
-        // The prepass references not released above now belong to the records written.
-        for ino in targets.iter().chain(&dirty) {
-            if let Some(n) = self.nodes.get_mut(ino) {
-                n.prepass = None;
-                n.prepass_sum = None;
-            }
-        }
+        Ok(())
+    }
 
-        // 5. Meta blocks, then commit.
+    /// Step 5: the meta blocks (reference table, orphans, freed list) and the checkpoint
+    /// record are written, the packs synced, the next journal started (with the carried
+    /// records at its head) and the superblock written: the commit point.
+    fn commit(&mut self, carry: &[(Ino, Vec<u8>)], t0: Instant) -> Result<Committed> {
         let generation = self.vol.generation + 1;
         let orphans: Vec<BlockPtr> = self.orphans.iter().filter_map(|i| self.nodes[i].orphan_ref).collect();
         // Blocks an earlier checkpoint freed and nobody has punched yet stay on the list, so
@@ -1239,15 +1296,26 @@ impl Fs {
         };
         sb.write(&self.vol.host, &self.vol.dir)?;
 
-        // 6. Committed: reclaim, rotate the journal, forget pins.
         self.vol.generation = generation;
         self.journal_floor = journal.len;
         self.vol.journal = Some(journal);
+        self.vol.meta_blocks = vec![record];
+        self.vol.meta_blocks.extend(pages);
+        Ok(Committed {
+            generation,
+            freed,
+            t_built,
+            t_synced,
+        })
+    }
+
+    /// Step 6, once committed: the carried files stay dirty for the next checkpoint, the
+    /// freed blocks wait for reads in flight and are punched (or left to the daemon), and
+    /// what nothing holds any more leaves memory.
+    fn after_commit(&mut self, carry: Vec<(Ino, Vec<u8>)>, dirty: Vec<Ino>, freed: Vec<BlockPtr>) {
         self.carried = carry.iter().map(|(i, _)| *i).collect();
         self.dirty.extend(self.carried.iter().copied());
         self.dirty_bytes += self.carried.iter().map(|i| chunk_bytes(&self.nodes[i])).sum::<u64>();
-        self.vol.meta_blocks = vec![record];
-        self.vol.meta_blocks.extend(pages);
         // Reads planned before the commit may still be fetching freed blocks; later ones
         // cannot name them. Once these are done the blocks may be punched at any time.
         self.vol.read_gate.wait_idle();
@@ -1272,19 +1340,16 @@ impl Fs {
         if sweep {
             self.sweep_at = (2 * self.nodes.len()).max(1 << 16);
         }
-        self.last_checkpoint = Instant::now();
-        log::debug!(
-            "checkpoint {generation}: {} MiB of buffered data ({} MiB more written behind), {} inodes changed; files {:?}, trees {:?}, pack sync {:?}, commit {:?}",
-            data_bytes >> 20,
-            flushed_bytes >> 20,
-            n_dirty,
-            t_files,
-            t_built - t_files,
-            t_synced - t_built,
-            self.last_checkpoint - t0 - t_synced,
-        );
-        Ok(())
     }
+}
+
+/// What `Fs::commit` committed: the new generation, the blocks it freed (punched once no
+/// earlier read is in flight), and when the trees were built and the packs synced.
+struct Committed {
+    generation: u64,
+    freed: Vec<BlockPtr>,
+    t_built: std::time::Duration,
+    t_synced: std::time::Duration,
 }
 
 /// A file's content when chunk 0 is all it stores (`Fs::single_chunk`).
