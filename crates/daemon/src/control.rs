@@ -83,6 +83,19 @@ pub fn show(p: &[u8]) -> String {
     format!("/{}", String::from_utf8_lossy(p).trim_start_matches('/'))
 }
 
+/// The rows of a listing at or below `under` (all of them without it).
+pub fn below(rows: Vec<Listing>, under: Option<&[u8]>) -> Vec<Listing> {
+    let Some(u) = under.map(show).filter(|p| p != "/") else {
+        return rows;
+    };
+    rows.into_iter()
+        .filter(|l| {
+            let p = l.path.as_ref().map(|p| show(p)).unwrap_or_default();
+            p == u || p.starts_with(&format!("{u}/"))
+        })
+        .collect()
+}
+
 /// Runs an operation on an open engine: its reply, and what the kernel must forget.
 /// (`Identify` is the daemon's to answer: it has no meaning here.)
 pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
@@ -130,18 +143,8 @@ pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
             (Reply::Destroyed, vec![Inval::Entry(p, name), Inval::Inode(p)])
         }
         Op::List { under } => {
-            let under = under.as_ref().map(|p| show(p)).filter(|p| p != "/");
-            let rows = fs
-                .list()
-                .map_err(Failure::errno("list".into()))?
-                .into_iter()
-                .filter(|l| {
-                    let Some(u) = &under else { return true };
-                    let p = l.path.as_ref().map(|p| show(p)).unwrap_or_default();
-                    p == *u || p.starts_with(&format!("{u}/"))
-                })
-                .collect();
-            (Reply::Listing(rows), Vec::new())
+            let rows = fs.list().map_err(Failure::errno("list".into()))?;
+            (Reply::Listing(below(rows, under.as_deref())), Vec::new())
         }
         Op::Scrub => (
             Reply::Scrubbed(fs.scrub().map_err(Failure::errno("scrub".into()))?),

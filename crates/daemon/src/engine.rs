@@ -97,6 +97,16 @@ impl Engine {
         Ok(pinned.scrub_with_progress(4096, progress))
     }
 
+    /// `scion list` of a mounted store: the committed state is pinned under the lock and
+    /// each clone's space counted without it.
+    pub fn list(&self) -> FsResult<Vec<scion_fs::Listing>> {
+        let pinned = self.lock().list_pinned()?;
+        pinned.count().map_err(|e| {
+            log::error!("list: {e}");
+            e.errno()
+        })
+    }
+
     /// The final checkpoint, through the lock: another holder of the engine (a control
     /// command finishing its reply) does not keep it from happening. Changes are refused
     /// afterwards.

@@ -1,8 +1,8 @@
 //! The control socket of a mounted store (`STORE/control.sock`, mode 0600: only the user
 //! who mounted it may ask). Each client is served on a thread of its own (at most
 //! `MAX_CLIENTS` at once), with `CLIENT_TIMEOUT` to send its request and take its reply;
-//! operations still take the engine lock one at a time, except scrub, which reads a pinned
-//! committed state without it and streams its progress.
+//! operations still take the engine lock one at a time, except scrub and list, which read
+//! a pinned committed state without it (scrub streaming its progress).
 
 use crate::control::{execute, Failure, Op, Reply};
 use crate::wire::{self, read_frame, write_frame};
@@ -78,7 +78,13 @@ fn serve_client(mut s: UnixStream, engine: &Engine, device: &str, invalidate: &(
     }
     let r = match wire::decode_request(&body) {
         Err(e) => Err(Failure::new(libc::EINVAL, e)),
-        Ok(op) => run(&mut s, engine, device, invalidate, &op),
+        Ok(op) => {
+            let r = run(&mut s, engine, device, invalidate, &op);
+            // (Test only: the command keeps the engine a while longer, as one finishing its
+            // reply when the unmount comes would.)
+            scion_fs::failpoint::pause("control.hold");
+            r
+        }
     };
     let frame = match &r {
         Ok(reply) => wire::encode_reply(reply),
@@ -106,12 +112,15 @@ fn run(
                 .map_err(|e| Failure::new(e, format!("scrub: {}", std::io::Error::from_raw_os_error(e))))?;
             Ok(Reply::Scrubbed(rep))
         }
+        // Counts every clone's blocks: without the engine lock, over a pinned state.
+        Op::List { under } => {
+            let rows = engine
+                .list()
+                .map_err(|e| Failure::new(e, format!("list: {}", std::io::Error::from_raw_os_error(e))))?;
+            Ok(Reply::Listing(crate::control::below(rows, under.as_deref())))
+        }
         op => {
-            let r = execute(&mut engine.lock(), op);
-            // (Test only: the command keeps the engine a while longer, as one finishing its
-            // reply when the unmount comes would.)
-            scion_fs::failpoint::pause("control.hold");
-            let (reply, inval) = r?;
+            let (reply, inval) = execute(&mut engine.lock(), op)?;
             // Outside the engine lock: the kernel may call back into the daemon.
             invalidate(&inval);
             // Space a command freed (a destroy, or a checkpoint) is back on the host when it

@@ -654,9 +654,17 @@ impl Fs {
 
     /// Every clone and snapshot, with its space: referenced bytes and the bytes only it holds.
     pub fn list(&mut self) -> FsResult<Vec<Listing>> {
-        self.checkpoint().map_err(eio)?;
+        self.list_pinned()?.count().map_err(eio)
+    }
+
+    /// `list` in two steps, so that a daemon holds its engine only for the first: the
+    /// committed state is pinned (a checkpoint first) with what accounting needs (each
+    /// namespace's roots, a copy of the reference counts); `PinnedList::count` then walks
+    /// the trees without the engine.
+    pub fn list_pinned(&mut self) -> FsResult<PinnedList> {
+        let pinned = self.pin_committed()?;
         let ids: Vec<u32> = self.namespaces.keys().copied().filter(|i| *i != 1).collect();
-        let mut out = Vec::new();
+        let mut rows = Vec::new();
         for id in ids {
             let n = &self.namespaces[&id];
             let info = n.info.clone();
@@ -665,12 +673,6 @@ impl Fs {
             let path = self.path_of_dir(root).ok();
             let mut roots: Vec<BlockPtr> = self.node(root)?.inode.ptrs();
             roots.extend(link_root);
-            let (mut referenced, mut exclusive) = (0, 0);
-            let (mut seen, mut seen_x) = (HashSet::new(), HashSet::new());
-            for r in &roots {
-                self.usage(r, false, &mut seen, &mut referenced).map_err(eio)?;
-                self.usage(r, true, &mut seen_x, &mut exclusive).map_err(eio)?;
-            }
             // Small overwrites the checkpoint carried in the journal instead of the trees
             // (copy-on-abundant-write) are the clone's own too: its files' patches.
             let carried: u64 = self
@@ -680,67 +682,96 @@ impl Fs {
                 .filter(|n| n.ns == id)
                 .map(chunk_bytes)
                 .sum();
-            referenced += carried;
-            exclusive += carried;
-            out.push(Listing {
+            let listing = Listing {
                 ns: id,
                 kind: info.kind,
                 path,
                 origin: info.origin,
                 created: info.created,
-                referenced,
-                exclusive,
-            });
+                referenced: carried,
+                exclusive: carried,
+            };
+            rows.push((listing, roots));
+        }
+        Ok(PinnedList {
+            forest: self.vol.forest.view(),
+            refs: self.vol.forest.refs.clone(),
+            rows,
+            _pinned: pinned,
+        })
+    }
+}
+
+/// The committed state `list` accounts for, pinned, with what the accounting needs.
+pub struct PinnedList {
+    forest: scion_tree::Forest,
+    refs: scion_tree::RefTable,
+    rows: Vec<(Listing, Vec<BlockPtr>)>,
+    _pinned: crate::pinned::Pinned,
+}
+
+impl PinnedList {
+    /// Walks each clone's and snapshot's trees (no engine lock needed): REFER is every block
+    /// reachable from it, USED the blocks reachable only through blocks with a single
+    /// reference, which is what destroying it frees.
+    pub fn count(self) -> Result<Vec<Listing>> {
+        let mut out = Vec::with_capacity(self.rows.len());
+        for (mut l, roots) in self.rows {
+            let (mut seen, mut seen_x) = (HashSet::new(), HashSet::new());
+            for r in &roots {
+                walk_blocks(&self.forest, &self.refs, r, false, &mut seen, &mut |p| {
+                    l.referenced += p.footprint()
+                })?;
+                walk_blocks(&self.forest, &self.refs, r, true, &mut seen_x, &mut |p| {
+                    l.exclusive += p.footprint()
+                })?;
+            }
+            out.push(l);
         }
         Ok(out)
     }
+}
 
-    /// Adds up the footprint of the blocks reachable from `root` (only those with a single
-    /// reference, reached through blocks with a single reference, when `exclusive`).
-    fn usage(&self, root: &BlockPtr, exclusive: bool, seen: &mut HashSet<u64>, bytes: &mut u64) -> Result<()> {
-        self.walk_blocks(root, exclusive, seen, &mut |p| *bytes += p.footprint())
-    }
-
-    /// Calls `f` on every block reachable from `root` that is not in `seen` yet, and adds
-    /// it there (with `exclusive`, only blocks with a single reference, reached through
-    /// blocks with a single reference).
-    pub(crate) fn walk_blocks(
-        &self,
-        root: &BlockPtr,
-        exclusive: bool,
-        seen: &mut HashSet<u64>,
-        f: &mut dyn FnMut(&BlockPtr),
-    ) -> Result<()> {
-        let mut stack = vec![*root];
-        while let Some(p) = stack.pop() {
-            if (exclusive && self.vol.forest.refs.get(p.addr) > 1) || !seen.insert(p.addr) {
-                continue;
-            }
-            f(&p);
-            if p.kind != BlockKind::Node {
-                continue;
-            }
-            let (mut nodes, mut values) = (Vec::new(), Vec::new());
-            let mut first = true;
-            self.vol.forest.walk(
-                &p,
-                &mut |q| {
-                    if std::mem::replace(&mut first, false) {
-                        return true;
-                    }
-                    nodes.push(*q);
-                    false
-                },
-                &mut |_, v| {
-                    values.extend(v.ptrs.iter().copied());
-                    Ok(())
-                },
-            )?;
-            stack.extend(nodes);
-            stack.extend(values);
+/// Calls `f` on every block reachable from `root` that is not in `seen` yet, and adds it
+/// there (with `exclusive`, only blocks with a single reference, reached through blocks with
+/// a single reference).
+pub(crate) fn walk_blocks(
+    forest: &scion_tree::Forest,
+    refs: &scion_tree::RefTable,
+    root: &BlockPtr,
+    exclusive: bool,
+    seen: &mut HashSet<u64>,
+    f: &mut dyn FnMut(&BlockPtr),
+) -> Result<()> {
+    let mut stack = vec![*root];
+    while let Some(p) = stack.pop() {
+        if (exclusive && refs.get(p.addr) > 1) || !seen.insert(p.addr) {
+            continue;
         }
-        Ok(())
+        f(&p);
+        if p.kind != BlockKind::Node {
+            continue;
+        }
+        let (mut nodes, mut values) = (Vec::new(), Vec::new());
+        let mut first = true;
+        forest.walk(
+            &p,
+            &mut |q| {
+                if std::mem::replace(&mut first, false) {
+                    return true;
+                }
+                nodes.push(*q);
+                false
+            },
+            &mut |_, v| {
+                values.extend(v.ptrs.iter().copied());
+                Ok(())
+            },
+        )?;
+        stack.extend(nodes);
+        stack.extend(values);
     }
+    Ok(())
 }
 
 // ----- the virtual `.snapshot` directories ------------------------------------------------

@@ -244,7 +244,7 @@ impl Fs {
         roots.extend(info.link_root);
         let mut seen = HashSet::new();
         for r in &roots {
-            self.walk_blocks(r, true, &mut seen, &mut |_| {})?;
+            crate::clone::walk_blocks(&self.vol.forest, &self.vol.forest.refs, r, true, &mut seen, &mut |_| {})?;
         }
         Ok(seen)
     }

@@ -75,7 +75,10 @@ impl NodeCache {
 /// counts and the list of blocks freed since the last checkpoint.
 pub struct Forest {
     pub store: Arc<BlockStore>,
-    cache: Mutex<NodeCache>,
+    /// Shared with read-only views (`Forest::view`): nodes are immutable once written.
+    cache: Arc<Mutex<NodeCache>>,
+    /// A view: reads only (`apply`, `inc` and `release` panic).
+    read_only: bool,
     pub refs: RefTable,
     /// Blocks whose count reached zero. They stay readable until the checkpoint that drops
     /// them is durable; then the layer above punches them.
@@ -86,8 +89,22 @@ impl Forest {
     pub fn new(store: Arc<BlockStore>, refs: RefTable) -> Forest {
         Forest {
             store,
-            cache: Mutex::new(NodeCache::new(NODE_CACHE_BYTES)),
+            cache: Arc::new(Mutex::new(NodeCache::new(NODE_CACHE_BYTES))),
+            read_only: false,
             refs,
+            freed: Vec::new(),
+        }
+    }
+
+    /// A read-only view of the same trees, sharing the node cache, for readers that work
+    /// without the owner's lock (a walk of a pinned committed state). Blocks are never
+    /// rewritten, so what it reads stays right as long as its roots' blocks are not punched.
+    pub fn view(&self) -> Forest {
+        Forest {
+            store: self.store.clone(),
+            cache: self.cache.clone(),
+            read_only: true,
+            refs: RefTable::default(),
             freed: Vec::new(),
         }
     }
@@ -177,6 +194,7 @@ impl Forest {
     ///
     /// `ops` must be sorted by key with no key twice.
     pub fn apply(&mut self, root: Option<&BlockPtr>, ops: Vec<Op>) -> Result<Option<BlockPtr>> {
+        assert!(!self.read_only, "apply on a read-only view of the forest");
         debug_assert!(ops.windows(2).all(|w| w[0].0 < w[1].0), "ops must be sorted and unique");
         if ops.is_empty() {
             if let Some(r) = root {
@@ -311,6 +329,7 @@ impl Forest {
 
     /// Adds a reference to a block (a tree root shared by a clone, a value copied).
     pub fn inc(&mut self, ptr: &BlockPtr) {
+        assert!(!self.read_only, "inc on a read-only view of the forest");
         self.refs.inc(ptr);
     }
 
@@ -318,6 +337,7 @@ impl Forest {
     /// references it held, recursively (iteratively, so deep trees of trees cannot overflow
     /// the stack).
     pub fn release(&mut self, ptr: &BlockPtr) -> Result<()> {
+        assert!(!self.read_only, "release on a read-only view of the forest");
         let mut stack = vec![*ptr];
         while let Some(p) = stack.pop() {
             if self.refs.dec(&p) > 0 {
