@@ -17,8 +17,9 @@ use crate::delta::{Patches, StoredChunk};
 use crate::fs::*;
 use crate::inode::*;
 use crate::journal::{self, Journal, Record};
+pub(crate) use crate::records::checkpoint::read_record;
+pub(crate) use crate::records::namespace::{ns_from_value, ns_key, ns_to_value, NsRecord};
 use crate::volume::Volume;
-use scion_store::codec::{Reader, Writer};
 use scion_store::{BlockKind, BlockPtr, BlockStore, Error, Host, Result, Superblock};
 use scion_tree::{Forest, Op, RefTable, Value};
 use std::collections::{BTreeMap, BinaryHeap, HashSet};
@@ -26,10 +27,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-const RECORD_MAGIC: &[u8; 4] = b"SCCK";
-const RECORD_VERSION: u32 = 1;
-const PAGE: usize = 4 << 20;
-const NS_RECORD_VERSION: u8 = 2;
 /// The most journal bytes a checkpoint carries forward (see `Fs::carry`).
 const CARRY_MAX: usize = 1 << 20;
 
@@ -41,161 +38,6 @@ pub(crate) enum Fold {
     Under(Ino),
     /// Everything (at open and close).
     All,
-}
-
-/// What a checkpoint record holds.
-pub struct CheckpointRecord {
-    pub generation: u64,
-    pub ns_root: Option<BlockPtr>,
-    pub next_ns: u32,
-    pub refs: RefTable,
-    /// Content references held by files that were unlinked while open.
-    pub orphans: Vec<BlockPtr>,
-    /// Blocks that died in this checkpoint: punched once it is durable (again at open).
-    pub freed: Vec<BlockPtr>,
-    /// The record block and its pages.
-    pub meta: Vec<BlockPtr>,
-}
-
-fn put_opt_ptr(w: &mut Writer, p: &Option<BlockPtr>) {
-    match p {
-        Some(p) => {
-            w.u8(1);
-            p.encode(w);
-        }
-        None => {
-            w.u8(0);
-        }
-    }
-}
-
-fn get_opt_ptr(r: &mut Reader<'_>) -> Result<Option<BlockPtr>> {
-    Ok(match r.u8()? {
-        0 => None,
-        1 => Some(BlockPtr::decode(r)?),
-        t => return Err(Error::corrupt("checkpoint record", "pointer", format!("tag {t}"))),
-    })
-}
-
-fn put_ptrs(w: &mut Writer, v: &[BlockPtr]) {
-    w.u32(v.len() as u32);
-    for p in v {
-        p.encode(w);
-    }
-}
-
-fn get_ptrs(r: &mut Reader<'_>) -> Result<Vec<BlockPtr>> {
-    let n = r.count(scion_store::PTR_LEN)?;
-    let mut v = Vec::with_capacity(n);
-    for _ in 0..n {
-        v.push(BlockPtr::decode(r)?);
-    }
-    Ok(v)
-}
-
-/// Reads the checkpoint record a superblock names.
-pub fn read_record(store: &BlockStore, ptr: &BlockPtr) -> Result<CheckpointRecord> {
-    let bytes = store.read(ptr)?;
-    let mut r = Reader::new(&bytes, "checkpoint record");
-    if r.raw(4)? != RECORD_MAGIC {
-        return Err(Error::corrupt("checkpoint record", ptr, "bad magic"));
-    }
-    let v = r.u32()?;
-    if v != RECORD_VERSION {
-        return Err(Error::Format(format!("checkpoint record version {v} is not supported")));
-    }
-    let generation = r.u64()?;
-    let ns_root = get_opt_ptr(&mut r)?;
-    let next_ns = r.u32()?;
-    let pages = get_ptrs(&mut r)?;
-    r.expect_end()?;
-    let mut body = Vec::new();
-    for p in &pages {
-        body.extend_from_slice(&store.read(p)?);
-    }
-    let mut r = Reader::new(&body, "checkpoint lists");
-    let refs = RefTable::decode(&mut r)?;
-    let orphans = get_ptrs(&mut r)?;
-    let freed = get_ptrs(&mut r)?;
-    r.expect_end()?;
-    let mut meta = vec![*ptr];
-    meta.extend(pages);
-    Ok(CheckpointRecord {
-        generation,
-        ns_root,
-        next_ns,
-        refs,
-        orphans,
-        freed,
-        meta,
-    })
-}
-
-/// A namespace as the namespace table stores it: what it is (the main tree, a clone, a
-/// snapshot) and where it hangs, its next object id and inode count, its mount table (mount
-/// entry oid -> clone namespace), its root directory's record and its link table root.
-/// Value pointers: the root record's (content?, summary?), then the link table root if any.
-pub(crate) fn ns_to_value(ns: &NsRecord) -> Value {
-    let mut w = Writer::new();
-    w.u8(NS_RECORD_VERSION).u64(ns.next_oid).u64(ns.inodes);
-    w.u8(ns.link_root.is_some() as u8);
-    ns.info.encode(&mut w);
-    w.u32(ns.mounts.len() as u32);
-    for (oid, id) in &ns.mounts {
-        w.u64(*oid).u32(*id);
-    }
-    ns.root.encode_record(&mut w);
-    Value::new(w.finish(), ns.root.ptrs().into_iter().chain(ns.link_root).collect())
-}
-
-pub(crate) struct NsRecord {
-    pub root: Inode,
-    pub link_root: Option<BlockPtr>,
-    pub next_oid: u64,
-    pub inodes: u64,
-    pub info: NsInfo,
-    pub mounts: BTreeMap<u64, u32>,
-}
-
-pub(crate) fn ns_from_value(v: &Value) -> Result<NsRecord> {
-    let mut r = Reader::new(&v.bytes, "namespace record");
-    let ver = r.u8()?;
-    if ver != NS_RECORD_VERSION {
-        return Err(Error::corrupt("namespace record", "header", format!("version {ver}")));
-    }
-    let next_oid = r.u64()?;
-    let inodes = r.u64()?;
-    let has_link = r.u8()?;
-    if has_link > 1 || v.ptrs.len() < has_link as usize {
-        return Err(Error::corrupt(
-            "namespace record",
-            "pointers",
-            "link table flag disagrees with pointers",
-        ));
-    }
-    let info = NsInfo::decode(&mut r)?;
-    let n = r.count(12)?;
-    let mut mounts = BTreeMap::new();
-    for _ in 0..n {
-        let oid = r.u64()?;
-        mounts.insert(oid, r.u32()?);
-    }
-    let split = v.ptrs.len() - has_link as usize;
-    let root = Inode::decode_record(&mut r, &v.ptrs[..split])?;
-    let link_root = v.ptrs.get(split).copied();
-    r.expect_end()?;
-    Ok(NsRecord {
-        root,
-        link_root,
-        next_oid,
-        inodes,
-        info,
-        mounts,
-    })
-}
-
-pub(crate) fn ns_key(ns: u32) -> Vec<u8> {
-    ns.to_be_bytes().to_vec()
 }
 
 impl Fs {
@@ -1256,30 +1098,15 @@ impl Fs {
         freed.extend(std::mem::take(&mut self.vol.meta_blocks));
         freed.extend(std::mem::take(&mut self.vol.garbage));
         self.pending_chunks = 0;
-        let mut body = Writer::new();
-        self.vol.forest.refs.encode(&mut body);
-        {
-            let w = &mut body;
-            w.u32(orphans.len() as u32);
-            for p in &orphans {
-                p.encode(w);
-            }
-            w.u32(freed.len() as u32);
-            for p in &freed {
-                p.encode(w);
-            }
-        }
-        let body = body.finish();
-        let mut pages = Vec::new();
-        for part in body.chunks(PAGE) {
-            pages.push(self.vol.forest.store.write(BlockKind::Meta, part)?);
-        }
-        let mut w = Writer::new();
-        w.raw(RECORD_MAGIC).u32(RECORD_VERSION).u64(generation);
-        put_opt_ptr(&mut w, &self.ns_root);
-        w.u32(self.next_ns);
-        put_ptrs(&mut w, &pages);
-        let record = self.vol.forest.store.write(BlockKind::Meta, &w.finish())?;
+        let (record, pages) = crate::records::checkpoint::write(
+            &self.vol.forest.store,
+            generation,
+            self.ns_root.as_ref(),
+            self.next_ns,
+            &self.vol.forest.refs,
+            &orphans,
+            &freed,
+        )?;
         let t_built = t0.elapsed();
         self.vol.forest.store.sync()?;
         let t_synced = t0.elapsed();

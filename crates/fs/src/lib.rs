@@ -24,6 +24,7 @@ pub mod inode;
 pub mod journal;
 pub mod pinned;
 mod punch;
+pub mod records;
 pub mod repack;
 pub mod scrub;
 mod volume;

@@ -1,0 +1,16 @@
+//! Every on-disk encoding of the filesystem layer, and where it lives. A stream format (send
+//! and receive) reuses these; each has a fuzz entry point in `crates/fuzzing`.
+//!
+//! | record | module | fuzz entry point |
+//! |---|---|---|
+//! | checkpoint record and its lists | `records::checkpoint` | `checkpoint_record` |
+//! | namespace record (namespace table value) | `records::namespace` | `ns_record` |
+//! | inode record, directory entry, keys, summary values | `crate::inode` | `inode_record` |
+//! | journal file, frames and records | `crate::journal` | `journal_file`, `journal_record` |
+//! | patch list of a chunk (copy-on-abundant-write) | `crate::delta` | `chunk_patches` |
+//!
+//! (Block framing, superblock and tree nodes are the lower layers': `scion-store` and
+//! `scion-tree`, fuzzed as `pack_block`, `superblock`, `tree_node` and `ref_table`.)
+
+pub mod checkpoint;
+pub mod namespace;
