@@ -285,6 +285,10 @@ impl Checker<'_> {
             self.rep.namespaces += 1;
             match ns_from_value(&v) {
                 Ok(ns) => {
+                    // Invariant 8 (design.md): st_ino keeps object ids in 40 bits.
+                    if ns.next_oid > crate::fs::MAX_OID {
+                        self.problem(format!("namespace {id}: next object id {} is past 2^40", ns.next_oid));
+                    }
                     self.next_oid.insert(id, ns.next_oid);
                     if ns.info.kind == crate::NsKind::Main {
                         // Clones start from an estimate (counting would mean walking them).
@@ -681,6 +685,18 @@ impl Checker<'_> {
                     info.parent
                 )),
                 _ => {}
+            }
+            // Invariant 9 (design.md): a clone's chain of parents ends at the main tree or a
+            // snapshot, within as many steps as there are namespaces.
+            let mut cur = *id;
+            let mut steps = 0;
+            while let Some(i) = ids.get(&cur).filter(|i| i.kind == crate::NsKind::Clone) {
+                cur = i.parent;
+                steps += 1;
+                if steps > ids.len() {
+                    self.problem(format!("namespace {id}: its chain of parents loops"));
+                    break;
+                }
             }
         }
     }

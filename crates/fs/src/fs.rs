@@ -2854,5 +2854,11 @@ mod tests {
             Err(libc::ENOSPC)
         );
         assert!(fs.failure().is_none(), "a refusal, not a failure");
+        // `scion check` holds the same line: a table whose counter went past it is damage.
+        fs.namespaces.get_mut(&1).unwrap().next_oid = MAX_OID + 1;
+        fs.namespaces.get_mut(&1).unwrap().dirty = true;
+        fs.checkpoint().unwrap();
+        let rep = crate::check::check_committed(&scion_store::os_host(), &dir).unwrap();
+        assert!(rep.problems.iter().any(|p| p.contains("past 2^40")), "{rep}");
     }
 }
