@@ -37,6 +37,16 @@ def daemon_log(m):
         return ""
 
 
+def remount_with_failpoints(m, spec):
+    """Remounts with the daemon's test-only failpoints armed (scion_fs::failpoint)."""
+    m.umount()
+    os.environ["SCION_FAILPOINTS"] = spec
+    try:
+        m.mount()
+    finally:
+        del os.environ["SCION_FAILPOINTS"]
+
+
 def write_fsynced(path, data):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -209,13 +219,8 @@ def test_dot_snapshot_checks_the_directories_above_as_they_were(scion_mount):
 
 def test_a_panic_in_a_checkpoint_fails_the_volume_and_loses_nothing(scion_mount):
     m = scion_mount
-    m.umount()
-    # The second checkpoint after mount panics (the first may be the mount's own).
-    os.environ["SCION_FAILPOINTS"] = "checkpoint:1"
-    try:
-        m.mount()
-    finally:
-        del os.environ["SCION_FAILPOINTS"]
+    # The first checkpoint after the mount panics.
+    remount_with_failpoints(m, "checkpoint:1")
     M = m.mnt
     for i in range(10):
         write_fsynced(f"{M}/f{i}", f"file {i}".encode())
@@ -381,12 +386,7 @@ def test_unmount_during_a_control_command_still_flushes(scion_mount):
     meanwhile. A file written and closed (not fsynced) just before must survive, and the
     daemon must not report the engine still referenced."""
     m = scion_mount
-    m.umount()
-    os.environ["SCION_FAILPOINTS"] = "control.hold:3000"
-    try:
-        m.mount()
-    finally:
-        del os.environ["SCION_FAILPOINTS"]
+    remount_with_failpoints(m, "control.hold:3000")
     listing = subprocess.Popen([m.bin, "list", m.mnt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)
     with open(f"{m.mnt}/late", "w") as f:

@@ -3,27 +3,13 @@
 //! protocol. (A panic in the worker: `worker_panic.rs`, alone in its binary because the
 //! failpoint it arms is process-wide.)
 
-use scion_daemon::{Background, BackgroundOptions, Engine};
+use scion_daemon::{Background, BackgroundOptions};
+
+mod common;
+use common::{engine, wait_for};
 use scion_fs::check::check_committed;
-use scion_fs::{Fs, Kind, MountOptions};
-use std::time::{Duration, Instant};
-
-fn engine() -> (tempfile::TempDir, std::path::PathBuf, Engine) {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    Fs::create(&scion_store::os_host(), &store).unwrap();
-    let mut fs = Fs::open(&store, MountOptions::new("test")).unwrap();
-    fs.set_punch_later(true);
-    (tmp, store, Engine::new(fs))
-}
-
-fn wait_for(what: &str, cond: impl Fn() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use scion_fs::Kind;
+use std::time::Duration;
 
 #[test]
 fn the_worker_syncs_and_checkpoints_on_its_own() {

@@ -2,29 +2,16 @@
 //! background syncs and checkpoints. Alone in its test binary: the failpoint it arms is
 //! process-wide.
 
-use scion_daemon::{Background, BackgroundOptions, Engine};
-use scion_fs::{Fs, Kind, MountOptions};
-use std::time::{Duration, Instant};
+use scion_daemon::{Background, BackgroundOptions};
 
-fn engine() -> (tempfile::TempDir, Engine) {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    Fs::create(&scion_store::os_host(), &store).unwrap();
-    let fs = Fs::open(&store, MountOptions::new("test")).unwrap();
-    (tmp, Engine::new(fs))
-}
-
-fn wait_for(what: &str, cond: impl Fn() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+mod common;
+use common::{engine, wait_for};
+use scion_fs::Kind;
+use std::time::Duration;
 
 #[test]
 fn a_panic_in_the_worker_fails_the_volume() {
-    let (_tmp, engine) = engine();
+    let (_tmp, _store, engine) = engine();
     let opts = BackgroundOptions {
         period: Duration::from_millis(10),
         checkpoint_after: Duration::ZERO,

@@ -12,25 +12,12 @@ use scion_fs::clone::SNAPDIR_BIT;
 use scion_fs::{Fs, Ino, Inval, Kind, SetAttr};
 
 mod common;
-use common::{committed, new_store, open, read_all};
+use common::{committed, lookup, mkfile, new_store, open, read_all};
 
 fn mkdir(fs: &mut Fs, dir: Ino, name: &str, mode: u32, uid: u32) -> Ino {
     fs.mknod(dir, name.as_bytes(), Kind::Dir, mode, 0, uid, uid, 0, &[])
         .unwrap()
         .ino
-}
-
-fn mkfile(fs: &mut Fs, dir: Ino, name: &str, data: &[u8]) -> Ino {
-    let f = fs
-        .mknod(dir, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[])
-        .unwrap()
-        .ino;
-    fs.write(f, 0, data).unwrap();
-    f
-}
-
-fn lookup(fs: &mut Fs, dir: Ino, name: &str) -> Result<Ino, i32> {
-    fs.lookup(dir, name.as_bytes()).map(|a| a.ino)
 }
 
 /// Every kind of change on `file` in directory `dir`, each refused with `errno`.

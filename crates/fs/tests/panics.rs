@@ -6,24 +6,11 @@
 //! Fails on 4ef7198: the poisoned lock was taken over as if nothing happened, and the next
 //! checkpoint committed a state without the inodes the panicked one had taken.
 
-use scion_fs::{failpoint, Fs, Ino, Kind};
+use scion_fs::{failpoint, Kind};
 use std::sync::{Arc, Mutex};
 
 mod common;
-use common::{committed, new_store, open, read_all};
-
-fn mkfile(fs: &mut Fs, dir: Ino, name: &str, data: &[u8]) -> Ino {
-    let f = fs
-        .mknod(dir, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[])
-        .unwrap()
-        .ino;
-    fs.write(f, 0, data).unwrap();
-    f
-}
-
-fn lookup(fs: &mut Fs, dir: Ino, name: &str) -> Result<Ino, i32> {
-    fs.lookup(dir, name.as_bytes()).map(|a| a.ino)
-}
+use common::{committed, lookup, mkfile, new_store, open, read_all};
 
 #[test]
 fn a_panic_in_a_checkpoint_fails_the_volume_and_loses_nothing_acknowledged() {

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use scion_fs::check::{check_committed, Report};
-use scion_fs::{Fs, Ino, MountOptions};
+use scion_fs::{Fs, Ino, Kind, MountOptions};
 use std::path::{Path, PathBuf};
 
 pub fn open(dir: &Path) -> Fs {
@@ -28,4 +28,19 @@ pub fn committed(dir: &Path) -> Report {
 pub fn read_all(fs: &mut Fs, ino: Ino) -> Vec<u8> {
     let size = fs.getattr(ino).unwrap().size;
     fs.read(ino, 0, size as u32).unwrap()
+}
+
+/// A new file `name` in `dir` holding `data`.
+pub fn mkfile(fs: &mut Fs, dir: Ino, name: &str, data: &[u8]) -> Ino {
+    let f = fs
+        .mknod(dir, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[])
+        .unwrap()
+        .ino;
+    fs.write(f, 0, data).unwrap();
+    f
+}
+
+/// `lookup` by name, the inode number or the errno.
+pub fn lookup(fs: &mut Fs, dir: Ino, name: &str) -> Result<Ino, i32> {
+    fs.lookup(dir, name.as_bytes()).map(|a| a.ino)
 }
