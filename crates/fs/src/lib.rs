@@ -20,11 +20,12 @@ pub mod delta;
 pub mod failpoint;
 mod flush;
 mod fs;
-pub mod inode;
 pub mod journal;
 pub mod pinned;
 mod punch;
 pub mod records;
+/// Inode records, directory entries and keys (`records::inode`, under its old name).
+pub use records::inode;
 pub mod repack;
 pub mod scrub;
 mod volume;

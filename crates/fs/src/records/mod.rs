@@ -5,12 +5,15 @@
 //! |---|---|---|
 //! | checkpoint record and its lists | `records::checkpoint` | `checkpoint_record` |
 //! | namespace record (namespace table value) | `records::namespace` | `ns_record` |
-//! | inode record, directory entry, keys, summary values | `crate::inode` | `inode_record` |
-//! | journal file, frames and records | `crate::journal` | `journal_file`, `journal_record` |
+//! | inode record, directory entry, keys, summary values | `records::inode` | `inode_record` |
+//! | journal record | `records::journal` | `journal_record` |
+//! | journal file: header, frames, MORE flag | `crate::journal` | `journal_file` |
 //! | patch list of a chunk (copy-on-abundant-write) | `crate::delta` | `chunk_patches` |
 //!
 //! (Block framing, superblock and tree nodes are the lower layers': `scion-store` and
 //! `scion-tree`, fuzzed as `pack_block`, `superblock`, `tree_node` and `ref_table`.)
 
 pub mod checkpoint;
+pub mod inode;
+pub mod journal;
 pub mod namespace;
