@@ -93,7 +93,7 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator) {
         }
         if opts.repack {
             if let Err(e) = fs.background_repack() {
-                log::error!("background repack: {}", std::io::Error::from_raw_os_error(e));
+                log::error!("background repack: {e}");
             }
         }
         fs.take_invalidations()

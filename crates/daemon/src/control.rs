@@ -5,7 +5,7 @@
 
 use scion_fs::repack::RepackReport;
 use scion_fs::scrub::ScrubReport;
-use scion_fs::{Fs, Inval, Listing};
+use scion_fs::{Fs, FsError, Inval, Listing};
 
 /// An operation. Paths are from the mount root, names separated by `/`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,9 +66,15 @@ impl Failure {
         }
     }
 
-    /// `what: <the errno's text>`.
-    fn errno(what: String) -> impl FnOnce(i32) -> Failure {
-        move |e| Failure::new(e, format!("{what}: {}", std::io::Error::from_raw_os_error(e)))
+    /// `what: <the failure>` (its context, if any, and the errno's text). A failure of the
+    /// store underneath is logged here, once, as it leaves the engine.
+    pub fn from_fs(what: String) -> impl FnOnce(FsError) -> Failure {
+        move |e| {
+            if let Some(c) = e.context() {
+                log::error!("{what}: {c}");
+            }
+            Failure::new(e.errno(), format!("{what}: {e}"))
+        }
     }
 }
 
@@ -104,16 +110,16 @@ pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
             if excludes.iter().any(|e| e.iter().any(|c| c == b"..")) {
                 return Err(Failure::new(libc::EINVAL, "an excluded path may not contain '..'"));
             }
-            let s = fs.resolve_path(src).map_err(Failure::errno(show(src)))?;
-            let (p, name) = fs.resolve_parent(dst).map_err(Failure::errno(show(dst)))?;
+            let s = fs.resolve_path(src).map_err(Failure::from_fs(show(src)))?;
+            let (p, name) = fs.resolve_parent(dst).map_err(Failure::from_fs(show(dst)))?;
             fs.clone_dir(s, p, &name, excludes, &show(src).into_bytes())
-                .map_err(Failure::errno(format!("clone of {} to {}", show(src), show(dst))))?;
+                .map_err(Failure::from_fs(format!("clone of {} to {}", show(src), show(dst))))?;
             (Reply::Cloned, vec![Inval::Entry(p, name), Inval::Inode(p)])
         }
         Op::Snapshot { path, name } => {
-            let d = fs.resolve_path(path).map_err(Failure::errno(show(path)))?;
+            let d = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
             fs.snapshot(d, name, &show(path).into_bytes())
-                .map_err(Failure::errno(format!("snapshot of {}", show(path))))?;
+                .map_err(Failure::from_fs(format!("snapshot of {}", show(path))))?;
             let snapdir = d | scion_fs::clone::SNAPDIR_BIT;
             (
                 Reply::Snapshotted,
@@ -125,36 +131,36 @@ pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
                 if e == libc::EINVAL || e == libc::ENOENT {
                     Failure::new(libc::ENOENT, format!("no clone or snapshot with id {id}"))
                 } else {
-                    Failure::errno(format!("destroy of @{id}"))(e)
+                    Failure::from_fs(format!("destroy of @{id}"))(e)
                 }
             })?;
             (Reply::Destroyed, Vec::new())
         }
         Op::Destroy(Target::Path(path)) => {
-            let (p, name) = fs.resolve_parent(path).map_err(Failure::errno(show(path)))?;
-            let ino = fs.resolve_path(path).map_err(Failure::errno(show(path)))?;
+            let (p, name) = fs.resolve_parent(path).map_err(Failure::from_fs(show(path)))?;
+            let ino = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
             fs.destroy(ino).map_err(|e| {
                 if e == libc::EINVAL {
-                    Failure::new(e, format!("{} is not a clone or snapshot", show(path)))
+                    Failure::new(e.errno(), format!("{} is not a clone or snapshot", show(path)))
                 } else {
-                    Failure::errno(format!("destroy of {}", show(path)))(e)
+                    Failure::from_fs(format!("destroy of {}", show(path)))(e)
                 }
             })?;
             (Reply::Destroyed, vec![Inval::Entry(p, name), Inval::Inode(p)])
         }
         Op::List { under } => {
-            let rows = fs.list().map_err(Failure::errno("list".into()))?;
+            let rows = fs.list().map_err(Failure::from_fs("list".into()))?;
             (Reply::Listing(below(rows, under.as_deref())), Vec::new())
         }
         Op::Scrub => (
-            Reply::Scrubbed(fs.scrub().map_err(Failure::errno("scrub".into()))?),
+            Reply::Scrubbed(fs.scrub().map_err(Failure::from_fs("scrub".into()))?),
             Vec::new(),
         ),
         Op::Repack { path, budget } => {
-            let d = fs.resolve_path(path).map_err(Failure::errno(show(path)))?;
+            let d = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
             let r = fs
                 .repack(d, *budget)
-                .map_err(Failure::errno(format!("repack of {}", show(path))))?;
+                .map_err(Failure::from_fs(format!("repack of {}", show(path))))?;
             (Reply::Repacked(r), Vec::new())
         }
         Op::Identify => {

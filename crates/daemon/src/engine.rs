@@ -101,10 +101,7 @@ impl Engine {
     /// each clone's space counted without it.
     pub fn list(&self) -> FsResult<Vec<scion_fs::Listing>> {
         let pinned = self.lock().list_pinned()?;
-        pinned.count().map_err(|e| {
-            log::error!("list: {e}");
-            e.errno()
-        })
+        Ok(pinned.count()?)
     }
 
     /// The final checkpoint, through the lock: another holder of the engine (a control

@@ -107,16 +107,12 @@ fn run(
                 let what = format!("{blocks} blocks, {} MiB read", bytes >> 20);
                 let _ = write_frame(s, &wire::encode_progress(blocks, 0, &what));
             };
-            let rep = engine
-                .scrub(&mut progress)
-                .map_err(|e| Failure::new(e, format!("scrub: {}", std::io::Error::from_raw_os_error(e))))?;
+            let rep = engine.scrub(&mut progress).map_err(Failure::from_fs("scrub".into()))?;
             Ok(Reply::Scrubbed(rep))
         }
         // Counts every clone's blocks: without the engine lock, over a pinned state.
         Op::List { under } => {
-            let rows = engine
-                .list()
-                .map_err(|e| Failure::new(e, format!("list: {}", std::io::Error::from_raw_os_error(e))))?;
+            let rows = engine.list().map_err(Failure::from_fs("list".into()))?;
             Ok(Reply::Listing(crate::control::below(rows, under.as_deref())))
         }
         op => {

@@ -31,6 +31,6 @@ fn a_panic_in_the_worker_fails_the_volume() {
     let root = fs.root();
     assert_eq!(
         fs.mknod(root, b"g", Kind::File, 0o644, 0, 0, 0, 0, &[]).map(|_| ()),
-        Err(libc::EIO)
+        Err(scion_fs::errno::EIO)
     );
 }

@@ -14,6 +14,7 @@
 //! 6. only then are freed blocks punched out of their packs and the old journal deleted.
 
 use crate::delta::{Patches, StoredChunk};
+use crate::error::errno;
 use crate::fs::*;
 use crate::inode::*;
 use crate::journal::{self, Journal, Record};
@@ -428,13 +429,13 @@ impl Fs {
                 // The clone gets the namespace and entry it got before the crash, or the
                 // journal does not describe this store's history.
                 let pns = self.node(p)?.ns;
-                let next_oid = self.namespaces.get(&pns).ok_or(libc::EIO)?.next_oid;
+                let next_oid = self.namespaces.get(&pns).ok_or(errno::EIO)?.next_oid;
                 if (self.next_ns, next_oid) != (*ns, *oid) {
                     log::error!(
                         "clone record names namespace {ns} and entry {oid}; replay is at {} and {next_oid}",
                         self.next_ns
                     );
-                    return Err(libc::EIO);
+                    return Err(errno::EIO);
                 }
                 self.op_clone(s, p, name, excludes, origin, *time).map(|_| ())
             }
@@ -448,7 +449,7 @@ impl Fs {
                 let d = self.resolve(dir)?;
                 if self.next_ns != *ns {
                     log::error!("snapshot record names namespace {ns}; replay is at {}", self.next_ns);
-                    return Err(libc::EIO);
+                    return Err(errno::EIO);
                 }
                 self.op_snapshot(d, name, origin, *time).map(|_| ())
             }

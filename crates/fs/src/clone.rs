@@ -18,6 +18,7 @@
 
 use crate::access::{may_search, Caller};
 use crate::checkpoint::{ns_key, ns_to_value, Fold, NsRecord};
+use crate::error::errno;
 use crate::fs::*;
 use crate::inode::*;
 use crate::journal::Record;
@@ -44,11 +45,6 @@ pub struct Listing {
     pub exclusive: u64,
 }
 
-fn eio(e: scion_store::Error) -> i32 {
-    log::error!("{e}");
-    e.errno()
-}
-
 pub fn summary_snap_key(oid: u64) -> Vec<u8> {
     let mut k = vec![b'S'];
     k.extend_from_slice(&oid.to_be_bytes());
@@ -70,21 +66,21 @@ impl Fs {
         self.rw(parent)?;
         check_name(name)?;
         if self.node(src)?.inode.kind != Kind::Dir {
-            return Err(libc::ENOTDIR);
+            return Err(errno::ENOTDIR);
         }
         if self.node(src)?.loc == Loc::Gone {
-            return Err(libc::ENOENT);
+            return Err(errno::ENOENT);
         }
         if self.child(parent, name)?.is_some() {
-            return Err(libc::EEXIST);
+            return Err(errno::EEXIST);
         }
         if self.dir_node(parent)?.inode.nlink >= MAX_NLINK {
-            return Err(libc::EMLINK);
+            return Err(errno::EMLINK);
         }
         // Fold every overlay, so S's record names its whole current tree.
         self.fold(src)?;
         let (Some(src_t), Some(parent_t)) = (self.target(src), self.target(parent)) else {
-            return Err(libc::ENOENT);
+            return Err(errno::ENOENT);
         };
         let now = Ts::now();
         let (root, ns, oid) = self.op_clone(src, parent, name, excludes, origin, now)?;
@@ -121,9 +117,9 @@ impl Fs {
     ) -> FsResult<(Ino, u32, u64)> {
         let pns = self.node(parent)?.ns;
         // Taken only once the clone is made: a refused clone must change nothing.
-        let oid = self.namespaces.get(&pns).ok_or(libc::EIO)?.next_oid;
+        let oid = self.namespaces.get(&pns).ok_or(errno::EIO)?.next_oid;
         if oid >= MAX_OID {
-            return Err(libc::ENOSPC);
+            return Err(errno::ENOSPC);
         }
         let info = NsInfo {
             kind: NsKind::Clone,
@@ -134,7 +130,7 @@ impl Fs {
             created: now,
         };
         let id = self.make_clone_or_fail(src, excludes, info)?;
-        let p = self.namespaces.get_mut(&pns).ok_or(libc::EIO)?;
+        let p = self.namespaces.get_mut(&pns).ok_or(errno::EIO)?;
         p.next_oid += 1;
         p.dirty = true;
         p.mounts.insert(oid, id);
@@ -145,7 +141,7 @@ impl Fs {
         p.inode.ctime = now;
         self.touch(parent);
         self.bump(parent, &summary_mount_key(oid), 1)?;
-        let c = self.namespaces.get_mut(&id).ok_or(libc::EIO)?;
+        let c = self.namespaces.get_mut(&id).ok_or(errno::EIO)?;
         c.mounted_at = Some((parent, name.to_vec()));
         Ok((c.root, id, oid))
     }
@@ -159,15 +155,15 @@ impl Fs {
         check_name(name)?;
         let n = self.dir_node(dir)?;
         if n.loc == Loc::Gone {
-            return Err(libc::ENOENT);
+            return Err(errno::ENOENT);
         }
         let (ns, oid) = (n.ns, n.inode.oid);
         if self.snapshots_of(ns, oid).iter().any(|(_, s)| s.as_slice() == name) {
-            return Err(libc::EEXIST);
+            return Err(errno::EEXIST);
         }
         self.fold(dir)?;
         let Some(dir_t) = self.target(dir) else {
-            return Err(libc::ENOENT);
+            return Err(errno::ENOENT);
         };
         let now = Ts::now();
         let id = self.op_snapshot(dir, name, origin, now)?;
@@ -254,7 +250,7 @@ impl Fs {
     fn make_clone_or_fail(&mut self, src: Ino, excludes: &[Vec<Vec<u8>>], info: NsInfo) -> FsResult<u32> {
         let before = self.next_ns;
         let r = self.make_clone(src, excludes, info);
-        if let Err(e) = r {
+        if let Err(e) = &r {
             if self.next_ns != before {
                 let why = format!("a clone failed half way (errno {e})");
                 log::error!("{why}; refusing changes until remount");
@@ -275,20 +271,20 @@ impl Fs {
             let Some((last, dirs)) = ex.split_last() else { continue };
             let mut cur = src;
             for d in dirs {
-                cur = self.child(cur, d)?.ok_or(libc::ENOENT)?;
+                cur = self.child(cur, d)?.ok_or(errno::ENOENT)?;
                 if self.node(cur)?.inode.kind != Kind::Dir {
-                    return Err(libc::ENOTDIR);
+                    return Err(errno::ENOTDIR);
                 }
                 if self.node(cur)?.ns != sns {
                     // Inside a nested clone: exclude the clone itself instead.
-                    return Err(libc::EXDEV);
+                    return Err(errno::EXDEV);
                 }
             }
             let Some(x) = self.child(cur, last)? else {
                 if cut.iter().any(|c| ex.starts_with(c)) {
                     continue;
                 }
-                return Err(libc::ENOENT);
+                return Err(errno::ENOENT);
             };
             if cut.iter().any(|c| ex.starts_with(c)) {
                 continue;
@@ -307,7 +303,7 @@ impl Fs {
         let id = self.next_ns;
         // st_ino is (namespace - 1) << 40 | oid below the `.snapshot` bit: 2^23 namespaces.
         if id >= 1 << 23 {
-            return Err(libc::ENOSPC);
+            return Err(errno::ENOSPC);
         }
         self.next_ns += 1;
         let s = self.node(src)?;
@@ -335,7 +331,7 @@ impl Fs {
                             log::error!(
                                 "summary names linked oid {oid} of namespace {sns}, absent from its link table"
                             );
-                            libc::EIO
+                            errno::EIO
                         })?;
                     let mut i = inode_from_value(&v).map_err(eio)?;
                     same_links &= i.nlink as i64 == *c;
@@ -343,7 +339,7 @@ impl Fs {
                     linked.push(i);
                 }
                 b'M' => {
-                    let child = *self.namespaces[&sns].mounts.get(&oid).ok_or(libc::EIO)?;
+                    let child = *self.namespaces[&sns].mounts.get(&oid).ok_or(errno::EIO)?;
                     nested.push((oid, child));
                 }
                 _ => {}
@@ -439,7 +435,7 @@ impl Fs {
             let (last, dirs) = ex.split_last().unwrap();
             let mut cur = rino;
             for d in dirs {
-                cur = self.child(cur, d)?.ok_or(libc::EIO)?;
+                cur = self.child(cur, d)?.ok_or(errno::EIO)?;
             }
             let contrib = self.raw_contribution(cur, last)?;
             let is_dir = contrib.1;
@@ -466,7 +462,7 @@ impl Fs {
             .forest
             .get(n.inode.content.as_ref(), name)
             .map_err(eio)?
-            .ok_or(libc::EIO)?;
+            .ok_or(errno::EIO)?;
         Ok(match EntryRecord::from_value(&v).map_err(eio)? {
             EntryRecord::Inline(i) if i.kind == Kind::Dir => (self.stored_summary(i.summary.as_ref())?, true),
             EntryRecord::Inline(_) => (BTreeMap::new(), false),
@@ -479,10 +475,10 @@ impl Fs {
     /// table at the next checkpoint, which releases what only it held.
     pub(crate) fn destroy_ns(&mut self, id: u32) -> FsResult<()> {
         if id == 1 {
-            return Err(libc::EPERM);
+            return Err(errno::EPERM);
         }
         let Some(ns) = self.namespaces.remove(&id) else {
-            return Err(libc::ENOENT);
+            return Err(errno::ENOENT);
         };
         let snaps: Vec<u32> = self
             .namespaces
@@ -521,9 +517,9 @@ impl Fs {
     /// Destroys a clone or snapshot by namespace id.
     pub fn destroy_id(&mut self, id: u32) -> FsResult<()> {
         if id == 1 {
-            return Err(libc::EINVAL);
+            return Err(errno::EINVAL);
         }
-        let root = self.namespaces.get(&id).ok_or(libc::ENOENT)?.root;
+        let root = self.namespaces.get(&id).ok_or(errno::ENOENT)?.root;
         self.destroy(root)
     }
 
@@ -532,10 +528,10 @@ impl Fs {
         self.writable()?;
         let n = self.node(ino)?;
         if n.loc != Loc::Root || n.ns == 1 {
-            return Err(libc::EINVAL);
+            return Err(errno::EINVAL);
         }
         let id = n.ns;
-        let info = self.namespaces.get(&id).ok_or(libc::ENOENT)?.info.clone();
+        let info = self.namespaces.get(&id).ok_or(errno::ENOENT)?.info.clone();
         match info.kind {
             NsKind::Clone => {
                 // Its mount entry: where the kernel reached it, or found through summaries.
@@ -571,7 +567,7 @@ impl Fs {
                     }
                 }
             }
-            NsKind::Main => return Err(libc::EINVAL),
+            NsKind::Main => return Err(errno::EINVAL),
         }
         self.checkpoint().map_err(eio)?;
         Ok(())
@@ -582,7 +578,7 @@ impl Fs {
     /// Follows the summaries down, so it reads one path, not the tree.
     pub(crate) fn find_named(&mut self, ns: u32, key: &[u8]) -> FsResult<(Ino, Vec<u8>)> {
         let (tag, oid) = summary_key_parts(key).map_err(eio)?;
-        let mut cur = self.namespaces.get(&ns).ok_or(libc::ENOENT)?.root;
+        let mut cur = self.namespaces.get(&ns).ok_or(errno::ENOENT)?.root;
         'down: loop {
             let names: Vec<(Vec<u8>, Kind)> = self
                 .readdir(cur)?
@@ -605,7 +601,7 @@ impl Fs {
                     continue 'down;
                 }
             }
-            return Err(libc::ENOENT);
+            return Err(errno::ENOENT);
         }
     }
 
@@ -621,7 +617,7 @@ impl Fs {
                 }
                 Loc::Root if n.ns == 1 => break,
                 Loc::Root => {
-                    let info = self.namespaces.get(&n.ns).ok_or(libc::EIO)?.info.clone();
+                    let info = self.namespaces.get(&n.ns).ok_or(errno::EIO)?.info.clone();
                     match info.kind {
                         NsKind::Clone => {
                             let (p, name) = match self.namespaces[&n.ns].mounted_at.clone() {
@@ -635,17 +631,17 @@ impl Fs {
                             names.push(info.name.clone());
                             names.push(SNAPDIR_NAME.to_vec());
                             let ns = info.parent;
-                            let root = self.namespaces.get(&ns).ok_or(libc::ENOENT)?.root;
+                            let root = self.namespaces.get(&ns).ok_or(errno::ENOENT)?.root;
                             dir = if self.node(root)?.inode.oid == info.anchor {
                                 root
                             } else {
                                 let (p, name) = self.find_named(ns, &summary_snap_key(info.anchor))?;
-                                self.child(p, &name)?.ok_or(libc::ENOENT)?
+                                self.child(p, &name)?.ok_or(errno::ENOENT)?
                             };
                         }
                     }
                 }
-                _ => return Err(libc::ENOENT),
+                _ => return Err(errno::ENOENT),
             }
         }
         names.reverse();
@@ -833,15 +829,15 @@ impl Fs {
             .snapshots_containing(dir)?
             .into_iter()
             .find(|(n, _, _)| n == name)
-            .ok_or(libc::ENOENT)?;
-        let mut cur = self.namespaces.get(&id).ok_or(libc::ENOENT)?.root;
+            .ok_or(errno::ENOENT)?;
+        let mut cur = self.namespaces.get(&id).ok_or(errno::ENOENT)?.root;
         for n in &path {
             if let Some(c) = caller {
                 if !may_search(c, &self.dir_node(cur)?.inode) {
-                    return Err(libc::EACCES);
+                    return Err(errno::EACCES);
                 }
             }
-            cur = self.child(cur, n)?.ok_or(libc::ENOENT)?;
+            cur = self.child(cur, n)?.ok_or(errno::ENOENT)?;
         }
         // `path` is today's names. The snapshot's directory there is `dir` as it was only if
         // it is the same directory: same object, in the snapshot's own tree (not a clone
@@ -851,10 +847,10 @@ impl Fs {
         // the path when the snapshot was taken.
         let (then, now) = (self.node(cur)?, self.dir_node(dir)?);
         if then.inode.kind != Kind::Dir || then.ns != id || then.inode.oid != now.inode.oid {
-            return Err(libc::ENOENT);
+            return Err(errno::ENOENT);
         }
         if path.is_empty() {
-            self.namespaces.get_mut(&id).ok_or(libc::EIO)?.mounted_at = Some((dir | SNAPDIR_BIT, name.to_vec()));
+            self.namespaces.get_mut(&id).ok_or(errno::EIO)?.mounted_at = Some((dir | SNAPDIR_BIT, name.to_vec()));
         }
         Ok(cur)
     }
@@ -896,9 +892,9 @@ impl Fs {
                 }
                 _ => {
                     if self.node(cur)?.inode.kind != Kind::Dir {
-                        return Err(libc::ENOTDIR);
+                        return Err(errno::ENOTDIR);
                     }
-                    cur = self.child(cur, name)?.ok_or(libc::ENOENT)?;
+                    cur = self.child(cur, name)?.ok_or(errno::ENOENT)?;
                 }
             }
         }
@@ -913,7 +909,7 @@ impl Fs {
             None => (&b""[..], trimmed),
         };
         if name.is_empty() || name == b"." || name == b".." {
-            return Err(libc::EINVAL);
+            return Err(errno::EINVAL);
         }
         Ok((self.resolve_path(dir)?, name.to_vec()))
     }
@@ -922,7 +918,7 @@ impl Fs {
     /// caching a write error would only surface at writeback, too late).
     pub fn check_writable(&self, ino: Ino) -> FsResult<()> {
         if ino & SNAPDIR_BIT != 0 {
-            return Err(libc::EROFS);
+            return Err(errno::EROFS);
         }
         self.rw(ino)
     }

@@ -4,6 +4,7 @@ use crate::acl;
 use crate::checkpoint::Fold;
 use crate::clone::{SNAPDIR_BIT, SNAPDIR_NAME};
 use crate::delta::{changed_runs, Patches, StoredChunk, BLIND_MAX, PATCH_MAX};
+use crate::error::errno;
 use crate::inode::*;
 use crate::journal::{JournalSync, Record, Target};
 use crate::volume::Volume;
@@ -21,8 +22,7 @@ pub type Ino = u64;
 /// was a tenth of a checkpoint's time with a few thousand carried files).
 pub(crate) type InoMap<V> = HashMap<Ino, V, rustc_hash::FxBuildHasher>;
 pub(crate) type InoSet = std::collections::HashSet<Ino, rustc_hash::FxBuildHasher>;
-/// Operations answer an errno on failure, as the kernel wants it.
-pub type FsResult<T> = std::result::Result<T, i32>;
+pub use crate::error::{FsError, FsResult};
 
 pub const ROOT_INO: Ino = 1;
 pub(crate) const ROOT_OID: u64 = 1;
@@ -372,21 +372,18 @@ impl Default for Room {
     }
 }
 
-fn eio(e: Error) -> i32 {
-    log::error!("{e}");
-    e.errno()
-}
+pub(crate) use crate::error::eio;
 
 pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
-        return Err(libc::EINVAL);
+        return Err(errno::EINVAL);
     }
     // Reserved for the virtual directory of snapshots.
     if name == crate::clone::SNAPDIR_NAME {
-        return Err(libc::EINVAL);
+        return Err(errno::EINVAL);
     }
     if name.len() > MAX_NAME {
-        return Err(libc::ENAMETOOLONG);
+        return Err(errno::ENAMETOOLONG);
     }
     Ok(())
 }
@@ -399,17 +396,17 @@ impl Fs {
     /// only until the kernel forgets it and its handles close; the engine reaches it
     /// through `nodes` directly for that).
     pub(crate) fn node(&self, ino: Ino) -> FsResult<&Node> {
-        let n = self.nodes.get(&ino).ok_or(libc::ESTALE)?;
+        let n = self.nodes.get(&ino).ok_or(errno::ESTALE)?;
         if !self.namespaces.contains_key(&n.ns) {
-            return Err(libc::ESTALE);
+            return Err(errno::ESTALE);
         }
         Ok(n)
     }
 
     pub(crate) fn node_mut(&mut self, ino: Ino) -> FsResult<&mut Node> {
-        let n = self.nodes.get_mut(&ino).ok_or(libc::ESTALE)?;
+        let n = self.nodes.get_mut(&ino).ok_or(errno::ESTALE)?;
         if !self.namespaces.contains_key(&n.ns) {
-            return Err(libc::ESTALE);
+            return Err(errno::ESTALE);
         }
         Ok(n)
     }
@@ -417,7 +414,7 @@ impl Fs {
     pub(crate) fn dir_node(&self, ino: Ino) -> FsResult<&Node> {
         let n = self.node(ino)?;
         if n.inode.kind != Kind::Dir {
-            return Err(libc::ENOTDIR);
+            return Err(errno::ENOTDIR);
         }
         Ok(n)
     }
@@ -488,9 +485,9 @@ impl Fs {
     fn mount_root(&mut self, ns: u32, oid: u64, parent: Ino, name: &[u8]) -> FsResult<Ino> {
         let Some(&child) = self.namespaces.get(&ns).and_then(|n| n.mounts.get(&oid)) else {
             log::error!("mount entry {oid} of namespace {ns} names no clone");
-            return Err(libc::EIO);
+            return Err(errno::EIO);
         };
-        let c = self.namespaces.get_mut(&child).ok_or(libc::EIO)?;
+        let c = self.namespaces.get_mut(&child).ok_or(errno::EIO)?;
         c.mounted_at = Some((parent, name.to_vec()));
         Ok(c.root)
     }
@@ -499,7 +496,7 @@ impl Fs {
     pub(crate) fn home_ns(&self, ino: Ino) -> FsResult<u32> {
         let n = self.node(ino)?;
         if n.loc == Loc::Root {
-            let info = &self.namespaces.get(&n.ns).ok_or(libc::EIO)?.info;
+            let info = &self.namespaces.get(&n.ns).ok_or(errno::EIO)?.info;
             if info.kind == NsKind::Clone {
                 return Ok(info.parent);
             }
@@ -512,7 +509,7 @@ impl Fs {
     pub(crate) fn rw(&self, ino: Ino) -> FsResult<()> {
         // A `.snapshot` directory is made up from the snapshot table: nothing to change.
         if ino & SNAPDIR_BIT != 0 {
-            return Err(libc::EROFS);
+            return Err(errno::EROFS);
         }
         self.ns_rw(self.node(ino)?.ns)
     }
@@ -524,15 +521,15 @@ impl Fs {
         // Each step goes to the namespace holding the clone's mount entry; the chain ends at
         // the main tree or a snapshot, and is never longer than the namespace table.
         for _ in 0..=self.namespaces.len() {
-            let n = self.namespaces.get(&cur).ok_or(libc::ESTALE)?;
+            let n = self.namespaces.get(&cur).ok_or(errno::ESTALE)?;
             match n.info.kind {
                 NsKind::Main => return Ok(()),
-                NsKind::Snapshot => return Err(libc::EROFS),
+                NsKind::Snapshot => return Err(errno::EROFS),
                 NsKind::Clone => cur = n.info.parent,
             }
         }
         log::error!("namespace {ns}: its chain of parents loops");
-        Err(libc::EIO)
+        Err(errno::EIO)
     }
 
     // ----- subtree summaries -----------------------------------------------------------------
@@ -624,11 +621,11 @@ impl Fs {
         if self.nodes.contains_key(&ino) {
             return Ok(ino);
         }
-        let n = self.namespaces.get(&ns).ok_or(libc::EIO)?;
+        let n = self.namespaces.get(&ns).ok_or(errno::EIO)?;
         if let Some(e) = n.links.get(&oid) {
             // A loaded inode is never evicted while it sits in an overlay.
             log::error!("link table overlay names oid {oid} of ns {ns} ({e:?}) but it is not loaded");
-            return Err(libc::EIO);
+            return Err(errno::EIO);
         }
         let root = n.link_root;
         let v = self
@@ -638,7 +635,7 @@ impl Fs {
             .map_err(eio)?
             .ok_or_else(|| {
                 log::error!("directory entry refers to oid {oid} of ns {ns}, absent from the link table");
-                libc::EIO
+                errno::EIO
             })?;
         let inode = inode_from_value(&v).map_err(eio)?;
         self.nodes.insert(ino, Node::new(inode, ns, Loc::Linked));
@@ -706,9 +703,9 @@ impl Fs {
         match t {
             Target::Linked { ns, oid } => self.linked(*ns, *oid),
             Target::Path { ns, names } => {
-                let mut cur = self.namespaces.get(ns).ok_or(libc::ENOENT)?.root;
+                let mut cur = self.namespaces.get(ns).ok_or(errno::ENOENT)?.root;
                 for n in names {
-                    cur = self.child(cur, n)?.ok_or(libc::ENOENT)?;
+                    cur = self.child(cur, n)?.ok_or(errno::ENOENT)?;
                 }
                 Ok(cur)
             }
@@ -757,7 +754,7 @@ impl Fs {
     pub(crate) fn writable(&self) -> FsResult<()> {
         if let Some(why) = &self.vol.failed {
             log::warn!("refusing a change: {why}");
-            return Err(libc::EIO);
+            return Err(errno::EIO);
         }
         Ok(())
     }
@@ -784,7 +781,7 @@ impl Fs {
         if avail < need {
             self.room.slack = 0;
             log::warn!("host filesystem nearly full ({avail} bytes free): refusing a change of {bytes} bytes");
-            return Err(libc::ENOSPC);
+            return Err(errno::ENOSPC);
         }
         // Half the margin: the host may be filled by others meanwhile.
         self.room.slack = (avail - need) / 2;
@@ -814,7 +811,7 @@ impl Fs {
     /// Looks up a name and counts one kernel reference to the result.
     pub fn lookup(&mut self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
         if name.len() > MAX_NAME {
-            return Err(libc::ENAMETOOLONG);
+            return Err(errno::ENAMETOOLONG);
         }
         if parent & SNAPDIR_BIT != 0 {
             let ino = self.snapdir_child(parent & !SNAPDIR_BIT, name, None)?;
@@ -823,7 +820,7 @@ impl Fs {
         if name == SNAPDIR_NAME {
             return self.snapdir_attr(parent);
         }
-        let ino = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        let ino = self.child(parent, name)?.ok_or(errno::ENOENT)?;
         self.remember(ino)
     }
 
@@ -834,7 +831,7 @@ impl Fs {
     pub fn lookup_as(&mut self, parent: Ino, name: &[u8], caller: &crate::access::Caller) -> FsResult<Attr> {
         if parent & SNAPDIR_BIT != 0 {
             if name.len() > MAX_NAME {
-                return Err(libc::ENAMETOOLONG);
+                return Err(errno::ENAMETOOLONG);
             }
             let ino = self.snapdir_child(parent & !SNAPDIR_BIT, name, Some(caller))?;
             return self.remember(ino);
@@ -922,11 +919,11 @@ impl Fs {
         if let Some(size) = a.size {
             match kind {
                 Kind::File => {}
-                Kind::Dir => return Err(libc::EISDIR),
-                _ => return Err(libc::EINVAL),
+                Kind::Dir => return Err(errno::EISDIR),
+                _ => return Err(errno::EINVAL),
             }
             if size > MAX_FILE_SIZE {
-                return Err(libc::EFBIG);
+                return Err(errno::EFBIG);
             }
             self.truncate(ino, size)?;
             let n = self.node_mut(ino)?;
@@ -961,7 +958,7 @@ impl Fs {
     pub fn readlink(&mut self, ino: Ino) -> FsResult<Vec<u8>> {
         let n = self.node(ino)?;
         if n.inode.kind != Kind::Symlink {
-            return Err(libc::EINVAL);
+            return Err(errno::EINVAL);
         }
         Ok(n.inode.target.clone())
     }
@@ -990,9 +987,9 @@ impl Fs {
         self.room_for(4096 + target.len() as u64)?;
         if kind == Kind::Symlink && (target.is_empty() || target.len() > MAX_SYMLINK) {
             return Err(if target.is_empty() {
-                libc::ENOENT
+                errno::ENOENT
             } else {
-                libc::ENAMETOOLONG
+                errno::ENAMETOOLONG
             });
         }
         let p = self.dir_node(parent)?;
@@ -1017,11 +1014,11 @@ impl Fs {
             }
             None => (mode & !umask & 0o7777) as u16,
         };
-        let oid = self.namespaces.get(&ns).ok_or(libc::ESTALE)?.next_oid;
+        let oid = self.namespaces.get(&ns).ok_or(errno::ESTALE)?.next_oid;
         if oid >= MAX_OID {
             // Past it, st_ino would name an object of the next namespace.
             log::warn!("namespace {ns} has used all 2^40 object ids");
-            return Err(libc::ENOSPC);
+            return Err(errno::ENOSPC);
         }
         let now = Ts::now();
         let ptarget = self.target(parent);
@@ -1060,12 +1057,12 @@ impl Fs {
         now: Ts,
     ) -> FsResult<Ino> {
         if self.child(parent, name)?.is_some() {
-            return Err(libc::EEXIST);
+            return Err(errno::EEXIST);
         }
         let p = self.dir_node(parent)?;
         let ns = p.ns;
         if p.inode.kind == Kind::Dir && p.inode.nlink >= MAX_NLINK && kind == Kind::Dir {
-            return Err(libc::EMLINK);
+            return Err(errno::EMLINK);
         }
         let mut inode = Inode::new(oid, kind, perm, uid, gid, now);
         // A setgid directory gives new entries its group, and new directories its setgid bit.
@@ -1078,10 +1075,10 @@ impl Fs {
         inode.rdev = rdev;
         inode.target = target.to_vec();
         inode.xattrs.extend(xattrs.iter().cloned());
-        let nsr = self.namespaces.get_mut(&ns).ok_or(libc::EIO)?;
+        let nsr = self.namespaces.get_mut(&ns).ok_or(errno::EIO)?;
         if oid != nsr.next_oid {
             log::error!("object id {oid} replayed where {} was due", nsr.next_oid);
-            return Err(libc::EIO);
+            return Err(errno::EIO);
         }
         nsr.next_oid += 1;
         nsr.inodes += 1;
@@ -1134,16 +1131,16 @@ impl Fs {
     }
 
     pub(crate) fn op_remove(&mut self, parent: Ino, name: &[u8], dir: bool, now: Ts) -> FsResult<()> {
-        let ino = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        let ino = self.child(parent, name)?.ok_or(errno::ENOENT)?;
         let is_dir = self.node(ino)?.inode.kind == Kind::Dir;
         if dir && !is_dir {
-            return Err(libc::ENOTDIR);
+            return Err(errno::ENOTDIR);
         }
         if !dir && is_dir {
-            return Err(libc::EISDIR);
+            return Err(errno::EISDIR);
         }
         if is_dir && !self.dir_is_empty(ino)? {
-            return Err(libc::ENOTEMPTY);
+            return Err(errno::ENOTEMPTY);
         }
         self.drop_name(parent, ino, now)?;
         let p = self.node_mut(parent)?;
@@ -1162,7 +1159,7 @@ impl Fs {
         n.inode.ctime = now;
         if n.loc == Loc::Root {
             // The root of a clone: its mount entry goes, and the clone with it.
-            let info = self.namespaces.get(&ns).ok_or(libc::EIO)?.info.clone();
+            let info = self.namespaces.get(&ns).ok_or(errno::EIO)?.info.clone();
             let oid = info.anchor;
             if let Some(p) = self.namespaces.get_mut(&info.parent) {
                 p.mounts.remove(&oid);
@@ -1194,16 +1191,16 @@ impl Fs {
                     let n = self.node_mut(ino)?;
                     if last {
                         n.loc = Loc::Gone;
-                        self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.links.insert(oid, None);
+                        self.namespaces.get_mut(&ns).ok_or(errno::EIO)?.links.insert(oid, None);
                     } else {
                         self.touch(ino);
                     }
                 }
-                _ => return Err(libc::EIO),
+                _ => return Err(errno::EIO),
             }
         }
         if self.node(ino)?.loc == Loc::Gone {
-            let c = &mut self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.inodes;
+            let c = &mut self.namespaces.get_mut(&ns).ok_or(errno::EIO)?.inodes;
             *c = c.saturating_sub(1);
             self.dirty.insert(ino);
             if self.node(ino)?.opens > 0 {
@@ -1243,7 +1240,7 @@ impl Fs {
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
             || flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0
         {
-            return Err(libc::EINVAL);
+            return Err(errno::EINVAL);
         }
         let now = Ts::now();
         let (pt, npt) = (self.target(parent), self.target(newparent));
@@ -1271,7 +1268,7 @@ impl Fs {
                 kind: n.inode.kind,
             },
             Loc::Root => Ent::Mount {
-                oid: self.namespaces.get(&n.ns).ok_or(libc::EIO)?.info.anchor,
+                oid: self.namespaces.get(&n.ns).ok_or(errno::EIO)?.info.anchor,
             },
             _ => Ent::Node(ino),
         })
@@ -1290,7 +1287,7 @@ impl Fs {
             }
             Ent::Mount { .. } => {
                 let ns = self.node(ino)?.ns;
-                self.namespaces.get_mut(&ns).ok_or(libc::EIO)?.mounted_at = Some((parent, name.to_vec()));
+                self.namespaces.get_mut(&ns).ok_or(errno::EIO)?.mounted_at = Some((parent, name.to_vec()));
             }
             Ent::Link { .. } => {}
         }
@@ -1307,22 +1304,22 @@ impl Fs {
         flags: u32,
         now: Ts,
     ) -> FsResult<()> {
-        let src = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        let src = self.child(parent, name)?.ok_or(errno::ENOENT)?;
         let home = self.dir_node(newparent)?.ns;
         let dst = self.child(newparent, newname)?;
         // Names never cross between a clone and the tree around it: `mv` copies instead.
         if self.home_ns(src)? != home || dst.is_some_and(|d| self.home_ns(d).ok() != Some(home)) {
-            return Err(libc::EXDEV);
+            return Err(errno::EXDEV);
         }
         let src_dir = self.node(src)?.inode.kind == Kind::Dir;
         if src_dir && self.is_ancestor(src, newparent)? {
-            return Err(libc::EINVAL);
+            return Err(errno::EINVAL);
         }
         if flags & RENAME_EXCHANGE != 0 {
-            let dst = dst.ok_or(libc::ENOENT)?;
+            let dst = dst.ok_or(errno::ENOENT)?;
             let dst_dir = self.node(dst)?.inode.kind == Kind::Dir;
             if dst_dir && self.is_ancestor(dst, parent)? {
-                return Err(libc::EINVAL);
+                return Err(errno::EINVAL);
             }
             if src == dst {
                 return Ok(());
@@ -1352,7 +1349,7 @@ impl Fs {
         } else {
             if let Some(dst) = dst {
                 if flags & RENAME_NOREPLACE != 0 {
-                    return Err(libc::EEXIST);
+                    return Err(errno::EEXIST);
                 }
                 if dst == src {
                     // Two names of one file: rename does nothing.
@@ -1360,9 +1357,9 @@ impl Fs {
                 }
                 let dst_dir = self.node(dst)?.inode.kind == Kind::Dir;
                 match (src_dir, dst_dir) {
-                    (true, false) => return Err(libc::ENOTDIR),
-                    (false, true) => return Err(libc::EISDIR),
-                    (true, true) if !self.dir_is_empty(dst)? => return Err(libc::ENOTEMPTY),
+                    (true, false) => return Err(errno::ENOTDIR),
+                    (false, true) => return Err(errno::EISDIR),
+                    (true, true) if !self.dir_is_empty(dst)? => return Err(errno::ENOTEMPTY),
                     _ => {}
                 }
                 self.drop_name(newparent, dst, now)?;
@@ -1427,19 +1424,19 @@ impl Fs {
     pub(crate) fn op_link(&mut self, ino: Ino, newparent: Ino, newname: &[u8], now: Ts) -> FsResult<()> {
         let n = self.node(ino)?;
         if n.inode.kind == Kind::Dir {
-            return Err(libc::EPERM);
+            return Err(errno::EPERM);
         }
         if n.loc == Loc::Gone {
-            return Err(libc::ENOENT);
+            return Err(errno::ENOENT);
         }
         if n.inode.nlink >= MAX_NLINK {
-            return Err(libc::EMLINK);
+            return Err(errno::EMLINK);
         }
         if self.dir_node(newparent)?.ns != n.ns {
-            return Err(libc::EXDEV);
+            return Err(errno::EXDEV);
         }
         if self.child(newparent, newname)?.is_some() {
-            return Err(libc::EEXIST);
+            return Err(errno::EEXIST);
         }
         let n = self.node(ino)?;
         let (ns, oid, kind) = (n.ns, n.inode.oid, n.inode.kind);
@@ -1455,7 +1452,7 @@ impl Fs {
         self.bump(newparent, &summary_link_key(oid), 1)?;
         self.namespaces
             .get_mut(&ns)
-            .ok_or(libc::EIO)?
+            .ok_or(errno::EIO)?
             .links
             .insert(oid, Some(ino));
         let n = self.node_mut(ino)?;
@@ -1549,8 +1546,8 @@ impl Fs {
             {
                 continue;
             }
-            let child = self.namespaces[&ns].mounts.get(&oid).copied().ok_or(libc::EIO)?;
-            let root = self.namespaces.get(&child).ok_or(libc::EIO)?.root;
+            let child = self.namespaces[&ns].mounts.get(&oid).copied().ok_or(errno::EIO)?;
+            let root = self.namespaces.get(&child).ok_or(errno::EIO)?.root;
             out.insert(name, (root, Kind::Dir));
         }
         Ok(out
@@ -1612,7 +1609,7 @@ impl Fs {
         };
         StoredChunk::from_value(&v).map(Some).map_err(|e| {
             log::error!("content entry {idx} of oid {}: {e}", n.inode.oid);
-            libc::EIO
+            errno::EIO
         })
     }
 
@@ -1623,10 +1620,7 @@ impl Fs {
             .store
             .read_shared(ptr, true)
             .map(|b| b.to_vec())
-            .map_err(|e| {
-                log::error!("read of chunk {idx} of oid {} (ino {}): {e}", n.inode.oid, n.inode.oid);
-                e.errno()
-            })
+            .map_err(|e| FsError::from(e).with(format!("read of chunk {idx} of file oid {}", n.inode.oid)))
     }
 
     /// The bytes of chunk `idx` (`None` for a hole).
@@ -1694,8 +1688,8 @@ impl Fs {
         let n = self.node(ino)?;
         match n.inode.kind {
             Kind::File => {}
-            Kind::Dir => return Err(libc::EISDIR),
-            _ => return Err(libc::EINVAL),
+            Kind::Dir => return Err(errno::EISDIR),
+            _ => return Err(errno::EINVAL),
         }
         let end = (offset.saturating_add(size as u64)).min(n.inode.size);
         let mut plan = ReadPlan {
@@ -1797,7 +1791,7 @@ impl Fs {
         }
         let now = Ts::now();
         let target = self.target(ino);
-        let end = offset.checked_add(data.len() as u64).ok_or(libc::EFBIG)?;
+        let end = offset.checked_add(data.len() as u64).ok_or(errno::EFBIG)?;
         // Whole chunks go to the packs, an unlinked file's too (not journaled: its data dies
         // with it, and its blocks become garbage when it is last closed), so that a large
         // tmpfile-style file does not live in the daemon's memory.
@@ -1879,11 +1873,11 @@ impl Fs {
     ) -> FsResult<()> {
         let n = self.node(ino)?;
         if n.inode.kind != Kind::File {
-            return Err(libc::EINVAL);
+            return Err(errno::EINVAL);
         }
-        let end = (first + chunks.len() as u64).checked_mul(CHUNK).ok_or(libc::EFBIG)?;
+        let end = (first + chunks.len() as u64).checked_mul(CHUNK).ok_or(errno::EFBIG)?;
         if end > MAX_FILE_SIZE {
-            return Err(libc::EFBIG);
+            return Err(errno::EFBIG);
         }
         for (i, c) in chunks.iter().enumerate() {
             let c = match c {
@@ -1895,7 +1889,7 @@ impl Fs {
                         Chunk::Block(*p)
                     }
                 }
-                Some(_) => return Err(libc::EINVAL),
+                Some(_) => return Err(errno::EINVAL),
                 None => Chunk::Hole,
             };
             self.set_chunk(ino, first + i as u64, c)?;
@@ -1917,12 +1911,12 @@ impl Fs {
         let n = self.node(ino)?;
         match n.inode.kind {
             Kind::File => {}
-            Kind::Dir => return Err(libc::EISDIR),
-            _ => return Err(libc::EINVAL),
+            Kind::Dir => return Err(errno::EISDIR),
+            _ => return Err(errno::EINVAL),
         }
-        let end = offset.checked_add(data.len() as u64).ok_or(libc::EFBIG)?;
+        let end = offset.checked_add(data.len() as u64).ok_or(errno::EFBIG)?;
         if end > MAX_FILE_SIZE {
-            return Err(libc::EFBIG);
+            return Err(errno::EFBIG);
         }
         let mut changed = Vec::new();
         let mut pos = offset;
@@ -2015,7 +2009,7 @@ impl Fs {
         chunks: &[(u64, Patches)],
     ) -> FsResult<()> {
         if self.node(ino)?.inode.kind != Kind::File {
-            return Err(libc::EINVAL);
+            return Err(errno::EINVAL);
         }
         for (idx, patches) in chunks {
             let Some(s) = self.stored_chunk(self.node(ino)?, *idx)? else {
@@ -2023,7 +2017,7 @@ impl Fs {
                     "carried patches of oid {} name chunk {idx}, which is not stored",
                     self.node(ino)?.inode.oid
                 );
-                return Err(libc::EIO);
+                return Err(errno::EIO);
             };
             let c = Chunk::Patched {
                 base: s.block,
@@ -2177,24 +2171,24 @@ impl Fs {
         let n = self.node(ino)?;
         match n.inode.kind {
             Kind::File => {}
-            Kind::Dir => return Err(libc::EISDIR),
-            _ => return Err(libc::ENODEV),
+            Kind::Dir => return Err(errno::EISDIR),
+            _ => return Err(errno::ENODEV),
         }
         if len == 0 {
-            return Err(libc::EINVAL);
+            return Err(errno::EINVAL);
         }
-        let end = offset.checked_add(len).ok_or(libc::EFBIG)?;
+        let end = offset.checked_add(len).ok_or(errno::EFBIG)?;
         if end > MAX_FILE_SIZE {
-            return Err(libc::EFBIG);
+            return Err(errno::EFBIG);
         }
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
         let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
         if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
-            return Err(libc::EOPNOTSUPP);
+            return Err(errno::EOPNOTSUPP);
         }
         if punch && (!keep || zero) {
-            return Err(libc::EINVAL);
+            return Err(errno::EINVAL);
         }
         if punch || zero {
             self.zero_range(ino, offset, end)?;
@@ -2217,7 +2211,7 @@ impl Fs {
         let n = self.node(ino)?;
         let size = n.inode.size;
         if offset >= size {
-            return Err(libc::ENXIO);
+            return Err(errno::ENXIO);
         }
         let idx = offset / CHUNK;
         match whence {
@@ -2225,7 +2219,7 @@ impl Fs {
                 let next = self.data_chunks_from(n, idx, 1)?;
                 match next.first() {
                     Some(&i) if i * CHUNK < size => Ok(offset.max(i * CHUNK)),
-                    _ => Err(libc::ENXIO),
+                    _ => Err(errno::ENXIO),
                 }
             }
             libc::SEEK_HOLE => {
@@ -2243,7 +2237,7 @@ impl Fs {
                     }
                 }
             }
-            _ => Err(libc::EINVAL),
+            _ => Err(errno::EINVAL),
         }
     }
 
@@ -2331,9 +2325,9 @@ impl Fs {
 
     pub fn getxattr(&mut self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
         if ino & SNAPDIR_BIT != 0 {
-            return Err(libc::ENODATA); // `.snapshot` has no record, so no xattrs
+            return Err(errno::ENODATA); // `.snapshot` has no record, so no xattrs
         }
-        self.node(ino)?.inode.xattrs.get(name).cloned().ok_or(libc::ENODATA)
+        self.node(ino)?.inode.xattrs.get(name).cloned().ok_or(errno::ENODATA)
     }
 
     pub fn listxattr(&mut self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
@@ -2363,25 +2357,25 @@ impl Fs {
 
     pub(crate) fn op_setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], flags: i32, now: Ts) -> FsResult<()> {
         if name.is_empty() || name.len() > MAX_XATTR_NAME {
-            return Err(libc::ERANGE);
+            return Err(errno::ERANGE);
         }
         if value.len() > MAX_XATTR_VALUE {
-            return Err(libc::E2BIG);
+            return Err(errno::E2BIG);
         }
         let n = self.node_mut(ino)?;
         let exists = n.inode.xattrs.contains_key(name);
         if flags & libc::XATTR_CREATE != 0 && exists {
-            return Err(libc::EEXIST);
+            return Err(errno::EEXIST);
         }
         if flags & libc::XATTR_REPLACE != 0 && !exists {
-            return Err(libc::ENODATA);
+            return Err(errno::ENODATA);
         }
         let old = n.inode.xattrs.get(name).map(|v| name.len() + v.len()).unwrap_or(0);
         if n.inode.xattr_bytes() - old + name.len() + value.len() > MAX_XATTR_TOTAL {
-            return Err(libc::ENOSPC);
+            return Err(errno::ENOSPC);
         }
         if name == acl::ACCESS || name == acl::DEFAULT {
-            let e = acl::parse(value).ok_or(libc::EINVAL)?;
+            let e = acl::parse(value).ok_or(errno::EINVAL)?;
             if name == acl::ACCESS {
                 // The mode follows the ACL; an ACL that says no more than a mode is not kept.
                 let (bits, equiv) = acl::equiv_mode(&e);
@@ -2417,7 +2411,7 @@ impl Fs {
 
     pub(crate) fn op_removexattr(&mut self, ino: Ino, name: &[u8], now: Ts) -> FsResult<()> {
         let n = self.node_mut(ino)?;
-        n.inode.xattrs.remove(name).ok_or(libc::ENODATA)?;
+        n.inode.xattrs.remove(name).ok_or(errno::ENODATA)?;
         n.inode.ctime = now;
         self.touch(ino);
         Ok(())
@@ -2446,7 +2440,7 @@ impl Fs {
     pub fn sync_begin(&mut self) -> FsResult<SyncTicket> {
         if let Some(why) = &self.vol.failed {
             log::warn!("refusing fsync: {why}");
-            return Err(libc::EIO);
+            return Err(errno::EIO);
         }
         let journal = match self.vol.journal.as_mut().map(|j| j.prepare_sync()).transpose() {
             Ok(j) => j.flatten(),
@@ -2672,7 +2666,7 @@ pub struct WrittenAhead {
 /// adapter calls it before taking the engine lock, so two writers' pack writes overlap (a
 /// direct write of 1 MiB waits ~1 ms for the device here). `Fs::write_with` then journals them.
 pub fn write_ahead(store: &BlockStore, offset: u64, data: &[u8]) -> FsResult<WrittenAhead> {
-    let end = offset.checked_add(data.len() as u64).ok_or(libc::EFBIG)?;
+    let end = offset.checked_add(data.len() as u64).ok_or(errno::EFBIG)?;
     let first_full = offset.div_ceil(CHUNK);
     let last_full = end / CHUNK; // exclusive
     let mut ahead = WrittenAhead {
@@ -2693,10 +2687,7 @@ pub fn write_ahead(store: &BlockStore, offset: u64, data: &[u8]) -> FsResult<Wri
         }
         let ptrs = store
             .write_data_run(&data[at(idx)..at(stop)], CHUNK as usize)
-            .map_err(|e| {
-                log::error!("{e}");
-                e.errno()
-            })?;
+            .map_err(FsError::from)?;
         ahead.chunks.extend(ptrs.into_iter().map(Some));
         idx = stop;
     }
@@ -2765,10 +2756,8 @@ impl ReadPlan {
                             Part::Bytes(_) => None,
                         })
                         .collect();
-                    self.fill_run(&run, out).map_err(|e| {
-                        log::error!("read of file oid {oid}: {e}");
-                        e.errno()
-                    })?;
+                    self.fill_run(&run, out)
+                        .map_err(|e| FsError::from(e).with(format!("read of file oid {oid}")))?;
                     i += run.len();
                 }
             }
@@ -2846,12 +2835,12 @@ mod tests {
             assert_eq!(
                 fs.mknod(ROOT_INO, b"one-too-many", kind, 0o644, 0, 0, 0, 0, &[])
                     .map(|_| ()),
-                Err(libc::ENOSPC)
+                Err(errno::ENOSPC)
             );
         }
         assert_eq!(
             fs.clone_dir(last.ino, ROOT_INO, b"c", &[], b"t").map(|_| ()),
-            Err(libc::ENOSPC)
+            Err(errno::ENOSPC)
         );
         assert!(fs.failure().is_none(), "a refusal, not a failure");
         // `scion check` holds the same line: a table whose counter went past it is damage.

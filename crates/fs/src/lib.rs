@@ -17,6 +17,7 @@ pub mod check;
 mod checkpoint;
 pub mod clone;
 pub mod delta;
+mod error;
 pub mod failpoint;
 mod flush;
 mod fs;
@@ -31,9 +32,10 @@ pub mod scrub;
 mod volume;
 
 pub use clone::Listing;
+pub use error::{errno, FsError, FsResult};
 pub use flush::{FlushBatch, FlushedBatch, FLUSH_FROM};
 pub use fs::{
-    write_ahead, Attr, DirEntry, Fs, FsResult, Ino, Inval, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket,
+    write_ahead, Attr, DirEntry, Fs, Ino, Inval, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket,
     WrittenAhead, ROOT_INO,
 };
 pub use inode::{Kind, Ts, INLINE_MAX};

@@ -52,7 +52,7 @@ impl Fs {
     /// Commits what is in memory (a checkpoint) and pins that state for a walk without the
     /// engine lock.
     pub fn pin_committed(&mut self) -> crate::FsResult<Pinned> {
-        self.checkpoint().map_err(|e| e.errno())?;
+        self.checkpoint()?;
         let pins = self.vol.pins.clone();
         pins.fetch_add(1, Ordering::AcqRel);
         let pin = Pin(pins);

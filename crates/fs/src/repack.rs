@@ -20,6 +20,7 @@
 //! names, so opening the store truncates them away.
 
 use crate::delta::StoredChunk;
+use crate::error::errno;
 use crate::fs::*;
 use crate::inode::*;
 use scion_store::{BlockKind, BlockPtr, Result};
@@ -72,7 +73,7 @@ impl Fs {
         // A snapshot's blocks are not moved: it is read-only, even where nothing would show.
         self.rw(dir)?;
         if self.dir_node(dir)?.loc == Loc::Gone {
-            return Err(libc::ENOENT);
+            return Err(errno::ENOENT);
         }
         // The committed trees must be current: exclusivity is read from their counts.
         self.checkpoint().map_err(eio)?;
@@ -153,7 +154,7 @@ impl Fs {
             match self.repack(root, BACKGROUND_BUDGET - total.moved_bytes.min(BACKGROUND_BUDGET)) {
                 Ok(r) => total.add(&r),
                 // A clone destroyed or unloaded meanwhile: the others still get their turn.
-                Err(libc::ENOENT | libc::ESTALE) => {}
+                Err(e) if e == errno::ENOENT || e == errno::ESTALE => {}
                 Err(e) => {
                     result = Err(e);
                     break;
@@ -192,10 +193,12 @@ impl Fs {
         let mut moved = Vec::with_capacity(blocks.len());
         let mut bytes = 0;
         for (idx, old) in &blocks {
-            let data = self.vol.forest.store.read(old).map_err(|e| {
-                log::error!("repack: read of chunk {idx} of ino {ino}: {e}");
-                e.errno()
-            })?;
+            let data = self
+                .vol
+                .forest
+                .store
+                .read(old)
+                .map_err(|e| FsError::from(e).with(format!("repack: read of chunk {idx} of ino {ino}")))?;
             let new = self.vol.forest.store.write(BlockKind::Data, &data).map_err(eio)?;
             bytes += data.len() as u64;
             moved.push((*idx, new));
@@ -231,7 +234,7 @@ impl Fs {
             .map_err(eio)?;
         if let Some(e) = bad {
             log::error!("content tree of ino {ino}: {e}");
-            return Err(libc::EIO);
+            return Err(errno::EIO);
         }
         Ok(out)
     }
@@ -256,11 +259,6 @@ pub fn is_contiguous(blocks: &[(u64, BlockPtr)]) -> bool {
     blocks
         .windows(2)
         .all(|w| w[0].1.pack() == w[1].1.pack() && w[1].1.offset() == w[0].1.offset() + w[0].1.footprint())
-}
-
-fn eio(e: scion_store::Error) -> i32 {
-    log::error!("{e}");
-    e.errno()
 }
 
 #[cfg(test)]

@@ -360,10 +360,10 @@ fn small_writes_do_not_read_the_block() {
     data[4096..4096 + BLIND_MAX].copy_from_slice(&small);
     assert_eq!(
         fs.write(f, 8192, &[0xdd; 4096]).err(),
-        Some(libc::EIO),
+        Some(scion_fs::errno::EIO),
         "a page write compares"
     );
-    assert_eq!(fs.read(f, 0, 100).err(), Some(libc::EIO));
+    assert_eq!(fs.read(f, 0, 100).err(), Some(scion_fs::errno::EIO));
     fs.fsync().unwrap();
     drop(fs);
 

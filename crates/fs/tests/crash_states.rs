@@ -88,7 +88,7 @@ fn split(path: &str) -> (&str, &str) {
     }
 }
 
-fn resolve(fs: &mut Fs, path: &str) -> Result<Ino, i32> {
+fn resolve(fs: &mut Fs, path: &str) -> scion_fs::FsResult<Ino> {
     let mut ino = fs.root();
     for c in path.split('/').filter(|c| !c.is_empty()) {
         ino = fs.lookup(ino, c.as_bytes())?.ino;
@@ -99,8 +99,8 @@ fn resolve(fs: &mut Fs, path: &str) -> Result<Ino, i32> {
 /// Inodes held open by `Step::Open`, by handle number.
 type Held = HashMap<usize, Ino>;
 
-fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> Result<(), i32> {
-    let parent_of = |fs: &mut Fs, p: &str| -> Result<(Ino, Vec<u8>), i32> {
+fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
+    let parent_of = |fs: &mut Fs, p: &str| -> scion_fs::FsResult<(Ino, Vec<u8>)> {
         let (d, n) = split(p);
         Ok((resolve(fs, d)?, n.as_bytes().to_vec()))
     };
@@ -164,7 +164,7 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> Result<(), i32> {
             fs.setxattr(ino, k, v, 0)?;
         }
         Step::Fsync => fs.fsync()?,
-        Step::Checkpoint => fs.checkpoint().map_err(|e| e.errno())?,
+        Step::Checkpoint => fs.checkpoint()?,
         Step::FlushBehind => {
             if let Some(batch) = fs.flush_begin(0) {
                 let done = batch.run();
@@ -224,7 +224,7 @@ fn dump(fs: &mut Fs) -> Result<Vec<u8>, String> {
         out: &mut Vec<u8>,
         seen: &mut HashMap<Ino, String>,
     ) -> Result<(), String> {
-        let err = |what: &str, p: &str, e: i32| format!("{what} of {p}: errno {e}");
+        let err = |what: &str, p: &str, e: scion_fs::FsError| format!("{what} of {p}: {e}");
         let mut ents = fs.readdir(dir).map_err(|e| err("readdir", path, e))?;
         ents.sort_by(|a, b| a.name.cmp(&b.name));
         for e in ents {

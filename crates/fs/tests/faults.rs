@@ -44,13 +44,13 @@ fn open_armed(sim: &SimHost, spec: &str) -> Fs {
     fs
 }
 
-fn create(fs: &mut Fs, name: &str, data: &[u8]) -> Result<Ino, i32> {
+fn create(fs: &mut Fs, name: &str, data: &[u8]) -> scion_fs::FsResult<Ino> {
     let a = fs.mknod(fs.root(), name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[])?;
     fs.write(a.ino, 0, data)?;
     Ok(a.ino)
 }
 
-fn read(fs: &mut Fs, name: &str) -> Result<Vec<u8>, i32> {
+fn read(fs: &mut Fs, name: &str) -> scion_fs::FsResult<Vec<u8>> {
     let a = fs.lookup(fs.root(), name.as_bytes())?;
     fs.read(a.ino, 0, a.size as u32 + 1)
 }
@@ -91,7 +91,7 @@ fn write_fault_in_packs_fails_the_write_only() {
     let r = create(&mut fs, "big", &big);
     assert_eq!(
         r.err(),
-        Some(libc::EIO),
+        Some(scion_fs::errno::EIO),
         "a write whose blocks cannot be written fails with EIO"
     );
     // The same write again (the fault is spent) succeeds; the other file is untouched.
@@ -115,7 +115,7 @@ fn full_journal_write_fails_fsync_and_is_retried() {
     let mut fs = open_armed(&sim, spec);
     let data = pattern(3, 3000);
     create(&mut fs, "f", &data).unwrap();
-    assert_eq!(fs.fsync(), Err(libc::ENOSPC), "fsync reports the full host");
+    assert_eq!(fs.fsync(), Err(scion_fs::errno::ENOSPC), "fsync reports the full host");
     // Nothing was synced, so nothing was dropped: the next fsync writes the same records.
     fs.fsync().unwrap();
     drop(fs);
@@ -151,8 +151,8 @@ fn a_change_whose_journal_write_fails_leaves_no_trace() {
     // The fault is spent, but the change was made in memory and refused: the volume
     // refuses everything after it, so that neither a later fsync nor a checkpoint makes it
     // durable.
-    assert_eq!(create(&mut fs, "after", b"x").err(), Some(libc::EIO));
-    assert_eq!(fs.fsync(), Err(libc::EIO));
+    assert_eq!(create(&mut fs, "after", b"x").err(), Some(scion_fs::errno::EIO));
+    assert_eq!(fs.fsync(), Err(scion_fs::errno::EIO));
     assert!(fs.checkpoint().is_err());
     assert_eq!(read(&mut fs, "kept").unwrap(), keep, "reads go on");
     drop(fs);
@@ -160,10 +160,10 @@ fn a_change_whose_journal_write_fails_leaves_no_trace() {
     let mut fs = open_on(Arc::new(sim.clone())).unwrap();
     assert_eq!(
         read(&mut fs, &format!("n{i}")).err(),
-        Some(libc::ENOENT),
+        Some(scion_fs::errno::ENOENT),
         "the failed change"
     );
-    assert_eq!(read(&mut fs, "after").err(), Some(libc::ENOENT));
+    assert_eq!(read(&mut fs, "after").err(), Some(scion_fs::errno::ENOENT));
     row(
         "ENOSPC writing the journal buffer (4 MiB of records)",
         spec,
@@ -180,10 +180,10 @@ fn failed_fsync_refuses_changes_until_restart() {
     create(&mut fs, "first", &first).unwrap();
     fs.fsync().unwrap();
     create(&mut fs, "second", &pattern(5, 2000)).unwrap();
-    assert_eq!(fs.fsync(), Err(libc::EIO));
+    assert_eq!(fs.fsync(), Err(scion_fs::errno::EIO));
     assert_eq!(
         create(&mut fs, "third", b"x").err(),
-        Some(libc::EIO),
+        Some(scion_fs::errno::EIO),
         "changes refused after a failed fsync"
     );
     assert_eq!(read(&mut fs, "first").unwrap(), first, "reads still served");
@@ -201,7 +201,7 @@ fn failed_checkpoint_refuses_changes_until_restart() {
     create(&mut fs, "f", &data).unwrap();
     fs.fsync().unwrap();
     assert!(fs.checkpoint().is_err());
-    assert_eq!(create(&mut fs, "g", b"y").err(), Some(libc::EIO));
+    assert_eq!(create(&mut fs, "g", b"y").err(), Some(scion_fs::errno::EIO));
     assert_eq!(read(&mut fs, "f").unwrap(), data);
     drop(fs);
     restart_and_verify(&sim, &[("f", &data)]);
@@ -221,14 +221,14 @@ fn flipped_bits_on_read_give_eio_to_that_file_only() {
     // is refused, never returned damaged.
     let spec = "read:packs/:flip";
     let mut fs = open_armed(&sim, spec);
-    assert_eq!(read(&mut fs, "a").err(), Some(libc::EIO));
-    assert_eq!(read(&mut fs, "b").err(), Some(libc::EIO));
+    assert_eq!(read(&mut fs, "a").err(), Some(scion_fs::errno::EIO));
+    assert_eq!(read(&mut fs, "b").err(), Some(scion_fs::errno::EIO));
     drop(fs);
     // One flip only: the next read of that block is clean.
     let spec1 = "read:packs/:flip:count=1";
     let mut fs = open_armed(&sim, spec1);
     let first = read(&mut fs, "a");
-    assert_eq!(first.err(), Some(libc::EIO));
+    assert_eq!(first.err(), Some(scion_fs::errno::EIO));
     assert_eq!(read(&mut fs, "a").unwrap(), a);
     assert_eq!(read(&mut fs, "b").unwrap(), b);
     drop(fs);
@@ -315,7 +315,7 @@ fn full_host_refuses_writes_and_keeps_the_store() {
         }
         written.push((name, data));
     }
-    assert_eq!(refused, Some(libc::ENOSPC), "a full host gives ENOSPC");
+    assert_eq!(refused, Some(scion_fs::errno::ENOSPC), "a full host gives ENOSPC");
     assert!(written.len() > 8, "only {} MiB fitted in 48", written.len());
     // Removing files still works on a full host, and checkpoints still commit.
     fs.unlink(fs.root(), written[0].0.as_bytes()).unwrap();

@@ -30,7 +30,7 @@ fn every_change_refused(fs: &mut Fs, dir: Ino, file: Ino, errno: i32, what: &str
         mode: Some(0o600),
         ..Default::default()
     };
-    let checks: Vec<(&str, Result<(), i32>)> = vec![
+    let checks: Vec<(&str, scion_fs::FsResult<()>)> = vec![
         ("write", fs.write(file, 0, b"changed").map(|_| ())),
         ("truncate", fs.setattr(file, trunc).map(|_| ())),
         ("chmod", fs.setattr(file, chmod).map(|_| ())),
@@ -52,7 +52,7 @@ fn every_change_refused(fs: &mut Fs, dir: Ino, file: Ino, errno: i32, what: &str
         ("rmdir", fs.rmdir(dir, b"sub")),
     ];
     for (op, r) in checks {
-        assert_eq!(r, Err(errno), "{what}: {op}");
+        assert_eq!(r.map_err(|e| e.errno()), Err(errno), "{what}: {op}");
     }
 }
 
@@ -86,10 +86,10 @@ fn a_destroyed_clone_refuses_everything_and_loses_nothing_else() {
     }
 
     every_change_refused(&mut fs, csub, big, libc::ESTALE, "destroyed clone");
-    assert_eq!(fs.getattr(big).map(|_| ()), Err(libc::ESTALE));
-    assert_eq!(fs.read(big, 0, 10).map(|_| ()), Err(libc::ESTALE));
-    assert_eq!(lookup(&mut fs, csub, "big"), Err(libc::ESTALE));
-    assert_eq!(fs.readdir(csub).map(|_| ()), Err(libc::ESTALE));
+    assert_eq!(fs.getattr(big).map(|_| ()), Err(scion_fs::errno::ESTALE));
+    assert_eq!(fs.read(big, 0, 10).map(|_| ()), Err(scion_fs::errno::ESTALE));
+    assert_eq!(lookup(&mut fs, csub, "big"), Err(scion_fs::errno::ESTALE));
+    assert_eq!(fs.readdir(csub).map(|_| ()), Err(scion_fs::errno::ESTALE));
     fs.release(big);
     fs.forget(big, 1);
     fs.forget(csub, 1);
@@ -109,7 +109,7 @@ fn a_destroyed_clone_refuses_everything_and_loses_nothing_else() {
         let f = lookup(&mut fs, root, &format!("f{i}")).unwrap();
         assert_eq!(read_all(&mut fs, f), format!("file {i}").as_bytes());
     }
-    assert_eq!(lookup(&mut fs, root, "C"), Err(libc::ENOENT));
+    assert_eq!(lookup(&mut fs, root, "C"), Err(scion_fs::errno::ENOENT));
     let sub = sub_of(&mut fs, "C0");
     let big = lookup(&mut fs, sub, "big").unwrap();
     assert_eq!(read_all(&mut fs, big), vec![7u8; 10240]);
@@ -142,12 +142,18 @@ fn everything_under_a_snapshot_is_read_only_nested_clones_included() {
     let nf = lookup(&mut fs, nested, "f").unwrap();
     every_change_refused(&mut fs, nested, nf, libc::EROFS, "clone nested in a snapshot");
     // Nor may the nested clone be destroyed, renamed or snapshotted from inside the snapshot.
-    assert_eq!(fs.destroy(nested).map(|_| ()), Err(libc::EROFS));
-    assert_eq!(fs.rename(snap, b"nested", snap, b"moved", 0), Err(libc::EROFS));
-    assert_eq!(fs.snapshot(nested, b"t", b"test").map(|_| ()), Err(libc::EROFS));
+    assert_eq!(fs.destroy(nested).map(|_| ()), Err(scion_fs::errno::EROFS));
+    assert_eq!(
+        fs.rename(snap, b"nested", snap, b"moved", 0),
+        Err(scion_fs::errno::EROFS)
+    );
+    assert_eq!(
+        fs.snapshot(nested, b"t", b"test").map(|_| ()),
+        Err(scion_fs::errno::EROFS)
+    );
     assert_eq!(
         fs.clone_dir(ssrc, nested, b"x", &[], b"t").map(|_| ()),
-        Err(libc::EROFS)
+        Err(scion_fs::errno::EROFS)
     );
     // A clone *of* something in a snapshot is writable, like any clone.
     let w = fs.clone_dir(nested, root, b"w", &[], b"test").unwrap();
@@ -196,9 +202,9 @@ fn dot_snapshot_shows_a_directory_only_where_it_is_the_same_directory() {
     let mallory = 1001;
     let b2 = mkdir(&mut fs, public, "b", 0o755, mallory);
     let sub2 = mkdir(&mut fs, b2, "sub", 0o755, mallory);
-    assert_eq!(lookup(&mut fs, sub2 | SNAPDIR_BIT, "s"), Err(libc::ENOENT));
+    assert_eq!(lookup(&mut fs, sub2 | SNAPDIR_BIT, "s"), Err(scion_fs::errno::ENOENT));
     assert!(fs.readdir(sub2 | SNAPDIR_BIT).unwrap().is_empty());
-    assert_eq!(fs.resolve_path(b"pub/b/sub/.snapshot/s"), Err(libc::ENOENT));
+    assert_eq!(fs.resolve_path(b"pub/b/sub/.snapshot/s"), Err(scion_fs::errno::ENOENT));
     // The snapshot itself still holds them, behind the permissions they had then.
     let then = fs.resolve_path(b".snapshot/s/pub/b/sub/secret").unwrap();
     assert_eq!(read_all(&mut fs, then), b"bob's");
@@ -212,6 +218,6 @@ fn paths_through_a_file_are_not_directories() {
     let (_tmp, _store, mut fs) = new_store();
     let root = fs.root();
     mkfile(&mut fs, root, "file", b"x");
-    assert_eq!(fs.resolve_path(b"file/.."), Err(libc::ENOTDIR));
-    assert_eq!(fs.resolve_path(b"file/x"), Err(libc::ENOTDIR));
+    assert_eq!(fs.resolve_path(b"file/.."), Err(scion_fs::errno::ENOTDIR));
+    assert_eq!(fs.resolve_path(b"file/x"), Err(scion_fs::errno::ENOTDIR));
 }

@@ -267,7 +267,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
                 eprintln!("remove {p} {r:?}");
             }
             if dir && !empty {
-                assert_eq!(r, Err(libc::ENOTEMPTY));
+                assert_eq!(r, Err(scion_fs::errno::ENOTEMPTY));
             } else {
                 r.unwrap();
                 m.paths.remove(&p);
@@ -303,7 +303,11 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
             if m.ns_of_name(&src) != m.ns_of_dir(d)
                 || (m.paths.contains_key(&dst) && m.ns_of_name(&dst) != m.ns_of_dir(d))
             {
-                assert_eq!(r, Err(libc::EXDEV), "rename {src} {dst} across a clone boundary");
+                assert_eq!(
+                    r,
+                    Err(scion_fs::errno::EXDEV),
+                    "rename {src} {dst} across a clone boundary"
+                );
                 return false;
             }
             r.unwrap();
@@ -347,7 +351,7 @@ fn random_op(fs: &mut Fs, m: &mut Model, rng: &mut StdRng) -> bool {
             if m.ns_of_name(src) != m.ns_of_dir(d) {
                 assert_eq!(
                     r.map(|_| ()),
-                    Err(libc::EXDEV),
+                    Err(scion_fs::errno::EXDEV),
                     "link {src} {dst} across a clone boundary"
                 );
                 return false;

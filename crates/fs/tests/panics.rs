@@ -40,9 +40,9 @@ fn a_panic_in_a_checkpoint_fails_the_volume_and_loses_nothing_acknowledged() {
         // Changes (and fsync, and checkpoints) are refused; reads go on.
         assert_eq!(
             fs.mknod(root, b"late", Kind::File, 0o644, 0, 0, 0, 0, &[]).map(|_| ()),
-            Err(libc::EIO)
+            Err(scion_fs::errno::EIO)
         );
-        assert_eq!(fs.fsync(), Err(libc::EIO));
+        assert_eq!(fs.fsync(), Err(scion_fs::errno::EIO));
         assert!(fs.checkpoint().is_err());
         let f3 = lookup(&mut fs, root, "f3").unwrap();
         assert_eq!(read_all(&mut fs, f3), b"file 3");
@@ -57,7 +57,7 @@ fn a_panic_in_a_checkpoint_fails_the_volume_and_loses_nothing_acknowledged() {
         let f = lookup(&mut fs, root, &format!("f{i}")).unwrap();
         assert_eq!(read_all(&mut fs, f), format!("file {i}").as_bytes());
     }
-    assert_eq!(lookup(&mut fs, root, "late"), Err(libc::ENOENT));
+    assert_eq!(lookup(&mut fs, root, "late"), Err(scion_fs::errno::ENOENT));
     fs.close().unwrap();
     committed(&store);
 }

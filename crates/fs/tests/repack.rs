@@ -152,6 +152,6 @@ fn repack_refuses_snapshots() {
     fs.snapshot(d, b"s", b"test").unwrap();
     let snapdir = fs.lookup(d, b".snapshot").unwrap().ino;
     let s = fs.lookup(snapdir, b"s").unwrap().ino;
-    assert_eq!(fs.repack(s, u64::MAX), Err(libc::EROFS));
-    assert_eq!(fs.repack(snapdir, u64::MAX), Err(libc::EROFS));
+    assert_eq!(fs.repack(s, u64::MAX), Err(scion_fs::errno::EROFS));
+    assert_eq!(fs.repack(snapdir, u64::MAX), Err(scion_fs::errno::EROFS));
 }

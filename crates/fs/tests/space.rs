@@ -307,7 +307,7 @@ fn files_move_in_and_out_of_their_records() {
         assert_eq!(read_all(&mut fs, f), model, "{what}: after a remount");
         let (lo, hi) = (fs.lseek(f, 0, libc::SEEK_DATA), fs.lseek(f, 0, libc::SEEK_HOLE));
         if model.iter().all(|b| *b == 0) {
-            assert_eq!(lo, Err(libc::ENXIO), "{what}");
+            assert_eq!(lo, Err(scion_fs::errno::ENXIO), "{what}");
         } else if form != Tree {
             assert_eq!(lo, Ok(0), "{what}: SEEK_DATA");
             assert_eq!(hi, Ok((64u64 << 10).min(model.len() as u64)), "{what}: SEEK_HOLE");

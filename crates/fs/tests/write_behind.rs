@@ -113,7 +113,7 @@ fn changes_between_copy_and_hand_back_win() {
         assert_eq!(content(fs, "rewritten"), want0);
         assert_eq!(content(fs, "truncated"), data(1, 5));
         let root = fs.root();
-        assert_eq!(fs.lookup(root, b"unlinked").err(), Some(libc::ENOENT));
+        assert_eq!(fs.lookup(root, b"unlinked").err(), Some(scion_fs::errno::ENOENT));
         assert_eq!(content(fs, "kept"), data(3, 70_000));
     };
     check_contents(&mut fs);

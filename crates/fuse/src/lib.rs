@@ -15,7 +15,7 @@ use fuser::{
 };
 use scion_daemon::Engine;
 use scion_fs::clone::SNAPDIR_BIT;
-use scion_fs::{Attr, Fs, Kind, SetAttr, Ts};
+use scion_fs::{Attr, Fs, FsError, FsResult, Kind, SetAttr, Ts};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -109,8 +109,13 @@ fn ts(t: TimeOrNow) -> Ts {
     }
 }
 
-fn err(e: i32) -> Errno {
-    Errno::from_i32(e)
+/// The errno the kernel gets. A failure of the store underneath (its context says what
+/// failed) is logged here, once, as it leaves the engine.
+fn err(e: FsError) -> Errno {
+    if let Some(c) = e.context() {
+        log::error!("{c}");
+    }
+    Errno::from_i32(e.errno())
 }
 
 impl ScionFuse {
@@ -142,7 +147,7 @@ impl ScionFuse {
         self.engine.lock()
     }
 
-    fn entry(&self, r: Result<Attr, i32>, reply: ReplyEntry) {
+    fn entry(&self, r: FsResult<Attr>, reply: ReplyEntry) {
         match r {
             Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &entry_ttl(&a), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(err(e)),
@@ -211,7 +216,7 @@ fn chown_unchanged(cur: &Attr, a: &SetAttr) -> bool {
 }
 
 /// Clear a file's setuid/setgid bits as a write by `req` requires (FUSE_WRITE_KILL_SUIDGID).
-fn kill_privs(fs: &mut Fs, ino: u64, req: &Request) -> Result<(), i32> {
+fn kill_privs(fs: &mut Fs, ino: u64, req: &Request) -> FsResult<()> {
     let cur = fs.getattr(ino)?;
     if let Some(mode) = mode_without_privs(&cur, None, req) {
         fs.setattr(

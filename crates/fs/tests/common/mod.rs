@@ -41,6 +41,6 @@ pub fn mkfile(fs: &mut Fs, dir: Ino, name: &str, data: &[u8]) -> Ino {
 }
 
 /// `lookup` by name, the inode number or the errno.
-pub fn lookup(fs: &mut Fs, dir: Ino, name: &str) -> Result<Ino, i32> {
+pub fn lookup(fs: &mut Fs, dir: Ino, name: &str) -> scion_fs::FsResult<Ino> {
     fs.lookup(dir, name.as_bytes()).map(|a| a.ino)
 }
