@@ -3,7 +3,7 @@
 
 use crate::control;
 use scion::wire::Template;
-use scion_daemon::control::{execute, Op, Reply, Target};
+use scion_daemon::control::{execute, Op, Target};
 use scion_daemon::server;
 use scion_fs::{Fs, MountOptions};
 use std::os::unix::ffi::OsStrExt;
@@ -99,28 +99,6 @@ fn run(at: &Located, op: Op) -> Result<(), String> {
                 unsafe { libc::syncfs(d.as_raw_fd()) };
             }
         }
-        // The mount table says which store a mount is, but any FUSE filesystem can claim
-        // a name there: the store's own daemon must confirm that this mount is its own,
-        // or a user's mount could steer root's command into root's store.
-        let theirs = match server::call(&at.store, &Op::Identify, &mut |_, _, _| {}) {
-            Ok(Reply::Identity(d)) => d,
-            Ok(r) => {
-                return Err(format!(
-                    "the daemon of {} answered {r:?} to identify",
-                    at.store.display()
-                ))
-            }
-            Err(e) => return Err(e.message),
-        };
-        if theirs != at.device {
-            return Err(format!(
-                "{} claims to be store {} but is not that store's mount (device {}, its daemon serves {}); refusing",
-                mnt.display(),
-                at.store.display(),
-                at.device,
-                theirs
-            ));
-        }
         // Progress of long operations, on a terminal.
         let tty = unsafe { libc::isatty(2) } == 1;
         let mut progress = |_done: u64, _total: u64, what: &str| {
@@ -128,11 +106,25 @@ fn run(at: &Located, op: Op) -> Result<(), String> {
                 eprint!("\r{what}\x1b[K");
             }
         };
-        let r = server::call(&at.store, &op, &mut progress);
+        // The mount table says which store a mount is, but any FUSE filesystem can claim a
+        // name there: the request names the mount's device, and a daemon serving another
+        // mount refuses it, so a user's mount cannot steer root's command into root's store.
+        let r = server::call(&at.store, &at.device, &op, &mut progress);
         if tty {
             eprint!("\r\x1b[K");
         }
-        r.map_err(|e| e.message)?
+        r.map_err(|e| {
+            if e.errno == libc::ENODEV {
+                format!(
+                    "{} claims to be store {} but is not that store's mount ({}); refusing",
+                    mnt.display(),
+                    at.store.display(),
+                    e.message
+                )
+            } else {
+                e.message
+            }
+        })?
     } else {
         let mut fs =
             Fs::open(&at.store, MountOptions::new("scion (clone/snapshot/destroy/list)")).map_err(|e| e.to_string())?;

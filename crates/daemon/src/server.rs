@@ -78,7 +78,11 @@ fn serve_client(mut s: UnixStream, engine: &Engine, device: &str, invalidate: &(
     }
     let r = match wire::decode_request(&body) {
         Err(e) => Err(Failure::new(libc::EINVAL, e)),
-        Ok(op) => {
+        Ok((_, asked)) if !asked.is_empty() && asked != device => Err(Failure::new(
+            libc::ENODEV,
+            format!("this store's daemon serves the mount of device {device}, not {asked}"),
+        )),
+        Ok((op, _)) => {
             let r = run(&mut s, engine, device, invalidate, &op);
             // (Test only: the command keeps the engine a while longer, as one finishing its
             // reply when the unmount comes would.)
@@ -127,14 +131,15 @@ fn run(
     }
 }
 
-/// Asks the daemon of `store` to run `op`; `progress` hears the progress frames.
-pub fn call(store: &Path, op: &Op, progress: &mut dyn FnMut(u64, u64, &str)) -> Result<Reply, Failure> {
+/// Asks the daemon of `store` to run `op`, if it serves the mount of `device` (empty: any);
+/// `progress` hears the progress frames.
+pub fn call(store: &Path, device: &str, op: &Op, progress: &mut dyn FnMut(u64, u64, &str)) -> Result<Reply, Failure> {
     let sock = socket_path(store);
     let io =
         |what: &str, e: std::io::Error| Failure::new(e.raw_os_error().unwrap_or(libc::EIO), format!("{what}: {e}"));
     let mut s =
         UnixStream::connect(&sock).map_err(|e| io(&format!("cannot reach the daemon at {}", sock.display()), e))?;
-    write_frame(&mut s, &wire::encode_request(op)).map_err(|e| io("sending to the daemon", e))?;
+    write_frame(&mut s, &wire::encode_request(op, device)).map_err(|e| io("sending to the daemon", e))?;
     loop {
         let body = read_frame(&mut s).map_err(|e| io("reading the daemon's reply", e))?;
         match wire::decode_frame(&body).map_err(|e| Failure::new(libc::EPROTO, e))? {

@@ -3,7 +3,8 @@
 //! (`scion_store::codec::Reader`), and a frame is at most `MAX_MESSAGE` bytes.
 //!
 //! A connection carries one request and its reply. Both are sequences of frames, `len u32
-//! (LE)` then the body. The request is one frame: `magic "SCNC", version u8, op` (below).
+//! (LE)` then the body. The request is one frame: `magic "SCNC", version u8, the device of
+//! the mount it is meant for (u32 length + bytes, empty for any), op` (below).
 //! The reply is any number of progress frames, then one final frame, a reply or a failure;
 //! so an operation may stream as long as it likes, the limit applying to each frame:
 //!
@@ -66,9 +67,12 @@ fn bad(e: scion_store::Error) -> String {
 
 // ----- requests ---------------------------------------------------------------------------
 
-pub fn encode_request(op: &Op) -> Vec<u8> {
+/// A request for `op`, to the daemon of the mount whose device is `device` (`major:minor`
+/// as in the mount table; empty: whichever daemon listens). A daemon serving another mount
+/// refuses it: any FUSE filesystem can claim a store's name in the mount table.
+pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
     let mut w = Writer::new();
-    w.raw(MAGIC).u8(VERSION);
+    w.raw(MAGIC).u8(VERSION).bytes(device.as_bytes());
     match op {
         Op::Clone { src, dst, excludes } => {
             w.u8(1).bytes(src).bytes(dst).u32(excludes.len() as u32);
@@ -106,8 +110,8 @@ pub fn encode_request(op: &Op) -> Vec<u8> {
     w.finish()
 }
 
-/// A request's operation; an error names what is wrong with it.
-pub fn decode_request(b: &[u8]) -> Result<Op, String> {
+/// A request's operation and the device it is meant for; an error names what is wrong.
+pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
     let mut r = Reader::new(b, "control request");
     if r.raw(4).map_err(bad)? != MAGIC {
         return Err("not a scion control request".into());
@@ -118,6 +122,7 @@ pub fn decode_request(b: &[u8]) -> Result<Op, String> {
             "control protocol version {v} is not supported (this daemon speaks {VERSION}); use the scion that mounted the store"
         ));
     }
+    let device = text(r.bytes().map_err(bad)?);
     let op = match r.u8().map_err(bad)? {
         1 => {
             let src = r.bytes().map_err(bad)?.to_vec();
@@ -162,7 +167,7 @@ pub fn decode_request(b: &[u8]) -> Result<Op, String> {
         o => return Err(format!("unknown operation {o}")),
     };
     r.expect_end().map_err(bad)?;
-    Ok(op)
+    Ok((op, device))
 }
 
 // ----- replies ----------------------------------------------------------------------------

@@ -36,9 +36,9 @@ fn ops() -> Vec<Op> {
 
 #[test]
 fn requests_round_trip_and_cut_ones_are_refused() {
-    for op in ops() {
-        let b = wire::encode_request(&op);
-        assert_eq!(wire::decode_request(&b), Ok(op.clone()));
+    for (op, device) in ops().into_iter().zip(["", "0:53"].into_iter().cycle()) {
+        let b = wire::encode_request(&op, device);
+        assert_eq!(wire::decode_request(&b), Ok((op.clone(), device.to_string())));
         for cut in 0..b.len() {
             assert!(wire::decode_request(&b[..cut]).is_err(), "{op:?} cut at {cut}");
         }
@@ -46,7 +46,7 @@ fn requests_round_trip_and_cut_ones_are_refused() {
         long.push(0);
         assert!(wire::decode_request(&long).is_err(), "trailing bytes");
     }
-    let mut v1 = wire::encode_request(&Op::Scrub);
+    let mut v1 = wire::encode_request(&Op::Scrub, "");
     v1[4] = 1;
     let e = wire::decode_request(&v1).unwrap_err();
     assert!(e.contains("version 1"), "{e}");

@@ -175,9 +175,9 @@ pub fn ref_table(data: &[u8]) {
 /// A request that decodes re-encodes to one that decodes to the same operation.
 pub fn control(data: &[u8]) {
     let _ = scion_daemon::wire::read_frame(&mut std::io::Cursor::new(data));
-    if let Ok(op) = scion_daemon::wire::decode_request(data) {
-        let again = scion_daemon::wire::decode_request(&scion_daemon::wire::encode_request(&op));
-        assert_eq!(again.as_ref(), Ok(&op), "a request changes through encoding");
+    if let Ok((op, device)) = scion_daemon::wire::decode_request(data) {
+        let again = scion_daemon::wire::decode_request(&scion_daemon::wire::encode_request(&op, &device));
+        assert_eq!(again, Ok((op, device)), "a request changes through encoding");
     }
     let _ = scion_daemon::wire::decode_frame(data);
 }
