@@ -85,7 +85,6 @@ pub fn render(op: &Op, reply: &Reply) -> Result<String, String> {
             }
             out
         }
-        (_, Reply::Identity(d)) => d.clone(),
         (_, r) => format!("{r:?}"),
     })
 }

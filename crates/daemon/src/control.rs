@@ -28,8 +28,6 @@ pub enum Op {
     Scrub,
     /// Rewrites scattered files below `path` back to back, up to `budget` bytes moved.
     Repack { path: Vec<u8>, budget: u64 },
-    /// Which mount the daemon serves (its device, `major:minor`).
-    Identify,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +45,6 @@ pub enum Reply {
     Listing(Vec<Listing>),
     Scrubbed(ScrubReport),
     Repacked(RepackReport),
-    Identity(String),
 }
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
@@ -103,7 +100,6 @@ pub fn below(rows: Vec<Listing>, under: Option<&[u8]>) -> Vec<Listing> {
 }
 
 /// Runs an operation on an open engine: its reply, and what the kernel must forget.
-/// (`Identify` is the daemon's to answer: it has no meaning here.)
 pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
     let (reply, mut inval) = match op {
         Op::Clone { src, dst, excludes } => {
@@ -162,12 +158,6 @@ pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
                 .repack(d, *budget)
                 .map_err(Failure::from_fs(format!("repack of {}", show(path))))?;
             (Reply::Repacked(r), Vec::new())
-        }
-        Op::Identify => {
-            return Err(Failure::new(
-                libc::EINVAL,
-                "identify is answered by a mounted store's daemon only",
-            ))
         }
     };
     inval.extend(fs.take_invalidations());

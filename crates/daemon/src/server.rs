@@ -28,8 +28,8 @@ pub fn socket_path(store: &Path) -> PathBuf {
 pub type SharedInvalidator = Arc<dyn Fn(&[Inval]) + Send + Sync>;
 
 /// Serves the control socket of a mounted store until the process ends. `device` is the
-/// mount's device number (`major:minor`), which `Op::Identify` answers so that a client can
-/// tell this daemon's mount from another FUSE mount that only claims the store's name.
+/// mount's device number (`major:minor`): a request naming another is refused, so that a
+/// FUSE mount that only claims the store's name cannot steer a command into this store.
 pub fn serve(store: &Path, engine: Engine, device: String, invalidate: SharedInvalidator) -> Result<(), String> {
     let path = socket_path(store);
     // We hold the store's lock, so a socket left here is a dead daemon's.
@@ -83,7 +83,7 @@ fn serve_client(mut s: UnixStream, engine: &Engine, device: &str, invalidate: &(
             format!("this store's daemon serves the mount of device {device}, not {asked}"),
         )),
         Ok((op, _)) => {
-            let r = run(&mut s, engine, device, invalidate, &op);
+            let r = run(&mut s, engine, invalidate, &op);
             // (Test only: the command keeps the engine a while longer, as one finishing its
             // reply when the unmount comes would.)
             scion_fs::failpoint::pause("control.hold");
@@ -100,12 +100,10 @@ fn serve_client(mut s: UnixStream, engine: &Engine, device: &str, invalidate: &(
 fn run(
     s: &mut UnixStream,
     engine: &Engine,
-    device: &str,
     invalidate: &(dyn Fn(&[Inval]) + Send + Sync),
     op: &Op,
 ) -> Result<Reply, Failure> {
     match op {
-        Op::Identify => Ok(Reply::Identity(device.to_string())),
         Op::Scrub => {
             let mut progress = |blocks: u64, bytes: u64| {
                 let what = format!("{blocks} blocks, {} MiB read", bytes >> 20);

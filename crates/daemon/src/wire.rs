@@ -103,9 +103,6 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::Repack { path, budget } => {
             w.u8(7).bytes(path).u64(*budget);
         }
-        Op::Identify => {
-            w.u8(8);
-        }
     }
     w.finish()
 }
@@ -163,7 +160,6 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             path: r.bytes().map_err(bad)?.to_vec(),
             budget: r.u64().map_err(bad)?,
         },
-        8 => Op::Identify,
         o => return Err(format!("unknown operation {o}")),
     };
     r.expect_end().map_err(bad)?;
@@ -249,9 +245,6 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                 .u64(r.moved_bytes)
                 .u8(r.budget_reached as u8);
         }
-        Reply::Identity(d) => {
-            w.u8(7).bytes(d.as_bytes());
-        }
     }
     w.finish()
 }
@@ -332,7 +325,6 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 moved_bytes: r.u64().map_err(bad)?,
                 budget_reached: r.u8().map_err(bad)? != 0,
             }),
-            7 => Reply::Identity(text(r.bytes().map_err(bad)?)),
             k => return Err(format!("unknown reply {k}")),
         }),
         k => return Err(format!("unknown reply frame {k:#x}")),

@@ -30,7 +30,6 @@ fn ops() -> Vec<Op> {
             path: b"r".to_vec(),
             budget: 1 << 30,
         },
-        Op::Identify,
     ]
 }
 
@@ -84,7 +83,6 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         wire::encode_reply(&Reply::Listing(vec![listing.clone(), listing])),
         wire::encode_reply(&Reply::Scrubbed(scrub)),
         wire::encode_reply(&Reply::Repacked(repack)),
-        wire::encode_reply(&Reply::Identity("0:53".into())),
         wire::encode_progress(4096, 0, "4096 blocks"),
         wire::encode_failure(&Failure::new(2, "/x: No such file or directory")),
     ];

@@ -16,7 +16,7 @@ pub struct Caller {
 }
 
 impl Caller {
-    fn in_group(&self, gid: u32) -> bool {
+    pub fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
     }
 }

@@ -175,10 +175,7 @@ pub fn check_committed(host: &Host, dir: &Path) -> Result<Report> {
             let named: u64 = j
                 .records
                 .iter()
-                .flat_map(|r| match r {
-                    journal::Record::PutChunks { chunks, .. } => chunks.as_slice(),
-                    _ => &[],
-                })
+                .flat_map(journal::Record::blocks)
                 .flatten()
                 .filter(|p| (p.pack(), p.offset()) >= from)
                 .map(|p| p.footprint())

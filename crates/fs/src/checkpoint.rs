@@ -126,16 +126,7 @@ impl Fs {
         }
         store.resume_at(resume.0, resume.1)?;
         // Below `resume`, only the blocks the replayed records name are used.
-        let named: Vec<BlockPtr> = j
-            .records
-            .iter()
-            .flat_map(|r| match r {
-                Record::PutChunks { chunks, .. } | Record::ShareChunks { chunks, .. } => chunks.as_slice(),
-                _ => &[],
-            })
-            .flatten()
-            .copied()
-            .collect();
+        let named: Vec<BlockPtr> = j.records.iter().flat_map(Record::blocks).flatten().copied().collect();
         let reclaimed = store.punch_unnamed((sb.pack, sb.pack_end), resume, &named)?;
         if reclaimed > 0 {
             log::info!("{reclaimed} bytes of pack space that nothing references (a crash left them) given back");

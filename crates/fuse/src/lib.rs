@@ -172,23 +172,13 @@ fn mode_without_privs(cur: &Attr, mode: Option<u32>, req: &Request) -> Option<u3
 }
 
 /// Whether the caller of `req` is in group `gid`: its filesystem gid, or one of its
-/// supplementary groups (which a request does not carry: read from /proc while the caller
-/// waits for the reply).
+/// supplementary groups (`caller`, read from /proc only when the gid does not match).
 fn caller_in_group(req: &Request, gid: u32) -> bool {
-    if req.gid() == gid {
-        return true;
-    }
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .is_some_and(|groups| groups.split_whitespace().any(|g| g.parse() == Ok(gid)))
+    req.gid() == gid || caller(req).in_group(gid)
 }
 
-/// The caller of `req`, with its supplementary groups (read from /proc, as
-/// `caller_in_group` does).
+/// The caller of `req`, with its supplementary groups (which a request does not carry:
+/// read from /proc while the caller waits for the reply).
 fn caller(req: &Request) -> scion_fs::access::Caller {
     let groups = std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
         .ok()

@@ -214,6 +214,14 @@ fn get_opt_ts(r: &mut Reader<'_>) -> Result<Option<Ts>> {
 }
 
 impl Record {
+    /// The blocks the record names (`None`: a hole): whole chunks written ahead, or shared.
+    pub fn blocks(&self) -> &[Option<scion_store::BlockPtr>] {
+        match self {
+            Record::PutChunks { chunks, .. } | Record::ShareChunks { chunks, .. } => chunks,
+            _ => &[],
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
         match self {
