@@ -1,7 +1,7 @@
 //! Mounting, the background daemon, and unmounting.
 
 use fuser::{Config, MountOption, SessionACL};
-use scion_daemon::{Background, BackgroundOptions, Engine};
+use scion_daemon::{Background, BackgroundOptions, Engine, Router};
 use scion_fs::{Fs, MountOptions};
 use scion_store::StoreLock;
 use std::io::{BufRead, BufReader, Write};
@@ -166,9 +166,11 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         .cloned()
         .collect();
     let engine = Engine::new(fs);
+    // One volume today (the store's main one); cubes will be more.
+    let router = std::sync::Arc::new(Router::new(engine.clone()).map_err(|e| format!("{}: {e}", store.display()))?);
     let cfg = mount_options(&store, &options);
     let session = fuser::Session::new(
-        scion_fuse::ScionFuse::new(engine.clone())
+        scion_fuse::ScionFuse::new(router)
             .with_uring(uring)
             .with_writeback(writeback),
         &mnt,

@@ -7,8 +7,10 @@
 mod background;
 pub mod control;
 mod engine;
+pub mod router;
 pub mod server;
 pub mod wire;
 
 pub use background::{Background, BackgroundOptions};
 pub use engine::Engine;
+pub use router::{Router, VolumeId};

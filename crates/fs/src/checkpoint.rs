@@ -143,6 +143,7 @@ impl Fs {
             nodes: Default::default(),
             namespaces: BTreeMap::new(),
             next_ns: 1,
+            ns_limit: MAIN_NS_LIMIT,
             ns_root: None,
             replaying: true,
             dirty_bytes: 0,

@@ -244,6 +244,20 @@ impl Fs {
             .collect()
     }
 
+    /// Keeps namespace ids below `limit` (ENOSPC for a clone past it), for a volume whose
+    /// st_ino has fewer bits than the main volume's; refused if ids at or past it exist.
+    pub fn limit_namespaces(&mut self, limit: u32) -> FsResult<()> {
+        assert!(limit >= 2, "a volume has at least its main namespace");
+        if self.next_ns > limit {
+            return Err(errno::EOVERFLOW.with(format!(
+                "the volume has namespace ids up to {}, past the limit of {limit}",
+                self.next_ns - 1
+            )));
+        }
+        self.ns_limit = limit;
+        Ok(())
+    }
+
     /// `make_clone`, and if it fails after it began changing the namespace table and the
     /// reference counts, the filesystem refuses changes until a remount replays the journal
     /// (which holds everything acknowledged), as after a failed checkpoint.
@@ -301,8 +315,8 @@ impl Fs {
         }
 
         let id = self.next_ns;
-        // st_ino is (namespace - 1) << 40 | oid below the `.snapshot` bit: 2^23 namespaces.
-        if id >= 1 << 23 {
+        // st_ino is (namespace - 1) << 40 | oid below the bits the volume's routing keeps.
+        if id >= self.ns_limit {
             return Err(errno::ENOSPC);
         }
         self.next_ns += 1;

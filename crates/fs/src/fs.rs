@@ -41,6 +41,10 @@ const COMMIT_TO_SHARE: u64 = 64;
 /// Object ids are below this: st_ino keeps them in its low 40 bits.
 pub(crate) const MAX_OID: u64 = 1 << 40;
 
+/// Namespace ids of a store's main volume stay below this: its st_ino (`make_ino`) then
+/// leaves bit 62 clear, the bit the service layer's routing sets for every other volume.
+pub const MAIN_NS_LIMIT: u32 = 1 << 22;
+
 /// st_ino of an object: the namespace in the high bits, the object id in the low 40.
 pub fn make_ino(ns: u32, oid: u64) -> Ino {
     assert!(oid < MAX_OID, "object id {oid} of namespace {ns} past 2^40");
@@ -298,6 +302,9 @@ pub struct Fs {
     pub(crate) nodes: InoMap<Node>,
     pub(crate) namespaces: BTreeMap<u32, Namespace>,
     pub(crate) next_ns: u32,
+    /// Namespace ids stay below this, so that st_ino leaves room for the volume bits of the
+    /// service layer's routing (`ns_limit`).
+    pub(crate) ns_limit: u32,
     /// Root of the namespace table (ns id -> namespace record).
     pub(crate) ns_root: Option<BlockPtr>,
     pub(crate) replaying: bool,

@@ -35,8 +35,8 @@ pub use clone::Listing;
 pub use error::{errno, FsError, FsResult};
 pub use flush::{FlushBatch, FlushedBatch, FLUSH_FROM};
 pub use fs::{
-    write_ahead, Attr, DirEntry, Fs, Ino, Inval, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket,
-    WrittenAhead, ROOT_INO,
+    make_ino, write_ahead, Attr, DirEntry, Fs, Ino, Inval, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket,
+    WrittenAhead, MAIN_NS_LIMIT, ROOT_INO,
 };
 pub use inode::{Kind, Ts, INLINE_MAX};
 pub use punch::PunchBatch;

@@ -13,6 +13,7 @@ use fuser::{
     ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use scion_daemon::router::{Router, VolumeId};
 use scion_daemon::Engine;
 use scion_fs::clone::SNAPDIR_BIT;
 use scion_fs::{Attr, Fs, FsError, FsResult, Kind, SetAttr, Ts};
@@ -60,7 +61,8 @@ fn entry_ttl(a: &Attr) -> Duration {
 const MAX_WRITE: u32 = 1 << 20;
 
 pub struct ScionFuse {
-    engine: Engine,
+    /// The volumes served, found by inode number.
+    router: Arc<Router>,
     /// Directory listings taken at opendir, read by offset.
     dirs: Mutex<HashMap<u64, Arc<Vec<(Vec<u8>, u64, Kind)>>>>,
     next_fh: AtomicU64,
@@ -82,9 +84,9 @@ fn kind(k: Kind) -> FileType {
     }
 }
 
-fn file_attr(a: &Attr) -> FileAttr {
+fn file_attr(a: &Attr, vol: VolumeId) -> FileAttr {
     FileAttr {
-        ino: INodeNo(a.ino),
+        ino: INodeNo(vol.global(a.ino)),
         size: a.size,
         blocks: a.blocks,
         atime: a.atime.to_system(),
@@ -118,10 +120,57 @@ fn err(e: FsError) -> Errno {
     Errno::from_i32(e.errno())
 }
 
+/// Where a request goes: the volume its inode belongs to, that volume's engine, and the
+/// inode's number in the volume (what the engine knows it by).
+struct At {
+    vol: VolumeId,
+    engine: Engine,
+    ino: u64,
+}
+
+impl At {
+    fn fs(&self) -> std::sync::MutexGuard<'_, Fs> {
+        self.engine.lock()
+    }
+
+    fn attr(&self, a: &Attr) -> FileAttr {
+        file_attr(a, self.vol)
+    }
+
+    fn entry(&self, r: FsResult<Attr>, reply: ReplyEntry) {
+        match r {
+            Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &entry_ttl(&a), &self.attr(&a), Generation(0)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    /// The volume's own number of a second inode of the same request (a rename's or link's
+    /// target directory, a copy's destination): EXDEV if it lies in another volume, as
+    /// between two filesystems (the kernel then copies).
+    fn same_volume(&self, other: INodeNo) -> FsResult<u64> {
+        if VolumeId::of(other.0) == self.vol {
+            Ok(VolumeId::local(other.0))
+        } else {
+            Err(scion_fs::errno::EXDEV)
+        }
+    }
+}
+
+/// The request's `At` for inode `$ino`, or the error (ESTALE: a volume no longer served)
+/// replied and the handler left.
+macro_rules! route {
+    ($self:ident, $ino:expr, $reply:ident) => {
+        match $self.router.route($ino.0) {
+            Ok((vol, engine, ino)) => At { vol, engine, ino },
+            Err(e) => return $reply.error(err(e)),
+        }
+    };
+}
+
 impl ScionFuse {
-    pub fn new(engine: Engine) -> ScionFuse {
+    pub fn new(router: Arc<Router>) -> ScionFuse {
         ScionFuse {
-            engine,
+            router,
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             uring: false,
@@ -141,17 +190,6 @@ impl ScionFuse {
     pub fn with_uring(mut self, on: bool) -> ScionFuse {
         self.uring = on;
         self
-    }
-
-    fn fs(&self) -> std::sync::MutexGuard<'_, Fs> {
-        self.engine.lock()
-    }
-
-    fn entry(&self, r: FsResult<Attr>, reply: ReplyEntry) {
-        match r {
-            Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &entry_ttl(&a), &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(err(e)),
-        }
     }
 }
 
@@ -275,26 +313,32 @@ impl Filesystem for ScionFuse {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        if parent.0 & SNAPDIR_BIT != 0 {
+        let at = route!(self, parent, reply);
+        if at.ino & SNAPDIR_BIT != 0 {
             // `D/.snapshot/NAME` depends on who asks (`Fs::lookup_as`): the kernel may not
             // cache the entry, or it would serve it to the next caller without asking.
-            let r = self.fs().lookup_as(parent.0, name.as_bytes(), &caller(req));
+            let r = at.fs().lookup_as(at.ino, name.as_bytes(), &caller(req));
             return match r {
-                Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &Duration::ZERO, &file_attr(&a), Generation(0)),
+                Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &Duration::ZERO, &at.attr(&a), Generation(0)),
                 Err(e) => reply.error(err(e)),
             };
         }
-        let r = self.fs().lookup(parent.0, name.as_bytes());
-        self.entry(r, reply)
+        let r = at.fs().lookup(at.ino, name.as_bytes());
+        at.entry(r, reply)
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.fs().forget(ino.0, nlookup);
+        // A volume no longer served has nothing left to forget.
+        if let Ok((_, engine, ino)) = self.router.route(ino.0) {
+            engine.lock().forget(ino, nlookup);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs().getattr(ino.0) {
-            Ok(a) => reply.attr(&attr_ttl(&a), &file_attr(&a)),
+        let at = route!(self, ino, reply);
+        let r = at.fs().getattr(at.ino);
+        match r {
+            Ok(a) => reply.attr(&attr_ttl(&a), &at.attr(&a)),
             Err(e) => reply.error(err(e)),
         }
     }
@@ -339,24 +383,27 @@ impl Filesystem for ScionFuse {
                 ctime: a.ctime,
                 ..Default::default()
             };
-        let mut fs = self.fs();
+        let at = route!(self, ino, reply);
+        let mut fs = at.fs();
         if kill_suidgid || bare {
             // Applied to the mode this request sets, if it sets one (the kernel does not, with
             // FUSE_HANDLE_KILLPRIV_V2), in the same journal record as the change itself.
-            match fs.getattr(ino.0) {
+            match fs.getattr(at.ino) {
                 Ok(cur) if !kill_suidgid && !chown_unchanged(&cur, &a) => {}
                 Ok(cur) => a.mode = mode_without_privs(&cur, a.mode, req).or(a.mode),
                 Err(e) => return reply.error(err(e)),
             }
         }
-        match fs.setattr(ino.0, a) {
-            Ok(a) => reply.attr(&attr_ttl(&a), &file_attr(&a)),
+        match fs.setattr(at.ino, a) {
+            Ok(a) => reply.attr(&attr_ttl(&a), &at.attr(&a)),
             Err(e) => reply.error(err(e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs().readlink(ino.0) {
+        let at = route!(self, ino, reply);
+        let r = at.fs().readlink(at.ino);
+        match r {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(err(e)),
         }
@@ -369,23 +416,17 @@ impl Filesystem for ScionFuse {
         if k == Kind::Dir || k == Kind::Symlink {
             return reply.error(Errno::EINVAL);
         }
-        let r = self.fs().mknod(
-            parent.0,
-            name.as_bytes(),
-            k,
-            mode,
-            umask,
-            req.uid(),
-            req.gid(),
-            rdev,
-            &[],
-        );
-        self.entry(r, reply)
+        let at = route!(self, parent, reply);
+        let r = at
+            .fs()
+            .mknod(at.ino, name.as_bytes(), k, mode, umask, req.uid(), req.gid(), rdev, &[]);
+        at.entry(r, reply)
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let r = self.fs().mknod(
-            parent.0,
+        let at = route!(self, parent, reply);
+        let r = at.fs().mknod(
+            at.ino,
             name.as_bytes(),
             Kind::Dir,
             mode,
@@ -395,26 +436,31 @@ impl Filesystem for ScionFuse {
             0,
             &[],
         );
-        self.entry(r, reply)
+        at.entry(r, reply)
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.fs().unlink(parent.0, name.as_bytes()) {
+        let at = route!(self, parent, reply);
+        let r = at.fs().unlink(at.ino, name.as_bytes());
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.fs().rmdir(parent.0, name.as_bytes()) {
+        let at = route!(self, parent, reply);
+        let r = at.fs().rmdir(at.ino, name.as_bytes());
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let r = self.fs().mknod(
-            parent.0,
+        let at = route!(self, parent, reply);
+        let r = at.fs().mknod(
+            at.ino,
             link_name.as_bytes(),
             Kind::Symlink,
             0o777,
@@ -424,7 +470,7 @@ impl Filesystem for ScionFuse {
             0,
             target.as_os_str().as_bytes(),
         );
-        self.entry(r, reply)
+        at.entry(r, reply)
     }
 
     fn rename(
@@ -437,30 +483,36 @@ impl Filesystem for ScionFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        match self
-            .fs()
-            .rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags.bits())
-        {
+        let at = route!(self, parent, reply);
+        let r = at.same_volume(newparent).and_then(|to| {
+            at.fs()
+                .rename(at.ino, name.as_bytes(), to, newname.as_bytes(), flags.bits())
+        });
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let r = self.fs().link(ino.0, newparent.0, newname.as_bytes());
-        self.entry(r, reply)
+        let at = route!(self, ino, reply);
+        let r = at
+            .same_volume(newparent)
+            .and_then(|to| at.fs().link(at.ino, to, newname.as_bytes()));
+        at.entry(r, reply)
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let mut fs = self.fs();
+        let at = route!(self, ino, reply);
+        let mut fs = at.fs();
         if flags.0 & (libc::O_ACCMODE | libc::O_TRUNC) != libc::O_RDONLY {
             // A snapshot refuses writes here: with writeback caching a write error would
             // only surface at writeback.
-            if let Err(e) = fs.check_writable(ino.0) {
+            if let Err(e) = fs.check_writable(at.ino) {
                 return reply.error(err(e));
             }
         }
-        match fs.open_file(ino.0) {
+        match fs.open_file(at.ino) {
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(err(e)),
         }
@@ -478,7 +530,8 @@ impl Filesystem for ScionFuse {
         reply: ReplyData,
     ) {
         // Resolved under the engine lock, fetched outside it, straight into the reply buffer.
-        let plan = self.fs().read_plan(ino.0, offset, size);
+        let at = route!(self, ino, reply);
+        let plan = at.fs().read_plan(at.ino, offset, size);
         match plan {
             Ok(p) => reply.data_with(p.len(), |buf| p.fill(buf).map_err(err)),
             Err(e) => reply.error(err(e)),
@@ -497,9 +550,10 @@ impl Filesystem for ScionFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let r = self.engine.write(ino.0, offset, data, |fs| {
+        let at = route!(self, ino, reply);
+        let r = at.engine.write(at.ino, offset, data, |fs| {
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-                kill_privs(fs, ino.0, req)?;
+                kill_privs(fs, at.ino, req)?;
             }
             Ok(())
         });
@@ -526,27 +580,32 @@ impl Filesystem for ScionFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.fs().release(ino.0);
+        let at = route!(self, ino, reply);
+        at.fs().release(at.ino);
         reply.ok()
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        match self.engine.fsync() {
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // Syncs the file's volume only: an fsync in one volume never waits for another's.
+        let at = route!(self, ino, reply);
+        match at.engine.fsync() {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let mut fs = self.fs();
-        let list = match fs.readdir(ino.0) {
+        let at = route!(self, ino, reply);
+        let mut fs = at.fs();
+        let list = match fs.readdir(at.ino) {
             Ok(l) => l,
             Err(e) => return reply.error(err(e)),
         };
-        let parent = fs.parent_of(ino.0);
+        let parent = fs.parent_of(at.ino);
         drop(fs);
+        // Inode numbers of the volume's own: `readdir` makes them the kernel's.
         let mut v = Vec::with_capacity(list.len() + 2);
-        v.push((b".".to_vec(), ino.0, Kind::Dir));
+        v.push((b".".to_vec(), at.ino, Kind::Dir));
         v.push((b"..".to_vec(), parent, Kind::Dir));
         v.extend(list.into_iter().map(|e| (e.name, e.ino, e.kind)));
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
@@ -559,12 +618,18 @@ impl Filesystem for ScionFuse {
         reply.opened(FileHandle(fh), FopenFlags::empty())
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let Some(list) = self.dirs.lock().unwrap_or_else(|p| p.into_inner()).get(&fh.0).cloned() else {
             return reply.error(Errno::EBADF);
         };
-        for (i, (name, ino, k)) in list.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), i as u64 + 1, kind(*k), OsStr::from_bytes(name)) {
+        let vol = VolumeId::of(ino.0);
+        for (i, (name, child, k)) in list.iter().enumerate().skip(offset as usize) {
+            if reply.add(
+                INodeNo(vol.global(*child)),
+                i as u64 + 1,
+                kind(*k),
+                OsStr::from_bytes(name),
+            ) {
                 break;
             }
         }
@@ -575,7 +640,8 @@ impl Filesystem for ScionFuse {
         let Some(list) = self.dirs.lock().unwrap_or_else(|p| p.into_inner()).get(&fh.0).cloned() else {
             return reply.error(Errno::EBADF);
         };
-        let mut fs = self.fs();
+        let at = route!(self, ino, reply);
+        let mut fs = at.fs();
         for (i, (name, child, _)) in list.iter().enumerate().skip(offset as usize) {
             let dots = i < 2;
             // "." and ".." are not instantiated by the kernel, so they take no reference.
@@ -583,17 +649,16 @@ impl Filesystem for ScionFuse {
             // 0), because a full entry would make the kernel refresh the cached inode and drop
             // its cached ACLs, and `ls -l` would then ask for them again, one round trip each.
             let known = !dots && fs.kernel_holds(*child);
-            if !dots && ino.0 & SNAPDIR_BIT != 0 {
+            if !dots && at.ino & SNAPDIR_BIT != 0 {
                 // Entries of `.snapshot` depend on the caller: names only (node id 0), so
                 // that each use goes through `lookup`.
                 if let Ok(a) = fs.getattr(*child) {
-                    let at = INodeNo(0);
                     if reply.add(
-                        at,
+                        INodeNo(0),
                         i as u64 + 1,
                         OsStr::from_bytes(name),
                         &Duration::ZERO,
-                        &file_attr(&a),
+                        &at.attr(&a),
                         Generation(0),
                     ) {
                         break;
@@ -604,16 +669,16 @@ impl Filesystem for ScionFuse {
             let a = if dots || known {
                 fs.getattr(*child)
             } else {
-                fs.lookup(ino.0, name)
+                fs.lookup(at.ino, name)
             };
             let Ok(a) = a else { continue };
             let counted = !dots && !known;
             if reply.add(
-                INodeNo(if known { 0 } else { a.ino }),
+                INodeNo(if known { 0 } else { at.vol.global(a.ino) }),
                 i as u64 + 1,
                 OsStr::from_bytes(name),
                 &attr_ttl(&a),
-                &file_attr(&a),
+                &at.attr(&a),
                 Generation(0),
             ) {
                 if counted {
@@ -631,15 +696,17 @@ impl Filesystem for ScionFuse {
         reply.ok()
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        match self.engine.fsync() {
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let at = route!(self, ino, reply);
+        match at.engine.fsync() {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.fs().statfs();
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let at = route!(self, ino, reply);
+        let s = at.fs().statfs();
         reply.statfs(
             s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
         );
@@ -655,14 +722,18 @@ impl Filesystem for ScionFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        match self.fs().setxattr(ino.0, name.as_bytes(), value, flags) {
+        let at = route!(self, ino, reply);
+        let r = at.fs().setxattr(at.ino, name.as_bytes(), value, flags);
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.fs().getxattr(ino.0, name.as_bytes()) {
+        let at = route!(self, ino, reply);
+        let r = at.fs().getxattr(at.ino, name.as_bytes());
+        match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
             Ok(v) => reply.data(&v),
@@ -671,7 +742,9 @@ impl Filesystem for ScionFuse {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.fs().listxattr(ino.0) {
+        let at = route!(self, ino, reply);
+        let r = at.fs().listxattr(at.ino);
+        match r {
             Ok(names) => {
                 let mut buf = Vec::new();
                 for n in names {
@@ -691,7 +764,9 @@ impl Filesystem for ScionFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.fs().removexattr(ino.0, name.as_bytes()) {
+        let at = route!(self, ino, reply);
+        let r = at.fs().removexattr(at.ino, name.as_bytes());
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
@@ -712,9 +787,10 @@ impl Filesystem for ScionFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let mut fs = self.fs();
+        let at = route!(self, parent, reply);
+        let mut fs = at.fs();
         let r = fs.mknod(
-            parent.0,
+            at.ino,
             name.as_bytes(),
             Kind::File,
             mode,
@@ -727,7 +803,7 @@ impl Filesystem for ScionFuse {
         match r.and_then(|a| fs.open_file(a.ino).map(|_| a)) {
             Ok(a) => reply.created(
                 &TTL,
-                &file_attr(&a),
+                &at.attr(&a),
                 Generation(0),
                 FileHandle(0),
                 FopenFlags::FOPEN_KEEP_CACHE,
@@ -746,7 +822,9 @@ impl Filesystem for ScionFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        match self.fs().fallocate(ino.0, mode, offset, length) {
+        let at = route!(self, ino, reply);
+        let r = at.fs().fallocate(at.ino, mode, offset, length);
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
@@ -772,7 +850,9 @@ impl Filesystem for ScionFuse {
         if offset < 0 {
             return reply.error(Errno::EINVAL);
         }
-        match self.fs().lseek(ino.0, offset as u64, whence) {
+        let at = route!(self, ino, reply);
+        let r = at.fs().lseek(at.ino, offset as u64, whence);
+        match r {
             Ok(o) => reply.offset(o as i64),
             Err(e) => reply.error(err(e)),
         }
@@ -792,7 +872,11 @@ impl Filesystem for ScionFuse {
         reply: ReplyWrite,
     ) {
         let len = len.min(u32::MAX as u64 / 2);
-        match self.fs().copy_range(ino_in.0, offset_in, ino_out.0, offset_out, len) {
+        let at = route!(self, ino_in, reply);
+        let r = at
+            .same_volume(ino_out)
+            .and_then(|out| at.fs().copy_range(at.ino, offset_in, out, offset_out, len));
+        match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(err(e)),
         }
