@@ -437,13 +437,14 @@ impl Fs {
                 origin,
                 ns,
                 time,
+                scheduled,
             } => {
                 let d = self.resolve(dir)?;
                 if self.next_ns != *ns {
                     log::error!("snapshot record names namespace {ns}; replay is at {}", self.next_ns);
                     return Err(errno::EIO);
                 }
-                self.op_snapshot(d, name, origin, *time).map(|_| ())
+                self.op_snapshot(d, name, origin, *time, *scheduled).map(|_| ())
             }
         }
     }

@@ -128,6 +128,7 @@ impl Fs {
             name: Vec::new(),
             origin: origin.to_vec(),
             created: now,
+            scheduled: false,
         };
         let id = self.make_clone_or_fail(src, excludes, info)?;
         let p = self.namespaces.get_mut(&pns).ok_or(errno::EIO)?;
@@ -149,6 +150,12 @@ impl Fs {
     /// Takes a read-only snapshot of directory `dir`, reachable as `dir/.snapshot/name` (and
     /// as `.snapshot/name/...` of every directory below it).
     pub fn snapshot(&mut self, dir: Ino, name: &[u8], origin: &[u8]) -> FsResult<u32> {
+        self.snapshot_as(dir, name, origin, false)
+    }
+
+    /// `snapshot`, marked as taken by the directory's schedule when `scheduled` (its
+    /// retention policy may then remove it).
+    pub fn snapshot_as(&mut self, dir: Ino, name: &[u8], origin: &[u8], scheduled: bool) -> FsResult<u32> {
         self.writable()?;
         // The snapshot's mark goes into the summaries of `dir` and the directories above it.
         self.rw(dir)?;
@@ -166,7 +173,7 @@ impl Fs {
             return Err(errno::ENOENT);
         };
         let now = Ts::now();
-        let id = self.op_snapshot(dir, name, origin, now)?;
+        let id = self.op_snapshot(dir, name, origin, now, scheduled)?;
         // Journaled like a clone: it was made from committed trees only.
         self.log(|| {
             Some(Record::Snapshot {
@@ -175,6 +182,7 @@ impl Fs {
                 origin: origin.to_vec(),
                 ns: id,
                 time: now,
+                scheduled,
             })
         })?;
         self.fsync()?;
@@ -183,7 +191,14 @@ impl Fs {
 
     /// The change a snapshot makes: its namespace and the mark in the directory's summary.
     /// Also the replay of a snapshot record.
-    pub(crate) fn op_snapshot(&mut self, dir: Ino, name: &[u8], origin: &[u8], now: Ts) -> FsResult<u32> {
+    pub(crate) fn op_snapshot(
+        &mut self,
+        dir: Ino,
+        name: &[u8],
+        origin: &[u8],
+        now: Ts,
+        scheduled: bool,
+    ) -> FsResult<u32> {
         let n = self.dir_node(dir)?;
         let (ns, oid) = (n.ns, n.inode.oid);
         let info = NsInfo {
@@ -193,6 +208,7 @@ impl Fs {
             name: name.to_vec(),
             origin: origin.to_vec(),
             created: now,
+            scheduled,
         };
         let id = self.make_clone_or_fail(dir, &[], info)?;
         self.bump(dir, &summary_snap_key(oid), 1)?;
@@ -405,6 +421,7 @@ impl Fs {
                     name: Vec::new(),
                     origin: cinfo.origin,
                     created: Ts::now(),
+                    scheduled: false,
                 },
             )?;
             mounts.insert(oid, new);

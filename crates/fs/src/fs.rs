@@ -197,6 +197,9 @@ pub struct NsInfo {
     /// The source's path when it was made (informational, for `scion list`).
     pub origin: Vec<u8>,
     pub created: Ts,
+    /// A snapshot taken by its directory's schedule, which its retention policy may remove
+    /// (snapshots taken by hand never are). Namespace records of version 3 on.
+    pub scheduled: bool,
 }
 
 impl NsInfo {
@@ -208,13 +211,16 @@ impl NsInfo {
             name: Vec::new(),
             origin: Vec::new(),
             created: Ts::now(),
+            scheduled: false,
         }
     }
+    /// Without `scheduled`, which the namespace record keeps in its flags.
     pub(crate) fn encode(&self, w: &mut scion_store::codec::Writer) {
         w.u8(self.kind as u8).u32(self.parent).u64(self.anchor);
         self.created.encode(w);
         w.bytes(&self.name).bytes(&self.origin);
     }
+    /// `scheduled` comes back false; the namespace record sets it from its flags.
     pub(crate) fn decode(r: &mut scion_store::codec::Reader<'_>) -> Result<NsInfo> {
         let kind = match r.u8()? {
             0 => NsKind::Main,
@@ -234,6 +240,7 @@ impl NsInfo {
             name,
             origin,
             created,
+            scheduled: false,
         })
     }
 }

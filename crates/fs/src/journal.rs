@@ -524,6 +524,7 @@ mod tests {
             origin: b"/mnt/d".to_vec(),
             ns: 9,
             time: t,
+            scheduled: false,
         };
         let bytes = rec.encode();
         assert_eq!(Record::decode(&bytes).unwrap(), rec);

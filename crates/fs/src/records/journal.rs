@@ -111,13 +111,15 @@ pub enum Record {
         time: Ts,
     },
     /// A snapshot `name` of directory `dir` (committed below it when the record is written):
-    /// namespace `ns`.
+    /// namespace `ns`; `scheduled` if its directory's schedule took it (tag 15; tag 14, which
+    /// format 5 wrote, is a snapshot taken by hand).
     Snapshot {
         dir: Target,
         name: Vec<u8>,
         origin: Vec<u8>,
         ns: u32,
         time: Ts,
+        scheduled: bool,
     },
     /// Written by a checkpoint at the head of the new journal: the file's small overwrites,
     /// carried forward instead of folded into its trees (copy-on-abundant-write). Replay lays
@@ -400,8 +402,9 @@ impl Record {
                 origin,
                 ns,
                 time,
+                scheduled,
             } => {
-                w.u8(14);
+                w.u8(if *scheduled { 15 } else { 14 });
                 put_target(&mut w, dir);
                 w.bytes(name).bytes(origin).u32(*ns);
                 put_ts(&mut w, *time);
@@ -622,12 +625,13 @@ impl Record {
                 oid: r.u64()?,
                 time: get_ts(&mut r)?,
             },
-            14 => Record::Snapshot {
+            t @ (14 | 15) => Record::Snapshot {
                 dir: get_target(&mut r)?,
                 name: r.bytes()?.to_vec(),
                 origin: r.bytes()?.to_vec(),
                 ns: r.u32()?,
                 time: get_ts(&mut r)?,
+                scheduled: t == 15,
             },
             9 => Record::RemoveXattr {
                 ino: get_target(&mut r)?,

@@ -9,6 +9,7 @@
 //! | journal record | `records::journal` | `journal_record` |
 //! | journal file: header, frames, MORE flag | `crate::journal` | `journal_file` |
 //! | patch list of a chunk (copy-on-abundant-write) | `crate::delta` | `chunk_patches` |
+//! | schedules file (`STORE/schedules`) | `records::schedules` | `schedules_file` |
 //!
 //! (Block framing, superblock and tree nodes are the lower layers': `scion-store` and
 //! `scion-tree`, fuzzed as `pack_block`, `superblock`, `tree_node` and `ref_table`.)
@@ -17,3 +18,4 @@ pub mod checkpoint;
 pub mod inode;
 pub mod journal;
 pub mod namespace;
+pub mod schedules;

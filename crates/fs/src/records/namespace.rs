@@ -8,7 +8,11 @@ use scion_store::{BlockPtr, Error, Result};
 use scion_tree::Value;
 use std::collections::BTreeMap;
 
-const NS_RECORD_VERSION: u8 = 2;
+/// Version 3 (format 6) added the flags byte after the link table flag; version 2 records
+/// are read as having no flags set.
+const NS_RECORD_VERSION: u8 = 3;
+/// Flags: the snapshot was taken by its directory's schedule.
+const FLAG_SCHEDULED: u8 = 1;
 
 /// A namespace as the namespace table stores it: what it is (the main tree, a clone, a
 /// snapshot) and where it hangs, its next object id and inode count, its mount table (mount
@@ -18,6 +22,7 @@ pub fn ns_to_value(ns: &NsRecord) -> Value {
     let mut w = Writer::new();
     w.u8(NS_RECORD_VERSION).u64(ns.next_oid).u64(ns.inodes);
     w.u8(ns.link_root.is_some() as u8);
+    w.u8(if ns.info.scheduled { FLAG_SCHEDULED } else { 0 });
     ns.info.encode(&mut w);
     w.u32(ns.mounts.len() as u32);
     for (oid, id) in &ns.mounts {
@@ -39,7 +44,7 @@ pub struct NsRecord {
 pub fn ns_from_value(v: &Value) -> Result<NsRecord> {
     let mut r = Reader::new(&v.bytes, "namespace record");
     let ver = r.u8()?;
-    if ver != NS_RECORD_VERSION {
+    if !(2..=NS_RECORD_VERSION).contains(&ver) {
         return Err(Error::corrupt("namespace record", "header", format!("version {ver}")));
     }
     let next_oid = r.u64()?;
@@ -52,7 +57,15 @@ pub fn ns_from_value(v: &Value) -> Result<NsRecord> {
             "link table flag disagrees with pointers",
         ));
     }
-    let info = NsInfo::decode(&mut r)?;
+    let flags = if ver >= 3 { r.u8()? } else { 0 };
+    if flags & !FLAG_SCHEDULED != 0 {
+        return Err(Error::corrupt("namespace record", "flags", format!("unknown flags {flags:#x}")));
+    }
+    let mut info = NsInfo::decode(&mut r)?;
+    info.scheduled = flags & FLAG_SCHEDULED != 0;
+    if info.scheduled && info.kind != crate::NsKind::Snapshot {
+        return Err(Error::corrupt("namespace record", "flags", "a clone marked as scheduled"));
+    }
     let n = r.count(12)?;
     let mut mounts = BTreeMap::new();
     for _ in 0..n {
@@ -75,4 +88,59 @@ pub fn ns_from_value(v: &Value) -> Result<NsRecord> {
 
 pub fn ns_key(ns: u32) -> Vec<u8> {
     ns.to_be_bytes().to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::NsKind;
+    use crate::inode::{Kind, Ts};
+
+    fn record(scheduled: bool) -> NsRecord {
+        let t = Ts {
+            sec: 1_790_000_000,
+            nsec: 5,
+        };
+        NsRecord {
+            root: Inode::new(7, Kind::Dir, 0o755, 0, 0, t),
+            link_root: None,
+            next_oid: 9,
+            inodes: 3,
+            info: NsInfo {
+                kind: NsKind::Snapshot,
+                parent: 1,
+                anchor: 7,
+                name: b"2026-11-24T201502Z".to_vec(),
+                origin: b"/d".to_vec(),
+                created: t,
+                scheduled,
+            },
+            mounts: BTreeMap::from([(4, 2)]),
+        }
+    }
+
+    #[test]
+    fn scheduled_flag_round_trips_and_version_2_reads_as_by_hand() {
+        for scheduled in [false, true] {
+            let v = ns_to_value(&record(scheduled));
+            let back = ns_from_value(&v).unwrap();
+            assert_eq!(back.info.scheduled, scheduled);
+            assert_eq!(back.info.name, record(false).info.name);
+            assert_eq!(back.mounts, record(false).mounts);
+        }
+        // A version 2 record (format 5): no flags byte.
+        let mut v = ns_to_value(&record(true));
+        v.bytes[0] = 2;
+        v.bytes.remove(1 + 8 + 8 + 1);
+        let back = ns_from_value(&v).unwrap();
+        assert!(!back.info.scheduled);
+        assert_eq!(back.next_oid, 9);
+        // Unknown flags, and a scheduled clone, are refused.
+        let mut v = ns_to_value(&record(true));
+        v.bytes[1 + 8 + 8 + 1] = 0x80;
+        assert!(ns_from_value(&v).is_err());
+        let mut r = record(true);
+        r.info.kind = NsKind::Clone;
+        assert!(ns_from_value(&ns_to_value(&r)).is_err());
+    }
 }
