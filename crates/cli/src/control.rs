@@ -66,11 +66,7 @@ pub fn render(op: &Op, reply: &Reply) -> Result<String, String> {
                 "KIND", "ID", "PATH", "ORIGIN", "CREATED (UTC)", "REFER", "USED"
             );
             for l in rows {
-                let kind = match l.kind {
-                    NsKind::Clone => "clone",
-                    NsKind::Snapshot => "snapshot",
-                    NsKind::Main => "main",
-                };
+                let kind = kind_name(l);
                 let path = l.path.as_ref().map(|p| show(p)).unwrap_or_else(|| "(directory gone)".into());
                 out += &format!(
                     "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12}\n",
@@ -87,6 +83,97 @@ pub fn render(op: &Op, reply: &Reply) -> Result<String, String> {
         }
         (_, r) => format!("{r:?}"),
     })
+}
+
+/// A listing row's kind as `list` prints it: a scheduled snapshot says so.
+fn kind_name(l: &scion_fs::Listing) -> &'static str {
+    match l.kind {
+        NsKind::Clone => "clone",
+        NsKind::Snapshot if l.scheduled => "scheduled",
+        NsKind::Snapshot => "snapshot",
+        NsKind::Main => "main",
+    }
+}
+
+/// RFC 3339 UTC, as `--json` prints times.
+pub fn rfc3339(sec: i64) -> String {
+    utc_with(sec, |y, mo, d, h, mi, s| {
+        format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+    })
+}
+
+/// `900` as `15m`, `86400` as `1d`: the largest unit that divides it.
+pub fn duration(secs: u64) -> String {
+    for (unit, n) in [("d", 86_400), ("h", 3600), ("m", 60)] {
+        if secs % n == 0 {
+            return format!("{}{unit}", secs / n);
+        }
+    }
+    format!("{secs}s")
+}
+
+/// `scion list --json`: JSON Lines, one object per clone or snapshot.
+pub fn render_listing_json(rows: &[scion_fs::Listing]) -> String {
+    let mut out = String::new();
+    for l in rows {
+        let v = serde_json::json!({
+            "kind": kind_name(l),
+            "id": l.ns,
+            "path": l.path.as_ref().map(|p| show(p)),
+            "origin": String::from_utf8_lossy(&l.origin),
+            "created": rfc3339(l.created.sec),
+            "scheduled": l.scheduled,
+            "refer": l.referenced,
+            "used": l.exclusive,
+        });
+        out += &format!("{v}\n");
+    }
+    out
+}
+
+/// `scion snapshot schedule --list`: a table, or JSON Lines with `--json`
+/// (`{"dir", "every_s", "keep", "keep_while_free", "min_free", "last_run", "next_run", "kept"}`).
+pub fn render_schedules(rows: &[scion_fs::schedule::ScheduleRow], json: bool) -> String {
+    let mut out = String::new();
+    if json {
+        for r in rows {
+            let v = serde_json::json!({
+                "dir": show(&r.schedule.dir),
+                "every_s": r.schedule.every,
+                "keep": r.schedule.keep.to_string(),
+                "keep_while_free": r.schedule.limits.keep_while_free,
+                "min_free": r.schedule.limits.min_free,
+                "last_run": r.last_run.map(rfc3339),
+                "next_run": r.next_run.map(rfc3339),
+                "kept": r.kept,
+            });
+            out += &format!("{v}\n");
+        }
+        return out;
+    }
+    out += &format!(
+        "{:<32} {:>6} {:<44} {:>20} {:>20} {:>5}\n",
+        "DIRECTORY", "EVERY", "KEEP", "LAST RUN (UTC)", "NEXT RUN (UTC)", "KEPT"
+    );
+    for r in rows {
+        let mut keep = r.schedule.keep.to_string();
+        if let Some(p) = r.schedule.limits.keep_while_free {
+            keep += &format!(" while>{p}%");
+        }
+        if let Some(p) = r.schedule.limits.min_free {
+            keep += &format!(" min-free {p}%");
+        }
+        out += &format!(
+            "{:<32} {:>6} {:<44} {:>20} {:>20} {:>5}\n",
+            show(&r.schedule.dir),
+            duration(r.schedule.every),
+            keep,
+            r.last_run.map_or("-".into(), utc),
+            r.next_run.map_or("(directory gone)".into(), utc),
+            r.kept
+        );
+    }
+    out
 }
 
 /// Seconds since the epoch as UTC, formatted as `fmt` does with

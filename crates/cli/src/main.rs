@@ -55,9 +55,15 @@ enum Cmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
-    /// Take a read-only snapshot of a directory, seen in DIR/.snapshot/NAME.
+    /// Take a read-only snapshot of a directory, seen in DIR/.snapshot/NAME; or
+    /// `snapshot schedule` to take them on a schedule.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Snapshot {
-        path: PathBuf,
+        #[command(subcommand)]
+        sub: Option<SnapshotCmd>,
+        /// The directory to snapshot.
+        #[arg(required = true)]
+        path: Option<PathBuf>,
         /// Snapshot name (default: the UTC time).
         #[arg(long)]
         name: Option<String>,
@@ -94,6 +100,52 @@ enum Cmd {
     List {
         /// Any path in the mount (default: the current directory).
         path: Option<PathBuf>,
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// JSON Lines: {"kind", "id", "path", "origin", "created", "scheduled", "refer", "used"}.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum SnapshotCmd {
+    /// Snapshot a directory on a schedule, thinned by a retention policy (kept in the store,
+    /// run by the daemon). Exit 0: done; 1: --remove of a directory without a schedule;
+    /// 2: bad usage or failure.
+    ///
+    /// Scheduled snapshots are named by their UTC time (2026-11-24T201502Z) and removed by
+    /// the policy: one is kept if it is one of the newest `last`, or the newest of its hour
+    /// among the newest `hourly` hours that have one, and so on for daily, weekly, monthly and
+    /// yearly. Snapshots taken by hand are never removed.
+    Schedule {
+        /// The directory (in a scion mount, or a store path with --store).
+        dir: Option<PathBuf>,
+        /// Interval: Ns, Nm, Nh or Nd.
+        #[arg(long)]
+        every: Option<String>,
+        /// Policy, any of last=N,hourly=N,daily=N,weekly=N,monthly=N,yearly=N
+        /// (default last=10,hourly=24,daily=7,weekly=4,monthly=12).
+        #[arg(long)]
+        keep: Option<String>,
+        /// Keep snapshots the policy gives up while the host filesystem has more than PCT%
+        /// free; below it they go, oldest first.
+        #[arg(long, value_name = "PCT")]
+        keep_while_free: Option<u8>,
+        /// Below PCT% free, remove even kept scheduled snapshots, oldest first (never the
+        /// newest).
+        #[arg(long, value_name = "PCT")]
+        min_free: Option<u8>,
+        /// List every schedule: directory, interval, policy, last and next run, count kept.
+        #[arg(long)]
+        list: bool,
+        /// With --list: JSON Lines ({"dir", "every_s", "keep", "keep_while_free",
+        /// "min_free", "last_run", "next_run", "kept"}).
+        #[arg(long)]
+        json: bool,
+        /// Remove the directory's schedule (its snapshots stay).
+        #[arg(long)]
+        remove: bool,
         #[arg(long)]
         store: Option<PathBuf>,
     },
@@ -141,14 +193,59 @@ fn main() -> ExitCode {
             template,
             store,
         } => tree_cmds::clone(src, dst, exclude, template, store),
-        Cmd::Snapshot { path, name, store } => tree_cmds::snapshot(path, name, store),
+        Cmd::Snapshot {
+            sub:
+                Some(SnapshotCmd::Schedule {
+                    dir,
+                    every,
+                    keep,
+                    keep_while_free,
+                    min_free,
+                    list,
+                    json,
+                    remove,
+                    store,
+                }),
+            ..
+        } => {
+            let args = tree_cmds::ScheduleArgs {
+                dir,
+                every,
+                keep,
+                keep_while_free,
+                min_free,
+                list,
+                remove,
+                json,
+                store,
+            };
+            match tree_cmds::schedule(args) {
+                Ok(code) => return code,
+                Err(e) => Err(e),
+            }
+        }
+        Cmd::Snapshot {
+            sub: None,
+            path,
+            name,
+            store,
+        } => tree_cmds::snapshot(path.expect("clap requires a path"), name, store),
         Cmd::Destroy { path, store } => tree_cmds::destroy(path, store),
         Cmd::Repack {
             path,
             store,
             budget_mib,
         } => tree_cmds::repack(path, store, budget_mib.saturating_mul(1 << 20)),
-        Cmd::List { path, store } => tree_cmds::list(path, store),
+        Cmd::List {
+            path,
+            store,
+            json: false,
+        } => tree_cmds::list(path, store),
+        Cmd::List {
+            path,
+            store,
+            json: true,
+        } => tree_cmds::list_json(path, store),
         Cmd::Scrub { path, store } => match tree_cmds::scrub(path, store) {
             Ok(()) => Ok(()),
             Err(e) if e.contains("damaged") => {

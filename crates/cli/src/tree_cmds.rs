@@ -90,6 +90,19 @@ fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located,
 }
 
 fn run(at: &Located, op: Op) -> Result<(), String> {
+    let reply = call(at, &op)?;
+    let text = control::render(&op, &reply)?;
+    print!("{text}");
+    if !text.ends_with('\n') {
+        println!();
+    }
+    Ok(())
+}
+
+/// Runs `op` on the store `at` names: through its daemon when mounted, or on the store
+/// opened here.
+fn call(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, String> {
+    let op = op.clone();
     let reply = if let Some(mnt) = &at.mnt {
         if matches!(op, Op::Clone { .. } | Op::Snapshot { .. }) {
             // The kernel may hold written data the daemon has not seen yet (writeback
@@ -132,12 +145,7 @@ fn run(at: &Located, op: Op) -> Result<(), String> {
         fs.close().map_err(|e| e.to_string())?;
         r.map_err(|e| e.message)?
     };
-    let text = control::render(&op, &reply)?;
-    print!("{text}");
-    if !text.ends_with('\n') {
-        println!();
-    }
-    Ok(())
+    Ok(reply)
 }
 
 pub fn clone(
@@ -318,4 +326,99 @@ pub fn repack(path: Option<PathBuf>, store: Option<PathBuf>, budget: u64) -> Res
             budget,
         },
     )
+}
+
+/// What `scion snapshot schedule` was asked.
+pub struct ScheduleArgs {
+    pub dir: Option<PathBuf>,
+    pub every: Option<String>,
+    pub keep: Option<String>,
+    pub keep_while_free: Option<u8>,
+    pub min_free: Option<u8>,
+    pub list: bool,
+    pub remove: bool,
+    pub json: bool,
+    pub store: Option<PathBuf>,
+}
+
+/// A directory's path as schedules keep it: from the mount root, no leading or trailing `/`.
+fn schedule_dir(at: &Located) -> Vec<u8> {
+    let s = String::from_utf8_lossy(&at.rel).into_owned();
+    s.trim_matches('/').as_bytes().to_vec()
+}
+
+/// `scion snapshot schedule`: 0 done; 1 nothing to remove; 2 bad usage or failure.
+pub fn schedule(a: ScheduleArgs) -> Result<std::process::ExitCode, String> {
+    use scion_daemon::control::Reply;
+    use scion_fs::schedule::retention::{Keep, Thresholds};
+    use scion_fs::schedule::{parse_every, Schedule};
+    let setting = a.every.is_some() || a.keep.is_some() || a.keep_while_free.is_some() || a.min_free.is_some();
+    if a.list {
+        if a.remove || setting {
+            return Err("--list takes no other option but --json (and a path or --store)".into());
+        }
+        let at = optional_path(a.dir, &a.store)?;
+        let Reply::Schedules(rows) = call(&at, &Op::ScheduleList)? else {
+            return Err("the daemon answered something else".into());
+        };
+        print!("{}", control::render_schedules(&rows, a.json));
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let dir = a
+        .dir
+        .ok_or("which directory? (scion snapshot schedule DIR --every 15m)")?;
+    let at = locate(&dir, true, &a.store)?;
+    if a.remove {
+        if setting {
+            return Err("--remove takes no other option".into());
+        }
+        let Reply::ScheduleRemoved(had) = call(&at, &Op::ScheduleRemove { dir: schedule_dir(&at) })? else {
+            return Err("the daemon answered something else".into());
+        };
+        if !had {
+            eprintln!("scion: {} has no schedule", dir.display());
+            return Ok(std::process::ExitCode::from(1));
+        }
+        println!("removed the schedule of {} (its snapshots stay)", dir.display());
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let every = parse_every(a.every.as_deref().ok_or("--every DURATION is needed (15m, 1h, 1d)")?)?;
+    let keep = match &a.keep {
+        Some(k) => Keep::parse(k)?,
+        None => Keep::default(),
+    };
+    for (what, v) in [("--keep-while-free", a.keep_while_free), ("--min-free", a.min_free)] {
+        if v.is_some_and(|p| p > 100) {
+            return Err(format!("{what}: a percentage, 0 to 100"));
+        }
+    }
+    let s = Schedule {
+        dir: schedule_dir(&at),
+        every,
+        keep,
+        limits: Thresholds {
+            keep_while_free: a.keep_while_free,
+            min_free: a.min_free,
+        },
+    };
+    call(&at, &Op::ScheduleSet(s.clone()))?;
+    println!(
+        "{} is snapshotted every {}, keeping {}",
+        dir.display(),
+        control::duration(s.every),
+        s.keep
+    );
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `scion list --json`: one JSON object per line.
+pub fn list_json(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
+    let at = optional_path(path, &store)?;
+    let under = (!at.rel.is_empty()).then(|| at.rel.clone());
+    let reply = call(&at, &Op::List { under })?;
+    let scion_daemon::control::Reply::Listing(rows) = reply else {
+        return Err("the daemon answered something else".into());
+    };
+    print!("{}", control::render_listing_json(&rows));
+    Ok(())
 }

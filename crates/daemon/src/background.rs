@@ -1,6 +1,7 @@
 //! The daemon's background worker: every half second, write-behind of buffered data, the
-//! journal's sync, punching of freed space, the checkpoint when changes are old enough, and
-//! repack when the store is idle; then what the kernel must forget, handed to the front end.
+//! journal's sync, punching of freed space, the checkpoint when changes are old enough,
+//! repack when the store is idle, and the snapshot schedules (`scheduler.rs`); then what the
+//! kernel must forget, handed to the front end.
 
 use crate::Engine;
 use scion_fs::Inval;
@@ -18,6 +19,8 @@ pub struct BackgroundOptions {
     pub checkpoint_after: Duration,
     /// Repack scattered files when the store is idle (mount option `repack=idle`).
     pub repack: bool,
+    /// Run the store's snapshot schedules.
+    pub schedules: bool,
 }
 
 impl Default for BackgroundOptions {
@@ -26,6 +29,7 @@ impl Default for BackgroundOptions {
             period: Duration::from_millis(500),
             checkpoint_after: Duration::from_secs(30),
             repack: true,
+            schedules: true,
         }
     }
 }
@@ -44,12 +48,16 @@ impl Background {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
+            let mut first = true;
             while !flag.load(Ordering::Relaxed) {
                 std::thread::sleep(opts.period);
                 // A panic here (a bug) must not silently end background syncs and
                 // checkpoints: it is logged, the volume is marked failed (so changes get EIO
                 // and the log says why), and the loop goes on with what a failed volume does.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick(&engine, &opts, &invalidate)));
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    tick(&engine, &opts, &invalidate, first)
+                }));
+                first = false;
                 if r.is_err() {
                     engine
                         .lock()
@@ -73,7 +81,7 @@ impl Background {
 }
 
 /// One round of background work.
-fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator) {
+fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, first: bool) {
     // Buffered data of closed files goes to the packs now, without the engine lock, so the
     // checkpoint that folds it holds requests up for less. Bounded, so that the sync below
     // still comes every half second or so.
@@ -100,5 +108,13 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator) {
     };
     if !inval.is_empty() {
         invalidate(&inval);
+    }
+    // Snapshots that are due, then retention (for every schedule in the first round: at
+    // mount). Each step takes the lock on its own; counting space walks without it.
+    if opts.schedules {
+        let inval = crate::scheduler::run(engine, crate::scheduler::now(), first);
+        if !inval.is_empty() {
+            invalidate(&inval);
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! Replies are typed too: the CLI decides how to print them.
 
 use scion_fs::repack::RepackReport;
+use scion_fs::schedule::{Schedule, ScheduleRow};
 use scion_fs::scrub::ScrubReport;
 use scion_fs::{Fs, FsError, Inval, Listing};
 
@@ -28,6 +29,12 @@ pub enum Op {
     Scrub,
     /// Rewrites scattered files below `path` back to back, up to `budget` bytes moved.
     Repack { path: Vec<u8>, budget: u64 },
+    /// Adds the snapshot schedule of a directory, or replaces it.
+    ScheduleSet(Schedule),
+    /// Removes the schedule of directory `dir` (its snapshots stay).
+    ScheduleRemove { dir: Vec<u8> },
+    /// Every schedule, with its last and next run.
+    ScheduleList,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +52,10 @@ pub enum Reply {
     Listing(Vec<Listing>),
     Scrubbed(ScrubReport),
     Repacked(RepackReport),
+    ScheduleSet,
+    /// Whether there was a schedule to remove.
+    ScheduleRemoved(bool),
+    Schedules(Vec<ScheduleRow>),
 }
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
@@ -159,6 +170,21 @@ pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
                 .map_err(Failure::from_fs(format!("repack of {}", show(path))))?;
             (Reply::Repacked(r), Vec::new())
         }
+        Op::ScheduleSet(s) => {
+            fs.set_schedule(s.clone())
+                .map_err(Failure::from_fs(format!("schedule of {}", show(&s.dir))))?;
+            (Reply::ScheduleSet, Vec::new())
+        }
+        Op::ScheduleRemove { dir } => {
+            let had = fs
+                .remove_schedule(dir)
+                .map_err(Failure::from_fs(format!("schedule of {}", show(dir))))?;
+            (Reply::ScheduleRemoved(had), Vec::new())
+        }
+        Op::ScheduleList => (
+            Reply::Schedules(fs.schedule_rows().map_err(Failure::from_fs("schedules".into()))?),
+            Vec::new(),
+        ),
     };
     inval.extend(fs.take_invalidations());
     Ok((reply, inval))

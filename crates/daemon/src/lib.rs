@@ -8,6 +8,7 @@ mod background;
 pub mod control;
 mod engine;
 pub mod router;
+pub mod scheduler;
 pub mod server;
 pub mod wire;
 

@@ -1,4 +1,5 @@
-//! The control protocol between `scion` commands and a mounted store's daemon, version 2.
+//! The control protocol between `scion` commands and a mounted store's daemon, version 3
+//! (version 3 added the schedule operations and the scheduled mark of a listing's rows).
 //! Decoded without trusting the other side: every length is checked against what remains
 //! (`scion_store::codec::Reader`), and a frame is at most `MAX_MESSAGE` bytes.
 //!
@@ -18,14 +19,16 @@
 //! begins with either is an older daemon's, and is reported as such.
 
 use crate::control::{Failure, Op, Reply, Target};
+use scion_fs::records::schedules;
 use scion_fs::repack::RepackReport;
+use scion_fs::schedule::ScheduleRow;
 use scion_fs::scrub::ScrubReport;
 use scion_fs::{Listing, NsKind, Ts};
 use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -103,6 +106,15 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::Repack { path, budget } => {
             w.u8(7).bytes(path).u64(*budget);
         }
+        Op::ScheduleSet(s) => {
+            w.u8(8).bytes(&schedules::encode_payload(std::slice::from_ref(s)));
+        }
+        Op::ScheduleRemove { dir } => {
+            w.u8(9).bytes(dir);
+        }
+        Op::ScheduleList => {
+            w.u8(10);
+        }
     }
     w.finish()
 }
@@ -160,6 +172,17 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             path: r.bytes().map_err(bad)?.to_vec(),
             budget: r.u64().map_err(bad)?,
         },
+        8 => match schedules::decode_payload(r.bytes().map_err(bad)?)
+            .map_err(bad)?
+            .as_slice()
+        {
+            [s] => Op::ScheduleSet(s.clone()),
+            l => return Err(format!("a schedule request names {} schedules, not one", l.len())),
+        },
+        9 => Op::ScheduleRemove {
+            dir: r.bytes().map_err(bad)?.to_vec(),
+        },
+        10 => Op::ScheduleList,
         o => return Err(format!("unknown operation {o}")),
     };
     r.expect_end().map_err(bad)?;
@@ -209,7 +232,10 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             let mut n = 0u32;
             for l in rows {
                 let mut row = Writer::new();
-                row.u32(l.ns).u8(l.kind as u8).u8(l.path.is_some() as u8);
+                row.u32(l.ns)
+                    .u8(l.kind as u8)
+                    .u8(l.scheduled as u8)
+                    .u8(l.path.is_some() as u8);
                 row.bytes(l.path.as_deref().unwrap_or_default()).bytes(&l.origin);
                 l.created.encode(&mut row);
                 row.u64(l.referenced).u64(l.exclusive);
@@ -245,6 +271,23 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                 .u64(r.moved_bytes)
                 .u8(r.budget_reached as u8);
         }
+        Reply::ScheduleSet => {
+            w.u8(7);
+        }
+        Reply::ScheduleRemoved(had) => {
+            w.u8(8).u8(*had as u8);
+        }
+        Reply::Schedules(rows) => {
+            // At most `MAX_SCHEDULES` rows of a few hundred bytes: one frame.
+            w.u8(9).u32(rows.len() as u32);
+            for row in rows {
+                w.bytes(&schedules::encode_payload(std::slice::from_ref(&row.schedule)));
+                for t in [row.last_run, row.next_run] {
+                    w.u8(t.is_some() as u8).i64(t.unwrap_or(0));
+                }
+                w.u64(row.kept as u64);
+            }
+        }
     }
     w.finish()
 }
@@ -275,7 +318,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             2 => Reply::Snapshotted,
             3 => Reply::Destroyed,
             4 => {
-                let n = r.count(4 + 1 + 1 + 4 + 4 + 12 + 16).map_err(bad)?;
+                let n = r.count(4 + 1 + 1 + 1 + 4 + 4 + 12 + 16).map_err(bad)?;
                 let mut rows = Vec::with_capacity(n);
                 for _ in 0..n {
                     let ns = r.u32().map_err(bad)?;
@@ -285,6 +328,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                         2 => NsKind::Snapshot,
                         k => return Err(format!("unknown namespace kind {k}")),
                     };
+                    let scheduled = r.u8().map_err(bad)? != 0;
                     let has_path = r.u8().map_err(bad)? != 0;
                     let path = r.bytes().map_err(bad)?.to_vec();
                     let origin = r.bytes().map_err(bad)?.to_vec();
@@ -297,6 +341,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                         created,
                         referenced: r.u64().map_err(bad)?,
                         exclusive: r.u64().map_err(bad)?,
+                        scheduled,
                     });
                 }
                 Reply::Listing(rows)
@@ -325,6 +370,29 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 moved_bytes: r.u64().map_err(bad)?,
                 budget_reached: r.u8().map_err(bad)? != 0,
             }),
+            7 => Reply::ScheduleSet,
+            8 => Reply::ScheduleRemoved(r.u8().map_err(bad)? != 0),
+            9 => {
+                let n = r.count(4 + 9 + 9 + 8).map_err(bad)?;
+                let mut rows = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let [schedule] = <[_; 1]>::try_from(schedules::decode_payload(r.bytes().map_err(bad)?).map_err(bad)?)
+                        .map_err(|l| format!("a schedule row holds {} schedules", l.len()))?;
+                    let mut time = || -> Result<Option<i64>, String> {
+                        let has = r.u8().map_err(bad)? != 0;
+                        let t = r.i64().map_err(bad)?;
+                        Ok(has.then_some(t))
+                    };
+                    let (last_run, next_run) = (time()?, time()?);
+                    rows.push(ScheduleRow {
+                        schedule,
+                        last_run,
+                        next_run,
+                        kept: r.u64().map_err(bad)? as usize,
+                    });
+                }
+                Reply::Schedules(rows)
+            }
             k => return Err(format!("unknown reply {k}")),
         }),
         k => return Err(format!("unknown reply frame {k:#x}")),

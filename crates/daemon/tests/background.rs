@@ -18,6 +18,7 @@ fn the_worker_syncs_and_checkpoints_on_its_own() {
         period: Duration::from_millis(20),
         checkpoint_after: Duration::from_millis(100),
         repack: false,
+        schedules: false,
     };
     let bg = Background::start(engine.clone(), opts, Box::new(|_| {}));
     // Four writers at once, whole chunks and partial ones, through the write-ahead protocol.

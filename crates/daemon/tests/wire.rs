@@ -5,6 +5,8 @@
 use scion_daemon::control::{Failure, Op, Reply, Target};
 use scion_daemon::wire::{self, Frame};
 use scion_fs::repack::RepackReport;
+use scion_fs::schedule::retention::{Keep, Thresholds};
+use scion_fs::schedule::{Schedule, ScheduleRow};
 use scion_fs::scrub::ScrubReport;
 use scion_fs::{Listing, NsKind, Ts};
 
@@ -30,7 +32,24 @@ fn ops() -> Vec<Op> {
             path: b"r".to_vec(),
             budget: 1 << 30,
         },
+        Op::ScheduleSet(schedule()),
+        Op::ScheduleRemove {
+            dir: b"home/ann".to_vec(),
+        },
+        Op::ScheduleList,
     ]
+}
+
+fn schedule() -> Schedule {
+    Schedule {
+        dir: b"home/ann/my files".to_vec(),
+        every: 900,
+        keep: Keep::parse("last=5,daily=7").unwrap(),
+        limits: Thresholds {
+            keep_while_free: Some(20),
+            min_free: None,
+        },
+    }
 }
 
 #[test]
@@ -64,6 +83,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         },
         referenced: 1 << 20,
         exclusive: 4096,
+        scheduled: true,
     };
     let scrub = ScrubReport {
         blocks: 100,
@@ -83,6 +103,25 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         wire::encode_reply(&Reply::Listing(vec![listing.clone(), listing])),
         wire::encode_reply(&Reply::Scrubbed(scrub)),
         wire::encode_reply(&Reply::Repacked(repack)),
+        wire::encode_reply(&Reply::ScheduleSet),
+        wire::encode_reply(&Reply::ScheduleRemoved(true)),
+        wire::encode_reply(&Reply::Schedules(vec![
+            ScheduleRow {
+                schedule: schedule(),
+                last_run: Some(1_795_551_302),
+                next_run: Some(1_795_552_202),
+                kept: 12,
+            },
+            ScheduleRow {
+                schedule: Schedule {
+                    dir: Vec::new(),
+                    ..schedule()
+                },
+                last_run: None,
+                next_run: None,
+                kept: 0,
+            },
+        ])),
         wire::encode_progress(4096, 0, "4096 blocks"),
         wire::encode_failure(&Failure::new(2, "/x: No such file or directory")),
     ];

@@ -16,6 +16,7 @@ fn a_panic_in_the_worker_fails_the_volume() {
         period: Duration::from_millis(10),
         checkpoint_after: Duration::ZERO,
         repack: false,
+        schedules: false,
     };
     {
         let mut fs = engine.lock();

@@ -232,6 +232,10 @@ impl Fs {
             log::info!("replayed {n} journal records");
         }
         fs.replaying = false;
+        fs.vol.schedules = crate::records::schedules::load(&fs.vol.host, &fs.vol.dir).map_err(|e| {
+            log::error!("snapshot schedules not run: {e}");
+            e.to_string()
+        });
         // Everything into the trees: the nodes are dropped below.
         fs.checkpoint_with(Fold::All)?;
         // The store is format 4 now: files of the one-per-generation journals (format 3 and

@@ -43,6 +43,8 @@ pub struct Listing {
     pub referenced: u64,
     /// Bytes of blocks only it holds: what destroying it frees.
     pub exclusive: u64,
+    /// A snapshot taken by its directory's schedule.
+    pub scheduled: bool,
 }
 
 pub fn summary_snap_key(oid: u64) -> Vec<u8> {
@@ -150,12 +152,12 @@ impl Fs {
     /// Takes a read-only snapshot of directory `dir`, reachable as `dir/.snapshot/name` (and
     /// as `.snapshot/name/...` of every directory below it).
     pub fn snapshot(&mut self, dir: Ino, name: &[u8], origin: &[u8]) -> FsResult<u32> {
-        self.snapshot_as(dir, name, origin, false)
+        self.snapshot_as(dir, name, origin, false, Ts::now())
     }
 
-    /// `snapshot`, marked as taken by the directory's schedule when `scheduled` (its
-    /// retention policy may then remove it).
-    pub fn snapshot_as(&mut self, dir: Ino, name: &[u8], origin: &[u8], scheduled: bool) -> FsResult<u32> {
+    /// `snapshot` made at time `now`, marked as taken by the directory's schedule when
+    /// `scheduled` (its retention policy may then remove it).
+    pub fn snapshot_as(&mut self, dir: Ino, name: &[u8], origin: &[u8], scheduled: bool, now: Ts) -> FsResult<u32> {
         self.writable()?;
         // The snapshot's mark goes into the summaries of `dir` and the directories above it.
         self.rw(dir)?;
@@ -172,7 +174,6 @@ impl Fs {
         let Some(dir_t) = self.target(dir) else {
             return Err(errno::ENOENT);
         };
-        let now = Ts::now();
         let id = self.op_snapshot(dir, name, origin, now, scheduled)?;
         // Journaled like a clone: it was made from committed trees only.
         self.log(|| {
@@ -717,6 +718,7 @@ impl Fs {
                 created: info.created,
                 referenced: carried,
                 exclusive: carried,
+                scheduled: info.scheduled,
             };
             rows.push((listing, roots));
         }

@@ -44,6 +44,9 @@ pub(crate) struct Volume {
     /// store (a checkpoint or journal write failed half way, an fsync failed, a panic), so
     /// nothing more is committed until a remount replays the journal.
     pub(crate) failed: Option<String>,
+    /// The store's snapshot schedules (`STORE/schedules`), or why they could not be read:
+    /// then none run and none may be changed, so nothing overwrites what is there.
+    pub(crate) schedules: Result<crate::records::schedules::Stored, String>,
 }
 
 impl Volume {
@@ -71,6 +74,7 @@ impl Volume {
             punching: false,
             pins: Default::default(),
             failed: None,
+            schedules: Ok(Default::default()),
         }
     }
 

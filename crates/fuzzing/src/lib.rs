@@ -29,6 +29,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("chunk_patches", chunk_patches),
     ("ns_record", ns_record),
     ("checkpoint_record", checkpoint_record),
+    ("schedules_file", schedules_file),
 ];
 
 fn fix_up(data: &[u8]) -> bool {
@@ -222,6 +223,25 @@ pub fn ns_record(data: &[u8]) {
             scion_fs::records::namespace::ns_to_value(&back),
             again,
             "a namespace record changes through encoding"
+        );
+    }
+}
+
+/// The schedules file (`STORE/schedules`): its two slots, then the payload alone. What
+/// decodes encodes back to what decodes the same.
+pub fn schedules_file(data: &[u8]) {
+    use scion_fs::records::schedules;
+    if let Ok(stored) = schedules::decode_file(data) {
+        let slot = schedules::encode_slot(stored.seq, &stored.schedules).expect("a decoded state fits a slot");
+        let back = schedules::decode_slot(&slot)
+            .expect("an encoded slot decodes")
+            .expect("a whole slot");
+        assert_eq!(back, stored, "the schedules change through encoding");
+    }
+    if let Ok(list) = schedules::decode_payload(data) {
+        assert_eq!(
+            schedules::decode_payload(&schedules::encode_payload(&list)).ok(),
+            Some(list)
         );
     }
 }

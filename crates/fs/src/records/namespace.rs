@@ -59,12 +59,20 @@ pub fn ns_from_value(v: &Value) -> Result<NsRecord> {
     }
     let flags = if ver >= 3 { r.u8()? } else { 0 };
     if flags & !FLAG_SCHEDULED != 0 {
-        return Err(Error::corrupt("namespace record", "flags", format!("unknown flags {flags:#x}")));
+        return Err(Error::corrupt(
+            "namespace record",
+            "flags",
+            format!("unknown flags {flags:#x}"),
+        ));
     }
     let mut info = NsInfo::decode(&mut r)?;
     info.scheduled = flags & FLAG_SCHEDULED != 0;
     if info.scheduled && info.kind != crate::NsKind::Snapshot {
-        return Err(Error::corrupt("namespace record", "flags", "a clone marked as scheduled"));
+        return Err(Error::corrupt(
+            "namespace record",
+            "flags",
+            "a clone marked as scheduled",
+        ));
     }
     let n = r.count(12)?;
     let mut mounts = BTreeMap::new();

@@ -276,7 +276,11 @@ mod tests {
             b"900 last=1 - - d%4\n",
             b"900 last=1 - - d\n900 last=2 - - d\n",
         ] {
-            assert!(decode_payload(bad).is_err(), "{:?} accepted", String::from_utf8_lossy(bad));
+            assert!(
+                decode_payload(bad).is_err(),
+                "{:?} accepted",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

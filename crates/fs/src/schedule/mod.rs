@@ -39,7 +39,10 @@ impl Schedule {
             return Err("a threshold above 100%".into());
         }
         if self.dir.split(|b| *b == b'/').any(|c| c == b".." || c == b".") || self.dir.starts_with(b"/") {
-            return Err(format!("directory {:?} is not a plain path from the mount root", String::from_utf8_lossy(&self.dir)));
+            return Err(format!(
+                "directory {:?} is not a plain path from the mount root",
+                String::from_utf8_lossy(&self.dir)
+            ));
         }
         Ok(())
     }
@@ -75,7 +78,104 @@ pub struct DirSnapshot {
     pub scheduled: bool,
 }
 
+/// A schedule with what its directory's snapshots say of it (`scion snapshot schedule
+/// --list`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduleRow {
+    pub schedule: Schedule,
+    /// The newest scheduled snapshot's time.
+    pub last_run: Option<i64>,
+    /// When the next one is due (`None`: the directory is gone, nothing runs).
+    pub next_run: Option<i64>,
+    /// Scheduled snapshots kept now.
+    pub kept: usize,
+}
+
 impl Fs {
+    fn stored_schedules(&self) -> FsResult<&crate::records::schedules::Stored> {
+        self.vol
+            .schedules
+            .as_ref()
+            .map_err(|e| errno::EIO.with(format!("the schedules file cannot be read: {e}")))
+    }
+
+    /// The store's schedules, as kept.
+    pub fn schedule_list(&self) -> FsResult<Vec<Schedule>> {
+        Ok(self.stored_schedules()?.schedules.clone())
+    }
+
+    /// Every schedule with its last and next run and the scheduled snapshots it keeps.
+    pub fn schedule_rows(&mut self) -> FsResult<Vec<ScheduleRow>> {
+        let mut rows = Vec::new();
+        for s in self.schedule_list()? {
+            let snaps = self.resolve_path(&s.dir).and_then(|d| self.dir_snapshots(d));
+            let (last_run, next_run, kept) = match snaps {
+                Ok(v) => {
+                    let sched: Vec<&DirSnapshot> = v.iter().filter(|x| x.scheduled).collect();
+                    let last = sched.last().map(|x| x.created);
+                    (
+                        last,
+                        Some(last.map_or(clock::now_secs(), |l| l + s.every as i64)),
+                        sched.len(),
+                    )
+                }
+                Err(_) => (None, None, 0),
+            };
+            rows.push(ScheduleRow {
+                schedule: s,
+                last_run,
+                next_run,
+                kept,
+            });
+        }
+        Ok(rows)
+    }
+
+    /// Adds the schedule of `s.dir`, or replaces it; the directory must exist. Kept in the
+    /// schedules file before this returns.
+    pub fn set_schedule(&mut self, s: Schedule) -> FsResult<()> {
+        s.validate().map_err(|e| errno::EINVAL.with(e))?;
+        self.writable()?;
+        let d = self.resolve_path(&s.dir)?;
+        self.dir_node(d)?;
+        let prev = self.stored_schedules()?.clone();
+        let mut list = prev.schedules.clone();
+        match list.iter().position(|o| o.dir == s.dir) {
+            Some(i) => list[i] = s,
+            None if list.len() >= MAX_SCHEDULES => {
+                return Err(errno::ENOSPC.with(format!("a store keeps at most {MAX_SCHEDULES} schedules")))
+            }
+            None => list.push(s),
+        }
+        self.vol.schedules = Ok(crate::records::schedules::save(
+            &self.vol.host,
+            &self.vol.dir,
+            &prev,
+            list,
+        )?);
+        Ok(())
+    }
+
+    /// Removes the schedule of `dir` (its snapshots stay, as snapshots taken by hand would);
+    /// false if it had none.
+    pub fn remove_schedule(&mut self, dir: &[u8]) -> FsResult<bool> {
+        self.writable()?;
+        let prev = self.stored_schedules()?.clone();
+        let mut list = prev.schedules.clone();
+        let before = list.len();
+        list.retain(|s| s.dir != dir);
+        if list.len() == before {
+            return Ok(false);
+        }
+        self.vol.schedules = Ok(crate::records::schedules::save(
+            &self.vol.host,
+            &self.vol.dir,
+            &prev,
+            list,
+        )?);
+        Ok(true)
+    }
+
     /// The snapshots of directory `dir` (by hand and scheduled), oldest first.
     pub fn dir_snapshots(&self, dir: Ino) -> FsResult<Vec<DirSnapshot>> {
         let n = self.dir_node(dir)?;
@@ -105,7 +205,7 @@ impl Fs {
             .map(String::into_bytes)
             .find(|n| !taken.contains(n))
             .ok_or(errno::EEXIST)?;
-        let id = self.snapshot_as(dir, &name, origin, true)?;
+        let id = self.snapshot_as(dir, &name, origin, true, crate::Ts { sec: now, nsec: 0 })?;
         Ok((id, name))
     }
 }

@@ -89,7 +89,9 @@ impl Keep {
             *slot = n;
         }
         if k.rules().iter().all(|r| r.1 == 0) {
-            return Err(format!("keep policy {s:?} keeps nothing: give at least one rule above 0"));
+            return Err(format!(
+                "keep policy {s:?} keeps nothing: give at least one rule above 0"
+            ));
         }
         Ok(k)
     }
@@ -249,8 +251,19 @@ mod tests {
         assert_eq!((k.last, k.hourly, k.yearly, k.daily), (3, 24, 2, 0));
         assert_eq!(k.to_string(), "last=3,hourly=24,yearly=2");
         assert_eq!(Keep::parse(&k.to_string()).unwrap(), k);
-        assert_eq!(Keep::default().to_string(), "last=10,hourly=24,daily=7,weekly=4,monthly=12");
-        for bad in ["", "last=0", "last", "last=x", "fortnightly=2", "last=1,last=2", "last=100001"] {
+        assert_eq!(
+            Keep::default().to_string(),
+            "last=10,hourly=24,daily=7,weekly=4,monthly=12"
+        );
+        for bad in [
+            "",
+            "last=0",
+            "last",
+            "last=x",
+            "fortnightly=2",
+            "last=1,last=2",
+            "last=100001",
+        ] {
             assert!(Keep::parse(bad).is_err(), "{bad:?} accepted");
         }
     }
@@ -300,24 +313,48 @@ mod tests {
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 // Now and then the machine is off for up to four days.
-                t += if rng % 97 == 0 { (rng % (4 * 86_400)) as i64 } else { 900 };
+                t += if rng % 97 == 0 {
+                    (rng % (4 * 86_400)) as i64
+                } else {
+                    900
+                };
                 id += 1;
-                live.push(Snap { id, created: t, exclusive: 0 });
+                live.push(Snap {
+                    id,
+                    created: t,
+                    exclusive: 0,
+                });
                 let k = kept(&live, &keep);
                 if checks % 7 == 0 || t + 900 >= end {
                     for s in &live {
-                        assert_eq!(k.contains(&s.id), model_keeps(&live, &keep, s), "{keep} at {t}: snapshot {s:?}");
+                        assert_eq!(
+                            k.contains(&s.id),
+                            model_keeps(&live, &keep, s),
+                            "{keep} at {t}: snapshot {s:?}"
+                        );
                     }
                 }
                 checks += 1;
                 assert!(k.contains(&id), "the newest snapshot is always kept");
-                let removed = plan(&live, &keep, Thresholds::default(), Space { total: 100, available: 50 });
+                let removed = plan(
+                    &live,
+                    &keep,
+                    Thresholds::default(),
+                    Space {
+                        total: 100,
+                        available: 50,
+                    },
+                );
                 assert!(removed.iter().all(|(_, r)| *r == Reason::Policy));
                 live.retain(|s| k.contains(&s.id));
                 assert_eq!(removed.len() + live.len(), k.len() + removed.len());
             }
             let bound = keep.last + keep.hourly + keep.daily + keep.weekly + keep.monthly + keep.yearly;
-            assert!(live.len() as u32 <= bound && live.len() >= 2, "{keep}: {} left", live.len());
+            assert!(
+                live.len() as u32 <= bound && live.len() >= 2,
+                "{keep}: {} left",
+                live.len()
+            );
         }
     }
 
@@ -332,7 +369,10 @@ mod tests {
             .collect();
         let keep = Keep::parse("last=3").unwrap();
         let total = 1000;
-        let t = |kwf, mf| Thresholds { keep_while_free: kwf, min_free: mf };
+        let t = |kwf, mf| Thresholds {
+            keep_while_free: kwf,
+            min_free: mf,
+        };
         let sp = |available| Space { total, available };
         // Without thresholds the three the policy drops go, oldest first.
         let ids = |v: Vec<(u32, Reason)>| v.into_iter().map(|(i, _)| i).collect::<Vec<_>>();
@@ -350,6 +390,9 @@ mod tests {
         assert_eq!(ids(p), vec![1, 2, 3, 4]);
         assert_eq!(ids(plan(&snaps, &keep, t(None, Some(20)), sp(185))), vec![1, 2, 3]);
         let one = [snaps[0]];
-        assert!(plan(&one, &keep, t(Some(50), Some(50)), sp(0)).is_empty(), "the newest always stays");
+        assert!(
+            plan(&one, &keep, t(Some(50), Some(50)), sp(0)).is_empty(),
+            "the newest always stays"
+        );
     }
 }

@@ -1,0 +1,178 @@
+"""Snapshot schedules through the mount (issue 18 items 1 and 2): snapshots taken on time by
+the daemon, thinned by the keep policy, never the ones taken by hand; schedules kept across
+unmount, remount and SIGKILL (one snapshot at mount when one is due); space-aware retention
+on a small tmpfs whose free space the test fills; the command's exit codes and JSON."""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import PLAIN, ScionMount
+
+pytestmark = pytest.mark.skipif(PLAIN, reason="schedules need a scion mount")
+
+
+def snaps(m, d="work"):
+    return sorted(os.listdir(os.path.join(m.mnt, d, ".snapshot")))
+
+
+def wait_for(what, cond, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+def schedules(m):
+    r = m.run("snapshot", "schedule", "--list", "--json", m.mnt)
+    assert r.returncode == 0, r.describe()
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def listing(m):
+    r = m.run("list", "--json", m.mnt)
+    assert r.returncode == 0, r.describe()
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def test_schedule_takes_and_thins_snapshots_and_spares_hand_made_ones(scion_mount):
+    m = scion_mount
+    work = os.path.join(m.mnt, "work")
+    os.mkdir(work)
+    with open(os.path.join(work, "f"), "w") as f:
+        f.write("v1")
+    r = m.run("snapshot", "--name", "by-hand", work)
+    assert r.returncode == 0, r.describe()
+    r = m.run("snapshot", "schedule", work, "--every", "1s", "--keep", "last=2")
+    assert r.returncode == 0, r.describe()
+    # Names are UTC times; more than two are taken over time, two are kept.
+    wait_for("four scheduled snapshots to have been taken",
+             lambda: sum("took snapshot" in line for line in open(os.path.join(m.store, "daemon.log"))) >= 4)
+    s = snaps(m)
+    assert "by-hand" in s, s
+    sched = [n for n in s if n != "by-hand"]
+    assert 1 <= len(sched) <= 3, s      # two kept, a third perhaps just taken
+    assert all(len(n) >= 18 and n[10] == "T" and n[17] == "Z" for n in sched), sched
+    log = open(os.path.join(m.store, "daemon.log")).read()
+    assert "the keep policy no longer keeps it" in log
+    # The snapshot holds what the directory held.
+    with open(os.path.join(work, ".snapshot", sched[-1], "f")) as f:
+        assert f.read() == "v1"
+    rows = schedules(m)
+    assert len(rows) == 1 and rows[0]["dir"] == "/work" and rows[0]["every_s"] == 1, rows
+    assert rows[0]["keep"] == "last=2" and rows[0]["kept"] >= 1 and rows[0]["next_run"], rows
+    kinds = {row["path"].rsplit("/", 1)[-1]: row["kind"] for row in listing(m)}
+    assert kinds["by-hand"] == "snapshot" and all(kinds.get(n, "scheduled") == "scheduled" for n in sched)
+    # Removing: the snapshots stay and none are taken any more; a second removal has
+    # nothing to do (exit 1).
+    r = m.run("snapshot", "schedule", "--remove", work)
+    assert r.returncode == 0, r.describe()
+    time.sleep(0.5)
+    left = snaps(m)
+    time.sleep(2)
+    assert snaps(m) == left and "by-hand" in left
+    r = m.run("snapshot", "schedule", "--remove", work)
+    assert r.returncode == 1, r.describe()
+    assert schedules(m) == []
+    m.umount()
+    m.check()
+
+
+def test_bad_schedules_are_refused(scion_mount):
+    m = scion_mount
+    work = os.path.join(m.mnt, "work")
+    os.mkdir(work)
+    for args in (["--every", "0s"], ["--every", "5w"], ["--every", "1h", "--keep", "fortnightly=2"],
+                 ["--every", "1h", "--keep", "last=0"], ["--every", "1h", "--min-free", "101"], []):
+        r = m.run("snapshot", "schedule", work, *args)
+        assert r.returncode == 2, r.describe()
+        assert r.stderr.startswith("scion: "), r.describe()
+    r = m.run("snapshot", "schedule", os.path.join(m.mnt, "nope"), "--every", "1h")
+    assert r.returncode == 2, r.describe()
+    assert schedules(m) == []
+
+
+def test_schedules_survive_remount_and_sigkill(scion_mount):
+    m = scion_mount
+    work = os.path.join(m.mnt, "work")
+    os.mkdir(work)
+    r = m.run("snapshot", "schedule", work, "--every", "3s", "--keep", "last=50")
+    assert r.returncode == 0, r.describe()
+    wait_for("a first scheduled snapshot", lambda: len(snaps(m)) >= 1)
+    m.umount()
+    time.sleep(4)       # a snapshot fell due while unmounted
+    m.mount()
+    before = len(snaps(m))
+    # One snapshot at mount for the one missed (not one per missed interval).
+    wait_for("the snapshot missed while unmounted", lambda: len(snaps(m)) >= 2)
+    assert schedules(m)[0]["every_s"] == 3
+    m.kill9()
+    m.mount()
+    assert schedules(m)[0]["dir"] == "/work"
+    n = len(snaps(m))
+    wait_for("snapshots to go on after SIGKILL", lambda: len(snaps(m)) > n, timeout=20)
+    assert before >= 1
+    m.umount()
+    m.check()
+
+
+@pytest.fixture
+def small_tmpfs():
+    """A 96 MiB tmpfs for a store whose host runs short of space."""
+    root = "/tmp/scion-tests/tmpfs-" + str(os.getpid())
+    os.makedirs(root, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", root], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.decode()}")
+    m = ScionMount(root)
+    try:
+        m.init()
+        m.mount()
+        yield m
+    finally:
+        try:
+            if m.mounted:
+                m.kill9()
+        finally:
+            subprocess.run(["umount", "-l", root])
+            os.rmdir(root)
+
+
+def test_space_aware_retention_on_a_filling_host(small_tmpfs):
+    m = small_tmpfs
+    work = os.path.join(m.mnt, "work")
+    os.mkdir(work)
+    data = os.urandom(1 << 20)
+    # Snapshots the policy does not keep stay while more than 40% is free.
+    r = m.run("snapshot", "schedule", work, "--every", "1s", "--keep", "last=1", "--keep-while-free", "40")
+    assert r.returncode == 0, r.describe()
+    for i in range(4):
+        with open(os.path.join(work, f"f{i}"), "wb") as f:
+            f.write(data)       # each snapshot holds a MiB the next one changes
+        os.sync()
+        time.sleep(1.2)
+    wait_for("several snapshots kept while space is plentiful", lambda: len(snaps(m)) >= 4)
+    # Fill the host until less than 40% is free: they go, oldest first, down to the policy.
+    filler = os.path.join(m.root, "filler")
+    st = os.statvfs(m.root)
+    want_free = st.f_blocks * st.f_frsize * 30 // 100
+    size = st.f_bavail * st.f_frsize - want_free
+    with open(filler, "wb") as f:
+        f.write(b"\0" * size)
+    wait_for("the snapshots the policy gave up to go", lambda: len(snaps(m)) <= 2, timeout=30)
+    log = open(os.path.join(m.store, "daemon.log")).read()
+    assert "--keep-while-free" in log, log[-2000:]
+    # --min-free: below it even kept ones go, never the newest.
+    r = m.run("snapshot", "schedule", work, "--every", "1s", "--keep", "last=50", "--min-free", "50")
+    assert r.returncode == 0, r.describe()
+    time.sleep(3)
+    assert len(snaps(m)) >= 1
+    wait_for("min-free to thin kept snapshots", lambda: "--min-free" in open(os.path.join(m.store, "daemon.log")).read())
+    os.remove(filler)
+    m.umount()
+    m.check()
