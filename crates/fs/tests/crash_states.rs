@@ -178,7 +178,9 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
         }
         Step::Snapshot(dir, name) => {
             let d = resolve(fs, dir)?;
-            fs.snapshot(d, name.as_bytes(), b"crash harness")?;
+            // A name beginning "sched" is a snapshot a schedule takes (journal record 15).
+            let scheduled = name.starts_with("sched");
+            fs.snapshot_as(d, name.as_bytes(), b"crash harness", scheduled, scion_fs::Ts::now())?;
         }
         Step::Destroy(p) => {
             let ino = resolve(fs, p)?;
@@ -269,9 +271,17 @@ fn dump(fs: &mut Fs) -> Result<Vec<u8>, String> {
             if let Ok(s) = fs.lookup(dir, b".snapshot") {
                 let mut snaps = fs.readdir(s.ino).map_err(|e| err("readdir", path, e))?;
                 snaps.sort_by(|a, b| a.name.cmp(&b.name));
+                let scheduled: Vec<Vec<u8>> = fs
+                    .dir_snapshots(dir)
+                    .map_err(|e| err("dir_snapshots", path, e))?
+                    .into_iter()
+                    .filter(|s| s.scheduled)
+                    .map(|s| s.name)
+                    .collect();
                 for e in snaps {
                     let p = format!("{path}/.snapshot/{}", String::from_utf8_lossy(&e.name));
-                    out.extend_from_slice(format!("{p} snapshot\n").as_bytes());
+                    let kind = if scheduled.contains(&e.name) { "scheduled" } else { "snapshot" };
+                    out.extend_from_slice(format!("{p} {kind}\n").as_bytes());
                     let root = fs.lookup(s.ino, &e.name).map_err(|er| err("lookup", &p, er))?;
                     walk(fs, root.ino, &p, false, out, seen)?;
                 }
@@ -595,6 +605,7 @@ fn clones(rng: &mut StdRng) -> Vec<Step> {
     s.push(Step::Destroy("c1".into()));
     s.push(Step::Write("c2/f0".into(), 0, bytes(rng, 300)));
     s.push(Step::Snapshot("c2".into(), "s2".into()));
+    s.push(Step::Snapshot("c2".into(), "sched-1".into()));
     s.push(Step::Write("c2/f0".into(), 0, bytes(rng, 300)));
     s
 }
