@@ -176,6 +176,75 @@ pub fn render_schedules(rows: &[scion_fs::schedule::ScheduleRow], json: bool) ->
     out
 }
 
+fn kind_word(k: scion_fs::Kind) -> &'static str {
+    match k {
+        scion_fs::Kind::File => "file",
+        scion_fs::Kind::Dir => "dir",
+        scion_fs::Kind::Symlink => "symlink",
+        _ => "other",
+    }
+}
+
+/// `scion versions`: a table, or JSON Lines, oldest first (`{"snapshots", "live", "size",
+/// "mtime", "kind"}`).
+pub fn render_versions(vs: &[scion_fs::versions::Version], json: bool) -> String {
+    let mut out = String::new();
+    if json {
+        for v in vs {
+            let snaps: Vec<String> = v.snapshots.iter().map(|s| show(s)).collect();
+            let j = serde_json::json!({
+                "snapshots": snaps,
+                "live": v.live,
+                "size": v.size,
+                "mtime": format!("{}.{:09}Z", rfc3339(v.mtime.sec).trim_end_matches('Z'), v.mtime.nsec),
+                "kind": kind_word(v.kind),
+            });
+            out += &format!("{j}\n");
+        }
+        return out;
+    }
+    out += &format!(
+        "{:<4} {:<7} {:>12} {:<20} {:<5} {}\n",
+        "#", "KIND", "SIZE", "MTIME (UTC)", "LIVE", "SNAPSHOTS"
+    );
+    for (i, v) in vs.iter().enumerate() {
+        let snaps: Vec<String> = v.snapshots.iter().map(|s| show(s)).collect();
+        out += &format!(
+            "{:<4} {:<7} {:>12} {:<20} {:<5} {}\n",
+            i + 1,
+            kind_word(v.kind),
+            v.size,
+            utc(v.mtime.sec),
+            if v.live { "yes" } else { "" },
+            if snaps.is_empty() { "-".into() } else { snaps.join(" ") }
+        );
+    }
+    out
+}
+
+/// `scion versions --deleted`: a table, or JSON Lines (`{"path", "snapshot", "kind"}`).
+pub fn render_deleted(ds: &[scion_fs::versions::Deleted], json: bool) -> String {
+    let mut out = String::new();
+    for d in ds {
+        if json {
+            let j = serde_json::json!({
+                "path": String::from_utf8_lossy(&d.path),
+                "snapshot": show(&d.snapshot),
+                "kind": kind_word(d.kind),
+            });
+            out += &format!("{j}\n");
+        } else {
+            out += &format!(
+                "{:<7} {}  (newest in {})\n",
+                kind_word(d.kind),
+                String::from_utf8_lossy(&d.path),
+                show(&d.snapshot)
+            );
+        }
+    }
+    out
+}
+
 /// Seconds since the epoch as UTC, formatted as `fmt` does with
 /// (year, month, day, hour, minute, second).
 pub fn utc_with(sec: i64, fmt: fn(i32, i32, i32, i32, i32, i32) -> String) -> String {

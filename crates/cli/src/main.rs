@@ -96,6 +96,25 @@ enum Cmd {
         #[arg(long, default_value_t = 1 << 20)]
         budget_mib: u64,
     },
+    /// Every distinct version of a file or directory across the snapshots that hold its path
+    /// (of any directory above it) and the live one, oldest first; decided from stored
+    /// records, never by reading file data. Exit 0: listed; 1: nothing holds it (or nothing
+    /// was deleted); 2: bad usage or failure.
+    Versions {
+        /// A path in a scion mount (it may be gone from the live tree), or a store path with
+        /// --store.
+        path: PathBuf,
+        /// List what snapshots of directory PATH hold that it no longer does, each with the
+        /// newest snapshot holding it.
+        #[arg(long)]
+        deleted: bool,
+        /// JSON Lines: {"snapshots", "live", "size", "mtime", "kind"} per version, oldest first
+        /// (with --deleted: {"path", "snapshot", "kind"}).
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
     /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
     List {
         /// Any path in the mount (default: the current directory).
@@ -236,6 +255,15 @@ fn main() -> ExitCode {
             store,
             budget_mib,
         } => tree_cmds::repack(path, store, budget_mib.saturating_mul(1 << 20)),
+        Cmd::Versions {
+            path,
+            deleted,
+            json,
+            store,
+        } => match tree_cmds::versions(path, deleted, json, store) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         Cmd::List {
             path,
             store,

@@ -422,3 +422,44 @@ pub fn list_json(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), St
     print!("{}", control::render_listing_json(&rows));
     Ok(())
 }
+
+/// `scion versions PATH` (or `--deleted DIR`): 0 listed; 1 nothing holds the path / nothing
+/// deleted; 2 bad usage or failure.
+pub fn versions(
+    path: PathBuf,
+    deleted: bool,
+    json: bool,
+    store: Option<PathBuf>,
+) -> Result<std::process::ExitCode, String> {
+    use scion_daemon::control::Reply;
+    // The path may be gone from the live tree: its parent is what must exist.
+    let at = if store.is_some() || path.exists() {
+        locate(&path, true, &store)?
+    } else {
+        locate(&path, false, &store)?
+    };
+    let rel = schedule_dir(&at);
+    if deleted {
+        let Reply::Deleted(rows) = call(&at, &Op::Deleted { dir: rel })? else {
+            return Err("the daemon answered something else".into());
+        };
+        print!("{}", control::render_deleted(&rows, json));
+        return Ok(if rows.is_empty() {
+            std::process::ExitCode::from(1)
+        } else {
+            std::process::ExitCode::SUCCESS
+        });
+    }
+    match call(&at, &Op::Versions { path: rel }) {
+        Ok(Reply::Versions(v)) => {
+            print!("{}", control::render_versions(&v, json));
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Ok(_) => Err("the daemon answered something else".into()),
+        Err(e) if e.contains("neither the live tree nor any snapshot") => {
+            eprintln!("scion: {e}");
+            Ok(std::process::ExitCode::from(1))
+        }
+        Err(e) => Err(e),
+    }
+}

@@ -6,6 +6,7 @@
 use scion_fs::repack::RepackReport;
 use scion_fs::schedule::{Schedule, ScheduleRow};
 use scion_fs::scrub::ScrubReport;
+use scion_fs::versions::{Deleted, Version};
 use scion_fs::{Fs, FsError, Inval, Listing};
 
 /// An operation. Paths are from the mount root, names separated by `/`.
@@ -35,6 +36,10 @@ pub enum Op {
     ScheduleRemove { dir: Vec<u8> },
     /// Every schedule, with its last and next run.
     ScheduleList,
+    /// The distinct versions of a path across the snapshots that hold it, and the live one.
+    Versions { path: Vec<u8> },
+    /// What snapshots of a directory hold that the live directory no longer does.
+    Deleted { dir: Vec<u8> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,6 +61,8 @@ pub enum Reply {
     /// Whether there was a schedule to remove.
     ScheduleRemoved(bool),
     Schedules(Vec<ScheduleRow>),
+    Versions(Vec<Version>),
+    Deleted(Vec<Deleted>),
 }
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
@@ -183,6 +190,23 @@ pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
         }
         Op::ScheduleList => (
             Reply::Schedules(fs.schedule_rows().map_err(Failure::from_fs("schedules".into()))?),
+            Vec::new(),
+        ),
+        Op::Versions { path } => {
+            let v = fs.versions(path).map_err(|e| {
+                if e == libc::ENOENT {
+                    Failure::new(
+                        libc::ENOENT,
+                        format!("{}: neither the live tree nor any snapshot holds it", show(path)),
+                    )
+                } else {
+                    Failure::from_fs(show(path))(e)
+                }
+            })?;
+            (Reply::Versions(v), Vec::new())
+        }
+        Op::Deleted { dir } => (
+            Reply::Deleted(fs.deleted(dir).map_err(Failure::from_fs(show(dir)))?),
             Vec::new(),
         ),
     };

@@ -23,7 +23,8 @@ use scion_fs::records::schedules;
 use scion_fs::repack::RepackReport;
 use scion_fs::schedule::ScheduleRow;
 use scion_fs::scrub::ScrubReport;
-use scion_fs::{Listing, NsKind, Ts};
+use scion_fs::versions::{Deleted, Version};
+use scion_fs::{Kind, Listing, NsKind, Ts};
 use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
@@ -115,6 +116,12 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::ScheduleList => {
             w.u8(10);
         }
+        Op::Versions { path } => {
+            w.u8(11).bytes(path);
+        }
+        Op::Deleted { dir } => {
+            w.u8(12).bytes(dir);
+        }
     }
     w.finish()
 }
@@ -183,6 +190,12 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             dir: r.bytes().map_err(bad)?.to_vec(),
         },
         10 => Op::ScheduleList,
+        11 => Op::Versions {
+            path: r.bytes().map_err(bad)?.to_vec(),
+        },
+        12 => Op::Deleted {
+            dir: r.bytes().map_err(bad)?.to_vec(),
+        },
         o => return Err(format!("unknown operation {o}")),
     };
     r.expect_end().map_err(bad)?;
@@ -288,8 +301,45 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                 w.u64(row.kept as u64);
             }
         }
+        Reply::Versions(vs) => {
+            let mut body = Writer::new();
+            let mut n = 0u32;
+            for v in vs {
+                let mut row = Writer::new();
+                row.u8(v.live as u8).u8(v.kind as u8).u64(v.size);
+                v.mtime.encode(&mut row);
+                v.seen.encode(&mut row);
+                row.u32(v.snapshots.len() as u32);
+                for s in &v.snapshots {
+                    row.bytes(s);
+                }
+                let row = row.finish();
+                if body.buf.len() + row.len() > MAX_MESSAGE - 64 {
+                    break;
+                }
+                body.raw(&row);
+                n += 1;
+            }
+            w.u8(10).u32(n).raw(&body.finish());
+        }
+        Reply::Deleted(ds) => {
+            let mut body = Writer::new();
+            let mut n = 0u32;
+            for d in ds {
+                if body.buf.len() + d.path.len() + d.snapshot.len() + 9 > MAX_MESSAGE - 64 {
+                    break;
+                }
+                body.u8(d.kind as u8).bytes(&d.path).bytes(&d.snapshot);
+                n += 1;
+            }
+            w.u8(11).u32(n).raw(&body.finish());
+        }
     }
     w.finish()
+}
+
+fn kind_of(k: u8) -> Result<Kind, String> {
+    Kind::from_u8(k).ok_or_else(|| format!("unknown file kind {k}"))
 }
 
 fn text(b: &[u8]) -> String {
@@ -392,6 +442,44 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     });
                 }
                 Reply::Schedules(rows)
+            }
+            10 => {
+                let n = r.count(1 + 1 + 8 + 12 + 12 + 4).map_err(bad)?;
+                let mut vs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let live = r.u8().map_err(bad)? != 0;
+                    let kind = kind_of(r.u8().map_err(bad)?)?;
+                    let size = r.u64().map_err(bad)?;
+                    let mtime = Ts::decode(&mut r).map_err(bad)?;
+                    let seen = Ts::decode(&mut r).map_err(bad)?;
+                    let m = r.count(4).map_err(bad)?;
+                    let mut snapshots = Vec::with_capacity(m);
+                    for _ in 0..m {
+                        snapshots.push(r.bytes().map_err(bad)?.to_vec());
+                    }
+                    vs.push(Version {
+                        snapshots,
+                        live,
+                        kind,
+                        size,
+                        mtime,
+                        seen,
+                    });
+                }
+                Reply::Versions(vs)
+            }
+            11 => {
+                let n = r.count(1 + 4 + 4).map_err(bad)?;
+                let mut ds = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let kind = kind_of(r.u8().map_err(bad)?)?;
+                    ds.push(Deleted {
+                        kind,
+                        path: r.bytes().map_err(bad)?.to_vec(),
+                        snapshot: r.bytes().map_err(bad)?.to_vec(),
+                    });
+                }
+                Reply::Deleted(ds)
             }
             k => return Err(format!("unknown reply {k}")),
         }),

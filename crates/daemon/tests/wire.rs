@@ -8,7 +8,8 @@ use scion_fs::repack::RepackReport;
 use scion_fs::schedule::retention::{Keep, Thresholds};
 use scion_fs::schedule::{Schedule, ScheduleRow};
 use scion_fs::scrub::ScrubReport;
-use scion_fs::{Listing, NsKind, Ts};
+use scion_fs::versions::{Deleted, Version};
+use scion_fs::{Kind, Listing, NsKind, Ts};
 
 fn ops() -> Vec<Op> {
     vec![
@@ -37,6 +38,10 @@ fn ops() -> Vec<Op> {
             dir: b"home/ann".to_vec(),
         },
         Op::ScheduleList,
+        Op::Versions {
+            path: b"top/d/f".to_vec(),
+        },
+        Op::Deleted { dir: b"top/d".to_vec() },
     ]
 }
 
@@ -122,6 +127,41 @@ fn replies_round_trip_and_cut_ones_are_refused() {
                 kept: 0,
             },
         ])),
+        wire::encode_reply(&Reply::Versions(vec![
+            Version {
+                snapshots: vec![b"top/.snapshot/b".to_vec(), b"top/d/.snapshot/a".to_vec()],
+                live: false,
+                kind: Kind::File,
+                size: 3,
+                mtime: Ts {
+                    sec: 1_795_551_302,
+                    nsec: 7,
+                },
+                seen: Ts {
+                    sec: 1_795_551_303,
+                    nsec: 0,
+                },
+            },
+            Version {
+                snapshots: vec![],
+                live: true,
+                kind: Kind::Symlink,
+                size: 11,
+                mtime: Ts {
+                    sec: 1_795_551_402,
+                    nsec: 0,
+                },
+                seen: Ts {
+                    sec: 1_795_551_502,
+                    nsec: 0,
+                },
+            },
+        ])),
+        wire::encode_reply(&Reply::Deleted(vec![Deleted {
+            path: b"a/b".to_vec(),
+            snapshot: b"top/d/.snapshot/c".to_vec(),
+            kind: Kind::Dir,
+        }])),
         wire::encode_progress(4096, 0, "4096 blocks"),
         wire::encode_failure(&Failure::new(2, "/x: No such file or directory")),
     ];

@@ -831,16 +831,30 @@ impl Fs {
     /// The snapshots that contain `dir`: (name, the names leading from the snapshotted
     /// directory down to `dir`, snapshot namespace), nearest first.
     fn snapshots_containing(&self, dir: Ino) -> FsResult<Vec<(Vec<u8>, Vec<Vec<u8>>, u32)>> {
+        self.snapshots_containing_named(dir, None)
+    }
+
+    /// `snapshots_containing`, only those named `only` when given (what a lookup needs: the
+    /// nearest one of that name). A directory may have thousands of scheduled snapshots, so
+    /// names are checked against a set, not against the list so far.
+    fn snapshots_containing_named(&self, dir: Ino, only: Option<&[u8]>) -> FsResult<Vec<(Vec<u8>, Vec<Vec<u8>>, u32)>> {
         let mut out = Vec::new();
+        let mut names: HashSet<Vec<u8>> = HashSet::new();
         let mut below: Vec<Vec<u8>> = Vec::new();
         let mut cur = dir;
         loop {
             let n = self.node(cur)?;
             for (id, name) in self.snapshots_of(n.ns, n.inode.oid) {
-                if !out.iter().any(|(o, _, _)| *o == name) {
+                if only.is_some_and(|o| o != name.as_slice()) {
+                    continue;
+                }
+                if names.insert(name.clone()) {
                     let mut path = below.clone();
                     path.reverse();
                     out.push((name, path, id));
+                    if only.is_some() {
+                        return Ok(out);
+                    }
                 }
             }
             match &n.loc {
@@ -859,9 +873,9 @@ impl Fs {
     /// directories between them as they were.
     pub(crate) fn snapdir_child(&mut self, dir: Ino, name: &[u8], caller: Option<&Caller>) -> FsResult<Ino> {
         let (_, path, id) = self
-            .snapshots_containing(dir)?
+            .snapshots_containing_named(dir, Some(name))?
             .into_iter()
-            .find(|(n, _, _)| n == name)
+            .next()
             .ok_or(errno::ENOENT)?;
         let mut cur = self.namespaces.get(&id).ok_or(errno::ENOENT)?.root;
         for n in &path {

@@ -30,6 +30,7 @@ pub use records::inode;
 pub mod repack;
 pub mod schedule;
 pub mod scrub;
+pub mod versions;
 mod volume;
 
 pub use clone::Listing;

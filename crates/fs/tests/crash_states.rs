@@ -280,7 +280,11 @@ fn dump(fs: &mut Fs) -> Result<Vec<u8>, String> {
                     .collect();
                 for e in snaps {
                     let p = format!("{path}/.snapshot/{}", String::from_utf8_lossy(&e.name));
-                    let kind = if scheduled.contains(&e.name) { "scheduled" } else { "snapshot" };
+                    let kind = if scheduled.contains(&e.name) {
+                        "scheduled"
+                    } else {
+                        "snapshot"
+                    };
                     out.extend_from_slice(format!("{p} {kind}\n").as_bytes());
                     let root = fs.lookup(s.ino, &e.name).map_err(|er| err("lookup", &p, er))?;
                     walk(fs, root.ino, &p, false, out, seen)?;
