@@ -4,6 +4,7 @@ JSON Lines; `--deleted`; exit codes."""
 
 import json
 import os
+import time
 
 import pytest
 
@@ -68,5 +69,54 @@ def test_versions_of_a_file_across_snapshots(scion_mount):
     write("four")
     r, dl = versions(m, d, "--deleted")
     assert r.returncode == 1 and dl == [], r.describe()
+    m.umount()
+    m.check()
+
+
+def test_restore_puts_back_what_a_snapshot_held(scion_mount):
+    m = scion_mount
+    d = os.path.join(m.mnt, "proj")
+    os.makedirs(os.path.join(d, "src"))
+    big = os.urandom(3 << 20)
+    with open(os.path.join(d, "src", "big"), "wb") as h:
+        h.write(big)
+    with open(os.path.join(d, "src", "a.c"), "w") as h:
+        h.write("int main;")
+    os.chmod(os.path.join(d, "src", "a.c"), 0o600)
+    os.symlink("a.c", os.path.join(d, "src", "link"))
+    r = m.run("snapshot", "--name", "good", d)
+    assert r.returncode == 0, r.describe()
+    # Damage: a file rewritten, one removed, the directory changed.
+    with open(os.path.join(d, "src", "a.c"), "w") as h:
+        h.write("broken")
+    os.remove(os.path.join(d, "src", "big"))
+    # A single file by snapshot name; what is there is set aside.
+    r = m.run("restore", os.path.join(d, "src", "a.c"), "--from", "good")
+    assert r.returncode == 0, r.describe()
+    with open(os.path.join(d, "src", "a.c")) as h:
+        assert h.read() == "int main;"
+    assert os.stat(os.path.join(d, "src", "a.c")).st_mode & 0o777 == 0o600
+    kept = [n for n in os.listdir(os.path.join(d, "src")) if n.startswith("a.c.scion-restore-")]
+    assert len(kept) == 1, os.listdir(os.path.join(d, "src"))
+    # A whole directory by a path into the snapshot, replacing; the big file comes back
+    # shared (the store does not grow by its size).
+    du = lambda: sum(os.path.getsize(os.path.join(p, f)) for p, _, fs in os.walk(os.path.join(m.store, "packs")) for f in fs)
+    os.sync()
+    before = du()
+    r = m.run("restore", os.path.join(d, "src"), "--from", os.path.join(d, ".snapshot", "good", "src"), "--replace")
+    assert r.returncode == 0, r.describe()
+    with open(os.path.join(d, "src", "big"), "rb") as h:
+        assert h.read() == big
+    assert os.readlink(os.path.join(d, "src", "link")) == "a.c"
+    assert not any(n.startswith("a.c.scion-restore-") for n in os.listdir(os.path.join(d, "src")))
+    os.sync()
+    time.sleep(1)
+    assert du() - before < (1 << 20), (before, du())
+    # To a new place, and refusals: an unknown snapshot, a destination in another store.
+    r = m.run("restore", os.path.join(d, "src"), "--from", "good", "--to", os.path.join(m.mnt, "copy"))
+    assert r.returncode == 0, r.describe()
+    assert sorted(os.listdir(os.path.join(m.mnt, "copy"))) == ["a.c", "big", "link"]
+    r = m.run("restore", os.path.join(d, "src"), "--from", "nope")
+    assert r.returncode == 2 and "no snapshot named nope" in r.stderr, r.describe()
     m.umount()
     m.check()

@@ -115,6 +115,25 @@ enum Cmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
+    /// Put a file or directory back as a snapshot held it, sharing the snapshot's blocks (no
+    /// data copied); what is there now is kept beside it as PATH.scion-restore-<time> unless
+    /// --replace. Exit 0: restored; 2: bad usage or failure.
+    Restore {
+        /// The file or directory (it may be gone from the live tree).
+        path: PathBuf,
+        /// A snapshot name (in .snapshot of PATH's directory or of one above it), or a path
+        /// into a snapshot.
+        #[arg(long)]
+        from: String,
+        /// Restore to this new path instead of PATH.
+        #[arg(long)]
+        to: Option<PathBuf>,
+        /// Remove what is at the destination instead of keeping it beside.
+        #[arg(long)]
+        replace: bool,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
     /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
     List {
         /// Any path in the mount (default: the current directory).
@@ -264,6 +283,13 @@ fn main() -> ExitCode {
             Ok(code) => return code,
             Err(e) => Err(e),
         },
+        Cmd::Restore {
+            path,
+            from,
+            to,
+            replace,
+            store,
+        } => tree_cmds::restore(path, from, to, replace, store),
         Cmd::List {
             path,
             store,

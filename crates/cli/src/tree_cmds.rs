@@ -463,3 +463,66 @@ pub fn versions(
         Err(e) => Err(e),
     }
 }
+
+/// `scion restore PATH --from SNAPSHOT [--to DEST] [--replace]`.
+pub fn restore(
+    path: PathBuf,
+    from: String,
+    to: Option<PathBuf>,
+    replace: bool,
+    store: Option<PathBuf>,
+) -> Result<(), String> {
+    use scion_daemon::control::Reply;
+    // PATH may be gone from the live tree: its parent must exist.
+    let at = locate(&path, path.exists() || store.is_some(), &store)?;
+    let rel = schedule_dir(&at);
+    let from_rel = if from.contains('/') {
+        let f = locate(Path::new(&from), true, &store)?;
+        if f.store != at.store {
+            return Err(format!("{from} is not in the same store as {}", path.display()));
+        }
+        schedule_dir(&f)
+    } else {
+        from.clone().into_bytes()
+    };
+    let to_rel = match &to {
+        Some(t) => {
+            let d = locate(t, false, &store).or_else(|_| locate(t, true, &store))?;
+            if d.store != at.store {
+                return Err(format!(
+                    "{} is not in the same store as {}",
+                    t.display(),
+                    path.display()
+                ));
+            }
+            Some(schedule_dir(&d))
+        }
+        None => None,
+    };
+    let op = Op::Restore {
+        path: rel,
+        from: from_rel,
+        to: to_rel,
+        replace,
+    };
+    let Reply::Restored(r) = call(&at, &op)? else {
+        return Err("the daemon answered something else".into());
+    };
+    let dst = to.unwrap_or(path);
+    println!(
+        "restored {} from {from}: {} files ({} MiB shared with the snapshot, none copied), {} directories, {} others",
+        dst.display(),
+        r.files,
+        r.bytes >> 20,
+        r.dirs,
+        r.others
+    );
+    if let Some(k) = r.kept_as {
+        let shown = match &at.mnt {
+            Some(m) => m.join(String::from_utf8_lossy(&k).as_ref()).display().to_string(),
+            None => scion_daemon::control::show(&k),
+        };
+        println!("what was there is now {shown}");
+    }
+    Ok(())
+}

@@ -4,6 +4,7 @@
 //! Replies are typed too: the CLI decides how to print them.
 
 use scion_fs::repack::RepackReport;
+use scion_fs::restore::RestoreReport;
 use scion_fs::schedule::{Schedule, ScheduleRow};
 use scion_fs::scrub::ScrubReport;
 use scion_fs::versions::{Deleted, Version};
@@ -40,6 +41,15 @@ pub enum Op {
     Versions { path: Vec<u8> },
     /// What snapshots of a directory hold that the live directory no longer does.
     Deleted { dir: Vec<u8> },
+    /// Puts `path` back as snapshot `from` held it, at `to` (default: `path`); what stood
+    /// there is set aside, or removed with `replace`. `from` is a snapshot name (of `path`'s
+    /// directory or one above it) or, containing a `/`, a path into a snapshot.
+    Restore {
+        path: Vec<u8>,
+        from: Vec<u8>,
+        to: Option<Vec<u8>>,
+        replace: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,6 +73,7 @@ pub enum Reply {
     Schedules(Vec<ScheduleRow>),
     Versions(Vec<Version>),
     Deleted(Vec<Deleted>),
+    Restored(RestoreReport),
 }
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
@@ -209,6 +220,35 @@ pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
             Reply::Deleted(fs.deleted(dir).map_err(Failure::from_fs(show(dir)))?),
             Vec::new(),
         ),
+        Op::Restore {
+            path,
+            from,
+            to,
+            replace,
+        } => {
+            let src = if from.contains(&b'/') {
+                from.clone()
+            } else {
+                fs.in_snapshot(path, from).map_err(Failure::from_fs(show(path)))?
+            };
+            let dst = to.as_ref().unwrap_or(path);
+            let stamp = scion_fs::restore::stamp(scion_fs::Ts::now());
+            let r = fs
+                .restore(&src, dst, *replace, &stamp)
+                .map_err(Failure::from_fs(format!(
+                    "restore of {} from {}",
+                    show(dst),
+                    show(&src)
+                )))?;
+            let (p, name) = fs.resolve_parent(dst).map_err(Failure::from_fs(show(dst)))?;
+            let mut inval = vec![Inval::Entry(p, name), Inval::Inode(p)];
+            if let Some(k) = &r.kept_as {
+                if let Ok((kp, kn)) = fs.resolve_parent(k) {
+                    inval.push(Inval::Entry(kp, kn));
+                }
+            }
+            (Reply::Restored(r), inval)
+        }
     };
     inval.extend(fs.take_invalidations());
     Ok((reply, inval))

@@ -21,6 +21,7 @@
 use crate::control::{Failure, Op, Reply, Target};
 use scion_fs::records::schedules;
 use scion_fs::repack::RepackReport;
+use scion_fs::restore::RestoreReport;
 use scion_fs::schedule::ScheduleRow;
 use scion_fs::scrub::ScrubReport;
 use scion_fs::versions::{Deleted, Version};
@@ -122,6 +123,15 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::Deleted { dir } => {
             w.u8(12).bytes(dir);
         }
+        Op::Restore {
+            path,
+            from,
+            to,
+            replace,
+        } => {
+            w.u8(13).bytes(path).bytes(from).u8(to.is_some() as u8);
+            w.bytes(to.as_deref().unwrap_or_default()).u8(*replace as u8);
+        }
     }
     w.finish()
 }
@@ -196,6 +206,18 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
         12 => Op::Deleted {
             dir: r.bytes().map_err(bad)?.to_vec(),
         },
+        13 => {
+            let path = r.bytes().map_err(bad)?.to_vec();
+            let from = r.bytes().map_err(bad)?.to_vec();
+            let has_to = r.u8().map_err(bad)? != 0;
+            let to = r.bytes().map_err(bad)?.to_vec();
+            Op::Restore {
+                path,
+                from,
+                to: has_to.then_some(to),
+                replace: r.u8().map_err(bad)? != 0,
+            }
+        }
         o => return Err(format!("unknown operation {o}")),
     };
     r.expect_end().map_err(bad)?;
@@ -333,6 +355,11 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                 n += 1;
             }
             w.u8(11).u32(n).raw(&body.finish());
+        }
+        Reply::Restored(x) => {
+            w.u8(12).u64(x.files).u64(x.dirs).u64(x.others).u64(x.bytes);
+            w.u8(x.kept_as.is_some() as u8)
+                .bytes(x.kept_as.as_deref().unwrap_or_default());
         }
     }
     w.finish()
@@ -480,6 +507,19 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     });
                 }
                 Reply::Deleted(ds)
+            }
+            12 => {
+                let mut x = RestoreReport {
+                    files: r.u64().map_err(bad)?,
+                    dirs: r.u64().map_err(bad)?,
+                    others: r.u64().map_err(bad)?,
+                    bytes: r.u64().map_err(bad)?,
+                    kept_as: None,
+                };
+                let has = r.u8().map_err(bad)? != 0;
+                let k = r.bytes().map_err(bad)?.to_vec();
+                x.kept_as = has.then_some(k);
+                Reply::Restored(x)
             }
             k => return Err(format!("unknown reply {k}")),
         }),

@@ -42,6 +42,18 @@ fn ops() -> Vec<Op> {
             path: b"top/d/f".to_vec(),
         },
         Op::Deleted { dir: b"top/d".to_vec() },
+        Op::Restore {
+            path: b"top/d/f".to_vec(),
+            from: b"s1".to_vec(),
+            to: Some(b"top/d/f.old".to_vec()),
+            replace: true,
+        },
+        Op::Restore {
+            path: b"top".to_vec(),
+            from: b"top/.snapshot/s1".to_vec(),
+            to: None,
+            replace: false,
+        },
     ]
 }
 
@@ -162,6 +174,13 @@ fn replies_round_trip_and_cut_ones_are_refused() {
             snapshot: b"top/d/.snapshot/c".to_vec(),
             kind: Kind::Dir,
         }])),
+        wire::encode_reply(&Reply::Restored(scion_fs::restore::RestoreReport {
+            files: 3,
+            dirs: 2,
+            others: 1,
+            bytes: 1 << 20,
+            kept_as: Some(b"top.scion-restore-2026-11-24T201502Z".to_vec()),
+        })),
         wire::encode_progress(4096, 0, "4096 blocks"),
         wire::encode_failure(&Failure::new(2, "/x: No such file or directory")),
     ];

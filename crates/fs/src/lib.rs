@@ -28,6 +28,7 @@ pub mod records;
 /// Inode records, directory entries and keys (`records::inode`, under its old name).
 pub use records::inode;
 pub mod repack;
+pub mod restore;
 pub mod schedule;
 pub mod scrub;
 pub mod versions;

@@ -212,7 +212,11 @@ impl Fs {
                     );
                 }
                 Some(l) if e.kind == Kind::Dir && self.node(l)?.inode.kind == Kind::Dir => {
-                    self.walk_missing(e.ino, l, &path, snap, found, depth + 1)?;
+                    // Loaded by name: a listing does not load its entries.
+                    let Some(s) = self.child(snap_dir, &e.name)? else {
+                        continue;
+                    };
+                    self.walk_missing(s, l, &path, snap, found, depth + 1)?;
                 }
                 Some(_) => {}
             }

@@ -1,0 +1,260 @@
+//! Restore: a file or directory put back as a snapshot held it (`scion restore`), sharing
+//! the snapshot's blocks. Each file costs its records and one reference per chunk
+//! (`copy_range` shares committed chunks), never a copy of its data; the tree is rebuilt with
+//! every owner, mode, time, extended attribute and hard link (within what is restored) as
+//! the snapshot holds them, as `cp -a` would. What stood at the destination is kept beside it
+//! (`NAME.scion-restore-<time>`) unless it is to be replaced.
+//!
+//! Each step is journaled as the operation it is (create, copy, setattr), so a crash part
+//! way leaves a partly restored tree at the destination and the set-aside original intact.
+
+use crate::clone::SNAPDIR_NAME;
+use crate::error::errno;
+use crate::fs::{Fs, Ino};
+use crate::inode::{Kind, Ts};
+use crate::{FsResult, SetAttr};
+use std::collections::HashMap;
+
+/// Directories nest at most this deep in what is restored.
+const MAX_DEPTH: usize = 2048;
+
+/// What a restore did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    pub files: u64,
+    pub dirs: u64,
+    pub others: u64,
+    /// Bytes of file data now shared with the snapshot.
+    pub bytes: u64,
+    /// Where what stood at the destination was put (`None`: nothing was there, or it was
+    /// replaced).
+    pub kept_as: Option<Vec<u8>>,
+}
+
+impl Fs {
+    /// Puts `src` (a path from the mount root, usually inside a `.snapshot`) at `dst`.
+    /// Whatever is at `dst` is renamed to `dst.scion-restore-<stamp>`, or removed with
+    /// `replace`.
+    pub fn restore(&mut self, src: &[u8], dst: &[u8], replace: bool, stamp: &str) -> FsResult<RestoreReport> {
+        self.writable()?;
+        // Every inode the restore works on is held by a lookup reference while it does:
+        // the changes it makes may take a checkpoint, which drops unreferenced inodes.
+        let from = self.resolve_path(src)?;
+        self.remember(from)?;
+        let r = self.restore_from(from, dst, replace, stamp);
+        self.forget(from, 1);
+        r
+    }
+
+    fn restore_from(&mut self, from: Ino, dst: &[u8], replace: bool, stamp: &str) -> FsResult<RestoreReport> {
+        let (parent, name) = self.resolve_parent(dst)?;
+        self.remember(parent)?;
+        let r = self.restore_into(from, parent, dst, &name, replace, stamp);
+        self.forget(parent, 1);
+        r
+    }
+
+    fn restore_into(
+        &mut self,
+        from: Ino,
+        parent: Ino,
+        dst: &[u8],
+        name: &[u8],
+        replace: bool,
+        stamp: &str,
+    ) -> FsResult<RestoreReport> {
+        let name = name.to_vec();
+        if name.is_empty() || name == SNAPDIR_NAME {
+            return Err(errno::EINVAL.with("the destination must be a name in a directory"));
+        }
+        let mut report = RestoreReport::default();
+        if self.child(parent, &name)?.is_some() {
+            if replace {
+                self.remove_tree(parent, &name, 0)?;
+            } else {
+                let mut aside = name.clone();
+                aside.extend_from_slice(format!(".scion-restore-{stamp}").as_bytes());
+                self.rename(parent, &name, parent, &aside, crate::RENAME_NOREPLACE)?;
+                let mut p = dst.strip_suffix(b"/").unwrap_or(dst).to_vec();
+                p.extend_from_slice(format!(".scion-restore-{stamp}").as_bytes());
+                report.kept_as = Some(p);
+            }
+        }
+        let mut links = HashMap::new();
+        let r = self.copy_tree(from, parent, &name, &mut links, &mut report, 0);
+        for made in links.into_values() {
+            self.forget(made, 1);
+        }
+        r.map(|()| report)
+    }
+
+    /// Copies `from` as `name` in `parent`, sharing file data. The caller holds `from`
+    /// and `parent` (lookup references); this holds each child while it copies it.
+    fn copy_tree(
+        &mut self,
+        from: Ino,
+        parent: Ino,
+        name: &[u8],
+        links: &mut HashMap<Ino, Ino>,
+        report: &mut RestoreReport,
+        depth: usize,
+    ) -> FsResult<()> {
+        if depth > MAX_DEPTH {
+            return Err(errno::ELOOP);
+        }
+        let a = self.getattr(from)?;
+        if a.kind != Kind::Dir && a.nlink > 1 {
+            // Another name of a file already restored: a hard link again.
+            if let Some(&made) = links.get(&from) {
+                self.link(made, parent, name)?;
+                return Ok(());
+            }
+        }
+        let target = if a.kind == Kind::Symlink {
+            self.readlink(from)?
+        } else {
+            Vec::new()
+        };
+        // Held by mknod's lookup reference until the end.
+        let made = self
+            .mknod(
+                parent,
+                name,
+                a.kind,
+                u32::from(a.perm),
+                0,
+                a.uid,
+                a.gid,
+                a.rdev,
+                &target,
+            )?
+            .ino;
+        let r = self.fill(from, made, &a, links, report, depth);
+        if r.is_ok() && a.kind != Kind::Dir && a.nlink > 1 {
+            // Kept referenced (forgotten at the end of the restore) for its other names.
+            links.insert(from, made);
+            return Ok(());
+        }
+        self.forget(made, 1);
+        r
+    }
+
+    /// The content, attributes and times of `made`, a copy of `from`.
+    fn fill(
+        &mut self,
+        from: Ino,
+        made: Ino,
+        a: &crate::Attr,
+        links: &mut HashMap<Ino, Ino>,
+        report: &mut RestoreReport,
+        depth: usize,
+    ) -> FsResult<()> {
+        for x in self.listxattr(from)? {
+            let v = self.getxattr(from, &x)?;
+            self.setxattr(made, &x, &v, 0)?;
+        }
+        match a.kind {
+            Kind::Dir => {
+                report.dirs += 1;
+                for e in self.readdir(from)? {
+                    if e.name == SNAPDIR_NAME {
+                        continue;
+                    }
+                    let child = self.lookup(from, &e.name)?.ino;
+                    let r = self.copy_tree(child, made, &e.name, links, report, depth + 1);
+                    self.forget(child, 1);
+                    r?;
+                }
+            }
+            Kind::File => {
+                report.files += 1;
+                let mut at = 0;
+                while at < a.size {
+                    let n = self.copy_range(from, at, made, at, a.size - at)?;
+                    if n == 0 {
+                        return Err(errno::EIO.with(format!("restore: copy of oid {from:#x} stopped at {at}")));
+                    }
+                    at += n;
+                }
+                report.bytes += a.size;
+            }
+            _ => report.others += 1,
+        }
+        // Mode again (mknod masks it with a default ACL), owner, and times, last.
+        let set = SetAttr {
+            mode: Some(u32::from(a.perm)),
+            uid: Some(a.uid),
+            gid: Some(a.gid),
+            atime: Some(a.atime),
+            mtime: Some(a.mtime),
+            ..Default::default()
+        };
+        if a.kind == Kind::Symlink {
+            self.setattr(made, SetAttr { mode: None, ..set })?;
+        } else {
+            self.setattr(made, set)?;
+        }
+        Ok(())
+    }
+
+    /// `rm -rf parent/name`.
+    fn remove_tree(&mut self, parent: Ino, name: &[u8], depth: usize) -> FsResult<()> {
+        if depth > MAX_DEPTH {
+            return Err(errno::ELOOP);
+        }
+        let a = self.lookup(parent, name)?;
+        let r = if a.kind == Kind::Dir {
+            for e in self.readdir(a.ino)? {
+                if e.name != SNAPDIR_NAME {
+                    self.remove_tree(a.ino, &e.name, depth + 1)?;
+                }
+            }
+            self.rmdir(parent, name)
+        } else {
+            self.unlink(parent, name)
+        };
+        self.forget(a.ino, 1);
+        r
+    }
+}
+
+impl Fs {
+    /// Where snapshot `name` holds `path`: the path into the snapshot of the nearest
+    /// directory at or above `path` that has a snapshot of that name (`d/.snapshot/name/..`).
+    pub fn in_snapshot(&mut self, path: &[u8], name: &[u8]) -> FsResult<Vec<u8>> {
+        let names: Vec<&[u8]> = path
+            .split(|b| *b == b'/')
+            .filter(|n| !n.is_empty() && *n != b".")
+            .collect();
+        if names.iter().any(|n| *n == b".." || *n == SNAPDIR_NAME) {
+            return Err(errno::EINVAL.with("a live path without '..' or '.snapshot' is needed"));
+        }
+        for depth in (0..=names.len()).rev() {
+            let dir = names[..depth].join(&b'/');
+            let Ok(ino) = self.resolve_path(&dir) else { continue };
+            if self.getattr(ino)?.kind != Kind::Dir {
+                continue;
+            }
+            if self.dir_snapshots(ino)?.iter().any(|s| s.name == name) {
+                let mut p = dir.clone();
+                for part in [SNAPDIR_NAME, name].into_iter().chain(names[depth..].iter().copied()) {
+                    if !p.is_empty() {
+                        p.push(b'/');
+                    }
+                    p.extend_from_slice(part);
+                }
+                return Ok(p);
+            }
+        }
+        Err(errno::ENOENT.with(format!(
+            "no snapshot named {} of /{} or of a directory above it",
+            String::from_utf8_lossy(name),
+            String::from_utf8_lossy(path)
+        )))
+    }
+}
+
+/// `2026-11-24T201502Z` for a time, as restore names what it sets aside.
+pub fn stamp(t: Ts) -> String {
+    crate::schedule::clock::snapshot_name(t.sec)
+}
