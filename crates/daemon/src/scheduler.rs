@@ -89,6 +89,7 @@ fn retain(engine: &Engine, s: &Schedule, inval: &mut Vec<Inval>) -> FsResult<()>
         (snaps, space)
     };
     if snaps.is_empty() {
+        engine.lock().set_reclaimable(&s.dir, 0);
         return Ok(());
     }
     // What each snapshot alone holds, counted over a pinned state without the engine lock;
@@ -114,7 +115,16 @@ fn retain(engine: &Engine, s: &Schedule, inval: &mut Vec<Inval>) -> FsResult<()>
         })
         .collect();
     let names: HashMap<u32, &[u8]> = snaps.iter().map(|x| (x.id, x.name.as_slice())).collect();
-    for (id, reason) in retention::plan(&input, &s.keep, s.limits, space) {
+    let plan = retention::plan(&input, &s.keep, s.limits, space);
+    // What stays only because space is plentiful is space the host can have back.
+    let kept = retention::kept(&input, &s.keep);
+    let reclaimable: u64 = input
+        .iter()
+        .filter(|x| !kept.contains(&x.id) && !plan.iter().any(|(id, _)| *id == x.id))
+        .map(|x| x.exclusive)
+        .sum();
+    engine.lock().set_reclaimable(&s.dir, reclaimable);
+    for (id, reason) in plan {
         let mut fs = engine.lock();
         match fs.destroy_id(id) {
             Ok(()) => log::info!(

@@ -127,24 +127,37 @@ fn space_thresholds_on_a_host_running_short() {
         fs.set_schedule(schedule(b"w", 60, "last=1", limits)).unwrap();
     }
     // Each snapshot holds a MiB of its own: a file rewritten between them.
-    for i in 0..5 {
+    for i in 0..5u8 {
         {
             let mut fs = engine.lock();
             let w = fs.resolve_path(b"w").unwrap();
-            let name = format!("f{i}");
-            let f = fs
-                .mknod(w, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[])
-                .unwrap()
-                .ino;
+            let f = match fs.lookup(w, b"f") {
+                Ok(a) => a.ino,
+                Err(_) => fs.mknod(w, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino,
+            };
+            let data: Vec<u8> = data.iter().map(|b| b ^ i).collect();
             fs.write(f, 0, &data).unwrap();
             fs.fsync().unwrap();
         }
-        scheduler::run(&engine, T0 + i * 60, i == 0);
+        scheduler::run(&engine, T0 + i64::from(i) * 60, i == 0);
     }
     assert_eq!(
         scheduled(&engine, b"w").len(),
         5,
         "plenty of room: the policy's castoffs stay"
+    );
+    // `df` counts what those castoffs would give back as available: four MiB, each held by
+    // one snapshot alone.
+    let (with, bsize) = {
+        let st = engine.lock().statfs();
+        (st.bavail, u64::from(st.bsize))
+    };
+    engine.lock().set_reclaimable(b"w", 0);
+    let without = engine.lock().statfs().bavail;
+    let extra = (with - without) * bsize;
+    assert!(
+        (4 << 20..=5 << 20).contains(&extra),
+        "{extra} bytes counted as reclaimable"
     );
     // The host is now 40% free: below the 50% line, castoffs go, oldest first.
     let used = sim.image().bytes();

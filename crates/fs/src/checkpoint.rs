@@ -155,6 +155,7 @@ impl Fs {
             last_repack: None,
             dropped_ns: Vec::new(),
             show_snapdir: false,
+            reclaimable: Default::default(),
             dirty: Default::default(),
             carried: Default::default(),
             carry_memo: Default::default(),

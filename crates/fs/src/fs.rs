@@ -332,6 +332,10 @@ pub struct Fs {
     pub(crate) dropped_ns: Vec<u32>,
     /// List `.snapshot` in directory listings (mount option `snapdir=visible`).
     pub show_snapdir: bool,
+    /// Per schedule (by directory), bytes its `--keep-while-free` snapshots would give back:
+    /// `statfs` counts them as available, as snapper's and CCFS' users expect of space the
+    /// filesystem frees by itself when it runs short.
+    pub(crate) reclaimable: BTreeMap<Vec<u8>, u64>,
     /// Inodes changed since the last checkpoint (records, overlays, chunks): what the next
     /// checkpoint visits, so its cost follows the changes, not the inodes in memory.
     pub(crate) dirty: InoSet,
@@ -2538,6 +2542,12 @@ impl Fs {
     pub fn statfs(&self) -> StatFs {
         let st = self.vol.host.space(&self.vol.dir).unwrap_or_default();
         let bsize = st.block_size.max(512);
+        let extra = self.reclaimable.values().sum::<u64>() / bsize;
+        let st = scion_store::host::HostSpace {
+            free: st.free + extra,
+            available: st.available + extra,
+            ..st
+        };
         let inodes: u64 = self.namespaces.values().map(|n| n.inodes).sum();
         // Inodes cost no host inodes; a small record each, so free space bounds them.
         let ffree = st.available * bsize / 256;

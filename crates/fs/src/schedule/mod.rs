@@ -167,6 +167,7 @@ impl Fs {
         if list.len() == before {
             return Ok(false);
         }
+        self.reclaimable.remove(dir);
         self.vol.schedules = Ok(crate::records::schedules::save(
             &self.vol.host,
             &self.vol.dir,
@@ -174,6 +175,16 @@ impl Fs {
             list,
         )?);
         Ok(true)
+    }
+
+    /// Records what the `--keep-while-free` snapshots of `dir`'s schedule would give back
+    /// (`statfs` counts it as available); 0 forgets it.
+    pub fn set_reclaimable(&mut self, dir: &[u8], bytes: u64) {
+        if bytes == 0 {
+            self.reclaimable.remove(dir);
+        } else {
+            self.reclaimable.insert(dir.to_vec(), bytes);
+        }
     }
 
     /// The snapshots of directory `dir` (by hand and scheduled), oldest first.
