@@ -37,6 +37,8 @@ pub struct Report {
     /// Chunks kept as a block with patches over it (copy-on-abundant-write), and their bytes.
     pub patched_chunks: u64,
     pub patch_bytes: u64,
+    /// Chunk values carrying page sums (format 6), each checked against its block.
+    pub page_summed_chunks: u64,
     /// Files whose bytes live in their inode record (counted once per record), and the bytes.
     pub inline_files: u64,
     pub inline_bytes: u64,
@@ -86,6 +88,13 @@ impl std::fmt::Display for Report {
                 f,
                 "{} chunks patched ({} patch bytes)",
                 self.patched_chunks, self.patch_bytes
+            )?;
+        }
+        if self.page_summed_chunks > 0 {
+            writeln!(
+                f,
+                "{} chunks with page sums (each checked against its block)",
+                self.page_summed_chunks
             )?;
         }
         write!(f, "journal: {} records to replay at next mount", self.journal_records)?;
@@ -155,6 +164,7 @@ pub fn check_committed(host: &Host, dir: &Path) -> Result<Report> {
         work: Vec::new(),
         ns_list: Vec::new(),
         aggs: HashMap::new(),
+        sum_prints: HashMap::new(),
     };
     for o in &rec.orphans {
         c.reference(o, None);
@@ -203,6 +213,8 @@ struct Checker<'a> {
     ns_list: Vec<NsFacts>,
     /// Subtree aggregates by directory content root (shared trees are counted once).
     aggs: HashMap<u64, Rc<Agg>>,
+    /// Blocks whose page sums were checked, and a checksum of those sums.
+    sum_prints: HashMap<u64, u32>,
 }
 
 type NsFacts = (u32, Inode, Option<BlockPtr>, BTreeMap<u64, u32>, crate::NsInfo);
@@ -223,6 +235,28 @@ impl Checker<'_> {
     fn problem(&mut self, p: String) {
         if self.rep.problems.len() < 1000 {
             self.rep.problems.push(p);
+        }
+    }
+
+    /// Page sums kept beside a block must be the block's: a wrong one would fail good
+    /// reads of its page. Each block's pages are read and summed once (by `read_pages`,
+    /// which verifies each); later values naming the block must carry the same sums.
+    fn check_sums(&mut self, oid: u64, idx: u64, block: &BlockPtr, sums: &[u32]) {
+        let print = crc32c::crc32c(&sums.iter().flat_map(|s| s.to_le_bytes()).collect::<Vec<u8>>());
+        match self.sum_prints.get(&block.addr) {
+            Some(p) if *p == print => {}
+            Some(_) => self.problem(format!(
+                "file oid {oid}: chunk {idx}: other page sums than another value's for {block}"
+            )),
+            None => {
+                self.sum_prints.insert(block.addr, print);
+                if sums.is_empty() {
+                    return;
+                }
+                if let Err(e) = self.forest.store.read_pages(block, sums, 0, sums.len()) {
+                    self.problem(format!("file oid {oid}: chunk {idx}: page sums: {e}"));
+                }
+            }
         }
     }
 
@@ -487,6 +521,10 @@ impl Checker<'_> {
                     if !c.patches.is_empty() {
                         self.rep.patched_chunks += 1;
                         self.rep.patch_bytes += c.patches.bytes() as u64;
+                    }
+                    if let Some(sums) = &c.sums {
+                        self.rep.page_summed_chunks += 1;
+                        self.check_sums(oid, idx, &c.block, sums);
                     }
                     if let Some(e) = self.file_alloc.get_mut(&root) {
                         e.3 += c.len();

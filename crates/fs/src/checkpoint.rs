@@ -21,6 +21,7 @@ use crate::journal::{self, Journal, Record};
 pub(crate) use crate::records::checkpoint::read_record;
 pub(crate) use crate::records::namespace::{ns_from_value, ns_key, ns_to_value, NsRecord};
 use crate::volume::Volume;
+use scion_store::page_sums;
 use scion_store::{BlockKind, BlockPtr, BlockStore, Error, Host, Result, Superblock};
 use scion_tree::{Forest, Op, RefTable, Value};
 use std::collections::{BTreeMap, BinaryHeap, HashSet};
@@ -844,7 +845,10 @@ impl Fs {
         if !chunks.contains_key(&0) {
             if !old_inline.is_empty() {
                 let ptr = self.vol.forest.store.write(BlockKind::Data, &old_inline)?;
-                ops.push((chunk_key(0), Some(Value::new(Vec::new(), vec![ptr]))));
+                ops.push((
+                    chunk_key(0),
+                    Some(plain_value(ptr, Some(page_sums(&old_inline).into()))),
+                ));
             }
             if let Some(c) = old_direct {
                 self.vol.forest.refs.inc(&c.block);
@@ -855,7 +859,7 @@ impl Fs {
             match c {
                 Chunk::Buf(buf) if buf.iter().any(|b| *b != 0) => {
                     let ptr = self.vol.forest.store.write(BlockKind::Data, &buf)?;
-                    ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr]))));
+                    ops.push((chunk_key(idx), Some(plain_value(ptr, Some(page_sums(&buf).into())))));
                 }
                 Chunk::Buf(buf) => {
                     // All zeros: stored as a hole.
@@ -864,13 +868,20 @@ impl Fs {
                 }
                 // Written ahead: the tree takes the block's one reference.
                 Chunk::Block(ptr) | Chunk::Shared(ptr) => {
-                    ops.push((chunk_key(idx), Some(Value::new(Vec::new(), vec![ptr]))))
+                    let sums = self.vol.fresh_sums.get(&ptr.addr).cloned();
+                    ops.push((chunk_key(idx), Some(plain_value(ptr, sums))))
                 }
                 Chunk::Hole => ops.push((chunk_key(idx), None)),
                 // The new value owns a reference to the block, the old one drops its own.
                 Chunk::Patched { base, patches } => {
                     self.vol.forest.refs.inc(&base);
-                    ops.push((chunk_key(idx), Some(StoredChunk { block: base, patches }.to_value())))
+                    let sums = self.base_sums(tree.as_ref(), idx, &base);
+                    let c = StoredChunk {
+                        block: base,
+                        patches,
+                        sums,
+                    };
+                    ops.push((chunk_key(idx), Some(c.to_value())))
                 }
             }
         }
@@ -882,6 +893,19 @@ impl Fs {
             self.vol.forest.release(&p)?;
         }
         Ok(())
+    }
+
+    /// The page sums of `base`, the block under chunk `idx`'s patches: kept since it was
+    /// taken up, or from the value the content tree `tree` holds for the chunk now.
+    fn base_sums(&self, tree: Option<&BlockPtr>, idx: u64, base: &BlockPtr) -> Option<crate::delta::Sums> {
+        if let Some(s) = self.vol.fresh_sums.get(&base.addr) {
+            return Some(s.clone());
+        }
+        let v = self.vol.forest.get(tree, &chunk_key(idx)).ok()??;
+        StoredChunk::from_value(&v)
+            .ok()
+            .filter(|c| c.block == *base)
+            .and_then(|c| c.sums)
     }
 
     /// Step 3: directories, deepest first, each record rewritten into its parent's overlay
@@ -1139,6 +1163,8 @@ impl Fs {
     /// freed blocks wait for reads in flight and are punched (or left to the daemon), and
     /// what nothing holds any more leaves memory.
     fn after_commit(&mut self, carry: Vec<(Ino, Vec<u8>)>, dirty: Vec<Ino>, freed: Vec<BlockPtr>) {
+        // The blocks they describe are in the trees now, with their sums.
+        self.vol.fresh_sums.clear();
         self.carried = carry.iter().map(|(i, _)| *i).collect();
         self.dirty.extend(self.carried.iter().copied());
         self.dirty_bytes += self.carried.iter().map(|i| chunk_bytes(&self.nodes[i])).sum::<u64>();
@@ -1198,4 +1224,14 @@ impl Node {
     pub(crate) fn new_root(inode: Inode, ns: u32) -> Node {
         Node::new(inode, ns, Loc::Root)
     }
+}
+
+/// The value of a chunk that is its block alone, with its page sums if known.
+fn plain_value(block: BlockPtr, sums: Option<crate::delta::Sums>) -> Value {
+    StoredChunk {
+        block,
+        patches: Default::default(),
+        sums,
+    }
+    .to_value()
 }

@@ -4,8 +4,9 @@
 //! with its place in the pack, stays shared. Only when a chunk's patches grow past
 //! [`PATCH_MAX`] is the chunk folded into a new block ("abundant" writes).
 //!
-//! A file content tree value is `[patches][one block pointer]`; no patch bytes means the plain
-//! block (format version 2 wrote only those). The chunk's bytes are the block's, extended with
+//! A file content tree value is `[patches][page sums][one block pointer]`; no patch bytes
+//! means the plain block (format version 2 wrote only those), and page sums (format 6) are
+//! there when the block's writer computed them (`scion_store::page_sums`). The chunk's bytes are the block's, extended with
 //! zeros to the last patched byte, with the patches laid over them.
 
 use scion_store::{BlockPtr, Error, Result};
@@ -43,6 +44,8 @@ pub fn changed_runs(cur: &[u8], at: usize, new: &[u8]) -> Vec<(usize, usize)> {
 
 /// Tag of an encoded patch list (the first byte of a content value that has patches).
 const TAG_PATCHES: u8 = 1;
+/// Tag of the page sums section of a content value, after the patches if any (format 6).
+const TAG_SUMS: u8 = 2;
 
 /// Byte runs laid over a chunk. Invariant (kept by [`Patches::write`], checked by
 /// [`Patches::decode`]): runs are non-empty, sorted, disjoint, end within the chunk, and hold
@@ -132,11 +135,18 @@ impl Patches {
 
     /// Decodes and checks every invariant; empty bytes are no patches.
     pub fn decode(bytes: &[u8]) -> Result<Patches> {
-        let bad = |why: String| Error::corrupt("chunk patches", "file content value", why);
         if bytes.is_empty() {
             return Ok(Patches::default());
         }
         let mut r = scion_store::codec::Reader::new(bytes, "chunk patches");
+        let p = Patches::decode_from(&mut r)?;
+        r.expect_end()?;
+        Ok(p)
+    }
+
+    /// Decodes a patch list (tag first) from `r`, leaving what follows it.
+    fn decode_from(r: &mut scion_store::codec::Reader<'_>) -> Result<Patches> {
+        let bad = |why: String| Error::corrupt("chunk patches", "file content value", why);
         let tag = r.u8()?;
         if tag != TAG_PATCHES {
             return Err(bad(format!("unknown tag {tag}")));
@@ -162,7 +172,6 @@ impl Patches {
             runs.push((off, r.raw(len)?.to_vec()));
             prev_end = off as u64 + len as u64;
         }
-        r.expect_end()?;
         Ok(Patches { runs })
     }
 }
@@ -172,7 +181,13 @@ impl Patches {
 pub struct StoredChunk {
     pub block: BlockPtr,
     pub patches: Patches,
+    /// The block's page sums, if its writer kept them (reads of a few pages verify those
+    /// pages alone, `BlockStore::read_pages`).
+    pub sums: Option<Sums>,
 }
+
+/// A data block's page sums (`scion_store::page_sums`), shared as it is passed around.
+pub type Sums = std::sync::Arc<[u32]>;
 
 impl StoredChunk {
     pub fn from_value(v: &Value) -> Result<StoredChunk> {
@@ -186,15 +201,47 @@ impl StoredChunk {
                 ))
             }
         };
-        Ok(StoredChunk {
-            block,
-            patches: Patches::decode(&v.bytes)?,
-        })
+        let bad = |why: String| Error::corrupt("file content value", &block, why);
+        let mut r = scion_store::codec::Reader::new(&v.bytes, "file content value");
+        let patches = if v.bytes.first() == Some(&TAG_PATCHES) {
+            Patches::decode_from(&mut r)?
+        } else {
+            Patches::default()
+        };
+        let sums = if r.is_empty() {
+            None
+        } else {
+            let tag = r.u8()?;
+            if tag != TAG_SUMS {
+                return Err(bad(format!("unknown section {tag}")));
+            }
+            let n = r.u16()? as usize;
+            let pages = (block.len as usize).div_ceil(scion_store::PAGE);
+            if n != pages {
+                return Err(bad(format!("{n} page sums for a block of {pages} pages")));
+            }
+            let mut s = Vec::with_capacity(n);
+            for _ in 0..n {
+                s.push(r.u32()?);
+            }
+            Some(Sums::from(s))
+        };
+        r.expect_end()?;
+        Ok(StoredChunk { block, patches, sums })
     }
 
     /// The value owning one reference to `block`.
     pub fn to_value(&self) -> Value {
-        Value::new(self.patches.encode(), vec![self.block])
+        let mut bytes = self.patches.encode();
+        if let Some(s) = &self.sums {
+            debug_assert_eq!(s.len(), (self.block.len as usize).div_ceil(scion_store::PAGE));
+            bytes.push(TAG_SUMS);
+            bytes.extend_from_slice(&(s.len() as u16).to_le_bytes());
+            for x in s.iter() {
+                bytes.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        Value::new(bytes, vec![self.block])
     }
 
     /// The chunk's length: its block's, or up to its last patched byte.

@@ -35,6 +35,15 @@ pub struct FlushBatch {
 pub struct FlushedBatch {
     chunks: Vec<(Ino, u64, Vec<u8>)>,
     blocks: Result<Vec<BlockPtr>>,
+    sums: Vec<crate::delta::Sums>,
+}
+
+/// Page sums of each chunk of a batch, computed outside the lock with the write.
+fn sums_of(chunks: &[(Ino, u64, Vec<u8>)]) -> Vec<crate::delta::Sums> {
+    chunks
+        .iter()
+        .map(|(_, _, b)| scion_store::page_sums(b).into())
+        .collect()
 }
 
 impl FlushBatch {
@@ -47,9 +56,14 @@ impl FlushBatch {
     pub fn run(self) -> FlushedBatch {
         let payloads: Vec<&[u8]> = self.chunks.iter().map(|(_, _, b)| b.as_slice()).collect();
         let blocks = self.store.write_batch(BlockKind::Data, &payloads);
+        let sums = sums_of(&self.chunks);
         FlushedBatch {
             chunks: self.chunks,
-            blocks,
+            blocks: blocks.map(|b| {
+                debug_assert_eq!(b.len(), sums.len());
+                b
+            }),
+            sums,
         }
     }
 }
@@ -127,7 +141,8 @@ impl Fs {
                 return false;
             }
         };
-        for ((ino, idx, bytes), ptr) in done.chunks.into_iter().zip(blocks) {
+        for (((ino, idx, bytes), ptr), sums) in done.chunks.into_iter().zip(blocks).zip(done.sums) {
+            self.vol.fresh_sums.insert(ptr.addr, sums);
             let same = self
                 .nodes
                 .get(&ino)

@@ -1631,6 +1631,48 @@ impl Fs {
         })
     }
 
+    /// The page sums of `block`, chunk `idx`'s block (or its patches' base), if kept: since
+    /// it was written, or beside it in the content tree.
+    fn block_sums(&self, n: &Node, idx: u64, block: &BlockPtr) -> FsResult<Option<crate::delta::Sums>> {
+        if let Some(s) = self.vol.fresh_sums.get(&block.addr) {
+            return Ok(Some(s.clone()));
+        }
+        if n.inode.direct.is_some() {
+            return Ok(None);
+        }
+        Ok(self
+            .stored_chunk(n, idx)?
+            .filter(|s| s.block == *block)
+            .and_then(|s| s.sums))
+    }
+
+    /// Bytes `from..from + len` of chunk `idx`'s block `block` (zeros past its end): its
+    /// pages alone, verified by their sums, when the block has them; the whole block
+    /// otherwise.
+    fn read_window(&self, n: &Node, idx: u64, block: &BlockPtr, from: usize, len: usize) -> FsResult<Vec<u8>> {
+        let mut out = vec![0u8; len];
+        let end = (from + len).min(block.len as usize);
+        if from >= end {
+            return Ok(out);
+        }
+        if let Some(sums) = self.block_sums(n, idx, block)? {
+            let first = from / scion_store::PAGE;
+            let last = (end - 1) / scion_store::PAGE;
+            let data = self
+                .vol
+                .forest
+                .store
+                .read_pages(block, &sums, first, last - first + 1)
+                .map_err(|e| FsError::from(e).with(format!("read of chunk {idx} of file oid {}", n.inode.oid)))?;
+            let skip = from - first * scion_store::PAGE;
+            out[..end - from].copy_from_slice(&data[skip..skip + end - from]);
+            return Ok(out);
+        }
+        let b = self.read_block(n, idx, block)?;
+        out[..end - from].copy_from_slice(&b[from..end]);
+        Ok(out)
+    }
+
     fn read_block(&self, n: &Node, idx: u64, ptr: &BlockPtr) -> FsResult<Vec<u8>> {
         // One block on its own: a write into part of a committed chunk, a truncate into one.
         self.vol
@@ -1753,6 +1795,12 @@ impl Fs {
             if let Some(ptr) = block {
                 if within < ptr.len as usize {
                     let avail = (ptr.len as usize - within).min(take);
+                    // Page sums matter to a short read only (a few pages of the block).
+                    let sums = if size as usize <= RANDOM_READ_MAX {
+                        self.block_sums(n, idx, &ptr)?
+                    } else {
+                        None
+                    };
                     plan.parts.push((
                         at,
                         Part::Block {
@@ -1760,6 +1808,7 @@ impl Fs {
                             within,
                             len: avail,
                             oid: n.inode.oid,
+                            sums,
                         },
                     ));
                 }
@@ -1797,7 +1846,9 @@ impl Fs {
     /// engine lock so that writers' pack writes overlap). Blocks written ahead that end up
     /// unused (the write is refused, or the file was unlinked meanwhile and keeps its data
     /// in memory) are garbage, freed by the next checkpoint.
-    pub fn write_with(&mut self, ino: Ino, offset: u64, data: &[u8], ahead: WrittenAhead) -> FsResult<u32> {
+    pub fn write_with(&mut self, ino: Ino, offset: u64, data: &[u8], mut ahead: WrittenAhead) -> FsResult<u32> {
+        // (Kept even for blocks that turn out garbage: the next checkpoint drops them all.)
+        self.vol.fresh_sums.extend(std::mem::take(&mut ahead.sums));
         let checks = (|| {
             self.writable()?;
             self.rw(ino)?;
@@ -2005,9 +2056,13 @@ impl Fs {
         let runs = if src.len() <= BLIND_MAX {
             vec![(0, src.len())]
         } else {
-            let mut cur = self.read_block(n, idx, &base)?;
-            patches.apply(&mut cur);
-            changed_runs(&cur, within as usize, src)
+            // What the written range holds now: those pages of the block (verified by their
+            // sums where it has them), with the patches laid over.
+            let mut cur = self.read_window(n, idx, &base, within as usize, src.len())?;
+            for (o, d) in patches.within(within as usize, src.len()) {
+                cur[o..o + d.len()].copy_from_slice(d);
+            }
+            changed_runs(&cur, 0, src)
         };
         for &(a, b) in &runs {
             patches.write(within + a as u32, &src[a..b]);
@@ -2289,14 +2344,19 @@ impl Fs {
                 let want = ((len - done) / CHUNK).min(1024);
                 let n = self.node(from)?;
                 let mut run = Vec::new();
+                let mut sums = Vec::new();
                 for i in 0..want {
                     let idx = pin / CHUNK + i;
                     let c = match n.chunks.get(&idx) {
                         None if Self::inline_chunk(n, idx).is_some() => break,
                         None => match self.stored_chunk(n, idx)? {
                             // A plain whole block is shared; a patched one is copied below.
+                            // Its page sums go along.
                             Some(s) => match s.plain_full() {
-                                Some(p) => Some(p),
+                                Some(p) => {
+                                    sums.extend(s.sums.map(|x| (p.addr, x)));
+                                    Some(p)
+                                }
                                 None => break,
                             },
                             None => None,
@@ -2307,6 +2367,7 @@ impl Fs {
                     };
                     run.push(c);
                 }
+                self.vol.fresh_sums.extend(sums);
                 if !run.is_empty() {
                     self.share_chunks(to, pout / CHUNK, &run)?;
                     done += run.len() as u64 * CHUNK;
@@ -2657,6 +2718,8 @@ enum Part {
         within: usize,
         len: usize,
         oid: u64,
+        /// The block's page sums, for a short read: it then reads and verifies its pages only.
+        sums: Option<crate::delta::Sums>,
     },
 }
 
@@ -2683,6 +2746,8 @@ pub struct WrittenAhead {
     first: u64,
     /// Each whole chunk's block (`None`: zeros, a hole); empty if the write has none.
     chunks: Vec<Option<BlockPtr>>,
+    /// The blocks' page sums, by block address (computed here, outside the engine lock).
+    sums: Vec<(u64, crate::delta::Sums)>,
 }
 
 /// Writes the whole 64 KiB chunks of a write of `data` at `offset` to the packs, each stretch
@@ -2696,6 +2761,7 @@ pub fn write_ahead(store: &BlockStore, offset: u64, data: &[u8]) -> FsResult<Wri
     let mut ahead = WrittenAhead {
         first: first_full,
         chunks: Vec::new(),
+        sums: Vec::new(),
     };
     let at = |idx: u64| (idx * CHUNK - offset) as usize;
     let mut idx = first_full;
@@ -2709,14 +2775,20 @@ pub fn write_ahead(store: &BlockStore, offset: u64, data: &[u8]) -> FsResult<Wri
         while stop < last_full && data[at(stop)..at(stop + 1)].iter().any(|b| *b != 0) {
             stop += 1;
         }
-        let ptrs = store
-            .write_data_run(&data[at(idx)..at(stop)], CHUNK as usize)
-            .map_err(FsError::from)?;
+        let run = &data[at(idx)..at(stop)];
+        let ptrs = store.write_data_run(run, CHUNK as usize).map_err(FsError::from)?;
+        for (p, block) in ptrs.iter().zip(run.chunks(CHUNK as usize)) {
+            ahead.sums.push((p.addr, scion_store::page_sums(block).into()));
+        }
         ahead.chunks.extend(ptrs.into_iter().map(Some));
         idx = stop;
     }
     Ok(ahead)
 }
+
+/// A block part of a read: where it goes in the reply, the block, where in it and how much,
+/// and the block's page sums if a short read may use them.
+type RunPart = (usize, BlockPtr, usize, usize, Option<crate::delta::Sums>);
 
 /// READs up to this long are taken for random accesses (the kernel filling a page before a
 /// small write, a 4 KiB random read): a partial block they need is read past the host's page
@@ -2773,10 +2845,12 @@ impl ReadPlan {
                     i += 1;
                 }
                 Part::Block { oid, .. } => {
-                    let run: Vec<(usize, BlockPtr, usize, usize)> = self.parts[i..]
+                    let run: Vec<RunPart> = self.parts[i..]
                         .iter()
                         .map_while(|(at, p)| match p {
-                            Part::Block { ptr, within, len, .. } => Some((*at, *ptr, *within, *len)),
+                            Part::Block {
+                                ptr, within, len, sums, ..
+                            } => Some((*at, *ptr, *within, *len, sums.clone())),
                             Part::Bytes(_) => None,
                         })
                         .collect();
@@ -2792,8 +2866,8 @@ impl ReadPlan {
     /// One run of consecutive block parts: stretches of whole blocks adjacent in `out` go
     /// through `read_whole_into` (no copy); a partial block through `read_shared` (kept for
     /// the next part of it); stretches the store cannot read in place through `read_run_each`.
-    fn fill_run(&self, run: &[(usize, BlockPtr, usize, usize)], out: &mut [u8]) -> scion_store::Result<()> {
-        let whole = |r: &(usize, BlockPtr, usize, usize)| r.2 == 0 && r.3 == r.1.len as usize;
+    fn fill_run(&self, run: &[RunPart], out: &mut [u8]) -> scion_store::Result<()> {
+        let whole = |r: &RunPart| r.2 == 0 && r.3 == r.1.len as usize;
         let mut j = 0;
         while j < run.len() {
             let mut k = j + 1;
@@ -2805,11 +2879,21 @@ impl ReadPlan {
             let ptrs: Vec<BlockPtr> = run[j..k].iter().map(|r| r.1).collect();
             let (at, end) = (run[j].0, run[k - 1].0 + run[k - 1].3);
             if !whole(&run[j]) {
+                let (at, ptr, within, len, sums) = &run[j];
+                if let Some(sums) = sums.as_ref().filter(|_| self.len <= RANDOM_READ_MAX) {
+                    // A short read of a block with page sums: its pages alone, verified.
+                    let first = within / scion_store::PAGE;
+                    let last = (within + len - 1) / scion_store::PAGE;
+                    let data = self.store.read_pages(ptr, sums, first, last - first + 1)?;
+                    let from = within - first * scion_store::PAGE;
+                    out[*at..at + len].copy_from_slice(&data[from..from + len]);
+                    j = k;
+                    continue;
+                }
                 // Part of a block: likely read again soon (the rest of its pages, or the
                 // page written back after the kernel filled it).
                 let data = self.store.read_shared(&ptrs[0], self.len <= RANDOM_READ_MAX)?;
-                let (at, _, within, len) = run[j];
-                out[at..at + len].copy_from_slice(&data[within..within + len]);
+                out[*at..at + len].copy_from_slice(&data[*within..within + len]);
                 j = k;
                 continue;
             }
@@ -2818,7 +2902,7 @@ impl ReadPlan {
                 continue;
             }
             self.store.read_run_each(&ptrs, &mut |n, data| {
-                let (at, _, within, len) = run[j + n];
+                let (at, _, within, len, _) = run[j + n];
                 out[at..at + len].copy_from_slice(&data[within..within + len]);
             })?;
             j = k;

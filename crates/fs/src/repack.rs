@@ -200,6 +200,9 @@ impl Fs {
                 .read(old)
                 .map_err(|e| FsError::from(e).with(format!("repack: read of chunk {idx} of ino {ino}")))?;
             let new = self.vol.forest.store.write(BlockKind::Data, &data).map_err(eio)?;
+            self.vol
+                .fresh_sums
+                .insert(new.addr, scion_store::page_sums(&data).into());
             bytes += data.len() as u64;
             moved.push((*idx, new));
         }

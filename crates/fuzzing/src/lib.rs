@@ -199,6 +199,21 @@ pub fn chunk_patches(data: &[u8]) {
         p.apply(&mut chunk);
         assert_eq!(chunk.len(), p.end() as usize);
     }
+    // The same bytes as a whole content value (patches, then page sums since format 6) over
+    // a block whose length the first two bytes choose.
+    let Some((len, rest)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let block = BlockPtr {
+        addr: BlockPtr::make_addr(1, 4096),
+        len: u32::from(u16::from_le_bytes(*len)).max(1),
+        kind: BlockKind::Data,
+        hash: [7; 32],
+    };
+    let v = scion_tree::Value::new(rest.to_vec(), vec![block]);
+    if let Ok(c) = scion_fs::delta::StoredChunk::from_value(&v) {
+        assert_eq!(c.to_value(), v, "a content value re-encodes differently");
+    }
 }
 
 /// A namespace record (a namespace table value). The first byte says how many pointers the

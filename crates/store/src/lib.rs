@@ -19,6 +19,8 @@ mod superblock;
 pub use error::{Error, Result};
 pub use host::{os_host, sync_dir, Host, HostFs, OpenMode};
 pub use lock::StoreLock;
-pub use pack::{pack_path, verify as verify_block, BlockStore, BLOCK_ALIGN, BLOCK_HEADER_LEN, MAX_BLOCK_LEN};
+pub use pack::{
+    pack_path, page_sums, verify as verify_block, BlockStore, BLOCK_ALIGN, BLOCK_HEADER_LEN, MAX_BLOCK_LEN, PAGE,
+};
 pub use ptr::{BlockKind, BlockPtr, HASH_LEN, PTR_LEN};
 pub use superblock::{Superblock, FORMAT_VERSION, SUPERBLOCK_FILE, SUPERBLOCK_SLOT};

@@ -31,6 +31,17 @@ const PREALLOC_BYTES: u64 = 16 << 20;
 /// from streaming writeback, where the copy into the host's page cache costs more.
 const DIRECT_WRITE_MIN: usize = 512 << 10;
 
+/// Bytes one page sum covers (`page_sums`).
+pub const PAGE: usize = 4096;
+
+/// The page sums of a data block's payload: the crc32c of each 4 KiB page (the last one
+/// possibly shorter). Kept beside the block's pointer in a file's content tree, they let a
+/// 4 KiB read verify 4 KiB (`BlockStore::read_pages`) instead of reading and hashing the
+/// whole 64 KiB block; reads of whole blocks go on verifying the pointer's hash.
+pub fn page_sums(payload: &[u8]) -> Vec<u32> {
+    payload.chunks(PAGE).map(crc32c::crc32c).collect()
+}
+
 /// Bytes of header a block of this kind carries. File data has none: its pointer's hash
 /// verifies it, and a 64 KiB chunk then fills exactly 16 pages, aligned, instead of 17.
 pub(crate) fn header_len(kind: BlockKind) -> usize {
@@ -497,6 +508,50 @@ impl BlockStore {
         }
         recent.push_back((*ptr, data.clone()));
         Ok(data)
+    }
+
+    /// Pages `first..first + count` of a data block (the last one cut at the block's end),
+    /// read alone and each verified against `sums`, the block's page sums: a small read
+    /// reads and verifies the pages it needs, not the whole block. Through the handle
+    /// without readahead, as `read_shared` reads for random accesses.
+    pub fn read_pages(&self, ptr: &BlockPtr, sums: &[u32], first: usize, count: usize) -> Result<Vec<u8>> {
+        let len = ptr.len as usize;
+        if header_len(ptr.kind) != 0 || sums.len() != len.div_ceil(PAGE) || count == 0 || first + count > sums.len() {
+            return Err(Error::corrupt(
+                "page sums",
+                ptr,
+                format!("{} sums for {len} bytes, pages {first}+{count} asked", sums.len()),
+            ));
+        }
+        if let Some((_, data)) = self.recent.lock().unwrap().iter().rev().find(|(p, _)| p == ptr) {
+            return Ok(data[first * PAGE..((first + count) * PAGE).min(len)].to_vec());
+        }
+        let (start, end) = (first * PAGE, ((first + count) * PAGE).min(len));
+        let mut buf = vec![0u8; end - start];
+        let f = match self.random_reader(ptr.pack()) {
+            Some(f) => f,
+            None => self.reader(ptr.pack())?,
+        };
+        f.read_exact_at(&mut buf, ptr.offset() + start as u64).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::corrupt("block", ptr, "lies past the end of its pack (truncated pack?)")
+            } else {
+                Error::io(format!("read of {ptr}"), e)
+            }
+        })?;
+        for (i, page) in buf.chunks(PAGE).enumerate() {
+            if crc32c::crc32c(page) != sums[first + i] {
+                return Err(Error::corrupt(
+                    "block",
+                    ptr,
+                    format!(
+                        "page {} differs from its checksum (damaged, stale or misdirected)",
+                        first + i
+                    ),
+                ));
+            }
+        }
+        Ok(buf)
     }
 
     /// A data block read through a handle without readahead (`HostFs::open_random`), for

@@ -212,6 +212,7 @@ impl Inode {
     pub fn direct_chunk(&self) -> Option<StoredChunk> {
         let patches = self.direct.as_ref()?;
         Some(StoredChunk {
+            sums: None,
             block: self.content.expect("a direct chunk has its block"),
             patches: patches.clone(),
         })
