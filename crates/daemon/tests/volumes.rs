@@ -142,6 +142,16 @@ fn write_and_fsync(router: &Router, ino: Ino, at: u64) -> Duration {
     t0.elapsed()
 }
 
+/// A new store at `dir` on the real filesystem whose syncs pass the returned gate.
+fn gated_volume(dir: &Path) -> (Engine, Arc<Gate>) {
+    let gate = Arc::new(Gate::default());
+    let host = Arc::new(GatedHost {
+        inner: scion_store::os_host(),
+        gate: gate.clone(),
+    });
+    (volume(dir, host), gate)
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -150,14 +160,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 #[test]
 fn an_fsync_in_one_volume_never_waits_for_another() {
     let tmp = tempfile::tempdir().unwrap();
-    let gate = Arc::new(Gate::default());
-    let a = volume(
-        &tmp.path().join("a"),
-        Arc::new(GatedHost {
-            inner: scion_store::os_host(),
-            gate: gate.clone(),
-        }),
-    );
+    let (a, gate) = gated_volume(&tmp.path().join("a"));
     let b = volume(&tmp.path().join("b"), scion_store::os_host());
     let router = Arc::new(Router::new(a).unwrap());
     let vb = router.add(b).unwrap();
@@ -238,14 +241,7 @@ fn an_fsync_in_one_volume_never_waits_for_another() {
 #[test]
 fn within_one_volume_an_fsync_waits_for_the_disk() {
     let tmp = tempfile::tempdir().unwrap();
-    let gate = Arc::new(Gate::default());
-    let a = volume(
-        &tmp.path().join("a"),
-        Arc::new(GatedHost {
-            inner: scion_store::os_host(),
-            gate: gate.clone(),
-        }),
-    );
+    let (a, gate) = gated_volume(&tmp.path().join("a"));
     let router = Arc::new(Router::new(a).unwrap());
     let f1 = create(&router, VolumeId::MAIN, b"1");
     let f2 = create(&router, VolumeId::MAIN, b"2");

@@ -147,12 +147,14 @@ impl Fs {
             }
             None => list.push(s),
         }
-        self.vol.schedules = Ok(crate::records::schedules::save(
-            &self.vol.host,
-            &self.vol.dir,
-            &prev,
-            list,
-        )?);
+        self.save_schedules(&prev, list)?;
+        Ok(())
+    }
+
+    /// Writes `list` as the schedules after `prev` (synced before this returns).
+    fn save_schedules(&mut self, prev: &crate::records::schedules::Stored, list: Vec<Schedule>) -> FsResult<()> {
+        let saved = crate::records::schedules::save(&self.vol.host, &self.vol.dir, prev, list)?;
+        self.vol.schedules = Ok(saved);
         Ok(())
     }
 
@@ -168,12 +170,7 @@ impl Fs {
             return Ok(false);
         }
         self.reclaimable.remove(dir);
-        self.vol.schedules = Ok(crate::records::schedules::save(
-            &self.vol.host,
-            &self.vol.dir,
-            &prev,
-            list,
-        )?);
+        self.save_schedules(&prev, list)?;
         Ok(true)
     }
 
