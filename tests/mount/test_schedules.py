@@ -176,3 +176,40 @@ def test_space_aware_retention_on_a_filling_host(small_tmpfs):
     os.remove(filler)
     m.umount()
     m.check()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a user")
+def test_an_ordinary_user_on_their_own_store():
+    """Issue 18 item 7: snapshots, schedules, versions and restore as an ordinary user on
+    a store of their own, mounted through fusermount3."""
+    from conftest import SCION_BIN
+    from test_safety import as_user, ensure_user
+    import shutil
+    import tempfile
+    ensure_user("scion-bob")
+    root = tempfile.mkdtemp(prefix="user-", dir="/tmp")
+    os.chmod(root, 0o755)
+    shutil.copy(SCION_BIN, os.path.join(root, "scion"))
+    os.chmod(os.path.join(root, "scion"), 0o755)
+    subprocess.run(["chown", "scion-bob", root], check=True)
+    script = (
+        "set -e; cd " + root + "; mkdir mnt; ./scion init st >/dev/null; ./scion mount st mnt >/dev/null; "
+        "mkdir mnt/w; echo one > mnt/w/f; ./scion snapshot --name a mnt/w >/dev/null; echo two > mnt/w/f; "
+        "./scion snapshot schedule mnt/w --every 1s --keep last=2 >/dev/null; sleep 3; "
+        "ls mnt/w/.snapshot | wc -l; ./scion versions --json mnt/w/f | wc -l; "
+        "./scion restore mnt/w/f --from a >/dev/null; cat mnt/w/f; "
+        "./scion list --json mnt | grep -c '\"kind\":\"scheduled\"'; "
+        "./scion umount mnt >/dev/null; ./scion check st | tail -1"
+    )
+    try:
+        r = as_user("scion-bob", script)
+        assert r.returncode == 0, r.stdout + r.stderr
+        lines = r.stdout.split()
+        # "a" and up to three scheduled; two versions; the restored bytes; scheduled rows;
+        # a clean store.
+        assert 2 <= int(lines[0]) <= 4 and lines[1] == "2" and lines[2] == "one", r.stdout
+        assert 1 <= int(lines[3]) <= 3 and lines[4] == "clean", r.stdout
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", os.path.join(root, "mnt")], capture_output=True)
+        subprocess.run(["pkill", "-9", "-f", os.path.join(root, "st")], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
