@@ -19,15 +19,6 @@ def snaps(m, d="work"):
     return sorted(os.listdir(os.path.join(m.mnt, d, ".snapshot")))
 
 
-def wait_for(what, cond, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
-
-
 def schedules(m):
     r = m.run("snapshot", "schedule", "--list", "--json", m.mnt)
     assert r.returncode == 0, r.describe()
@@ -51,8 +42,8 @@ def test_schedule_takes_and_thins_snapshots_and_spares_hand_made_ones(scion_moun
     r = m.run("snapshot", "schedule", work, "--every", "1s", "--keep", "last=2")
     assert r.returncode == 0, r.describe()
     # Names are UTC times; more than two are taken over time, two are kept.
-    wait_for("four scheduled snapshots to have been taken",
-             lambda: sum("took snapshot" in line for line in open(os.path.join(m.store, "daemon.log"))) >= 4)
+    m._wait(lambda: sum("took snapshot" in line for line in open(os.path.join(m.store, "daemon.log"))) >= 4,
+            30, "four scheduled snapshots to have been taken")
     s = snaps(m)
     assert "by-hand" in s, s
     sched = [n for n in s if n != "by-hand"]
@@ -103,19 +94,19 @@ def test_schedules_survive_remount_and_sigkill(scion_mount):
     os.mkdir(work)
     r = m.run("snapshot", "schedule", work, "--every", "3s", "--keep", "last=50")
     assert r.returncode == 0, r.describe()
-    wait_for("a first scheduled snapshot", lambda: len(snaps(m)) >= 1)
+    m._wait(lambda: len(snaps(m)) >= 1, 30, "a first scheduled snapshot")
     m.umount()
     time.sleep(4)       # a snapshot fell due while unmounted
     m.mount()
     before = len(snaps(m))
     # One snapshot at mount for the one missed (not one per missed interval).
-    wait_for("the snapshot missed while unmounted", lambda: len(snaps(m)) >= 2)
+    m._wait(lambda: len(snaps(m)) >= 2, 30, "the snapshot missed while unmounted")
     assert schedules(m)[0]["every_s"] == 3
     m.kill9()
     m.mount()
     assert schedules(m)[0]["dir"] == "/work"
     n = len(snaps(m))
-    wait_for("snapshots to go on after SIGKILL", lambda: len(snaps(m)) > n, timeout=20)
+    m._wait(lambda: len(snaps(m)) > n, 20, "snapshots to go on after SIGKILL")
     assert before >= 1
     m.umount()
     m.check()
@@ -156,7 +147,7 @@ def test_space_aware_retention_on_a_filling_host(small_tmpfs):
             f.write(data)       # each snapshot holds a MiB the next one changes
         os.sync()
         time.sleep(1.2)
-    wait_for("several snapshots kept while space is plentiful", lambda: len(snaps(m)) >= 4)
+    m._wait(lambda: len(snaps(m)) >= 4, 30, "several snapshots kept while space is plentiful")
     # Fill the host until less than 40% is free: they go, oldest first, down to the policy.
     filler = os.path.join(m.root, "filler")
     st = os.statvfs(m.root)
@@ -164,7 +155,7 @@ def test_space_aware_retention_on_a_filling_host(small_tmpfs):
     size = st.f_bavail * st.f_frsize - want_free
     with open(filler, "wb") as f:
         f.write(b"\0" * size)
-    wait_for("the snapshots the policy gave up to go", lambda: len(snaps(m)) <= 2, timeout=30)
+    m._wait(lambda: len(snaps(m)) <= 2, 30, "the snapshots the policy gave up to go")
     log = open(os.path.join(m.store, "daemon.log")).read()
     assert "--keep-while-free" in log, log[-2000:]
     # --min-free: below it even kept ones go, never the newest.
@@ -172,7 +163,7 @@ def test_space_aware_retention_on_a_filling_host(small_tmpfs):
     assert r.returncode == 0, r.describe()
     time.sleep(3)
     assert len(snaps(m)) >= 1
-    wait_for("min-free to thin kept snapshots", lambda: "--min-free" in open(os.path.join(m.store, "daemon.log")).read())
+    m._wait(lambda: "--min-free" in open(os.path.join(m.store, "daemon.log")).read(), 30, "min-free to thin kept snapshots")
     os.remove(filler)
     m.umount()
     m.check()

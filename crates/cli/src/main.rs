@@ -290,16 +290,7 @@ fn main() -> ExitCode {
             replace,
             store,
         } => tree_cmds::restore(path, from, to, replace, store),
-        Cmd::List {
-            path,
-            store,
-            json: false,
-        } => tree_cmds::list(path, store),
-        Cmd::List {
-            path,
-            store,
-            json: true,
-        } => tree_cmds::list_json(path, store),
+        Cmd::List { path, store, json } => tree_cmds::list(path, store, json),
         Cmd::Scrub { path, store } => match tree_cmds::scrub(path, store) {
             Ok(()) => Ok(()),
             Err(e) if e.contains("damaged") => {

@@ -298,10 +298,18 @@ fn optional_path(path: Option<PathBuf>, store: &Option<PathBuf>) -> Result<Locat
     }
 }
 
-pub fn list(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
+/// `scion list`: a table, or JSON Lines with `json`.
+pub fn list(path: Option<PathBuf>, store: Option<PathBuf>, json: bool) -> Result<(), String> {
     let at = optional_path(path, &store)?;
     let under = (!at.rel.is_empty()).then(|| at.rel.clone());
-    run(&at, Op::List { under })
+    if !json {
+        return run(&at, Op::List { under });
+    }
+    let scion_daemon::control::Reply::Listing(rows) = call(&at, &Op::List { under })? else {
+        return Err("the daemon answered something else".into());
+    };
+    print!("{}", control::render_listing_json(&rows));
+    Ok(())
 }
 
 pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
@@ -341,8 +349,9 @@ pub struct ScheduleArgs {
     pub store: Option<PathBuf>,
 }
 
-/// A directory's path as schedules keep it: from the mount root, no leading or trailing `/`.
-fn schedule_dir(at: &Located) -> Vec<u8> {
+/// A path as the store's operations take it: from the mount root, no leading or trailing
+/// `/`.
+fn store_path(at: &Located) -> Vec<u8> {
     let s = String::from_utf8_lossy(&at.rel).into_owned();
     s.trim_matches('/').as_bytes().to_vec()
 }
@@ -372,7 +381,7 @@ pub fn schedule(a: ScheduleArgs) -> Result<std::process::ExitCode, String> {
         if setting {
             return Err("--remove takes no other option".into());
         }
-        let Reply::ScheduleRemoved(had) = call(&at, &Op::ScheduleRemove { dir: schedule_dir(&at) })? else {
+        let Reply::ScheduleRemoved(had) = call(&at, &Op::ScheduleRemove { dir: store_path(&at) })? else {
             return Err("the daemon answered something else".into());
         };
         if !had {
@@ -393,7 +402,7 @@ pub fn schedule(a: ScheduleArgs) -> Result<std::process::ExitCode, String> {
         }
     }
     let s = Schedule {
-        dir: schedule_dir(&at),
+        dir: store_path(&at),
         every,
         keep,
         limits: Thresholds {
@@ -411,18 +420,6 @@ pub fn schedule(a: ScheduleArgs) -> Result<std::process::ExitCode, String> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-/// `scion list --json`: one JSON object per line.
-pub fn list_json(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
-    let at = optional_path(path, &store)?;
-    let under = (!at.rel.is_empty()).then(|| at.rel.clone());
-    let reply = call(&at, &Op::List { under })?;
-    let scion_daemon::control::Reply::Listing(rows) = reply else {
-        return Err("the daemon answered something else".into());
-    };
-    print!("{}", control::render_listing_json(&rows));
-    Ok(())
-}
-
 /// `scion versions PATH` (or `--deleted DIR`): 0 listed; 1 nothing holds the path / nothing
 /// deleted; 2 bad usage or failure.
 pub fn versions(
@@ -438,7 +435,7 @@ pub fn versions(
     } else {
         locate(&path, false, &store)?
     };
-    let rel = schedule_dir(&at);
+    let rel = store_path(&at);
     if deleted {
         let Reply::Deleted(rows) = call(&at, &Op::Deleted { dir: rel })? else {
             return Err("the daemon answered something else".into());
@@ -475,13 +472,13 @@ pub fn restore(
     use scion_daemon::control::Reply;
     // PATH may be gone from the live tree: its parent must exist.
     let at = locate(&path, path.exists() || store.is_some(), &store)?;
-    let rel = schedule_dir(&at);
+    let rel = store_path(&at);
     let from_rel = if from.contains('/') {
         let f = locate(Path::new(&from), true, &store)?;
         if f.store != at.store {
             return Err(format!("{from} is not in the same store as {}", path.display()));
         }
-        schedule_dir(&f)
+        store_path(&f)
     } else {
         from.clone().into_bytes()
     };
@@ -495,7 +492,7 @@ pub fn restore(
                     path.display()
                 ));
             }
-            Some(schedule_dir(&d))
+            Some(store_path(&d))
         }
         None => None,
     };

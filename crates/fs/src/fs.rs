@@ -1647,29 +1647,31 @@ impl Fs {
     }
 
     /// Bytes `from..from + len` of chunk `idx`'s block `block` (zeros past its end): its
-    /// pages alone, verified by their sums, when the block has them; the whole block
-    /// otherwise.
-    fn read_window(&self, n: &Node, idx: u64, block: &BlockPtr, from: usize, len: usize) -> FsResult<Vec<u8>> {
+    /// pages alone, verified by `sums`, when the block has them; the whole block otherwise.
+    fn read_window(
+        &self,
+        n: &Node,
+        idx: u64,
+        block: &BlockPtr,
+        sums: Option<&crate::delta::Sums>,
+        from: usize,
+        len: usize,
+    ) -> FsResult<Vec<u8>> {
         let mut out = vec![0u8; len];
         let end = (from + len).min(block.len as usize);
         if from >= end {
             return Ok(out);
         }
-        if let Some(sums) = self.block_sums(n, idx, block)? {
-            let first = from / scion_store::PAGE;
-            let last = (end - 1) / scion_store::PAGE;
-            let data = self
+        let data = match sums {
+            Some(s) => self
                 .vol
                 .forest
                 .store
-                .read_pages(block, &sums, first, last - first + 1)
-                .map_err(|e| FsError::from(e).with(format!("read of chunk {idx} of file oid {}", n.inode.oid)))?;
-            let skip = from - first * scion_store::PAGE;
-            out[..end - from].copy_from_slice(&data[skip..skip + end - from]);
-            return Ok(out);
-        }
-        let b = self.read_block(n, idx, block)?;
-        out[..end - from].copy_from_slice(&b[from..end]);
+                .read_range(block, s, from, end - from)
+                .map_err(|e| FsError::from(e).with(format!("read of chunk {idx} of file oid {}", n.inode.oid)))?,
+            None => self.read_block(n, idx, block)?[from..end].to_vec(),
+        };
+        out[..end - from].copy_from_slice(&data);
         Ok(out)
     }
 
@@ -1765,6 +1767,9 @@ impl Fs {
             let take = ((CHUNK - within as u64).min(end - pos)) as usize;
             let at = (pos - offset) as usize;
             let stored;
+            // Page sums matter to a short read only (a few pages of a block).
+            let short = size as usize <= RANDOM_READ_MAX;
+            let mut sums = None;
             let (block, patches) = match n.chunks.get(&idx) {
                 Some(Chunk::Buf(b)) => {
                     if within < b.len() {
@@ -1773,9 +1778,17 @@ impl Fs {
                     }
                     (None, None)
                 }
-                Some(Chunk::Block(p) | Chunk::Shared(p)) => (Some(*p), None),
+                Some(Chunk::Block(p) | Chunk::Shared(p)) => {
+                    sums = self.vol.fresh_sums.get(&p.addr).filter(|_| short).cloned();
+                    (Some(*p), None)
+                }
                 Some(Chunk::Hole) => (None, None),
-                Some(Chunk::Patched { base, patches }) => (Some(*base), Some(patches)),
+                Some(Chunk::Patched { base, patches }) => {
+                    if short {
+                        sums = self.block_sums(n, idx, base)?;
+                    }
+                    (Some(*base), Some(patches))
+                }
                 None if Self::inline_chunk(n, idx).is_some() => {
                     let b = &n.inode.inline;
                     if within < b.len() {
@@ -1787,6 +1800,7 @@ impl Fs {
                 None => match self.stored_chunk(n, idx)? {
                     Some(s) => {
                         stored = s;
+                        sums = stored.sums.clone().filter(|_| short);
                         (Some(stored.block), Some(&stored.patches))
                     }
                     None => (None, None),
@@ -1795,12 +1809,6 @@ impl Fs {
             if let Some(ptr) = block {
                 if within < ptr.len as usize {
                     let avail = (ptr.len as usize - within).min(take);
-                    // Page sums matter to a short read only (a few pages of the block).
-                    let sums = if size as usize <= RANDOM_READ_MAX {
-                        self.block_sums(n, idx, &ptr)?
-                    } else {
-                        None
-                    };
                     plan.parts.push((
                         at,
                         Part::Block {
@@ -2039,12 +2047,12 @@ impl Fs {
     /// chunk is rewritten whole.
     fn patched(&self, ino: Ino, idx: u64, within: u32, src: &[u8]) -> FsResult<Option<(Chunk, Vec<(usize, usize)>)>> {
         let n = self.node(ino)?;
-        let (base, mut patches) = match n.chunks.get(&idx) {
-            Some(Chunk::Patched { base, patches }) => (*base, patches.clone()),
+        let (base, mut patches, sums) = match n.chunks.get(&idx) {
+            Some(Chunk::Patched { base, patches }) => (*base, patches.clone(), None),
             // Inline bytes are rewritten whole: a record that changes anyway, and small.
             None if Self::inline_chunk(n, idx).is_some() => return Ok(None),
             None => match self.stored_chunk(n, idx)? {
-                Some(s) => (s.block, s.patches),
+                Some(s) => (s.block, s.patches, Some(s.sums)),
                 None => return Ok(None),
             },
             Some(_) => return Ok(None),
@@ -2058,7 +2066,12 @@ impl Fs {
         } else {
             // What the written range holds now: those pages of the block (verified by their
             // sums where it has them), with the patches laid over.
-            let mut cur = self.read_window(n, idx, &base, within as usize, src.len())?;
+            // (The stored chunk's sums came with it; an overlay's base looks its up.)
+            let sums = match sums {
+                Some(s) => s,
+                None => self.block_sums(n, idx, &base)?,
+            };
+            let mut cur = self.read_window(n, idx, &base, sums.as_ref(), within as usize, src.len())?;
             for (o, d) in patches.within(within as usize, src.len()) {
                 cur[o..o + d.len()].copy_from_slice(d);
             }
@@ -2880,13 +2893,9 @@ impl ReadPlan {
             let (at, end) = (run[j].0, run[k - 1].0 + run[k - 1].3);
             if !whole(&run[j]) {
                 let (at, ptr, within, len, sums) = &run[j];
-                if let Some(sums) = sums.as_ref().filter(|_| self.len <= RANDOM_READ_MAX) {
+                if let Some(sums) = sums {
                     // A short read of a block with page sums: its pages alone, verified.
-                    let first = within / scion_store::PAGE;
-                    let last = (within + len - 1) / scion_store::PAGE;
-                    let data = self.store.read_pages(ptr, sums, first, last - first + 1)?;
-                    let from = within - first * scion_store::PAGE;
-                    out[*at..at + len].copy_from_slice(&data[from..from + len]);
+                    out[*at..at + len].copy_from_slice(&self.store.read_range(ptr, sums, *within, *len)?);
                     j = k;
                     continue;
                 }

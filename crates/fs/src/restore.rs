@@ -222,13 +222,7 @@ impl Fs {
     /// Where snapshot `name` holds `path`: the path into the snapshot of the nearest
     /// directory at or above `path` that has a snapshot of that name (`d/.snapshot/name/..`).
     pub fn in_snapshot(&mut self, path: &[u8], name: &[u8]) -> FsResult<Vec<u8>> {
-        let names: Vec<&[u8]> = path
-            .split(|b| *b == b'/')
-            .filter(|n| !n.is_empty() && *n != b".")
-            .collect();
-        if names.iter().any(|n| *n == b".." || *n == SNAPDIR_NAME) {
-            return Err(errno::EINVAL.with("a live path without '..' or '.snapshot' is needed"));
-        }
+        let names = crate::versions::clean(path)?;
         for depth in (0..=names.len()).rev() {
             let dir = names[..depth].join(&b'/');
             let Ok(ino) = self.resolve_path(&dir) else { continue };
@@ -237,7 +231,10 @@ impl Fs {
             }
             if self.dir_snapshots(ino)?.iter().any(|s| s.name == name) {
                 let mut p = dir.clone();
-                for part in [SNAPDIR_NAME, name].into_iter().chain(names[depth..].iter().copied()) {
+                for part in [SNAPDIR_NAME, name]
+                    .into_iter()
+                    .chain(names[depth..].iter().map(Vec::as_slice))
+                {
                     if !p.is_empty() {
                         p.push(b'/');
                     }

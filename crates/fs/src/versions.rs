@@ -56,7 +56,8 @@ fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
     p
 }
 
-fn clean(path: &[u8]) -> FsResult<Vec<Vec<u8>>> {
+/// The names of a live path (no `..`, no `.snapshot`), empty ones and `.` dropped.
+pub(crate) fn clean(path: &[u8]) -> FsResult<Vec<Vec<u8>>> {
     let names: Vec<Vec<u8>> = path
         .split(|b| *b == b'/')
         .filter(|n| !n.is_empty() && *n != b".")

@@ -554,6 +554,22 @@ impl BlockStore {
         Ok(buf)
     }
 
+    /// Bytes `from..from + len` of a data block, which must lie within it: the pages that
+    /// hold them, read and verified by `read_pages`.
+    pub fn read_range(&self, ptr: &BlockPtr, sums: &[u32], from: usize, len: usize) -> Result<Vec<u8>> {
+        assert!(
+            len > 0 && from + len <= ptr.len as usize,
+            "range {from}+{len} outside {ptr}"
+        );
+        let first = from / PAGE;
+        let last = (from + len - 1) / PAGE;
+        let mut data = self.read_pages(ptr, sums, first, last - first + 1)?;
+        let skip = from - first * PAGE;
+        data.drain(..skip);
+        data.truncate(len);
+        Ok(data)
+    }
+
     /// A data block read through a handle without readahead (`HostFs::open_random`), for
     /// random accesses (`read_shared`). The block stays in the host's page cache, so the
     /// next small read of it costs no disk read: reading past the cache (`O_DIRECT`) made
