@@ -1757,6 +1757,7 @@ impl Fs {
         let mut plan = ReadPlan {
             len: end.saturating_sub(offset) as usize,
             parts: Vec::new(),
+            streaming: offset >= STREAM_FROM,
             store: self.vol.forest.store.clone(),
             gate: self.vol.read_gate.enter(),
         };
@@ -2808,10 +2809,18 @@ type RunPart = (usize, BlockPtr, usize, usize, Option<crate::delta::Sums>);
 /// cache (`BlockStore::read_shared`). Longer ones come from readahead, which the host's own
 /// readahead of the pack serves well.
 const RANDOM_READ_MAX: usize = 16 << 10;
+/// Reads from this far into a file on are the body of a long sequential read, whose long runs
+/// go past the host's page cache (`BlockStore::read_whole_into`): the mount's readahead already
+/// streams ahead, and the host's cache only cost the daemon a second copy of every byte. Reads
+/// nearer the start keep it: the host's readahead of a pack then fetches the files laid out
+/// after this one, which a cold `grep -r` over many small files lives on.
+const STREAM_FROM: u64 = 8 << 20;
 
 pub struct ReadPlan {
     len: usize,
     parts: Vec<(usize, Part)>,
+    /// Deep into a file: long runs are read past the host's page cache (see `STREAM_FROM`).
+    streaming: bool,
     store: Arc<BlockStore>,
     #[allow(dead_code)]
     gate: GatePass,
@@ -2906,7 +2915,7 @@ impl ReadPlan {
                 j = k;
                 continue;
             }
-            if self.store.read_whole_into(&ptrs, &mut out[at..end])? {
+            if self.store.read_whole_into(&ptrs, &mut out[at..end], self.streaming)? {
                 j = k;
                 continue;
             }

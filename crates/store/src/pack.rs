@@ -122,6 +122,10 @@ enum Direct {
     Off,
 }
 
+/// Reads of at least this many bytes, page-aligned, bypass the host's page cache (see
+/// `read_whole_into`).
+const DIRECT_READ_MIN: usize = 256 << 10;
+
 pub struct BlockStore {
     host: Host,
     dir: PathBuf,
@@ -134,6 +138,8 @@ pub struct BlockStore {
     /// Handles without readahead for random reads of single blocks, per pack (`None`: the
     /// host has none).
     random_readers: RwLock<HashMap<u32, Option<Arc<dyn HostFile>>>>,
+    /// `O_DIRECT` handles for long in-place reads, per pack (`None`: the host has none).
+    direct_readers: RwLock<HashMap<u32, Option<Arc<dyn HostFile>>>>,
     active: Mutex<Active>,
     /// Held while a sync runs, so syncs run one at a time; holds why one failed, after which
     /// every later one fails too (see `sync_then`).
@@ -156,6 +162,7 @@ impl BlockStore {
             readers: RwLock::new(readers),
             recent: Default::default(),
             random_readers: Default::default(),
+            direct_readers: Default::default(),
             sync_io: Mutex::new(None),
             active: Mutex::new(Active {
                 id: pack,
@@ -603,6 +610,17 @@ impl BlockStore {
         f
     }
 
+    /// A handle on `pack` that reads past the host's page cache, opened on first use; `None`
+    /// where the host has none.
+    fn direct_reader(&self, pack: u32) -> Option<Arc<dyn HostFile>> {
+        if let Some(f) = self.direct_readers.read().unwrap().get(&pack) {
+            return f.clone();
+        }
+        let f = self.host.open_direct(&pack_path(&self.dir, pack), false).unwrap_or(None);
+        self.direct_readers.write().unwrap().insert(pack, f.clone());
+        f
+    }
+
     /// Reads blocks that lie back to back in one pack with a single read, then verifies
     /// each. Sequential file reads are served this way, so the host sees large requests.
     pub fn read_run(&self, ptrs: &[BlockPtr]) -> Result<Vec<Vec<u8>>> {
@@ -654,8 +672,10 @@ impl BlockStore {
 
     /// Reads whole headerless blocks whose payloads lie back to back in one pack straight into
     /// `out` (their payloads concatenated, `out.len()` bytes) with one read, and verifies each
-    /// in place. Returns false, having read nothing, when the blocks do not lie so.
-    pub fn read_whole_into(&self, ptrs: &[BlockPtr], out: &mut [u8]) -> Result<bool> {
+    /// in place. Returns false, having read nothing, when the blocks do not lie so. `stream`:
+    /// the caller is deep in a long sequential read, and a long page-aligned run may bypass
+    /// the host's page cache.
+    pub fn read_whole_into(&self, ptrs: &[BlockPtr], out: &mut [u8], stream: bool) -> Result<bool> {
         let Some(first) = ptrs.first() else {
             return Ok(out.is_empty());
         };
@@ -666,8 +686,23 @@ impl BlockStore {
         if !adjacent || ptrs.iter().map(|p| p.len as usize).sum::<usize>() != out.len() {
             return Ok(false);
         }
-        let file = self.reader(first.pack())?;
-        if let Err(e) = file.read_exact_at(out, first.offset()) {
+        // The body of a long stream goes past the host's page cache when the buffer allows:
+        // the kernel caches these bytes in the mount's page cache anyway, and the host's copy
+        // cost the daemon a second memory copy of every byte (a cold 1 GiB read: ~1.1 s of
+        // daemon CPU through the host's cache, ~0.4 s past it; docs/benchmarks.md).
+        let direct = stream
+            && out.len() >= DIRECT_READ_MIN
+            && out.as_ptr() as usize % 4096 == 0
+            && out.len() % 4096 == 0
+            && first.offset() % 4096 == 0;
+        let mut read = Err(std::io::Error::from(std::io::ErrorKind::Unsupported));
+        if let Some(f) = direct.then(|| self.direct_reader(first.pack())).flatten() {
+            read = f.read_exact_at(out, first.offset());
+        }
+        if read.is_err() {
+            read = self.reader(first.pack())?.read_exact_at(out, first.offset());
+        }
+        if let Err(e) = read {
             // Let the block-by-block path say which block is missing or unreadable.
             log::debug!("in-place read of {} blocks at {first}: {e}", ptrs.len());
             let mut at = 0;

@@ -379,14 +379,21 @@ fn runs_read_in_place_are_verified_on_every_path() {
     let ptrs = s.write_data_run(&data, B).unwrap();
     s.sync().unwrap();
     let mut big = Aligned::new(8 * B);
-    assert!(s.read_whole_into(&ptrs, big.bytes()).unwrap());
+    assert!(s.read_whole_into(&ptrs, big.bytes(), true).unwrap());
     assert!(big.bytes() == &data[..], "large aligned run");
     let mut unaligned = vec![0u8; 8 * B + 1];
-    assert!(s.read_whole_into(&ptrs, &mut unaligned[1..]).unwrap());
+    assert!(s.read_whole_into(&ptrs, &mut unaligned[1..], true).unwrap());
     assert!(unaligned[1..] == data[..], "large unaligned run");
     let mut small = Aligned::new(2 * B);
-    assert!(s.read_whole_into(&ptrs[3..5], small.bytes()).unwrap());
+    assert!(s.read_whole_into(&ptrs[3..5], small.bytes(), true).unwrap());
     assert!(small.bytes() == &data[3 * B..5 * B], "small run");
+    // A long aligned run reads past the host's page cache: blocks written and not yet synced
+    // (their bytes possibly still dirty there) must read back all the same.
+    let fresh: Vec<u8> = data.iter().map(|b| b ^ 0x5a).collect();
+    let unsynced = s.write_data_run(&fresh, B).unwrap();
+    let mut long = Aligned::new(8 * B);
+    assert!(s.read_whole_into(&unsynced, long.bytes(), true).unwrap());
+    assert!(long.bytes() == &fresh[..], "long aligned run of unsynced blocks");
     // Flip a byte of the sixth block on disk, behind the store's back.
     let pack = d.path().join("packs/00000001.pack");
     let f = std::fs::OpenOptions::new().read(true).write(true).open(&pack).unwrap();
@@ -395,8 +402,9 @@ fn runs_read_in_place_are_verified_on_every_path() {
     f.read_exact_at(&mut b, at).unwrap();
     f.write_all_at(&[b[0] ^ 1], at).unwrap();
     f.sync_all().unwrap();
-    for (what, buf) in [("aligned", big.bytes()), ("unaligned", &mut unaligned[1..])] {
-        match s.read_whole_into(&ptrs, buf) {
+    for (what, stream) in [("aligned", true), ("aligned, through the host's cache", false), ("unaligned", true)] {
+        let buf = if what == "unaligned" { &mut unaligned[1..] } else { big.bytes() };
+        match s.read_whole_into(&ptrs, buf, stream) {
             Err(Error::Corrupt { .. }) => {}
             other => panic!("{what} run over a damaged block: {other:?}"),
         }

@@ -190,13 +190,36 @@ fn with_len(sqe: squeue::Entry128, len: u32) -> squeue::Entry128 {
     unsafe { std::mem::transmute(raw) }
 }
 
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; sched_setaffinity only reads it.
+/// FUSE_READ of at least 256 KiB (`fuse_read_in.size` at offset 16 of the op struct): a
+/// streaming reader's readahead.
+fn is_long_read(e: &Entry) -> bool {
+    const FUSE_READ: u32 = 15;
+    e.read_u32(4) == FUSE_READ && e.read_u32(OP_IN + 16) >= 256 << 10
+}
+
+/// Pinned: on the queue's CPU at SCHED_IDLE, for round trips (see `run_queue`). Unpinned: on
+/// any CPU at normal priority, for a stream of long READs. Those all arrive on the reader's
+/// CPU; served there, the daemon's copy of each reply into the page cache and the reader's copy
+/// out of it take turns on one CPU while the other idles (a cold 1 GiB read: 0.96 s pinned,
+/// 0.76 s unpinned, 0.78 s through passthrough_hp over /dev/fuse; docs/benchmarks.md).
+fn set_placement(qid: usize, pinned: bool) {
+    // SAFETY: cpu_set_t is plain data; the calls only read it and the sched_param.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        if pinned {
+            libc::CPU_SET(qid, &mut set);
+        } else {
+            for c in 0..queue_count() {
+                libc::CPU_SET(c, &mut set);
+            }
+        }
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            debug!("fuse-uring queue {cpu}: cannot pin to CPU {cpu}: {}", io::Error::last_os_error());
+            debug!("fuse-uring queue {qid}: affinity: {}", io::Error::last_os_error());
+        }
+        let p = libc::sched_param { sched_priority: 0 };
+        let policy = if pinned { libc::SCHED_IDLE } else { libc::SCHED_OTHER };
+        if libc::sched_setscheduler(0, policy, &p) != 0 {
+            debug!("fuse-uring queue {qid}: policy: {}", io::Error::last_os_error());
         }
     }
 }
@@ -314,18 +337,13 @@ pub(crate) fn run_queue<FS: Filesystem>(
     params: RingParams,
     se: SessionEventLoop<FS>,
 ) -> io::Result<()> {
-    pin_to_cpu(qid);
+    set_placement(qid, true);
     // SCHED_IDLE: a CPU whose only running task is SCHED_IDLE counts as idle when the kernel
     // places a woken task. The reply to a caller is sent from this thread, on the caller's CPU;
     // at normal priority that CPU looks busy and the caller is woken on the other CPU instead,
     // so it ping-pongs between CPUs and every round trip pays a cross-CPU wake-up (measured on
     // a 2-vCPU VM untarring 23,715 files: 227k migrations, 12.7 s; with SCHED_IDLE 3.7 s,
     // /dev/fuse 8.6-9.8 s). Any normal task preempts this thread, the woken caller first.
-    let idle = libc::sched_param { sched_priority: 0 };
-    // SAFETY: plain syscall on the calling thread with a valid sched_param.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) } != 0 {
-        debug!("fuse-uring queue {qid}: SCHED_IDLE: {}", io::Error::last_os_error());
-    }
     let depth = params.depth as usize;
     // The thread that created the ring is the only one to submit to it, and completions are
     // reaped only when it waits (DEFER_TASKRUN): the kernel copies requests in this thread.
@@ -354,6 +372,7 @@ pub(crate) fn run_queue<FS: Filesystem>(
     let req_buf = KernelBuf::new(PAYLOAD_AT + params.payload_size)?;
     let mut live = depth;
     let mut served = 0u64;
+    let mut streaming = false;
     let mut done: Vec<(usize, i32)> = Vec::with_capacity(depth);
     while live > 0 {
         match ring.submit_and_wait(1) {
@@ -378,6 +397,12 @@ pub(crate) fn run_queue<FS: Filesystem>(
             }
             let e = &entries[i];
             let commit_id = e.read_u64(ENT_COMMIT_ID);
+            // A thread switches placement when the kind of work changes, not per request.
+            let long = is_long_read(e);
+            if long != streaming {
+                set_placement(qid, !long);
+                streaming = long;
+            }
             // SAFETY: req_buf is this thread's alone and lives until the loop ends.
             serve(e, unsafe { std::slice::from_raw_parts_mut(req_buf.ptr, req_buf.len) }, params.payload_size, &se);
             served += 1;
