@@ -99,15 +99,15 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, fir
         if let Err(e) = fs.tick(opts.checkpoint_after) {
             log::error!("background checkpoint: {e}");
         }
-        if opts.repack {
-            if let Err(e) = fs.background_repack() {
-                log::error!("background repack: {e}");
-            }
-        }
         fs.take_invalidations()
     };
     if !inval.is_empty() {
         invalidate(&inval);
+    }
+    if opts.repack {
+        if let Err(e) = engine.background_repack() {
+            log::error!("background repack: {e}");
+        }
     }
     // Snapshots that are due, then retention (for every schedule in the first round: at
     // mount). Each step takes the lock on its own; counting space walks without it.

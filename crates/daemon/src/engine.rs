@@ -97,6 +97,29 @@ impl Engine {
         Ok(pinned.scrub_with_progress(4096, progress))
     }
 
+    /// `scion repack DIR` of a mounted store: the files to move are chosen under the lock, their
+    /// blocks copied without it (reading the committed state the plan pinned), and the copies
+    /// of the files that did not change meanwhile installed under it again.
+    pub fn repack(&self, path: &[u8], budget: u64) -> FsResult<scion_fs::repack::RepackReport> {
+        let plan = {
+            let mut fs = self.lock();
+            let dir = fs.resolve_path(path)?;
+            fs.repack_begin(dir, budget)?
+        };
+        let copies = plan.run();
+        self.lock().repack_end(copies)
+    }
+
+    /// The background pass, when one is due (`Fs::background_repack`), copying without the lock
+    /// as `repack` does.
+    pub fn background_repack(&self) -> FsResult<Option<scion_fs::repack::RepackReport>> {
+        let Some(plan) = self.lock().background_repack_begin()? else {
+            return Ok(None);
+        };
+        let copies = plan.run();
+        self.lock().repack_end(copies).map(Some)
+    }
+
     /// `scion list` of a mounted store: the committed state is pinned under the lock and
     /// each clone's space counted without it.
     pub fn list(&self) -> FsResult<Vec<scion_fs::Listing>> {

@@ -112,6 +112,11 @@ fn run(
             let rep = engine.scrub(&mut progress).map_err(Failure::from_fs("scrub".into()))?;
             Ok(Reply::Scrubbed(rep))
         }
+        // Copies blocks without the engine lock.
+        Op::Repack { path, budget } => {
+            let what = format!("repack of {}", crate::control::show(path));
+            Ok(Reply::Repacked(engine.repack(path, *budget).map_err(Failure::from_fs(what))?))
+        }
         // Counts every clone's blocks: without the engine lock, over a pinned state.
         Op::List { under } => {
             let rows = engine.list().map_err(Failure::from_fs("list".into()))?;

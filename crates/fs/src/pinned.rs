@@ -30,8 +30,16 @@ pub struct Pinned {
     _pin: Pin,
 }
 
-/// Holds punching off while it lives.
-struct Pin(Arc<AtomicUsize>);
+/// Holds punching off while it lives: every block a committed tree named when it was taken
+/// stays readable.
+pub(crate) struct Pin(Arc<AtomicUsize>);
+
+impl Pin {
+    pub(crate) fn hold(pins: &Arc<AtomicUsize>) -> Pin {
+        pins.fetch_add(1, Ordering::AcqRel);
+        Pin(pins.clone())
+    }
+}
 
 impl Drop for Pin {
     fn drop(&mut self) {
@@ -53,9 +61,7 @@ impl Fs {
     /// engine lock.
     pub fn pin_committed(&mut self) -> crate::FsResult<Pinned> {
         self.checkpoint()?;
-        let pins = self.vol.pins.clone();
-        pins.fetch_add(1, Ordering::AcqRel);
-        let pin = Pin(pins);
+        let pin = Pin::hold(&self.vol.pins);
         let ids: Vec<u32> = self.namespaces.keys().copied().collect();
         let mut namespaces = Vec::with_capacity(ids.len());
         for id in ids {

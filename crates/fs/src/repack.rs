@@ -19,12 +19,14 @@
 //! trees still name the old blocks, and the new ones lie past the last block the journal
 //! names, so opening the store truncates them away.
 
-use crate::delta::StoredChunk;
+use crate::delta::{StoredChunk, Sums};
 use crate::error::errno;
 use crate::fs::*;
 use crate::inode::*;
-use scion_store::{BlockKind, BlockPtr, Result};
+use crate::pinned::Pin;
+use scion_store::{BlockKind, BlockPtr, BlockStore, Result};
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// When the daemon repacks on its own: the store has been quiet this long...
@@ -32,7 +34,7 @@ pub const IDLE: Duration = Duration::from_secs(60);
 /// ... and the last pass is this old (a pass that stopped at its budget is followed by the
 /// next one as soon as the store is quiet again).
 pub const EVERY: Duration = Duration::from_secs(600);
-/// Bytes a background pass moves at most (it holds the engine lock: ~0.3 s here).
+/// Bytes a background pass moves at most.
 pub const BACKGROUND_BUDGET: u64 = 64 << 20;
 
 /// What a repack pass did.
@@ -53,68 +55,212 @@ pub struct RepackReport {
     pub budget_reached: bool,
 }
 
-impl RepackReport {
-    fn add(&mut self, r: &RepackReport) {
-        self.files += r.files;
-        self.contiguous += r.contiguous;
-        self.shared += r.shared;
-        self.busy += r.busy;
-        self.moved_files += r.moved_files;
-        self.moved_bytes += r.moved_bytes;
-        self.budget_reached |= r.budget_reached;
+/// A pass's files, chosen under the engine lock (`Fs::repack_begin`). `run` copies their
+/// blocks without the lock, reading the committed state the plan pinned; `Fs::repack_end`
+/// installs the copies under the lock again, for the files that did not change meanwhile.
+pub struct RepackPlan {
+    store: Arc<BlockStore>,
+    files: Vec<Planned>,
+    report: RepackReport,
+    /// `next_ns` when planned: a clone or snapshot taken since may share the blocks, and
+    /// moving them would copy them.
+    ns_mark: u32,
+    background: bool,
+    _pin: Pin,
+}
+
+/// A scattered file the plan moves, as it was when planned.
+struct Planned {
+    /// Found as `name` in directory `dir`: the file is looked up again at the end, as a
+    /// checkpoint meanwhile may have dropped it from memory.
+    dir: Ino,
+    name: Vec<u8>,
+    ino: Ino,
+    content: Option<BlockPtr>,
+    size: u64,
+    blocks: Vec<(u64, BlockPtr)>,
+}
+
+/// A plan's copies, to be installed with `Fs::repack_end`.
+pub struct RepackCopies {
+    copied: Vec<(Planned, Vec<BlockPtr>, Vec<Sums>)>,
+    error: Option<FsError>,
+    report: RepackReport,
+    ns_mark: u32,
+    background: bool,
+}
+
+/// Bytes read and written per pack write while copying a file.
+const COPY_BATCH: usize = 16 << 20;
+
+impl RepackPlan {
+    /// Copies each planned file's blocks to the append point, a batch per pack write, without
+    /// the engine lock. Stops at the first failure; what was copied before it is kept.
+    pub fn run(self) -> RepackCopies {
+        let mut copied = Vec::with_capacity(self.files.len());
+        let mut error = None;
+        for f in self.files {
+            match copy_blocks(&self.store, &f) {
+                Ok((blocks, sums)) => copied.push((f, blocks, sums)),
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
+            }
+        }
+        RepackCopies {
+            copied,
+            error,
+            report: self.report,
+            ns_mark: self.ns_mark,
+            background: self.background,
+        }
     }
+}
+
+fn copy_blocks(store: &BlockStore, f: &Planned) -> FsResult<(Vec<BlockPtr>, Vec<Sums>)> {
+    let mut blocks = Vec::with_capacity(f.blocks.len());
+    let mut sums = Vec::with_capacity(f.blocks.len());
+    let mut batch: Vec<Vec<u8>> = Vec::new();
+    let mut bytes = 0;
+    let write = |batch: &mut Vec<Vec<u8>>, blocks: &mut Vec<BlockPtr>| -> FsResult<()> {
+        let refs: Vec<&[u8]> = batch.iter().map(|b| b.as_slice()).collect();
+        blocks.extend(store.write_batch(BlockKind::Data, &refs).map_err(eio)?);
+        batch.clear();
+        Ok(())
+    };
+    for (idx, old) in &f.blocks {
+        let data = store
+            .read(old)
+            .map_err(|e| FsError::from(e).with(format!("repack: read of chunk {idx} of ino {}", f.ino)))?;
+        sums.push(scion_store::page_sums(&data).into());
+        bytes += data.len();
+        batch.push(data);
+        if bytes >= COPY_BATCH {
+            write(&mut batch, &mut blocks)?;
+            bytes = 0;
+        }
+    }
+    if !batch.is_empty() {
+        write(&mut batch, &mut blocks)?;
+    }
+    assert_eq!(blocks.len(), f.blocks.len(), "a copy per block");
+    Ok((blocks, sums))
 }
 
 impl Fs {
     /// Repacks the files below directory `dir` (see the module comment), stopping before the
-    /// next file once `budget` bytes of data were moved, and commits with a checkpoint.
+    /// next file once `budget` bytes of data are planned, and commits with a checkpoint: plan,
+    /// copy and install in one go. A daemon runs the copy without its lock (`repack_begin`).
     pub fn repack(&mut self, dir: Ino, budget: u64) -> FsResult<RepackReport> {
+        let plan = self.repack_begin(dir, budget)?;
+        self.repack_end(plan.run())
+    }
+
+    /// Chooses the files a repack of `dir` moves (a checkpoint first: exclusivity is read from
+    /// the committed trees' counts), and pins the committed state for the copy.
+    pub fn repack_begin(&mut self, dir: Ino, budget: u64) -> FsResult<RepackPlan> {
         self.writable()?;
         // A snapshot's blocks are not moved: it is read-only, even where nothing would show.
         self.rw(dir)?;
         if self.dir_node(dir)?.loc == Loc::Gone {
             return Err(errno::ENOENT);
         }
-        // The committed trees must be current: exclusivity is read from their counts.
         self.checkpoint().map_err(eio)?;
-        let ns = self.node(dir)?.ns;
-        let exclusive = self.exclusive_blocks(ns).map_err(eio)?;
-        let mut report = RepackReport::default();
-        let walked = self.repack_walk(dir, ns, &exclusive, budget, &mut report);
-        // Moved files are committed even if the walk stopped on an error: uncommitted, their
-        // new blocks could end up behind a later written-ahead block, unreferenced for ever.
-        if report.moved_files > 0 {
+        let mut plan = self.empty_plan(false);
+        self.plan_below(dir, budget, &mut plan)?;
+        Ok(plan)
+    }
+
+    fn empty_plan(&self, background: bool) -> RepackPlan {
+        RepackPlan {
+            store: self.vol.forest.store.clone(),
+            files: Vec::new(),
+            report: RepackReport::default(),
+            ns_mark: self.next_ns,
+            background,
+            _pin: Pin::hold(&self.vol.pins),
+        }
+    }
+
+    /// Installs the copies of the files that are as they were planned, in one checkpoint
+    /// taken under the same lock (so no journaled operation falls between); the others'
+    /// copies are garbage, freed by that checkpoint or the next.
+    pub fn repack_end(&mut self, copies: RepackCopies) -> FsResult<RepackReport> {
+        let mut report = copies.report;
+        let shared_since = self.next_ns != copies.ns_mark;
+        for (f, blocks, sums) in copies.copied {
+            if shared_since || !self.unchanged(&f) {
+                self.vol.garbage.extend(blocks);
+                report.busy += 1;
+                continue;
+            }
+            let mut bytes = 0;
+            for (new, sums) in blocks.iter().zip(sums) {
+                self.vol.fresh_sums.insert(new.addr, sums);
+                bytes += new.len as u64;
+            }
+            let n = self.node_mut(f.ino)?;
+            for ((idx, _), new) in f.blocks.iter().zip(blocks) {
+                n.chunks.insert(*idx, Chunk::Block(new));
+            }
+            self.touch(f.ino);
+            report.moved_files += 1;
+            report.moved_bytes += bytes;
+        }
+        // Installed copies are committed even if the copy stopped on an error: left in memory,
+        // their blocks could end up behind a later written-ahead block, unreferenced for ever.
+        if report.moved_files > 0 || !self.vol.garbage.is_empty() {
             self.checkpoint().map_err(eio)?;
         }
-        walked?;
+        if copies.background {
+            // (Its own changes restart the quiet period: the next pass waits IDLE at least.)
+            self.last_repack = Some((Instant::now(), report.budget_reached));
+        }
+        if let Some(e) = copies.error {
+            return Err(e);
+        }
         log::info!("repack: {report:?}");
         Ok(report)
     }
 
-    fn repack_walk(
-        &mut self,
-        dir: Ino,
-        ns: u32,
-        exclusive: &HashSet<u64>,
-        budget: u64,
-        report: &mut RepackReport,
-    ) -> FsResult<()> {
+    /// True if planned file `f` is still there, under the same name, with the same committed
+    /// content and nothing pending.
+    fn unchanged(&mut self, f: &Planned) -> bool {
+        if !matches!(self.child(f.dir, &f.name), Ok(Some(i)) if i == f.ino) {
+            return false;
+        }
+        let Ok(n) = self.node(f.ino) else { return false };
+        n.chunks.is_empty()
+            && matches!(n.loc, Loc::Entry { .. })
+            && n.inode.content == f.content
+            && n.inode.size == f.size
+    }
+
+    /// Adds the scattered files below `dir` to `plan`, depth first in name order (a
+    /// directory's files are moved next to each other), until `budget` bytes are planned.
+    fn plan_below(&mut self, dir: Ino, budget: u64, plan: &mut RepackPlan) -> FsResult<()> {
+        let ns = self.node(dir)?.ns;
+        let exclusive = self.exclusive_blocks(ns).map_err(eio)?;
+        let mut planned: u64 = plan.files.iter().flat_map(|f| &f.blocks).map(|(_, p)| p.len as u64).sum();
         let mut stack = vec![dir];
         while let Some(d) = stack.pop() {
             let entries = self.readdir_real(d)?;
-            // Depth first, in name order: a directory's files are moved next to each other.
             let mut subdirs = Vec::new();
             for e in entries {
                 match e.kind {
                     Kind::Dir => subdirs.push(e.name),
                     Kind::File => {
                         let Some(ino) = self.child(d, &e.name)? else { continue };
-                        if report.moved_bytes >= budget {
-                            report.budget_reached = true;
+                        if planned >= budget {
+                            plan.report.budget_reached = true;
                             return Ok(());
                         }
-                        report.files += 1;
-                        self.repack_file(ino, ns, exclusive, report)?;
+                        plan.report.files += 1;
+                        if let Some(f) = self.plan_file(d, e.name, ino, ns, &exclusive, &mut plan.report)? {
+                            planned += f.blocks.iter().map(|(_, p)| p.len as u64).sum::<u64>();
+                            plan.files.push(f);
+                        }
                     }
                     _ => {}
                 }
@@ -133,8 +279,17 @@ impl Fs {
 
     /// The daemon's background pass over the main tree and every clone (not snapshots), when
     /// the store has been quiet for `IDLE` and the last pass is `EVERY` old; None when it is
-    /// not time.
+    /// not time. Plan, copy and install in one go; a daemon runs the copy without its lock
+    /// (`background_repack_begin`).
     pub fn background_repack(&mut self) -> FsResult<Option<RepackReport>> {
+        match self.background_repack_begin()? {
+            Some(plan) => self.repack_end(plan.run()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The plan of a background pass, if one is due (see `background_repack`).
+    pub fn background_repack_begin(&mut self) -> FsResult<Option<RepackPlan>> {
         let due = match self.last_repack {
             None => true,
             Some((at, budget_reached)) => at.elapsed() >= if budget_reached { IDLE } else { EVERY },
@@ -148,72 +303,61 @@ impl Fs {
             .filter(|n| matches!(n.info.kind, NsKind::Main | NsKind::Clone))
             .map(|n| n.root)
             .collect();
-        let mut total = RepackReport::default();
-        let mut result = Ok(());
-        for root in roots {
-            match self.repack(root, BACKGROUND_BUDGET - total.moved_bytes.min(BACKGROUND_BUDGET)) {
-                Ok(r) => total.add(&r),
-                // A clone destroyed or unloaded meanwhile: the others still get their turn.
-                Err(e) if e == errno::ENOENT || e == errno::ESTALE => {}
-                Err(e) => {
-                    result = Err(e);
+        let planned = (|| {
+            self.checkpoint().map_err(eio)?;
+            let mut plan = self.empty_plan(true);
+            for root in roots {
+                match self.plan_below(root, BACKGROUND_BUDGET, &mut plan) {
+                    Ok(()) => {}
+                    // A clone destroyed or unloaded meanwhile: the others still get their turn.
+                    Err(e) if e == errno::ENOENT || e == errno::ESTALE => {}
+                    Err(e) => return Err(e),
+                }
+                if plan.report.budget_reached {
                     break;
                 }
             }
-            if total.budget_reached {
-                break;
-            }
+            Ok(plan)
+        })();
+        if planned.is_err() {
+            self.last_repack = Some((Instant::now(), false));
         }
-        // (Its own changes restart the quiet period: the next pass waits IDLE at least.)
-        self.last_repack = Some((Instant::now(), total.budget_reached));
-        result.map(|()| Some(total))
+        planned.map(Some)
     }
 
-    fn repack_file(&mut self, ino: Ino, ns: u32, exclusive: &HashSet<u64>, report: &mut RepackReport) -> FsResult<()> {
+    /// File `ino` (`name` in `dir`) as the plan moves it, or None (counted in `report`): it is
+    /// contiguous already, busy, or shares blocks.
+    fn plan_file(
+        &mut self,
+        dir: Ino,
+        name: Vec<u8>,
+        ino: Ino,
+        ns: u32,
+        exclusive: &HashSet<u64>,
+        report: &mut RepackReport,
+    ) -> FsResult<Option<Planned>> {
         let n = self.node(ino)?;
         if n.ns != ns || !n.chunks.is_empty() || !matches!(n.loc, Loc::Entry { .. }) {
             report.busy += 1;
-            return Ok(());
+            return Ok(None);
         }
+        let (content, size) = (n.inode.content, n.inode.size);
         let stored = self.stored_chunks(ino)?;
         let patched = stored.iter().any(|(_, c)| !c.patches.is_empty());
         let blocks: Vec<(u64, BlockPtr)> = stored.into_iter().map(|(i, c)| (i, c.block)).collect();
         if is_contiguous(&blocks) {
             report.contiguous += 1;
-            return Ok(());
+            return Ok(None);
         }
         if patched {
             report.busy += 1;
-            return Ok(());
+            return Ok(None);
         }
         if !blocks.iter().all(|(_, p)| exclusive.contains(&p.addr)) {
             report.shared += 1;
-            return Ok(());
+            return Ok(None);
         }
-        let mut moved = Vec::with_capacity(blocks.len());
-        let mut bytes = 0;
-        for (idx, old) in &blocks {
-            let data = self
-                .vol
-                .forest
-                .store
-                .read(old)
-                .map_err(|e| FsError::from(e).with(format!("repack: read of chunk {idx} of ino {ino}")))?;
-            let new = self.vol.forest.store.write(BlockKind::Data, &data).map_err(eio)?;
-            self.vol
-                .fresh_sums
-                .insert(new.addr, scion_store::page_sums(&data).into());
-            bytes += data.len() as u64;
-            moved.push((*idx, new));
-        }
-        let n = self.node_mut(ino)?;
-        for (idx, new) in moved {
-            n.chunks.insert(idx, Chunk::Block(new));
-        }
-        self.touch(ino);
-        report.moved_files += 1;
-        report.moved_bytes += bytes;
-        Ok(())
+        Ok(Some(Planned { dir, name, ino, content, size, blocks }))
     }
 
     /// The committed chunks of file `ino` (block and patches), in chunk order; the changes

@@ -155,3 +155,53 @@ fn repack_refuses_snapshots() {
     assert_eq!(fs.repack(s, u64::MAX), Err(scion_fs::errno::EROFS));
     assert_eq!(fs.repack(snapdir, u64::MAX), Err(scion_fs::errno::EROFS));
 }
+
+/// A daemon copies without the engine lock (`repack_begin`, `run`, `repack_end`): what
+/// changed between the plan and the end keeps its change (a pending write, a write folded by
+/// a checkpoint, an unlink), the untouched file is moved, and the copies nobody took are
+/// freed, leaving a clean store.
+#[test]
+fn changes_made_during_the_copy_win() {
+    let (_tmp, store, mut fs) = new_store();
+    let root = fs.root();
+    let files = interleaved(&mut fs, root, &["a", "b", "c", "d"], 0);
+    fs.checkpoint().unwrap();
+    let d_before = content(&mut fs, files[3]);
+    let plan = fs.repack_begin(root, u64::MAX).unwrap();
+    // Meanwhile: `a` gets a pending write, `b` a write folded by a checkpoint, `c` goes.
+    fs.write(files[0], 0, &data(90, 0)).unwrap();
+    fs.write(files[1], CHUNK as u64, &data(91, 1)).unwrap();
+    let (a_now, b_now) = (content(&mut fs, files[0]), content(&mut fs, files[1]));
+    fs.unlink(root, b"c").unwrap();
+    fs.checkpoint().unwrap();
+    let r = fs.repack_end(plan.run()).unwrap();
+    assert_eq!((r.moved_files, r.busy), (1, 3), "{r:?}");
+    assert_eq!(content(&mut fs, files[0]), a_now, "a pending write was undone");
+    assert_eq!(content(&mut fs, files[1]), b_now, "a committed write was undone");
+    assert_eq!(content(&mut fs, files[3]), d_before);
+    assert!(is_contiguous(&blocks(&fs, files[3])));
+    fs.checkpoint().unwrap();
+    drop(fs);
+    clean(&store);
+}
+
+/// A clone taken while the blocks are copied shares them: the copies are dropped, since
+/// installing them would undo the sharing.
+#[test]
+fn a_clone_during_the_copy_stops_the_move() {
+    let (_tmp, store, mut fs) = new_store();
+    let root = fs.root();
+    let d = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let files = interleaved(&mut fs, d, &["a", "b"], 0);
+    fs.checkpoint().unwrap();
+    let before: Vec<_> = files.iter().map(|i| blocks(&fs, *i)).collect();
+    let plan = fs.repack_begin(d, u64::MAX).unwrap();
+    fs.clone_dir(d, root, b"d2", &[], b"test").unwrap();
+    let r = fs.repack_end(plan.run()).unwrap();
+    assert_eq!((r.moved_files, r.busy), (0, 2), "{r:?}");
+    for (ino, b) in files.iter().zip(&before) {
+        assert_eq!(&blocks(&fs, *ino), b, "a block shared with the clone moved");
+    }
+    drop(fs);
+    clean(&store);
+}
