@@ -134,6 +134,20 @@ enum Cmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
+    /// Make a clone exactly one of its snapshots again, in one step whatever its size (ZFS
+    /// rollback). The clone's files become new files: a process holding one open keeps what
+    /// it opened, as after a rename over it. Every snapshot of the clone stays. Only clones
+    /// roll back; for another directory use `scion restore DIR --from SNAP --replace`.
+    /// Exit 0: rolled back; 1: no such snapshot; 2: bad usage or failure.
+    Rollback {
+        /// The clone (its top directory).
+        dir: PathBuf,
+        /// A snapshot of it: a name in DIR/.snapshot.
+        #[arg(long)]
+        to: String,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
     /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
     List {
         /// Any path in the mount (default: the current directory).
@@ -290,6 +304,14 @@ fn main() -> ExitCode {
             replace,
             store,
         } => tree_cmds::restore(path, from, to, replace, store),
+        Cmd::Rollback { dir, to, store } => match tree_cmds::rollback(dir, to, store) {
+            Ok(()) => Ok(()),
+            Err((libc::ENOENT, e)) => {
+                eprintln!("scion: {e}");
+                return ExitCode::from(1);
+            }
+            Err((_, e)) => Err(e),
+        },
         Cmd::List { path, store, json } => tree_cmds::list(path, store, json),
         Cmd::Scrub { path, store } => match tree_cmds::scrub(path, store) {
             Ok(()) => Ok(()),

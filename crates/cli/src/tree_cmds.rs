@@ -102,6 +102,11 @@ fn run(at: &Located, op: Op) -> Result<(), String> {
 /// Runs `op` on the store `at` names: through its daemon when mounted, or on the store
 /// opened here.
 fn call(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, String> {
+    call_errno(at, op).map_err(|(_, m)| m)
+}
+
+/// `call`, with the errno of a refusal beside its message (0 where there is none).
+fn call_errno(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, (i32, String)> {
     let op = op.clone();
     let reply = if let Some(mnt) = &at.mnt {
         if matches!(op, Op::Clone { .. } | Op::Snapshot { .. }) {
@@ -128,22 +133,23 @@ fn call(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, String> {
         }
         r.map_err(|e| {
             if e.errno == libc::ENODEV {
-                format!(
+                let m = format!(
                     "{} claims to be store {} but is not that store's mount ({}); refusing",
                     mnt.display(),
                     at.store.display(),
                     e.message
-                )
+                );
+                (e.errno, m)
             } else {
-                e.message
+                (e.errno, e.message)
             }
         })?
     } else {
-        let mut fs =
-            Fs::open(&at.store, MountOptions::new("scion (clone/snapshot/destroy/list)")).map_err(|e| e.to_string())?;
+        let mut fs = Fs::open(&at.store, MountOptions::new("scion (clone/snapshot/destroy/list)"))
+            .map_err(|e| (0, e.to_string()))?;
         let r = execute(&mut fs, &op).map(|(reply, _)| reply);
-        fs.close().map_err(|e| e.to_string())?;
-        r.map_err(|e| e.message)?
+        fs.close().map_err(|e| (0, e.to_string()))?;
+        r.map_err(|e| (e.errno, e.message))?
     };
     Ok(reply)
 }
@@ -462,6 +468,25 @@ pub fn versions(
 }
 
 /// `scion restore PATH --from SNAPSHOT [--to DEST] [--replace]`.
+/// `scion rollback DIR --to SNAP`. Err: the errno of a refusal (ENOENT: no such snapshot)
+/// and the message.
+pub fn rollback(dir: PathBuf, to: String, store: Option<PathBuf>) -> Result<(), (i32, String)> {
+    use scion_daemon::control::Reply;
+    if to.contains('/') {
+        return Err((libc::EINVAL, format!("--to takes a snapshot name (in {}/.snapshot), not a path", dir.display())));
+    }
+    let at = locate(&dir, true, &store).map_err(|e| (0, e))?;
+    let op = Op::Rollback {
+        dir: store_path(&at),
+        to: to.clone().into_bytes(),
+    };
+    let Reply::RolledBack = call_errno(&at, &op)? else {
+        return Err((0, "the daemon answered something else".into()));
+    };
+    println!("rolled back {} to snapshot {to}", dir.display());
+    Ok(())
+}
+
 pub fn restore(
     path: PathBuf,
     from: String,

@@ -50,6 +50,8 @@ pub enum Op {
         to: Option<Vec<u8>>,
         replace: bool,
     },
+    /// Makes clone `dir` exactly its snapshot `to` again, in one step.
+    Rollback { dir: Vec<u8>, to: Vec<u8> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,6 +76,7 @@ pub enum Reply {
     Versions(Vec<Version>),
     Deleted(Vec<Deleted>),
     Restored(RestoreReport),
+    RolledBack,
 }
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
@@ -107,6 +110,23 @@ impl Failure {
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)
+    }
+}
+
+/// Why a rollback was refused, in words.
+fn rollback_failure(e: scion_fs::FsError, dir: &[u8], to: &[u8]) -> Failure {
+    let (d, t) = (show(dir), String::from_utf8_lossy(to).into_owned());
+    match e.errno() {
+        libc::EINVAL => Failure::new(
+            libc::EINVAL,
+            format!("{d} is not a clone: rollback works on clones (for another directory, `scion restore {d} --from {t} --replace`)"),
+        ),
+        libc::ENOENT => Failure::new(libc::ENOENT, format!("{d} has no snapshot {t}")),
+        libc::EBUSY => Failure::new(
+            libc::EBUSY,
+            format!("{d} has (or had, when {t} was taken) snapshots of its subdirectories, which a rollback would lose; destroy them first"),
+        ),
+        _ => Failure::from_fs(format!("rollback of {d} to {t}"))(e),
     }
 }
 
@@ -248,6 +268,12 @@ pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
                 }
             }
             (Reply::Restored(r), inval)
+        }
+        Op::Rollback { dir, to } => {
+            let d = fs.resolve_path(dir).map_err(Failure::from_fs(show(dir)))?;
+            fs.rollback(d, to).map_err(|e| rollback_failure(e, dir, to))?;
+            // The engine queued what the kernel must forget (the mount entry, the old files).
+            (Reply::RolledBack, Vec::new())
         }
     };
     inval.extend(fs.take_invalidations());

@@ -132,6 +132,9 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
             w.u8(13).bytes(path).bytes(from).u8(to.is_some() as u8);
             w.bytes(to.as_deref().unwrap_or_default()).u8(*replace as u8);
         }
+        Op::Rollback { dir, to } => {
+            w.u8(14).bytes(dir).bytes(to);
+        }
     }
     w.finish()
 }
@@ -218,6 +221,10 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
                 replace: r.u8().map_err(bad)? != 0,
             }
         }
+        14 => Op::Rollback {
+            dir: r.bytes().map_err(bad)?.to_vec(),
+            to: r.bytes().map_err(bad)?.to_vec(),
+        },
         o => return Err(format!("unknown operation {o}")),
     };
     r.expect_end().map_err(bad)?;
@@ -360,6 +367,9 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             w.u8(12).u64(x.files).u64(x.dirs).u64(x.others).u64(x.bytes);
             w.u8(x.kept_as.is_some() as u8)
                 .bytes(x.kept_as.as_deref().unwrap_or_default());
+        }
+        Reply::RolledBack => {
+            w.u8(13);
         }
     }
     w.finish()
@@ -521,6 +531,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 x.kept_as = has.then_some(k);
                 Reply::Restored(x)
             }
+            13 => Reply::RolledBack,
             k => return Err(format!("unknown reply {k}")),
         }),
         k => return Err(format!("unknown reply frame {k:#x}")),

@@ -54,6 +54,10 @@ fn ops() -> Vec<Op> {
             to: None,
             replace: false,
         },
+        Op::Rollback {
+            dir: b"sandbox".to_vec(),
+            to: b"2026-11-24T201502Z".to_vec(),
+        },
     ]
 }
 
@@ -181,6 +185,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
             bytes: 1 << 20,
             kept_as: Some(b"top.scion-restore-2026-11-24T201502Z".to_vec()),
         })),
+        wire::encode_reply(&Reply::RolledBack),
         wire::encode_progress(4096, 0, "4096 blocks"),
         wire::encode_failure(&Failure::new(2, "/x: No such file or directory")),
     ];

@@ -155,6 +155,7 @@ impl Fs {
             last_change: Instant::now(),
             last_repack: None,
             dropped_ns: Vec::new(),
+            replaced_ns: Default::default(),
             show_snapdir: false,
             reclaimable: Default::default(),
             dirty: Default::default(),
@@ -1165,6 +1166,10 @@ impl Fs {
     fn after_commit(&mut self, carry: Vec<(Ino, Vec<u8>)>, dirty: Vec<Ino>, freed: Vec<BlockPtr>) {
         // The blocks they describe are in the trees now, with their sums.
         self.vol.fresh_sums.clear();
+        if !self.replaced_ns.is_empty() {
+            let live: HashSet<u32> = self.nodes.values().map(|n| n.ns).collect();
+            self.replaced_ns.retain(|id| live.contains(id));
+        }
         self.carried = carry.iter().map(|(i, _)| *i).collect();
         self.dirty.extend(self.carried.iter().copied());
         self.dirty_bytes += self.carried.iter().map(|i| chunk_bytes(&self.nodes[i])).sum::<u64>();

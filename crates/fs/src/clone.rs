@@ -278,7 +278,7 @@ impl Fs {
     /// `make_clone`, and if it fails after it began changing the namespace table and the
     /// reference counts, the filesystem refuses changes until a remount replays the journal
     /// (which holds everything acknowledged), as after a failed checkpoint.
-    fn make_clone_or_fail(&mut self, src: Ino, excludes: &[Vec<Vec<u8>>], info: NsInfo) -> FsResult<u32> {
+    pub(crate) fn make_clone_or_fail(&mut self, src: Ino, excludes: &[Vec<Vec<u8>>], info: NsInfo) -> FsResult<u32> {
         let before = self.next_ns;
         let r = self.make_clone(src, excludes, info);
         if let Err(e) = &r {

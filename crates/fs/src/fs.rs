@@ -10,7 +10,7 @@ use crate::journal::{JournalSync, Record, Target};
 use crate::volume::Volume;
 use crate::{SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
 use scion_store::{BlockPtr, BlockStore, Error, Host, Result};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -330,6 +330,10 @@ pub struct Fs {
     pub(crate) last_repack: Option<(Instant, bool)>,
     /// Namespaces destroyed since the last checkpoint: their records leave the table then.
     pub(crate) dropped_ns: Vec<u32>,
+    /// Namespaces a rollback replaced: their files still open keep working (as files
+    /// unlinked while open do), where a destroyed namespace's are stale. Forgotten once none
+    /// of their inodes is loaded.
+    pub(crate) replaced_ns: HashSet<u32>,
     /// List `.snapshot` in directory listings (mount option `snapdir=visible`).
     pub show_snapdir: bool,
     /// Per schedule (by directory), bytes its `--keep-while-free` snapshots would give back:
@@ -415,18 +419,23 @@ impl Fs {
     /// through `nodes` directly for that).
     pub(crate) fn node(&self, ino: Ino) -> FsResult<&Node> {
         let n = self.nodes.get(&ino).ok_or(errno::ESTALE)?;
-        if !self.namespaces.contains_key(&n.ns) {
+        if !self.namespaces.contains_key(&n.ns) && !self.open_in_replaced(n) {
             return Err(errno::ESTALE);
         }
         Ok(n)
     }
 
     pub(crate) fn node_mut(&mut self, ino: Ino) -> FsResult<&mut Node> {
-        let n = self.nodes.get_mut(&ino).ok_or(errno::ESTALE)?;
-        if !self.namespaces.contains_key(&n.ns) {
+        let n = self.nodes.get(&ino).ok_or(errno::ESTALE)?;
+        if !self.namespaces.contains_key(&n.ns) && !self.open_in_replaced(n) {
             return Err(errno::ESTALE);
         }
-        Ok(n)
+        Ok(self.nodes.get_mut(&ino).expect("just found"))
+    }
+
+    /// A file held open in a namespace a rollback replaced: an orphan, served until closed.
+    fn open_in_replaced(&self, n: &Node) -> bool {
+        n.loc == Loc::Gone && n.opens > 0 && self.replaced_ns.contains(&n.ns)
     }
 
     pub(crate) fn dir_node(&self, ino: Ino) -> FsResult<&Node> {
@@ -529,7 +538,12 @@ impl Fs {
         if ino & SNAPDIR_BIT != 0 {
             return Err(errno::EROFS);
         }
-        self.ns_rw(self.node(ino)?.ns)
+        let n = self.node(ino)?;
+        if self.open_in_replaced(n) {
+            // A clone's file, open when a rollback replaced the clone: writable as it was.
+            return Ok(());
+        }
+        self.ns_rw(n.ns)
     }
 
     /// Whether namespace `ns` may change: not a snapshot, nor a clone nested (at any depth)

@@ -29,6 +29,7 @@ pub mod records;
 pub use records::inode;
 pub mod repack;
 pub mod restore;
+pub mod rollback;
 pub mod schedule;
 pub mod scrub;
 pub mod versions;

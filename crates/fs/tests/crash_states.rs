@@ -51,6 +51,8 @@ enum Step {
     Snapshot(String, String),
     Destroy(String),
     Repack(String),
+    /// A clone rolled back to its snapshot of that name.
+    Rollback(String, String),
     /// Looks a path up and opens it, as a process keeping it open would (kernel reference
     /// and open handle), under a handle number for the steps below.
     Open(String, usize),
@@ -69,7 +71,13 @@ impl Step {
     fn acks(&self) -> bool {
         matches!(
             self,
-            Step::Fsync | Step::Checkpoint | Step::Clone(..) | Step::Snapshot(..) | Step::Destroy(_) | Step::Repack(_)
+            Step::Fsync
+                | Step::Checkpoint
+                | Step::Clone(..)
+                | Step::Snapshot(..)
+                | Step::Destroy(_)
+                | Step::Repack(_)
+                | Step::Rollback(..)
         )
     }
 }
@@ -189,6 +197,10 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
         Step::Repack(p) => {
             let ino = resolve(fs, p)?;
             fs.repack(ino, u64::MAX)?;
+        }
+        Step::Rollback(p, name) => {
+            let ino = resolve(fs, p)?;
+            fs.rollback(ino, name.as_bytes())?;
         }
         Step::Open(p, h) => {
             let ino = resolve(fs, p)?;
@@ -585,7 +597,8 @@ fn dir_tree(rng: &mut StdRng) -> Vec<Step> {
     s
 }
 
-/// Clones and snapshots taken while files change, writes on both sides, a destroy.
+/// Clones and snapshots taken while files change, writes on both sides, a destroy, two
+/// rollbacks.
 fn clones(rng: &mut StdRng) -> Vec<Step> {
     let mut s = vec![Step::Mkdir("src".into()), Step::Mkdir("src/sub".into())];
     for f in 0..4 {
@@ -611,6 +624,11 @@ fn clones(rng: &mut StdRng) -> Vec<Step> {
     s.push(Step::Snapshot("c2".into(), "s2".into()));
     s.push(Step::Snapshot("c2".into(), "sched-1".into()));
     s.push(Step::Write("c2/f0".into(), 0, bytes(rng, 300)));
+    s.push(Step::Create("c2/after".into()));
+    s.push(Step::Rollback("c2".into(), "s2".into()));
+    s.push(Step::Write("c2/f0".into(), 7, bytes(rng, 300)));
+    s.push(Step::Fsync);
+    s.push(Step::Rollback("c2".into(), "sched-1".into()));
     s
 }
 

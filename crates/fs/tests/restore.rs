@@ -9,41 +9,6 @@ use common::*;
 use rand::{Rng, SeedableRng};
 use scion_fs::{Fs, Ino, Kind};
 
-/// Everything `restore` must carry over, as text, below `ino` (sorted by name).
-fn describe(fs: &mut Fs, ino: Ino, path: &str, out: &mut Vec<String>) {
-    let mut entries = fs.readdir(ino).unwrap();
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
-    for e in entries {
-        let p = format!("{path}/{}", String::from_utf8_lossy(&e.name));
-        // Looked up (and forgotten at the end), as the kernel would: readdir alone does not
-        // load an inode.
-        let a = fs.lookup(ino, &e.name).unwrap();
-        let e = scion_fs::DirEntry { ino: a.ino, ..e };
-        let mut line = format!(
-            "{p} {:?} {:o} {}:{} mtime={:?} nlink={}",
-            a.kind, a.perm, a.uid, a.gid, a.mtime, a.nlink
-        );
-        match a.kind {
-            Kind::File => {
-                line += &format!(
-                    " data={:x?}",
-                    blake3::hash(&read_all(fs, e.ino)).as_bytes()[..8].to_vec()
-                )
-            }
-            Kind::Symlink => line += &format!(" -> {}", String::from_utf8_lossy(&fs.readlink(e.ino).unwrap())),
-            _ => {}
-        }
-        for x in fs.listxattr(e.ino).unwrap() {
-            line += &format!(" {}={:?}", String::from_utf8_lossy(&x), fs.getxattr(e.ino, &x).unwrap());
-        }
-        out.push(line);
-        if a.kind == Kind::Dir {
-            describe(fs, e.ino, &p, out);
-        }
-        fs.forget(e.ino, 1);
-    }
-}
-
 fn random_tree(fs: &mut Fs, rng: &mut rand::rngs::StdRng, dir: Ino, depth: u32, files: &mut Vec<Ino>) {
     for i in 0..rng.gen_range(1..6) {
         let name = format!("n{i}");

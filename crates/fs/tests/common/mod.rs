@@ -44,3 +44,39 @@ pub fn mkfile(fs: &mut Fs, dir: Ino, name: &str, data: &[u8]) -> Ino {
 pub fn lookup(fs: &mut Fs, dir: Ino, name: &str) -> scion_fs::FsResult<Ino> {
     fs.lookup(dir, name.as_bytes()).map(|a| a.ino)
 }
+
+/// Everything a copy of a tree must carry over (restore, rollback), as text, below `ino`
+/// (sorted by name).
+pub fn describe(fs: &mut Fs, ino: Ino, path: &str, out: &mut Vec<String>) {
+    let mut entries = fs.readdir(ino).unwrap();
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    for e in entries {
+        let p = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+        // Looked up (and forgotten at the end), as the kernel would: readdir alone does not
+        // load an inode.
+        let a = fs.lookup(ino, &e.name).unwrap();
+        let e = scion_fs::DirEntry { ino: a.ino, ..e };
+        let mut line = format!(
+            "{p} {:?} {:o} {}:{} mtime={:?} nlink={}",
+            a.kind, a.perm, a.uid, a.gid, a.mtime, a.nlink
+        );
+        match a.kind {
+            Kind::File => {
+                line += &format!(
+                    " data={:x?}",
+                    blake3::hash(&read_all(fs, e.ino)).as_bytes()[..8].to_vec()
+                )
+            }
+            Kind::Symlink => line += &format!(" -> {}", String::from_utf8_lossy(&fs.readlink(e.ino).unwrap())),
+            _ => {}
+        }
+        for x in fs.listxattr(e.ino).unwrap() {
+            line += &format!(" {}={:?}", String::from_utf8_lossy(&x), fs.getxattr(e.ino, &x).unwrap());
+        }
+        out.push(line);
+        if a.kind == Kind::Dir {
+            describe(fs, e.ino, &p, out);
+        }
+        fs.forget(e.ino, 1);
+    }
+}
