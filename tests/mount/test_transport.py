@@ -69,10 +69,10 @@ def test_uring_serves_every_cpu(scion_mount):
     if not kernel_offers_uring() or "uring=off" in MOUNT_OPTIONS:
         pytest.skip(f"FUSE over io_uring not offered ({PARAM} is not Y) or turned off")
     pid = m.daemon_pid()
-    # two rings (threads) per CPU queue: fuse-uring-QUEUE.RING
+    # four rings (threads) per CPU queue: fuse-uring-QUEUE.RING
     rings = sorted(n for n in thread_names(pid) if n.startswith("fuse-uring-"))
     ncpu = os.cpu_count()
-    assert rings == sorted(f"fuse-uring-{q}.{r}" for q in range(ncpu) for r in range(2)), rings
+    assert rings == sorted(f"fuse-uring-{q}.{r}" for q in range(ncpu) for r in range(4)), rings
     procs = [workload(m.mnt, cpu) for cpu in range(min(ncpu, 4))]
     assert [p.wait(timeout=120) for p in procs] == [0] * len(procs)
     assert os.listdir(m.mnt) == []
