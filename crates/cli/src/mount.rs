@@ -184,7 +184,9 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         let notifier = session.notifier();
         let invalidate =
             std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&notifier, inval));
-        scion_daemon::server::serve(&store, engine.clone(), device, invalidate)?;
+        // Root's mount for everyone: other users may help themselves (rights.rs).
+        let for_users = is_root() && cfg.acl == SessionACL::All;
+        scion_daemon::server::serve(&store, engine.clone(), device, invalidate, for_users)?;
     }
     log::info!("mounted {} at {}", store.display(), mnt.display());
     tune_bdi(&mnt);

@@ -7,6 +7,7 @@
 mod background;
 pub mod control;
 mod engine;
+pub mod rights;
 pub mod router;
 pub mod scheduler;
 pub mod server;

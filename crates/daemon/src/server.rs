@@ -1,14 +1,19 @@
 //! The control socket of a mounted store (`STORE/control.sock`, mode 0600: only the user
-//! who mounted it may ask). Each client is served on a thread of its own (at most
-//! `MAX_CLIENTS` at once), with `CLIENT_TIMEOUT` to send its request and take its reply;
-//! operations still take the engine lock one at a time, except scrub and list, which read
-//! a pinned committed state without it (scrub streaming its progress).
+//! who mounted it may ask) and, on a mount made by root for everyone, the users' socket (an
+//! abstract socket named after the mount's device, `user_socket_name`), where other local
+//! users ask with the rights `rights.rs` gives them. Who asks is what the kernel says of the
+//! connection (SO_PEERCRED, SO_PEERGROUPS), on either socket. Each client is served on a
+//! thread of its own (at most `MAX_CLIENTS` at once), with `CLIENT_TIMEOUT` to send its
+//! request and take its reply; operations still take the engine lock one at a time, except
+//! scrub, repack's copy and list, which read a pinned committed state without it.
 
 use crate::control::{execute, Failure, Op, Reply};
+use crate::rights::{self, Rights};
 use crate::wire::{self, read_frame, write_frame};
 use crate::Engine;
 use scion_fs::Inval;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -24,20 +29,35 @@ pub fn socket_path(store: &Path) -> PathBuf {
     store.join("control.sock")
 }
 
+/// The abstract socket where other users reach the daemon of the mount of `device`
+/// (`major:minor`), on a mount made by root for everyone.
+pub fn user_socket_name(device: &str) -> String {
+    format!("scion-control/{device}")
+}
+
 /// Tells the front end what the kernel must forget (called without the engine lock).
 pub type SharedInvalidator = Arc<dyn Fn(&[Inval]) + Send + Sync>;
 
 /// Serves the control socket of a mounted store until the process ends. `device` is the
 /// mount's device number (`major:minor`): a request naming another is refused, so that a
 /// FUSE mount that only claims the store's name cannot steer a command into this store.
-pub fn serve(store: &Path, engine: Engine, device: String, invalidate: SharedInvalidator) -> Result<(), String> {
+///
+/// `for_users`: the mount is root's and open to everyone (`allow_other`); other users may
+/// then ask through the users' socket, with their own rights.
+pub fn serve(
+    store: &Path,
+    engine: Engine,
+    device: String,
+    invalidate: SharedInvalidator,
+    for_users: bool,
+) -> Result<(), String> {
     let path = socket_path(store);
     // We hold the store's lock, so a socket left here is a dead daemon's.
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).map_err(|e| format!("control socket {}: {e}", path.display()))?;
     use std::os::unix::fs::PermissionsExt;
-    // Only the user who mounted the store may ask: a socket left open to others would let
-    // any local user clone, snapshot and destroy.
+    // Only the user who mounted the store may ask here: a socket left open to others would
+    // let any local user clone, snapshot and destroy with the owner's rights.
     if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)) {
         let _ = std::fs::remove_file(&path);
         return Err(format!(
@@ -46,6 +66,21 @@ pub fn serve(store: &Path, engine: Engine, device: String, invalidate: SharedInv
         ));
     }
     let busy = Arc::new(AtomicUsize::new(0));
+    accept(listener, engine.clone(), device.clone(), invalidate.clone(), busy.clone());
+    if for_users {
+        let name = user_socket_name(&device);
+        // Abstract: no file to leave behind or to protect; each caller's rights come from
+        // the kernel's account of who connected. A name someone else bound first leaves the
+        // mount without self-service, which is logged, not fatal.
+        match SocketAddr::from_abstract_name(name.as_bytes()).and_then(|a| UnixListener::bind_addr(&a)) {
+            Ok(l) => accept(l, engine, device, invalidate, busy),
+            Err(e) => log::warn!("users' control socket @{name}: {e}; other users cannot ask this daemon"),
+        }
+    }
+    Ok(())
+}
+
+fn accept(listener: UnixListener, engine: Engine, device: String, invalidate: SharedInvalidator, busy: Arc<AtomicUsize>) {
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(s) = conn else { continue };
@@ -60,7 +95,38 @@ pub fn serve(store: &Path, engine: Engine, device: String, invalidate: SharedInv
             });
         }
     });
-    Ok(())
+}
+
+/// Who is at the other end of `s`, as the kernel recorded it when they connected: every
+/// right for root and for this daemon's own user, a user's rights for anyone else. None if
+/// the kernel does not say.
+fn rights_of(s: &UnixStream) -> Option<Rights> {
+    use std::os::fd::AsRawFd;
+    let fd = s.as_raw_fd();
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`, which is that large.
+    let r = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+    };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if cred.uid == 0 || cred.uid == unsafe { libc::geteuid() } {
+        return Some(Rights::Full);
+    }
+    let mut groups = vec![0 as libc::gid_t; 256];
+    let mut glen = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+    // SAFETY: as above, into a buffer of `glen` bytes.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERGROUPS, groups.as_mut_ptr().cast(), &mut glen) };
+    if r != 0 {
+        // Fewer rights rather than guessed ones: no supplementary groups.
+        groups.clear();
+    } else {
+        groups.truncate(glen as usize / std::mem::size_of::<libc::gid_t>());
+    }
+    Some(Rights::User(scion_fs::access::Caller { uid: cred.uid, gid: cred.gid, groups }))
 }
 
 fn serve_client(mut s: UnixStream, engine: &Engine, device: &str, invalidate: &(dyn Fn(&[Inval]) + Send + Sync)) {
@@ -83,7 +149,10 @@ fn serve_client(mut s: UnixStream, engine: &Engine, device: &str, invalidate: &(
             format!("this store's daemon serves the mount of device {device}, not {asked}"),
         )),
         Ok((op, _)) => {
-            let r = run(&mut s, engine, invalidate, &op);
+            let r = match rights_of(&s) {
+                Some(who) => run(&mut s, engine, invalidate, &op, &who),
+                None => Err(Failure::new(libc::EACCES, "the kernel did not say who is asking")),
+            };
             // (Test only: the command keeps the engine a while longer, as one finishing its
             // reply when the unmount comes would.)
             scion_fs::failpoint::pause("control.hold");
@@ -102,7 +171,11 @@ fn run(
     engine: &Engine,
     invalidate: &(dyn Fn(&[Inval]) + Send + Sync),
     op: &Op,
+    who: &Rights,
 ) -> Result<Reply, Failure> {
+    if let Rights::User(c) = who {
+        return run_for_user(engine, invalidate, op, c);
+    }
     match op {
         Op::Scrub => {
             let mut progress = |blocks: u64, bytes: u64| {
@@ -134,14 +207,75 @@ fn run(
     }
 }
 
+fn peer_uid(s: &UnixStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`, which is that large.
+    let r = unsafe {
+        libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+    };
+    (r == 0).then_some(cred.uid)
+}
+
+/// `run` for an ordinary user: the operation is checked against their rights under the
+/// same engine lock it then runs under, and listings are cut to what they can reach.
+fn run_for_user(
+    engine: &Engine,
+    invalidate: &(dyn Fn(&[Inval]) + Send + Sync),
+    op: &Op,
+    who: &scion_fs::access::Caller,
+) -> Result<Reply, Failure> {
+    if let Op::List { under } = op {
+        let rows = engine.list().map_err(Failure::from_fs("list".into()))?;
+        let rows = rights::visible_listing(&mut engine.lock(), who, rows);
+        return Ok(Reply::Listing(crate::control::below(rows, under.as_deref())));
+    }
+    let (reply, inval) = {
+        let mut fs = engine.lock();
+        rights::authorize(&mut fs, who, op)?;
+        let (reply, inval) = execute(&mut fs, op)?;
+        let reply = match reply {
+            Reply::Schedules(rows) => Reply::Schedules(rights::own_schedules(&mut fs, who, rows)),
+            r => r,
+        };
+        (reply, inval)
+    };
+    invalidate(&inval);
+    engine.punch(true);
+    Ok(reply)
+}
+
 /// Asks the daemon of `store` to run `op`, if it serves the mount of `device` (empty: any);
 /// `progress` hears the progress frames.
 pub fn call(store: &Path, device: &str, op: &Op, progress: &mut dyn FnMut(u64, u64, &str)) -> Result<Reply, Failure> {
     let sock = socket_path(store);
     let io =
         |what: &str, e: std::io::Error| Failure::new(e.raw_os_error().unwrap_or(libc::EIO), format!("{what}: {e}"));
-    let mut s =
-        UnixStream::connect(&sock).map_err(|e| io(&format!("cannot reach the daemon at {}", sock.display()), e))?;
+    let mut s = match UnixStream::connect(&sock) {
+        Ok(s) => s,
+        // The store is not ours to open (a mount made by root): the users' socket, if the
+        // daemon keeps one, answered by root only (anyone can bind an abstract name).
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) && !device.is_empty() => {
+            let name = user_socket_name(device);
+            let s = SocketAddr::from_abstract_name(name.as_bytes())
+                .and_then(|a| UnixStream::connect_addr(&a))
+                .map_err(|e2| {
+                    io(
+                        &format!("cannot reach the daemon at {} ({e}) nor at @{name}", sock.display()),
+                        e2,
+                    )
+                })?;
+            if peer_uid(&s) != Some(0) {
+                return Err(Failure::new(
+                    libc::EACCES,
+                    format!("@{name} is not served by root; refusing to talk to it"),
+                ));
+            }
+            s
+        }
+        Err(e) => return Err(io(&format!("cannot reach the daemon at {}", sock.display()), e)),
+    };
     write_frame(&mut s, &wire::encode_request(op, device)).map_err(|e| io("sending to the daemon", e))?;
     loop {
         let body = read_frame(&mut s).map_err(|e| io("reading the daemon's reply", e))?;

@@ -21,16 +21,28 @@ impl Caller {
     }
 }
 
-/// Whether `caller` may search (execute) directory `dir`, as the kernel's
-/// `generic_permission` decides: root always (CAP_DAC_READ_SEARCH); else the owner's bits,
-/// the access ACL's named users and groups under its mask, the group's bits, the others'.
+/// Read, write and execute (search) bits, as `may` takes them.
+pub const R: u16 = 4;
+pub const W: u16 = 2;
+pub const X: u16 = 1;
+
+/// Whether `caller` may search (execute) directory `dir` (see `may`).
 pub fn may_search(caller: &Caller, dir: &Inode) -> bool {
-    const X: u16 = 1;
+    may(caller, dir, X)
+}
+
+/// Whether `caller` has every bit of `want` (`R`, `W`, `X`) on directory `dir`, as the
+/// kernel's `generic_permission` decides: root always (CAP_DAC_OVERRIDE and
+/// CAP_DAC_READ_SEARCH); else the owner's bits, the access ACL's named users and groups under
+/// its mask, the group's bits, the others'.
+pub fn may(caller: &Caller, dir: &Inode, want: u16) -> bool {
+    debug_assert!(want != 0 && want <= 7, "permission bits {want}");
+    let has = |bits: u16| bits & want == want;
     if caller.uid == 0 {
         return true;
     }
     if caller.uid == dir.uid {
-        return dir.perm >> 6 & X != 0;
+        return has(dir.perm >> 6 & 7);
     }
     let acl = dir.xattrs.get(acl::ACCESS).and_then(|v| acl::parse(v));
     let Some(acl) = acl else {
@@ -39,12 +51,12 @@ pub fn may_search(caller: &Caller, dir: &Inode) -> bool {
         } else {
             dir.perm
         };
-        return bits & X != 0;
+        return has(bits & 7);
     };
     // The mask limits named users, the owning group and named groups.
     let mask = acl.iter().find(|e| e.tag == acl::MASK).map_or(7, |e| e.perm);
     if let Some(e) = acl.iter().find(|e| e.tag == acl::USER && e.id == caller.uid) {
-        return e.perm & mask & X != 0;
+        return has(e.perm & mask);
     }
     let groups: Vec<u16> = acl
         .iter()
@@ -54,11 +66,9 @@ pub fn may_search(caller: &Caller, dir: &Inode) -> bool {
         .map(|e| e.perm)
         .collect();
     if !groups.is_empty() {
-        return groups.iter().any(|p| p & mask & X != 0);
+        return groups.iter().any(|p| has(p & mask));
     }
-    acl.iter()
-        .find(|e| e.tag == acl::OTHER)
-        .is_some_and(|e| e.perm & X != 0)
+    acl.iter().find(|e| e.tag == acl::OTHER).is_some_and(|e| has(e.perm))
 }
 
 #[cfg(test)]
@@ -115,5 +125,11 @@ mod tests {
             (acl::OTHER, 1, 0),
         ];
         assert!(!may_search(&mallory, &dir(0o701, 1000, 1000, Some(&masked))), "mask");
+        // Several bits: all of them.
+        assert!(may(&bob, &dir(0o700, 1000, 1000, None), R | W | X));
+        assert!(!may(&bob, &dir(0o500, 1000, 1000, None), R | W));
+        assert!(may(&mallory, &dir(0o705, 1000, 1000, None), R | X));
+        assert!(!may(&mallory, &dir(0o701, 1000, 1000, None), R));
+        assert!(may(&root, &dir(0o000, 1000, 1000, None), R | W | X));
     }
 }

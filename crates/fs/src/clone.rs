@@ -546,6 +546,20 @@ impl Fs {
         Ok(())
     }
 
+    /// The top directory of clone or snapshot `id`.
+    pub fn ns_root(&self, id: u32) -> Option<Ino> {
+        self.namespaces.get(&id).filter(|_| id != 1).map(|n| n.root)
+    }
+
+    /// Snapshots whose top directory `uid` owns: a user's share of the snapshot table.
+    pub fn snapshots_owned_by(&self, uid: u32) -> usize {
+        self.namespaces
+            .values()
+            .filter(|n| n.info.kind == NsKind::Snapshot)
+            .filter(|n| self.nodes.get(&n.root).is_some_and(|r| r.inode.uid == uid))
+            .count()
+    }
+
     /// Destroys a clone or snapshot by namespace id.
     pub fn destroy_id(&mut self, id: u32) -> FsResult<()> {
         if id == 1 {
@@ -922,8 +936,20 @@ impl Fs {
     /// The inode at `path` (names separated by '/', from the mount root; `.snapshot` and
     /// `..` understood). Takes no kernel reference.
     pub fn resolve_path(&mut self, path: &[u8]) -> FsResult<Ino> {
+        self.resolve_path_as(path, None)
+    }
+
+    /// `resolve_path` as `caller` would walk it: EACCES where a directory on the way does not
+    /// let them search it (a snapshot's as it was when taken, as a lookup through
+    /// `.snapshot` checks it).
+    pub fn resolve_path_as(&mut self, path: &[u8], caller: Option<&Caller>) -> FsResult<Ino> {
         let mut cur = ROOT_INO;
         for name in path.split(|b| *b == b'/') {
+            if let (Some(c), false, true) = (caller, name.is_empty() || name == b".", cur & SNAPDIR_BIT == 0) {
+                if !may_search(c, &self.dir_node(cur)?.inode) {
+                    return Err(errno::EACCES);
+                }
+            }
             match name {
                 b"" | b"." => {}
                 b".." => {
@@ -932,7 +958,7 @@ impl Fs {
                     }
                     cur = self.parent_of(cur)
                 }
-                _ if cur & SNAPDIR_BIT != 0 => cur = self.snapdir_child(cur & !SNAPDIR_BIT, name, None)?,
+                _ if cur & SNAPDIR_BIT != 0 => cur = self.snapdir_child(cur & !SNAPDIR_BIT, name, caller)?,
                 SNAPDIR_NAME => {
                     self.dir_node(cur)?;
                     cur |= SNAPDIR_BIT;

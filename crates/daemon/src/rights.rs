@@ -1,0 +1,145 @@
+//! What a caller of the control socket may ask (issue 18 item 6, CCFS' point: old versions
+//! without an administrator).
+//!
+//! Root and the user who mounted the store have every right (`Rights::Full`). On a mount made
+//! by root for everyone (`allow_other`), other local users reach the daemon through a second
+//! socket (`server::user_socket_name`) and are known by the kernel's word for who connected
+//! (SO_PEERCRED, SO_PEERGROUPS). They help themselves on what they own: snapshot it, destroy
+//! its snapshots and clones, put it on a schedule, roll their clones back; they see the
+//! versions of what they can reach and the clones and snapshots they can reach. Every path is
+//! resolved as they would walk it: search permission on each directory, a snapshot's as it
+//! was when taken. What could give them more than they could take by hand is refused for now:
+//! clone and restore (the copy would keep other owners' files and their setuid bits, which a
+//! user's `cp -a` does not), scrub and repack (they work on the whole store).
+
+use crate::control::{Failure, Op, Target};
+use scion_fs::access::{may, Caller, R, X};
+use scion_fs::schedule::ScheduleRow;
+use scion_fs::{Fs, Ino, Listing};
+
+/// Schedules an ordinary user may keep on one mount.
+pub const MAX_USER_SCHEDULES: usize = 16;
+/// Snapshots an ordinary user may own on one mount (their top directory is theirs).
+pub const MAX_USER_SNAPSHOTS: usize = 1000;
+
+/// Who asks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rights {
+    /// Root, or the user who mounted the store.
+    Full,
+    /// Any other local user.
+    User(Caller),
+}
+
+/// Refuses `op` if `who` may not ask it (EPERM, EACCES, EDQUOT), saying why. Called under
+/// the engine lock, right before the operation runs, so nothing changes in between.
+pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
+    match op {
+        Op::Snapshot { path, .. } => {
+            owned(fs, who, path)?;
+            if fs.snapshots_owned_by(who.uid) >= MAX_USER_SNAPSHOTS {
+                return Err(Failure::new(
+                    libc::EDQUOT,
+                    format!("you own {MAX_USER_SNAPSHOTS} snapshots on this mount, the most a user may; destroy some first"),
+                ));
+            }
+            Ok(())
+        }
+        Op::Destroy(Target::Path(p)) => owned(fs, who, p).map(drop),
+        Op::Destroy(Target::Id(id)) => {
+            let root = fs
+                .ns_root(*id)
+                .ok_or_else(|| Failure::new(libc::ENOENT, format!("no clone or snapshot with id {id}")))?;
+            owner_is(fs, who, root, &format!("@{id}")).map(drop)
+        }
+        Op::ScheduleSet(s) => {
+            owned(fs, who, &s.dir)?;
+            let rows = fs.schedule_rows().map_err(from_fs("schedules"))?;
+            let theirs = own_schedules(fs, who, rows);
+            if theirs.len() >= MAX_USER_SCHEDULES && !theirs.iter().any(|r| r.schedule.dir == s.dir) {
+                return Err(Failure::new(
+                    libc::EDQUOT,
+                    format!("you have {MAX_USER_SCHEDULES} schedules on this mount, the most a user may"),
+                ));
+            }
+            Ok(())
+        }
+        Op::ScheduleRemove { dir } => owned(fs, who, dir).map(drop),
+        Op::Rollback { dir, .. } => owned(fs, who, dir).map(drop),
+        Op::Versions { path } => {
+            // The path may be gone from the live tree; its directory must be reachable.
+            let parent = match path.iter().rposition(|b| *b == b'/') {
+                Some(i) => &path[..i],
+                None => &b""[..],
+            };
+            reach(fs, who, parent).map(drop)
+        }
+        Op::Deleted { dir } => {
+            let d = reach(fs, who, dir)?;
+            let a = fs.getattr(d).map_err(from_fs(&show(dir)))?;
+            let inode = scion_fs::inode::Inode::new(0, a.kind, a.perm, a.uid, a.gid, a.mtime);
+            let inode = with_acl(fs, d, inode);
+            if !may(who, &inode, R | X) {
+                return Err(Failure::new(libc::EACCES, format!("{}: you may not list it", show(dir))));
+            }
+            Ok(())
+        }
+        // Filtered to what the caller can reach (`visible_listing`, `own_schedules`).
+        Op::List { .. } | Op::ScheduleList => Ok(()),
+        Op::Clone { .. } | Op::Restore { .. } => Err(Failure::new(
+            libc::EPERM,
+            "clone and restore are root's and the store owner's for now: the copy would keep other users' files and setuid bits as they are; copy what you need out of .snapshot with cp -a",
+        )),
+        Op::Scrub | Op::Repack { .. } => Err(Failure::new(
+            libc::EPERM,
+            "scrub and repack work on the whole store: root's or the store owner's",
+        )),
+    }
+}
+
+/// The rows of a listing whose paths `who` can reach.
+pub fn visible_listing(fs: &mut Fs, who: &Caller, rows: Vec<Listing>) -> Vec<Listing> {
+    rows.into_iter()
+        .filter(|l| l.path.as_ref().is_some_and(|p| fs.resolve_path_as(p, Some(who)).is_ok()))
+        .collect()
+}
+
+/// The schedules of directories `who` owns.
+pub fn own_schedules(fs: &mut Fs, who: &Caller, rows: Vec<ScheduleRow>) -> Vec<ScheduleRow> {
+    rows.into_iter().filter(|r| owned(fs, who, &r.schedule.dir).is_ok()).collect()
+}
+
+/// The inode at `path`, walked as `who`.
+fn reach(fs: &mut Fs, who: &Caller, path: &[u8]) -> Result<Ino, Failure> {
+    fs.resolve_path_as(path, Some(who)).map_err(from_fs(&show(path)))
+}
+
+/// The inode at `path`, walked as `who`, if they own it.
+fn owned(fs: &mut Fs, who: &Caller, path: &[u8]) -> Result<Ino, Failure> {
+    let ino = reach(fs, who, path)?;
+    owner_is(fs, who, ino, &show(path))
+}
+
+fn owner_is(fs: &mut Fs, who: &Caller, ino: Ino, what: &str) -> Result<Ino, Failure> {
+    let a = fs.getattr(ino).map_err(from_fs(what))?;
+    if a.uid != who.uid {
+        return Err(Failure::new(libc::EPERM, format!("{what}: not yours (owned by uid {})", a.uid)));
+    }
+    Ok(ino)
+}
+
+/// `inode` with `ino`'s access ACL, which permission checks go by.
+fn with_acl(fs: &mut Fs, ino: Ino, mut inode: scion_fs::inode::Inode) -> scion_fs::inode::Inode {
+    if let Ok(v) = fs.getxattr(ino, scion_fs::acl::ACCESS) {
+        inode.xattrs.insert(scion_fs::acl::ACCESS.to_vec(), v);
+    }
+    inode
+}
+
+fn show(p: &[u8]) -> String {
+    crate::control::show(p)
+}
+
+fn from_fs(what: &str) -> impl FnOnce(scion_fs::FsError) -> Failure + '_ {
+    move |e| Failure::from_fs(what.to_string())(e)
+}

@@ -1,0 +1,112 @@
+"""Users help themselves on a mount made by root for everyone (issue 18 item 6): through the
+users' control socket an ordinary user snapshots, schedules, rolls back and destroys what they
+own, sees the versions and listings of what they can reach, and every way through these
+commands to another user's data or to a privilege is refused (the attempts below)."""
+
+import os
+import pwd
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import PLAIN, SCION_BIN
+
+pytestmark = pytest.mark.skipif(PLAIN or os.geteuid() != 0, reason="needs root to mount for everyone and make users")
+
+BOB, MALLORY = "scion-bob", "scion-mallory"
+
+
+def ensure_user(name):
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], check=True)
+        return pwd.getpwnam(name).pw_uid
+
+
+def as_user(user, exe, *args):
+    cmd = " ".join([exe] + [f"'{a}'" for a in args])
+    return subprocess.run(["su", user, "-s", "/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=60)
+
+
+def refused(r, *words):
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    for w in words:
+        assert w in out, out
+
+
+def test_users_help_themselves_and_reach_nothing_else(scion_mount):
+    m = scion_mount
+    bob, mallory = ensure_user(BOB), ensure_user(MALLORY)
+    os.chmod(m.root, 0o755)
+    exe = os.path.join(m.root, "scion")
+    shutil.copy(SCION_BIN, exe)
+    os.chmod(exe, 0o755)
+    M = m.mnt
+    # Bob's project, private; Mallory's own directory; a root-owned directory everyone reads.
+    os.makedirs(f"{M}/home/bob/proj")
+    with open(f"{M}/home/bob/proj/notes", "w") as f:
+        f.write("bob's notes\n")
+    os.chown(f"{M}/home/bob", bob, bob)
+    os.chown(f"{M}/home/bob/proj", bob, bob)
+    os.chown(f"{M}/home/bob/proj/notes", bob, bob)
+    os.chmod(f"{M}/home/bob", 0o700)
+    os.makedirs(f"{M}/home/mallory")
+    os.chown(f"{M}/home/mallory", mallory, mallory)
+    os.makedirs(f"{M}/srv/shared")
+    with open(f"{M}/srv/shared/data", "w") as f:
+        f.write("root's\n")
+    # Root's own clone, and a setuid-root program.
+    shutil.copy("/bin/true", f"{M}/srv/shared/su-like")
+    os.chmod(f"{M}/srv/shared/su-like", 0o4755)
+    assert m.run("clone", f"{M}/srv/shared", f"{M}/srv/rootclone").returncode == 0
+    # The private socket is out of reach (the store is root's alone); the users' socket answers.
+    assert os.stat(m.store).st_mode & 0o777 == 0o700
+    r = as_user(BOB, exe, "snapshot", "--name", "mine", f"{M}/home/bob/proj")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert os.listdir(f"{M}/home/bob/proj/.snapshot") == ["mine"]
+    r = as_user(BOB, exe, "versions", "--json", f"{M}/home/bob/proj/notes")
+    assert r.returncode == 0 and "mine" in r.stdout, r.stdout + r.stderr
+    r = as_user(BOB, exe, "snapshot", "schedule", f"{M}/home/bob/proj", "--every", "1h")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = as_user(BOB, exe, "snapshot", "schedule", "--list", "--json", M)
+    assert r.returncode == 0 and "home/bob/proj" in r.stdout, r.stdout + r.stderr
+    r = as_user(BOB, exe, "destroy", f"{M}/home/bob/proj/.snapshot/mine")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert os.listdir(f"{M}/home/bob/proj/.snapshot") == []
+    as_user(BOB, exe, "snapshot", "--name", "again", f"{M}/home/bob/proj")
+
+    # Mallory's attempts, each refused, and nothing of Bob's or root's changes or shows.
+    refused(as_user(MALLORY, exe, "snapshot", "--name", "x", f"{M}/home/bob/proj"), "home/bob")
+    refused(as_user(MALLORY, exe, "snapshot", "--name", "x", f"{M}/srv/shared"), "not yours")
+    refused(as_user(MALLORY, exe, "destroy", f"{M}/home/bob/proj/.snapshot/again"))
+    refused(as_user(MALLORY, exe, "destroy", f"{M}/srv/rootclone"), "not yours")
+    refused(as_user(MALLORY, exe, "versions", f"{M}/home/bob/proj/notes"))
+    refused(as_user(MALLORY, exe, "versions", "--deleted", f"{M}/home/bob/proj"))
+    refused(as_user(MALLORY, exe, "snapshot", "schedule", f"{M}/srv/shared", "--every", "1m"), "not yours")
+    refused(as_user(MALLORY, exe, "snapshot", "schedule", "--remove", f"{M}/home/bob/proj"))
+    refused(as_user(MALLORY, exe, "rollback", f"{M}/srv/rootclone", "--to", "x"), "not yours")
+    # A copy of root's setuid program, or of Bob's files, by cloning or restoring: refused.
+    refused(as_user(MALLORY, exe, "clone", f"{M}/srv/shared", f"{M}/home/mallory/c"), "root's")
+    refused(as_user(MALLORY, exe, "restore", f"{M}/home/mallory/x", "--from",
+                    f"{M}/home/bob/proj/.snapshot/again/notes"))
+    refused(as_user(MALLORY, exe, "scrub", M), "whole store")
+    refused(as_user(MALLORY, exe, "repack", M), "whole store")
+    assert not os.path.exists(f"{M}/home/mallory/c")
+    # Listings show only what she can reach: not Bob's snapshot, not his schedule.
+    r = as_user(MALLORY, exe, "list", "--json", M)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "home/bob" not in r.stdout and "srv/rootclone" in r.stdout, r.stdout
+    r = as_user(MALLORY, exe, "snapshot", "schedule", "--list", "--json", M)
+    assert "home/bob" not in r.stdout, r.stdout
+    # Her own directory is hers to snapshot and roll back nothing (not a clone).
+    r = as_user(MALLORY, exe, "snapshot", "--name", "m1", f"{M}/home/mallory")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert os.listdir(f"{M}/home/bob/proj/.snapshot") == ["again"]
+    # Root keeps every right over what users made.
+    assert m.run("destroy", f"{M}/home/mallory/.snapshot/m1").returncode == 0
+    m.umount()
+    assert "clean" in m.check()
+    m.mount()
