@@ -88,13 +88,34 @@ def test_users_help_themselves_and_reach_nothing_else(scion_mount):
     refused(as_user(MALLORY, exe, "snapshot", "schedule", f"{M}/srv/shared", "--every", "1m"), "not yours")
     refused(as_user(MALLORY, exe, "snapshot", "schedule", "--remove", f"{M}/home/bob/proj"))
     refused(as_user(MALLORY, exe, "rollback", f"{M}/srv/rootclone", "--to", "x"), "not yours")
-    # A copy of root's setuid program, or of Bob's files, by cloning or restoring: refused.
-    refused(as_user(MALLORY, exe, "clone", f"{M}/srv/shared", f"{M}/home/mallory/c"), "root's")
+    # Bob's files by cloning or restoring: refused.
+    refused(as_user(MALLORY, exe, "clone", f"{M}/home/bob/proj", f"{M}/home/mallory/b"))
+    refused(as_user(MALLORY, exe, "clone", f"{M}/srv/shared", f"{M}/srv/mine"), "may not write")
     refused(as_user(MALLORY, exe, "restore", f"{M}/home/mallory/x", "--from",
                     f"{M}/home/bob/proj/.snapshot/again/notes"))
+    # A clone of what she can read, into her own directory: made, but root's setuid program
+    # in it is not setuid for anyone, nor in a snapshot of it.
+    r = as_user(MALLORY, exe, "clone", f"{M}/srv/shared", f"{M}/home/mallory/c")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert os.stat(f"{M}/home/mallory/c/su-like").st_mode & 0o7777 == 0o755
+    assert os.stat(f"{M}/srv/shared/su-like").st_mode & 0o7777 == 0o4755
+    r = as_user(MALLORY, exe, "snapshot", "--name", "cs", f"{M}/home/mallory/c")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert os.stat(f"{M}/home/mallory/c/.snapshot/cs/su-like").st_mode & 0o7777 == 0o755
+    r = subprocess.run(["su", MALLORY, "-s", "/bin/sh", "-c", f"{M}/home/mallory/c/su-like; id -u"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    # What she made is hers to roll back and destroy (its top keeps root as owner), not Bob's.
+    refused(as_user(BOB, exe, "destroy", f"{M}/home/mallory/c"), "not yours")
+    refused(as_user(BOB, exe, "rollback", f"{M}/home/mallory/c", "--to", "cs"), "not yours")
+    r = as_user(MALLORY, exe, "rollback", f"{M}/home/mallory/c", "--to", "cs")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert os.stat(f"{M}/home/mallory/c/su-like").st_mode & 0o7777 == 0o755
+    r = as_user(MALLORY, exe, "destroy", f"{M}/home/mallory/c")
+    assert r.returncode == 0, r.stdout + r.stderr
     refused(as_user(MALLORY, exe, "scrub", M), "whole store")
     refused(as_user(MALLORY, exe, "repack", M), "whole store")
-    assert not os.path.exists(f"{M}/home/mallory/c")
+    assert not os.path.exists(f"{M}/home/mallory/b")
     # Listings show only what she can reach: not Bob's snapshot, not his schedule.
     r = as_user(MALLORY, exe, "list", "--json", M)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -113,6 +113,37 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// A clone of `src` at `dst`, made for ordinary user `masked_for` if given (the privileges
+/// of files they do not own hidden in it).
+pub fn clone(
+    fs: &mut Fs,
+    src: &[u8],
+    dst: &[u8],
+    excludes: &[Vec<Vec<u8>>],
+    masked_for: Option<u32>,
+) -> Result<(Reply, Vec<Inval>), Failure> {
+    if excludes.iter().any(|e| e.iter().any(|c| c == b"..")) {
+        return Err(Failure::new(libc::EINVAL, "an excluded path may not contain '..'"));
+    }
+    let s = fs.resolve_path(src).map_err(Failure::from_fs(show(src)))?;
+    let (p, name) = fs.resolve_parent(dst).map_err(Failure::from_fs(show(dst)))?;
+    fs.clone_dir_for(s, p, &name, excludes, &show(src).into_bytes(), masked_for)
+        .map_err(Failure::from_fs(format!("clone of {} to {}", show(src), show(dst))))?;
+    Ok((Reply::Cloned, vec![Inval::Entry(p, name), Inval::Inode(p)]))
+}
+
+/// A snapshot `name` of `path`, made for ordinary user `masked_for` if given.
+pub fn snapshot(fs: &mut Fs, path: &[u8], name: &[u8], masked_for: Option<u32>) -> Result<(Reply, Vec<Inval>), Failure> {
+    let d = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
+    fs.snapshot_for(d, name, &show(path).into_bytes(), false, scion_fs::Ts::now(), masked_for)
+        .map_err(Failure::from_fs(format!("snapshot of {}", show(path))))?;
+    let snapdir = d | scion_fs::clone::SNAPDIR_BIT;
+    Ok((
+        Reply::Snapshotted,
+        vec![Inval::Entry(snapdir, name.to_vec()), Inval::Inode(snapdir)],
+    ))
+}
+
 /// Why a rollback was refused, in words.
 fn rollback_failure(e: scion_fs::FsError, dir: &[u8], to: &[u8]) -> Failure {
     let (d, t) = (show(dir), String::from_utf8_lossy(to).into_owned());
@@ -151,26 +182,8 @@ pub fn below(rows: Vec<Listing>, under: Option<&[u8]>) -> Vec<Listing> {
 /// Runs an operation on an open engine: its reply, and what the kernel must forget.
 pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
     let (reply, mut inval) = match op {
-        Op::Clone { src, dst, excludes } => {
-            if excludes.iter().any(|e| e.iter().any(|c| c == b"..")) {
-                return Err(Failure::new(libc::EINVAL, "an excluded path may not contain '..'"));
-            }
-            let s = fs.resolve_path(src).map_err(Failure::from_fs(show(src)))?;
-            let (p, name) = fs.resolve_parent(dst).map_err(Failure::from_fs(show(dst)))?;
-            fs.clone_dir(s, p, &name, excludes, &show(src).into_bytes())
-                .map_err(Failure::from_fs(format!("clone of {} to {}", show(src), show(dst))))?;
-            (Reply::Cloned, vec![Inval::Entry(p, name), Inval::Inode(p)])
-        }
-        Op::Snapshot { path, name } => {
-            let d = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
-            fs.snapshot(d, name, &show(path).into_bytes())
-                .map_err(Failure::from_fs(format!("snapshot of {}", show(path))))?;
-            let snapdir = d | scion_fs::clone::SNAPDIR_BIT;
-            (
-                Reply::Snapshotted,
-                vec![Inval::Entry(snapdir, name.to_vec()), Inval::Inode(snapdir)],
-            )
-        }
+        Op::Clone { src, dst, excludes } => clone(fs, src, dst, excludes, None)?,
+        Op::Snapshot { path, name } => snapshot(fs, path, name, None)?,
         Op::Destroy(Target::Id(id)) => {
             fs.destroy_id(*id).map_err(|e| {
                 if e == libc::EINVAL || e == libc::ENOENT {

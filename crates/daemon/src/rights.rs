@@ -5,15 +5,17 @@
 //! by root for everyone (`allow_other`), other local users reach the daemon through a second
 //! socket (`server::user_socket_name`) and are known by the kernel's word for who connected
 //! (SO_PEERCRED, SO_PEERGROUPS). They help themselves on what they own: snapshot it, destroy
-//! its snapshots and clones, put it on a schedule, roll their clones back; they see the
-//! versions of what they can reach and the clones and snapshots they can reach. Every path is
-//! resolved as they would walk it: search permission on each directory, a snapshot's as it
-//! was when taken. What could give them more than they could take by hand is refused for now:
-//! clone and restore (the copy would keep other owners' files and their setuid bits, which a
-//! user's `cp -a` does not), scrub and repack (they work on the whole store).
+//! its snapshots and clones, put it on a schedule, roll their clones back; they clone what
+//! they can read into a directory they can write; they see the versions of what they can
+//! reach and the clones and snapshots they can reach. Every path is resolved as they would
+//! walk it: search permission on each directory, a snapshot's as it was when taken. What they
+//! make is made for them (`NsInfo::masked_for`): the setuid and setgid bits and capabilities
+//! of files they do not own are hidden in it, so a copy gives them no privilege `cp -a` would
+//! not. Refused for now: restore (it would put others' files back with their owners), scrub
+//! and repack (they work on the whole store).
 
 use crate::control::{Failure, Op, Target};
-use scion_fs::access::{may, Caller, R, X};
+use scion_fs::access::{may, Caller, R, W, X};
 use scion_fs::schedule::ScheduleRow;
 use scion_fs::{Fs, Ino, Listing};
 
@@ -68,27 +70,27 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
         Op::Rollback { dir, .. } => owned(fs, who, dir).map(drop),
         Op::Versions { path } => {
             // The path may be gone from the live tree; its directory must be reachable.
-            let parent = match path.iter().rposition(|b| *b == b'/') {
-                Some(i) => &path[..i],
-                None => &b""[..],
-            };
-            reach(fs, who, parent).map(drop)
+            reach(fs, who, split(path).0).map(drop)
         }
         Op::Deleted { dir } => {
             let d = reach(fs, who, dir)?;
-            let a = fs.getattr(d).map_err(from_fs(&show(dir)))?;
-            let inode = scion_fs::inode::Inode::new(0, a.kind, a.perm, a.uid, a.gid, a.mtime);
-            let inode = with_acl(fs, d, inode);
-            if !may(who, &inode, R | X) {
-                return Err(Failure::new(libc::EACCES, format!("{}: you may not list it", show(dir))));
-            }
-            Ok(())
+            allowed(fs, who, d, R | X, dir, "list")
         }
         // Filtered to what the caller can reach (`visible_listing`, `own_schedules`).
         Op::List { .. } | Op::ScheduleList => Ok(()),
-        Op::Clone { .. } | Op::Restore { .. } => Err(Failure::new(
+        Op::Clone { src, dst, .. } => {
+            // As `cp -a SRC DST` would need: to read and search SRC, to write and search
+            // DST's directory. Files below SRC keep their owners and modes in the clone (one
+            // they could not read stays unreadable) and lose their privileges to them.
+            let s = reach(fs, who, src)?;
+            allowed(fs, who, s, R | X, src, "read")?;
+            let (dir, _) = split(dst);
+            let d = reach(fs, who, dir)?;
+            allowed(fs, who, d, W | X, dir, "write in")
+        }
+        Op::Restore { .. } => Err(Failure::new(
             libc::EPERM,
-            "clone and restore are root's and the store owner's for now: the copy would keep other users' files and setuid bits as they are; copy what you need out of .snapshot with cp -a",
+            "restore is root's and the store owner's for now: it would put other users' files back with their owners; copy what you need out of .snapshot with cp -a",
         )),
         Op::Scrub | Op::Repack { .. } => Err(Failure::new(
             libc::EPERM,
@@ -120,12 +122,32 @@ fn owned(fs: &mut Fs, who: &Caller, path: &[u8]) -> Result<Ino, Failure> {
     owner_is(fs, who, ino, &show(path))
 }
 
+/// Refuses unless `ino` is `who`'s: they own it, or it is the top of a clone or snapshot
+/// made for them (whose top keeps its source's owner).
 fn owner_is(fs: &mut Fs, who: &Caller, ino: Ino, what: &str) -> Result<Ino, Failure> {
     let a = fs.getattr(ino).map_err(from_fs(what))?;
-    if a.uid != who.uid {
+    if a.uid != who.uid && fs.made_for(ino) != Some(who.uid) {
         return Err(Failure::new(libc::EPERM, format!("{what}: not yours (owned by uid {})", a.uid)));
     }
     Ok(ino)
+}
+
+/// Refuses unless `who` has the `bits` on directory `ino` (at `path`), as the kernel decides.
+fn allowed(fs: &mut Fs, who: &Caller, ino: Ino, bits: u16, path: &[u8], verb: &str) -> Result<(), Failure> {
+    let a = fs.getattr(ino).map_err(from_fs(&show(path)))?;
+    let inode = with_acl(fs, ino, scion_fs::inode::Inode::new(0, a.kind, a.perm, a.uid, a.gid, a.mtime));
+    if !may(who, &inode, bits) {
+        return Err(Failure::new(libc::EACCES, format!("{}: you may not {verb} it", show(path))));
+    }
+    Ok(())
+}
+
+/// The directory part and last name of `path`.
+fn split(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&b""[..], path),
+    }
 }
 
 /// `inode` with `ino`'s access ACL, which permission checks go by.

@@ -234,7 +234,14 @@ fn run_for_user(
     let (reply, inval) = {
         let mut fs = engine.lock();
         rights::authorize(&mut fs, who, op)?;
-        let (reply, inval) = execute(&mut fs, op)?;
+        // What a user makes is made for them: others' privileges hidden in it.
+        let mut ran = match op {
+            Op::Clone { src, dst, excludes } => crate::control::clone(&mut fs, src, dst, excludes, Some(who.uid))?,
+            Op::Snapshot { path, name } => crate::control::snapshot(&mut fs, path, name, Some(who.uid))?,
+            op => execute(&mut fs, op)?,
+        };
+        ran.1.extend(fs.take_invalidations());
+        let (reply, inval) = ran;
         let reply = match reply {
             Reply::Schedules(rows) => Reply::Schedules(rights::own_schedules(&mut fs, who, rows)),
             r => r,

@@ -422,6 +422,7 @@ impl Fs {
                 ns,
                 oid,
                 time,
+                masked_for,
             } => {
                 let s = self.resolve(src)?;
                 let p = self.resolve(parent)?;
@@ -436,7 +437,7 @@ impl Fs {
                     );
                     return Err(errno::EIO);
                 }
-                self.op_clone(s, p, name, excludes, origin, *time).map(|_| ())
+                self.op_clone(s, p, name, excludes, origin, *time, *masked_for).map(|_| ())
             }
             Record::Snapshot {
                 dir,
@@ -445,13 +446,14 @@ impl Fs {
                 ns,
                 time,
                 scheduled,
+                masked_for,
             } => {
                 let d = self.resolve(dir)?;
                 if self.next_ns != *ns {
                     log::error!("snapshot record names namespace {ns}; replay is at {}", self.next_ns);
                     return Err(errno::EIO);
                 }
-                self.op_snapshot(d, name, origin, *time, *scheduled).map(|_| ())
+                self.op_snapshot(d, name, origin, *time, *scheduled, *masked_for).map(|_| ())
             }
         }
     }

@@ -64,6 +64,20 @@ impl Fs {
         excludes: &[Vec<Vec<u8>>],
         origin: &[u8],
     ) -> FsResult<Ino> {
+        self.clone_dir_for(src, parent, name, excludes, origin, None)
+    }
+
+    /// `clone_dir` made for an ordinary user `masked_for` (`NsInfo::masked_for`): the
+    /// privileges of files they do not own are hidden in the clone.
+    pub fn clone_dir_for(
+        &mut self,
+        src: Ino,
+        parent: Ino,
+        name: &[u8],
+        excludes: &[Vec<Vec<u8>>],
+        origin: &[u8],
+        masked_for: Option<u32>,
+    ) -> FsResult<Ino> {
         self.writable()?;
         self.rw(parent)?;
         check_name(name)?;
@@ -85,7 +99,7 @@ impl Fs {
             return Err(errno::ENOENT);
         };
         let now = Ts::now();
-        let (root, ns, oid) = self.op_clone(src, parent, name, excludes, origin, now)?;
+        let (root, ns, oid) = self.op_clone(src, parent, name, excludes, origin, now, masked_for)?;
         // Journaled, not checkpointed: everything below S is committed, so replaying the
         // record after a crash makes the same clone from the same trees (one fsync instead
         // of a checkpoint's three).
@@ -99,6 +113,7 @@ impl Fs {
                 ns,
                 oid,
                 time: now,
+                masked_for,
             })
         })?;
         self.fsync()?;
@@ -116,6 +131,7 @@ impl Fs {
         excludes: &[Vec<Vec<u8>>],
         origin: &[u8],
         now: Ts,
+        masked_for: Option<u32>,
     ) -> FsResult<(Ino, u32, u64)> {
         let pns = self.node(parent)?.ns;
         // Taken only once the clone is made: a refused clone must change nothing.
@@ -131,6 +147,7 @@ impl Fs {
             origin: origin.to_vec(),
             created: now,
             scheduled: false,
+            masked_for,
         };
         let id = self.make_clone_or_fail(src, excludes, info)?;
         let p = self.namespaces.get_mut(&pns).ok_or(errno::EIO)?;
@@ -158,6 +175,19 @@ impl Fs {
     /// `snapshot` made at time `now`, marked as taken by the directory's schedule when
     /// `scheduled` (its retention policy may then remove it).
     pub fn snapshot_as(&mut self, dir: Ino, name: &[u8], origin: &[u8], scheduled: bool, now: Ts) -> FsResult<u32> {
+        self.snapshot_for(dir, name, origin, scheduled, now, None)
+    }
+
+    /// `snapshot_as` made for an ordinary user `masked_for` (`NsInfo::masked_for`).
+    pub fn snapshot_for(
+        &mut self,
+        dir: Ino,
+        name: &[u8],
+        origin: &[u8],
+        scheduled: bool,
+        now: Ts,
+        masked_for: Option<u32>,
+    ) -> FsResult<u32> {
         self.writable()?;
         // The snapshot's mark goes into the summaries of `dir` and the directories above it.
         self.rw(dir)?;
@@ -174,7 +204,7 @@ impl Fs {
         let Some(dir_t) = self.target(dir) else {
             return Err(errno::ENOENT);
         };
-        let id = self.op_snapshot(dir, name, origin, now, scheduled)?;
+        let id = self.op_snapshot(dir, name, origin, now, scheduled, masked_for)?;
         // Journaled like a clone: it was made from committed trees only.
         self.log(|| {
             Some(Record::Snapshot {
@@ -184,6 +214,7 @@ impl Fs {
                 ns: id,
                 time: now,
                 scheduled,
+                masked_for,
             })
         })?;
         self.fsync()?;
@@ -199,6 +230,7 @@ impl Fs {
         origin: &[u8],
         now: Ts,
         scheduled: bool,
+        masked_for: Option<u32>,
     ) -> FsResult<u32> {
         let n = self.dir_node(dir)?;
         let (ns, oid) = (n.ns, n.inode.oid);
@@ -210,6 +242,7 @@ impl Fs {
             origin: origin.to_vec(),
             created: now,
             scheduled,
+            masked_for,
         };
         let id = self.make_clone_or_fail(dir, &[], info)?;
         self.bump(dir, &summary_snap_key(oid), 1)?;
@@ -293,8 +326,13 @@ impl Fs {
 
     /// Builds the namespace of a clone of `src` and stages its record in the namespace table.
     /// Refusals (bad excluded paths, too many namespaces) come before anything changes.
-    fn make_clone(&mut self, src: Ino, excludes: &[Vec<Vec<u8>>], info: NsInfo) -> FsResult<u32> {
+    fn make_clone(&mut self, src: Ino, excludes: &[Vec<Vec<u8>>], mut info: NsInfo) -> FsResult<u32> {
         let sns = self.node(src)?.ns;
+        // What hides privileges in the source hides them in its copies (a user's snapshot
+        // of their clone, anyone's clone of it).
+        if info.masked_for.is_none() {
+            info.masked_for = self.namespaces.get(&sns).and_then(|n| n.info.masked_for);
+        }
         // What the clone's summary will hold: S's, less what the excluded names bring.
         let mut sum = self.summary_of(src)?;
         let mut cut: Vec<Vec<Vec<u8>>> = Vec::new();
@@ -423,6 +461,7 @@ impl Fs {
                     origin: cinfo.origin,
                     created: Ts::now(),
                     scheduled: false,
+                    masked_for: info.masked_for,
                 },
             )?;
             mounts.insert(oid, new);
@@ -551,12 +590,20 @@ impl Fs {
         self.namespaces.get(&id).filter(|_| id != 1).map(|n| n.root)
     }
 
-    /// Snapshots whose top directory `uid` owns: a user's share of the snapshot table.
+    /// The user a clone or snapshot was made for, if `ino` is its top directory and it was
+    /// made for one (`NsInfo::masked_for`).
+    pub fn made_for(&self, ino: Ino) -> Option<u32> {
+        let n = self.nodes.get(&ino).filter(|n| n.loc == Loc::Root)?;
+        self.namespaces.get(&n.ns)?.info.masked_for
+    }
+
+    /// Snapshots made for `uid` or whose top directory they own: a user's share of the
+    /// snapshot table.
     pub fn snapshots_owned_by(&self, uid: u32) -> usize {
         self.namespaces
             .values()
             .filter(|n| n.info.kind == NsKind::Snapshot)
-            .filter(|n| self.nodes.get(&n.root).is_some_and(|r| r.inode.uid == uid))
+            .filter(|n| n.info.masked_for == Some(uid) || self.nodes.get(&n.root).is_some_and(|r| r.inode.uid == uid))
             .count()
     }
 

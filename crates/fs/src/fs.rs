@@ -200,6 +200,11 @@ pub struct NsInfo {
     /// A snapshot taken by its directory's schedule, which its retention policy may remove
     /// (snapshots taken by hand never are). Namespace records of version 3 on.
     pub scheduled: bool,
+    /// Made for an ordinary user (uid): the setuid and setgid bits and file capabilities of
+    /// files they do not own are hidden, so a copy they asked for hands them no privilege
+    /// they could not take with `cp -a`. Clones and snapshots of it inherit it. Namespace
+    /// records of version 4 on.
+    pub masked_for: Option<u32>,
 }
 
 impl NsInfo {
@@ -212,15 +217,16 @@ impl NsInfo {
             origin: Vec::new(),
             created: Ts::now(),
             scheduled: false,
+            masked_for: None,
         }
     }
-    /// Without `scheduled`, which the namespace record keeps in its flags.
+    /// Without `scheduled` and `masked_for`, which the namespace record keeps in its flags.
     pub(crate) fn encode(&self, w: &mut scion_store::codec::Writer) {
         w.u8(self.kind as u8).u32(self.parent).u64(self.anchor);
         self.created.encode(w);
         w.bytes(&self.name).bytes(&self.origin);
     }
-    /// `scheduled` comes back false; the namespace record sets it from its flags.
+    /// `scheduled` and `masked_for` come back unset; the namespace record sets them.
     pub(crate) fn decode(r: &mut scion_store::codec::Reader<'_>) -> Result<NsInfo> {
         let kind = match r.u8()? {
             0 => NsKind::Main,
@@ -241,6 +247,7 @@ impl NsInfo {
             origin,
             created,
             scheduled: false,
+            masked_for: None,
         })
     }
 }
@@ -410,6 +417,11 @@ pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
     Ok(())
 }
 
+/// setuid and setgid: what a namespace made for a user hides on files of others.
+const PRIVILEGE_BITS: u16 = 0o6000;
+/// A file capability (`setcap`): a privilege as setuid is.
+const CAPABILITY_XATTR: &[u8] = b"security.capability";
+
 impl Fs {
     // ----- inode table -------------------------------------------------------------------
 
@@ -448,10 +460,11 @@ impl Fs {
 
     fn attr_of(&self, n: &Node, ino: Ino) -> Attr {
         let i = &n.inode;
+        let perm = if self.hides_privileges(n) { i.perm & !PRIVILEGE_BITS } else { i.perm };
         Attr {
             ino,
             kind: i.kind,
-            perm: i.perm,
+            perm,
             nlink: i.nlink,
             uid: i.uid,
             gid: i.gid,
@@ -468,6 +481,18 @@ impl Fs {
             btime: i.btime,
             linked: n.loc == Loc::Linked,
         }
+    }
+
+    /// True if `n` is a file of a namespace made for a user who does not own it: its setuid
+    /// and setgid bits and capabilities are not shown (`NsInfo::masked_for`). Directories keep
+    /// their setgid bit, which gives no privilege.
+    pub(crate) fn hides_privileges(&self, n: &Node) -> bool {
+        n.inode.kind != Kind::Dir
+            && self
+                .namespaces
+                .get(&n.ns)
+                .and_then(|ns| ns.info.masked_for)
+                .is_some_and(|uid| uid != n.inode.uid)
     }
 
     /// Loads the inode a directory entry names, from the overlay or the stored tree.
@@ -2434,14 +2459,20 @@ impl Fs {
         if ino & SNAPDIR_BIT != 0 {
             return Err(errno::ENODATA); // `.snapshot` has no record, so no xattrs
         }
-        self.node(ino)?.inode.xattrs.get(name).cloned().ok_or(errno::ENODATA)
+        let n = self.node(ino)?;
+        if name == CAPABILITY_XATTR && self.hides_privileges(n) {
+            return Err(errno::ENODATA);
+        }
+        n.inode.xattrs.get(name).cloned().ok_or(errno::ENODATA)
     }
 
     pub fn listxattr(&mut self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
         if ino & SNAPDIR_BIT != 0 {
             return Ok(Vec::new());
         }
-        Ok(self.node(ino)?.inode.xattrs.keys().cloned().collect())
+        let n = self.node(ino)?;
+        let hide = self.hides_privileges(n);
+        Ok(n.inode.xattrs.keys().filter(|k| !(hide && k.as_slice() == CAPABILITY_XATTR)).cloned().collect())
     }
 
     pub fn setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {

@@ -495,7 +495,8 @@ mod tests {
             sec: 1_700_000_000,
             nsec: 5,
         };
-        for excludes in [vec![], vec![vec![b"a".to_vec()], vec![b"b".to_vec(), b"c".to_vec()]]] {
+        let exclude_sets = [vec![], vec![vec![b"a".to_vec()], vec![b"b".to_vec(), b"c".to_vec()]]];
+        for (excludes, masked_for) in exclude_sets.into_iter().zip([None, Some(1001)]) {
             let rec = Record::Clone {
                 src: Target::Path {
                     ns: 1,
@@ -508,6 +509,7 @@ mod tests {
                 ns: 7,
                 oid: 42,
                 time: t,
+                masked_for,
             };
             let bytes = rec.encode();
             assert_eq!(Record::decode(&bytes).unwrap(), rec);
@@ -515,21 +517,24 @@ mod tests {
                 assert!(Record::decode(&bytes[..cut]).is_err());
             }
         }
-        let rec = Record::Snapshot {
-            dir: Target::Path {
-                ns: 3,
-                names: vec![b"d".to_vec()],
-            },
-            name: b"before-upgrade".to_vec(),
-            origin: b"/mnt/d".to_vec(),
-            ns: 9,
-            time: t,
-            scheduled: false,
-        };
-        let bytes = rec.encode();
-        assert_eq!(Record::decode(&bytes).unwrap(), rec);
-        for cut in 0..bytes.len() {
-            assert!(Record::decode(&bytes[..cut]).is_err());
+        for (scheduled, masked_for) in [(false, None), (true, None), (false, Some(7)), (true, Some(1001))] {
+            let rec = Record::Snapshot {
+                dir: Target::Path {
+                    ns: 3,
+                    names: vec![b"d".to_vec()],
+                },
+                name: b"before-upgrade".to_vec(),
+                origin: b"/mnt/d".to_vec(),
+                ns: 9,
+                time: t,
+                scheduled,
+                masked_for,
+            };
+            let bytes = rec.encode();
+            assert_eq!(Record::decode(&bytes).unwrap(), rec);
+            for cut in 0..bytes.len() {
+                assert!(Record::decode(&bytes[..cut]).is_err());
+            }
         }
     }
 

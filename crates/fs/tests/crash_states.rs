@@ -53,6 +53,8 @@ enum Step {
     Repack(String),
     /// A clone rolled back to its snapshot of that name.
     Rollback(String, String),
+    /// A clone made for an ordinary user (journal record 16).
+    CloneFor(String, String, u32),
     /// Looks a path up and opens it, as a process keeping it open would (kernel reference
     /// and open handle), under a handle number for the steps below.
     Open(String, usize),
@@ -78,6 +80,7 @@ impl Step {
                 | Step::Destroy(_)
                 | Step::Repack(_)
                 | Step::Rollback(..)
+                | Step::CloneFor(..)
         )
     }
 }
@@ -197,6 +200,11 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
         Step::Repack(p) => {
             let ino = resolve(fs, p)?;
             fs.repack(ino, u64::MAX)?;
+        }
+        Step::CloneFor(src, dst, uid) => {
+            let s = resolve(fs, src)?;
+            let (d, n) = parent_of(fs, dst)?;
+            fs.clone_dir_for(s, d, &n, &[], b"crash harness", Some(*uid))?;
         }
         Step::Rollback(p, name) => {
             let ino = resolve(fs, p)?;
@@ -625,6 +633,8 @@ fn clones(rng: &mut StdRng) -> Vec<Step> {
     s.push(Step::Snapshot("c2".into(), "sched-1".into()));
     s.push(Step::Write("c2/f0".into(), 0, bytes(rng, 300)));
     s.push(Step::Create("c2/after".into()));
+    s.push(Step::CloneFor("c2".into(), "u1".into(), 1000));
+    s.push(Step::Write("u1/f0".into(), 3, bytes(rng, 100)));
     s.push(Step::Rollback("c2".into(), "s2".into()));
     s.push(Step::Write("c2/f0".into(), 7, bytes(rng, 300)));
     s.push(Step::Fsync);

@@ -14,10 +14,12 @@ pub const SUPERBLOCK_SLOT: usize = 4096;
 /// (copy-on-abundant-write); version 4 keeps the journal in two files reused by generation
 /// parity instead of one new file per generation (docs/format.md, "Journal"); version 5 lets
 /// a small file's bytes live in its inode record; version 6 marks snapshots taken by a
-/// schedule (namespace records of version 3, journal record 15). An older store is read as
+/// schedule (namespace records of version 3, journal record 15); version 7 marks clones made
+/// for ordinary users, whose copies hide others' privileges (namespace records of version 4,
+/// journal record 16). An older store is read as
 /// is and becomes the current version at its next checkpoint (every open makes one), after
 /// which older builds refuse it.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SCIONSB\0";

@@ -109,6 +109,8 @@ pub enum Record {
         ns: u32,
         oid: u64,
         time: Ts,
+        /// Made for this ordinary user, hiding others' privileges (tag 16; tag 13 without).
+        masked_for: Option<u32>,
     },
     /// A snapshot `name` of directory `dir` (committed below it when the record is written):
     /// namespace `ns`; `scheduled` if its directory's schedule took it (tag 15; tag 14, which
@@ -120,6 +122,9 @@ pub enum Record {
         ns: u32,
         time: Ts,
         scheduled: bool,
+        /// Made for this ordinary user, hiding others' privileges (tag 17, with a flags byte
+        /// for both; tags 14 and 15 without).
+        masked_for: Option<u32>,
     },
     /// Written by a checkpoint at the head of the new journal: the file's small overwrites,
     /// carried forward instead of folded into its trees (copy-on-abundant-write). Replay lays
@@ -382,8 +387,9 @@ impl Record {
                 ns,
                 oid,
                 time,
+                masked_for,
             } => {
-                w.u8(13);
+                w.u8(if masked_for.is_some() { 16 } else { 13 });
                 put_target(&mut w, src);
                 put_target(&mut w, parent);
                 w.bytes(name).u32(excludes.len() as u32);
@@ -395,6 +401,9 @@ impl Record {
                 }
                 w.bytes(origin).u32(*ns).u64(*oid);
                 put_ts(&mut w, *time);
+                if let Some(uid) = masked_for {
+                    w.u32(*uid);
+                }
             }
             Record::Snapshot {
                 dir,
@@ -403,11 +412,19 @@ impl Record {
                 ns,
                 time,
                 scheduled,
+                masked_for,
             } => {
-                w.u8(if *scheduled { 15 } else { 14 });
+                w.u8(match (masked_for, scheduled) {
+                    (Some(_), _) => 17,
+                    (None, true) => 15,
+                    (None, false) => 14,
+                });
                 put_target(&mut w, dir);
                 w.bytes(name).bytes(origin).u32(*ns);
                 put_ts(&mut w, *time);
+                if let Some(uid) = masked_for {
+                    w.u8(*scheduled as u8).u32(*uid);
+                }
             }
             Record::RemoveXattr { ino, name, time } => {
                 w.u8(9);
@@ -603,7 +620,7 @@ impl Record {
                     }
                 }
             }
-            13 => Record::Clone {
+            t @ (13 | 16) => Record::Clone {
                 src: get_target(&mut r)?,
                 parent: get_target(&mut r)?,
                 name: r.bytes()?.to_vec(),
@@ -624,6 +641,7 @@ impl Record {
                 ns: r.u32()?,
                 oid: r.u64()?,
                 time: get_ts(&mut r)?,
+                masked_for: if t == 16 { Some(r.u32()?) } else { None },
             },
             t @ (14 | 15) => Record::Snapshot {
                 dir: get_target(&mut r)?,
@@ -632,7 +650,31 @@ impl Record {
                 ns: r.u32()?,
                 time: get_ts(&mut r)?,
                 scheduled: t == 15,
+                masked_for: None,
             },
+            17 => {
+                let (dir, name, origin, ns, time) = (
+                    get_target(&mut r)?,
+                    r.bytes()?.to_vec(),
+                    r.bytes()?.to_vec(),
+                    r.u32()?,
+                    get_ts(&mut r)?,
+                );
+                let scheduled = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    f => return Err(Error::corrupt("journal record", "snapshot", format!("flag {f}"))),
+                };
+                Record::Snapshot {
+                    dir,
+                    name,
+                    origin,
+                    ns,
+                    time,
+                    scheduled,
+                    masked_for: Some(r.u32()?),
+                }
+            }
             9 => Record::RemoveXattr {
                 ino: get_target(&mut r)?,
                 name: r.bytes()?.to_vec(),

@@ -9,10 +9,13 @@ use scion_tree::Value;
 use std::collections::BTreeMap;
 
 /// Version 3 (format 6) added the flags byte after the link table flag; version 2 records
-/// are read as having no flags set.
-const NS_RECORD_VERSION: u8 = 3;
+/// are read as having no flags set. Version 4 (format 7) added `FLAG_MASKED` and the uid
+/// that follows the flags when it is set.
+const NS_RECORD_VERSION: u8 = 4;
 /// Flags: the snapshot was taken by its directory's schedule.
 const FLAG_SCHEDULED: u8 = 1;
+/// Flags: made for an ordinary user, whose uid follows (`NsInfo::masked_for`).
+const FLAG_MASKED: u8 = 2;
 
 /// A namespace as the namespace table stores it: what it is (the main tree, a clone, a
 /// snapshot) and where it hangs, its next object id and inode count, its mount table (mount
@@ -22,7 +25,17 @@ pub fn ns_to_value(ns: &NsRecord) -> Value {
     let mut w = Writer::new();
     w.u8(NS_RECORD_VERSION).u64(ns.next_oid).u64(ns.inodes);
     w.u8(ns.link_root.is_some() as u8);
-    w.u8(if ns.info.scheduled { FLAG_SCHEDULED } else { 0 });
+    let mut flags = 0;
+    if ns.info.scheduled {
+        flags |= FLAG_SCHEDULED;
+    }
+    if ns.info.masked_for.is_some() {
+        flags |= FLAG_MASKED;
+    }
+    w.u8(flags);
+    if let Some(uid) = ns.info.masked_for {
+        w.u32(uid);
+    }
     ns.info.encode(&mut w);
     w.u32(ns.mounts.len() as u32);
     for (oid, id) in &ns.mounts {
@@ -58,15 +71,21 @@ pub fn ns_from_value(v: &Value) -> Result<NsRecord> {
         ));
     }
     let flags = if ver >= 3 { r.u8()? } else { 0 };
-    if flags & !FLAG_SCHEDULED != 0 {
+    let known = if ver >= 4 { FLAG_SCHEDULED | FLAG_MASKED } else { FLAG_SCHEDULED };
+    if flags & !known != 0 {
         return Err(Error::corrupt(
             "namespace record",
             "flags",
             format!("unknown flags {flags:#x}"),
         ));
     }
+    let masked_for = if flags & FLAG_MASKED != 0 { Some(r.u32()?) } else { None };
     let mut info = NsInfo::decode(&mut r)?;
     info.scheduled = flags & FLAG_SCHEDULED != 0;
+    info.masked_for = masked_for;
+    if masked_for.is_some() && info.kind == crate::NsKind::Main {
+        return Err(Error::corrupt("namespace record", "flags", "the main tree marked as made for a user"));
+    }
     if info.scheduled && info.kind != crate::NsKind::Snapshot {
         return Err(Error::corrupt(
             "namespace record",
@@ -122,6 +141,7 @@ mod tests {
                 origin: b"/d".to_vec(),
                 created: t,
                 scheduled,
+                masked_for: None,
             },
             mounts: BTreeMap::from([(4, 2)]),
         }
@@ -149,6 +169,27 @@ mod tests {
         assert!(ns_from_value(&v).is_err());
         let mut r = record(true);
         r.info.kind = NsKind::Clone;
+        assert!(ns_from_value(&ns_to_value(&r)).is_err());
+    }
+
+    #[test]
+    fn made_for_a_user_round_trips_from_version_4_only() {
+        let mut r = record(true);
+        r.info.masked_for = Some(1001);
+        let v = ns_to_value(&r);
+        let back = ns_from_value(&v).unwrap();
+        assert_eq!((back.info.masked_for, back.info.scheduled), (Some(1001), true));
+        // The same bytes called version 3: the flag is unknown there.
+        let mut old = v.clone();
+        old.bytes[0] = 3;
+        assert!(ns_from_value(&old).is_err());
+        // Cut before the uid: refused.
+        let mut cut = v.clone();
+        cut.bytes.truncate(1 + 8 + 8 + 1 + 1 + 2);
+        assert!(ns_from_value(&cut).is_err());
+        // The main tree is never made for a user.
+        r.info.kind = NsKind::Main;
+        r.info.scheduled = false;
         assert!(ns_from_value(&ns_to_value(&r)).is_err());
     }
 }

@@ -213,7 +213,12 @@ impl Fs {
             .map(String::into_bytes)
             .find(|n| !taken.contains(n))
             .ok_or(errno::EEXIST)?;
-        let id = self.snapshot_as(dir, &name, origin, true, crate::Ts { sec: now, nsec: 0 })?;
+        // A schedule an ordinary user may have set (rights.rs): the snapshots of a directory
+        // someone other than root owns are made for that owner, hiding others' privileges,
+        // as the snapshots they take by hand are.
+        let owner = self.node(dir)?.inode.uid;
+        let masked_for = (owner != 0).then_some(owner);
+        let id = self.snapshot_for(dir, &name, origin, true, crate::Ts { sec: now, nsec: 0 }, masked_for)?;
         Ok((id, name))
     }
 }
