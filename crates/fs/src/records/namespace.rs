@@ -183,6 +183,11 @@ mod tests {
         let mut old = v.clone();
         old.bytes[0] = 3;
         assert!(ns_from_value(&old).is_err());
+        // A version 3 record (format 6) without it reads as made by no one in particular.
+        let mut v3 = ns_to_value(&record(true));
+        v3.bytes[0] = 3;
+        let back = ns_from_value(&v3).unwrap();
+        assert_eq!((back.info.masked_for, back.info.scheduled), (None, true));
         // Cut before the uid: refused.
         let mut cut = v.clone();
         cut.bytes.truncate(1 + 8 + 8 + 1 + 1 + 2);
