@@ -30,6 +30,11 @@ def as_user(user, exe, *args):
     return subprocess.run(["su", user, "-s", "/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=60)
 
 
+def by_hand(d):
+    """The snapshots of d taken by hand (a schedule's are named by their time)."""
+    return sorted(n for n in os.listdir(os.path.join(d, ".snapshot")) if not n[:1].isdigit())
+
+
 def refused(r, *words):
     out = r.stdout + r.stderr
     assert r.returncode != 0, out
@@ -75,7 +80,7 @@ def test_users_help_themselves_and_reach_nothing_else(scion_mount):
     assert r.returncode == 0 and "home/bob/proj" in r.stdout, r.stdout + r.stderr
     r = as_user(BOB, exe, "destroy", f"{M}/home/bob/proj/.snapshot/mine")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert os.listdir(f"{M}/home/bob/proj/.snapshot") == []
+    assert by_hand(f"{M}/home/bob/proj") == []
     as_user(BOB, exe, "snapshot", "--name", "again", f"{M}/home/bob/proj")
 
     # Mallory's attempts, each refused, and nothing of Bob's or root's changes or shows.
@@ -105,6 +110,16 @@ def test_users_help_themselves_and_reach_nothing_else(scion_mount):
     r = subprocess.run(["su", MALLORY, "-s", "/bin/sh", "-c", f"{M}/home/mallory/c/su-like; id -u"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+    # Restoring from her snapshot makes what her `cp -a` would: hers, no setuid bit.
+    r = as_user(MALLORY, exe, "restore", f"{M}/home/mallory/prog", "--from",
+                f"{M}/home/mallory/c/.snapshot/cs/su-like")
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = os.stat(f"{M}/home/mallory/prog")
+    assert (st.st_uid, st.st_mode & 0o7777) == (mallory, 0o755), (st.st_uid, oct(st.st_mode))
+    refused(as_user(MALLORY, exe, "restore", f"{M}/home/mallory/prog", "--from",
+                    f"{M}/home/mallory/c/.snapshot/cs/su-like", "--replace"), "root's")
+    refused(as_user(MALLORY, exe, "restore", f"{M}/srv/x", "--from",
+                    f"{M}/home/mallory/c/.snapshot/cs/data"), "may not write")
     # What she made is hers to roll back and destroy (its top keeps root as owner), not Bob's.
     refused(as_user(BOB, exe, "destroy", f"{M}/home/mallory/c"), "not yours")
     refused(as_user(BOB, exe, "rollback", f"{M}/home/mallory/c", "--to", "cs"), "not yours")
@@ -125,7 +140,7 @@ def test_users_help_themselves_and_reach_nothing_else(scion_mount):
     # Her own directory is hers to snapshot and roll back nothing (not a clone).
     r = as_user(MALLORY, exe, "snapshot", "--name", "m1", f"{M}/home/mallory")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert os.listdir(f"{M}/home/bob/proj/.snapshot") == ["again"]
+    assert by_hand(f"{M}/home/bob/proj") == ["again"]
     # Root keeps every right over what users made.
     assert m.run("destroy", f"{M}/home/mallory/.snapshot/m1").returncode == 0
     m.umount()

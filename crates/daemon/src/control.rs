@@ -144,6 +144,36 @@ pub fn snapshot(fs: &mut Fs, path: &[u8], name: &[u8], masked_for: Option<u32>) 
     ))
 }
 
+/// `path` put back as snapshot `from` held it, at `to` (default: `path`), as ordinary user
+/// `who` would copy it if given (`Fs::restore_as`).
+pub fn restore(
+    fs: &mut Fs,
+    path: &[u8],
+    from: &[u8],
+    to: Option<&[u8]>,
+    replace: bool,
+    who: Option<&scion_fs::access::Caller>,
+) -> Result<(Reply, Vec<Inval>), Failure> {
+    let src = if from.contains(&b'/') {
+        from.to_vec()
+    } else {
+        fs.in_snapshot(path, from).map_err(Failure::from_fs(show(path)))?
+    };
+    let dst = to.unwrap_or(path);
+    let stamp = scion_fs::restore::stamp(scion_fs::Ts::now());
+    let r = fs
+        .restore_as(&src, dst, replace, &stamp, who)
+        .map_err(Failure::from_fs(format!("restore of {} from {}", show(dst), show(&src))))?;
+    let (p, name) = fs.resolve_parent(dst).map_err(Failure::from_fs(show(dst)))?;
+    let mut inval = vec![Inval::Entry(p, name), Inval::Inode(p)];
+    if let Some(k) = &r.kept_as {
+        if let Ok((kp, kn)) = fs.resolve_parent(k) {
+            inval.push(Inval::Entry(kp, kn));
+        }
+    }
+    Ok((Reply::Restored(r), inval))
+}
+
 /// Why a rollback was refused, in words.
 fn rollback_failure(e: scion_fs::FsError, dir: &[u8], to: &[u8]) -> Failure {
     let (d, t) = (show(dir), String::from_utf8_lossy(to).into_owned());
@@ -258,30 +288,7 @@ pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
             from,
             to,
             replace,
-        } => {
-            let src = if from.contains(&b'/') {
-                from.clone()
-            } else {
-                fs.in_snapshot(path, from).map_err(Failure::from_fs(show(path)))?
-            };
-            let dst = to.as_ref().unwrap_or(path);
-            let stamp = scion_fs::restore::stamp(scion_fs::Ts::now());
-            let r = fs
-                .restore(&src, dst, *replace, &stamp)
-                .map_err(Failure::from_fs(format!(
-                    "restore of {} from {}",
-                    show(dst),
-                    show(&src)
-                )))?;
-            let (p, name) = fs.resolve_parent(dst).map_err(Failure::from_fs(show(dst)))?;
-            let mut inval = vec![Inval::Entry(p, name), Inval::Inode(p)];
-            if let Some(k) = &r.kept_as {
-                if let Ok((kp, kn)) = fs.resolve_parent(k) {
-                    inval.push(Inval::Entry(kp, kn));
-                }
-            }
-            (Reply::Restored(r), inval)
-        }
+        } => restore(fs, path, from, to.as_deref(), *replace, None)?,
         Op::Rollback { dir, to } => {
             let d = fs.resolve_path(dir).map_err(Failure::from_fs(show(dir)))?;
             fs.rollback(d, to).map_err(|e| rollback_failure(e, dir, to))?;

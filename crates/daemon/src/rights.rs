@@ -11,8 +11,8 @@
 //! walk it: search permission on each directory, a snapshot's as it was when taken. What they
 //! make is made for them (`NsInfo::masked_for`): the setuid and setgid bits and capabilities
 //! of files they do not own are hidden in it, so a copy gives them no privilege `cp -a` would
-//! not. Refused for now: restore (it would put others' files back with their owners), scrub
-//! and repack (they work on the whole store).
+//! not. Their restores are made as their own `cp -a` would (`Fs::restore_as`). Refused:
+//! scrub and repack (they work on the whole store).
 
 use crate::control::{Failure, Op, Target};
 use scion_fs::access::{may, Caller, R, W, X};
@@ -88,10 +88,14 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             let d = reach(fs, who, dir)?;
             allowed(fs, who, d, W | X, dir, "write in")
         }
-        Op::Restore { .. } => Err(Failure::new(
-            libc::EPERM,
-            "restore is root's and the store owner's for now: it would put other users' files back with their owners; copy what you need out of .snapshot with cp -a",
-        )),
+        Op::Restore { path, to, .. } => {
+            // As `cp -a` into the destination's directory: they must write and search it.
+            // The copy itself is made as theirs (`Fs::restore_as`), readable files only.
+            let dst = to.as_deref().unwrap_or(path);
+            let dir = split(dst).0;
+            let d = reach(fs, who, dir)?;
+            allowed(fs, who, d, W | X, dir, "write in")
+        }
         Op::Scrub | Op::Repack { .. } => Err(Failure::new(
             libc::EPERM,
             "scrub and repack work on the whole store: root's or the store owner's",

@@ -238,6 +238,9 @@ fn run_for_user(
         let mut ran = match op {
             Op::Clone { src, dst, excludes } => crate::control::clone(&mut fs, src, dst, excludes, Some(who.uid))?,
             Op::Snapshot { path, name } => crate::control::snapshot(&mut fs, path, name, Some(who.uid))?,
+            Op::Restore { path, from, to, replace } => {
+                crate::control::restore(&mut fs, path, from, to.as_deref(), *replace, Some(who))?
+            }
             op => execute(&mut fs, op)?,
         };
         ran.1.extend(fs.take_invalidations());

@@ -7,7 +7,13 @@
 //!
 //! Each step is journaled as the operation it is (create, copy, setattr), so a crash part
 //! way leaves a partly restored tree at the destination and the set-aside original intact.
+//!
+//! For an ordinary user (`restore_as`), the copy is what their own `cp -a` would make: every
+//! file and directory copied must be readable to them (EACCES names the first that is not),
+//! what they do not own becomes theirs (the group stays if they are in it) and loses its
+//! setuid and setgid bits, and `security.*` and `trusted.*` attributes are left out.
 
+use crate::access::{may, Caller, R, X};
 use crate::clone::SNAPDIR_NAME;
 use crate::error::errno;
 use crate::fs::{Fs, Ino};
@@ -36,20 +42,52 @@ impl Fs {
     /// Whatever is at `dst` is renamed to `dst.scion-restore-<stamp>`, or removed with
     /// `replace`.
     pub fn restore(&mut self, src: &[u8], dst: &[u8], replace: bool, stamp: &str) -> FsResult<RestoreReport> {
+        self.restore_as(src, dst, replace, stamp, None)
+    }
+
+    /// `restore` for ordinary user `who` if given (see the module comment): paths walked
+    /// with their search permissions, the copy as their `cp -a` would make it. For them,
+    /// what stands at the destination must be theirs, and is never removed (`replace`
+    /// refused with EPERM).
+    pub fn restore_as(
+        &mut self,
+        src: &[u8],
+        dst: &[u8],
+        replace: bool,
+        stamp: &str,
+        who: Option<&Caller>,
+    ) -> FsResult<RestoreReport> {
         self.writable()?;
+        if who.is_some() && replace {
+            return Err(errno::EPERM.with("restore --replace is root's and the store owner's"));
+        }
         // Every inode the restore works on is held by a lookup reference while it does:
         // the changes it makes may take a checkpoint, which drops unreferenced inodes.
-        let from = self.resolve_path(src)?;
+        let from = self.resolve_path_as(src, who)?;
         self.remember(from)?;
-        let r = self.restore_from(from, dst, replace, stamp);
+        let r = self.restore_from(from, dst, replace, stamp, who);
         self.forget(from, 1);
         r
     }
 
-    fn restore_from(&mut self, from: Ino, dst: &[u8], replace: bool, stamp: &str) -> FsResult<RestoreReport> {
+    fn restore_from(
+        &mut self,
+        from: Ino,
+        dst: &[u8],
+        replace: bool,
+        stamp: &str,
+        who: Option<&Caller>,
+    ) -> FsResult<RestoreReport> {
+        // Walked as the user, for their search permissions on the way.
+        self.resolve_path_as(dir_of(dst), who)?;
         let (parent, name) = self.resolve_parent(dst)?;
+        if let (Some(w), Some(there)) = (who, self.child(parent, &name)?) {
+            if self.getattr(there)?.uid != w.uid {
+                return Err(errno::EPERM.with("what stands at the destination is not yours"));
+            }
+        }
         self.remember(parent)?;
-        let r = self.restore_into(from, parent, dst, &name, replace, stamp);
+        let r = self.restore_into(from, parent, dst, &name, replace, stamp, who);
         self.forget(parent, 1);
         r
     }
@@ -62,6 +100,7 @@ impl Fs {
         name: &[u8],
         replace: bool,
         stamp: &str,
+        who: Option<&Caller>,
     ) -> FsResult<RestoreReport> {
         let name = name.to_vec();
         if name.is_empty() || name == SNAPDIR_NAME {
@@ -81,7 +120,7 @@ impl Fs {
             }
         }
         let mut links = HashMap::new();
-        let r = self.copy_tree(from, parent, &name, &mut links, &mut report, 0);
+        let r = self.copy_tree(from, parent, &name, &mut links, &mut report, 0, who);
         for made in links.into_values() {
             self.forget(made, 1);
         }
@@ -98,11 +137,16 @@ impl Fs {
         links: &mut HashMap<Ino, Ino>,
         report: &mut RestoreReport,
         depth: usize,
+        who: Option<&Caller>,
     ) -> FsResult<()> {
         if depth > MAX_DEPTH {
             return Err(errno::ELOOP);
         }
-        let a = self.getattr(from)?;
+        let mut a = self.getattr(from)?;
+        if let Some(w) = who {
+            self.readable_to(from, &a, w)?;
+            a = as_their_copy(a, w);
+        }
         if a.kind != Kind::Dir && a.nlink > 1 {
             // Another name of a file already restored: a hard link again.
             if let Some(&made) = links.get(&from) {
@@ -129,7 +173,7 @@ impl Fs {
                 &target,
             )?
             .ino;
-        let r = self.fill(from, made, &a, links, report, depth);
+        let r = self.fill(from, made, &a, links, report, depth, who);
         if r.is_ok() && a.kind != Kind::Dir && a.nlink > 1 {
             // Kept referenced (forgotten at the end of the restore) for its other names.
             links.insert(from, made);
@@ -148,8 +192,12 @@ impl Fs {
         links: &mut HashMap<Ino, Ino>,
         report: &mut RestoreReport,
         depth: usize,
+        who: Option<&Caller>,
     ) -> FsResult<()> {
         for x in self.listxattr(from)? {
+            if who.is_some() && (x.starts_with(b"security.") || x.starts_with(b"trusted.")) {
+                continue; // attributes an ordinary user cannot set
+            }
             let v = self.getxattr(from, &x)?;
             self.setxattr(made, &x, &v, 0)?;
         }
@@ -161,7 +209,7 @@ impl Fs {
                         continue;
                     }
                     let child = self.lookup(from, &e.name)?.ino;
-                    let r = self.copy_tree(child, made, &e.name, links, report, depth + 1);
+                    let r = self.copy_tree(child, made, &e.name, links, report, depth + 1, who);
                     self.forget(child, 1);
                     r?;
                 }
@@ -193,6 +241,24 @@ impl Fs {
             self.setattr(made, SetAttr { mode: None, ..set })?;
         } else {
             self.setattr(made, set)?;
+        }
+        Ok(())
+    }
+
+    /// EACCES unless `who` may read `from` (and search it, a directory), as their `cp -a`
+    /// must.
+    fn readable_to(&mut self, from: Ino, a: &crate::Attr, who: &Caller) -> FsResult<()> {
+        if a.kind == Kind::Symlink {
+            return Ok(());
+        }
+        let mut inode = crate::inode::Inode::new(0, a.kind, a.perm, a.uid, a.gid, a.mtime);
+        if let Ok(v) = self.getxattr(from, crate::acl::ACCESS) {
+            inode.xattrs.insert(crate::acl::ACCESS.to_vec(), v);
+        }
+        let want = if a.kind == Kind::Dir { R | X } else { R };
+        if !may(who, &inode, want) {
+            let path = self.path_of_dir(from).unwrap_or_default();
+            return Err(errno::EACCES.with(format!("restore: /{} is not readable to you", String::from_utf8_lossy(&path))));
         }
         Ok(())
     }
@@ -249,6 +315,27 @@ impl Fs {
             String::from_utf8_lossy(path)
         )))
     }
+}
+
+/// The attributes of a copy `who` makes of a file with attributes `a`, as their `cp -a`
+/// leaves them: theirs, the group kept if they are in it, setuid and setgid gone from what
+/// was not theirs.
+fn as_their_copy(mut a: crate::Attr, who: &Caller) -> crate::Attr {
+    if a.uid != who.uid {
+        a.perm &= !0o6000;
+        a.uid = who.uid;
+    }
+    if !who.in_group(a.gid) {
+        a.gid = who.gid;
+        a.perm &= !0o2000;
+    }
+    a
+}
+
+/// The directory part of a path (`a/b` of `a/b/c`, empty for a name alone).
+fn dir_of(path: &[u8]) -> &[u8] {
+    let path = path.strip_suffix(b"/").unwrap_or(path);
+    path.iter().rposition(|b| *b == b'/').map_or(&b""[..], |i| &path[..i])
 }
 
 /// `2026-11-24T201502Z` for a time, as restore names what it sets aside.

@@ -126,3 +126,42 @@ fn restored_trees_equal_the_snapshot() {
         fs.close().unwrap();
     }
 }
+
+/// An ordinary user's restore copies as their `cp -a` would: theirs, group kept where they
+/// are in it, no setuid or setgid from others, no `security.*` attributes; a file they cannot
+/// read stops it; `--replace` and a destination of someone else's are refused.
+#[test]
+fn a_users_restore_is_their_own_copy() {
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let bob = scion_fs::access::Caller { uid: 1000, gid: 1000, groups: vec![50] };
+    let d = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 1000, 1000, 0, &[]).unwrap().ino;
+    let prog = fs.mknod(d, b"prog", Kind::File, 0o6755, 0, 0, 50, 0, &[]).unwrap().ino;
+    fs.write(prog, 0, b"#!/bin/true\n").unwrap();
+    fs.setxattr(prog, b"security.capability", b"\x01\x00\x00\x02", 0).unwrap();
+    fs.setxattr(prog, b"user.note", b"kept", 0).unwrap();
+    fs.mknod(d, b"his", Kind::File, 0o4755, 0, 1000, 1000, 0, &[]).unwrap();
+    fs.snapshot(d, b"s", b"/d").unwrap();
+    let r = fs.restore_as(b"d/.snapshot/s/prog", b"d/prog2", false, "t", Some(&bob)).unwrap();
+    assert_eq!(r.files, 1);
+    let p2 = lookup(&mut fs, d, "prog2").unwrap();
+    let a = fs.getattr(p2).unwrap();
+    assert_eq!((a.uid, a.gid, a.perm), (1000, 50, 0o755), "theirs, group kept, no setuid/setgid");
+    assert_eq!(read_all(&mut fs, p2), b"#!/bin/true\n");
+    assert!(fs.getxattr(p2, b"security.capability").is_err());
+    assert_eq!(fs.getxattr(p2, b"user.note").unwrap(), b"kept");
+    fs.restore_as(b"d/.snapshot/s/his", b"d/his2", false, "t", Some(&bob)).unwrap();
+    let h = lookup(&mut fs, d, "his2").unwrap();
+    assert_eq!(fs.getattr(h).unwrap().perm, 0o4755, "their own setuid file stays so");
+    // Unreadable to them: refused.
+    let secret = fs.mknod(d, b"secret", Kind::File, 0o600, 0, 0, 0, 0, &[]).unwrap().ino;
+    fs.write(secret, 0, b"root only").unwrap();
+    fs.snapshot(d, b"s2", b"/d").unwrap();
+    let e = fs.restore_as(b"d/.snapshot/s2/secret", b"d/mine", false, "t", Some(&bob)).unwrap_err();
+    assert_eq!(e, scion_fs::errno::EACCES);
+    // --replace, and a destination that is not theirs.
+    let e = fs.restore_as(b"d/.snapshot/s/his", b"d/his2", true, "t", Some(&bob)).unwrap_err();
+    assert_eq!(e, scion_fs::errno::EPERM);
+    let e = fs.restore_as(b"d/.snapshot/s/his", b"d/prog", false, "t", Some(&bob)).unwrap_err();
+    assert_eq!(e, scion_fs::errno::EPERM);
+}
