@@ -4,25 +4,17 @@ own, sees the versions and listings of what they can reach, and every way throug
 commands to another user's data or to a privilege is refused (the attempts below)."""
 
 import os
-import pwd
 import shutil
 import subprocess
 
 import pytest
 
 from conftest import PLAIN, SCION_BIN
+from test_safety import ensure_user
 
 pytestmark = pytest.mark.skipif(PLAIN or os.geteuid() != 0, reason="needs root to mount for everyone and make users")
 
 BOB, MALLORY = "scion-bob", "scion-mallory"
-
-
-def ensure_user(name):
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], check=True)
-        return pwd.getpwnam(name).pw_uid
 
 
 def as_user(user, exe, *args):

@@ -103,15 +103,7 @@ fn accept(listener: UnixListener, engine: Engine, device: String, invalidate: Sh
 fn rights_of(s: &UnixStream) -> Option<Rights> {
     use std::os::fd::AsRawFd;
     let fd = s.as_raw_fd();
-    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `cred`, which is that large.
-    let r = unsafe {
-        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
-    };
-    if r != 0 {
-        return None;
-    }
+    let cred = peer_cred(s)?;
     // SAFETY: geteuid has no preconditions.
     if cred.uid == 0 || cred.uid == unsafe { libc::geteuid() } {
         return Some(Rights::Full);
@@ -207,7 +199,8 @@ fn run(
     }
 }
 
-fn peer_uid(s: &UnixStream) -> Option<u32> {
+/// What the kernel recorded of the process at the other end of `s` when it connected.
+fn peer_cred(s: &UnixStream) -> Option<libc::ucred> {
     use std::os::fd::AsRawFd;
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
@@ -215,7 +208,7 @@ fn peer_uid(s: &UnixStream) -> Option<u32> {
     let r = unsafe {
         libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
     };
-    (r == 0).then_some(cred.uid)
+    (r == 0).then_some(cred)
 }
 
 /// `run` for an ordinary user: the operation is checked against their rights under the
@@ -276,7 +269,7 @@ pub fn call(store: &Path, device: &str, op: &Op, progress: &mut dyn FnMut(u64, u
                         e2,
                     )
                 })?;
-            if peer_uid(&s) != Some(0) {
+            if peer_cred(&s).map(|c| c.uid) != Some(0) {
                 return Err(Failure::new(
                     libc::EACCES,
                     format!("@{name} is not served by root; refusing to talk to it"),
