@@ -245,6 +245,56 @@ pub fn render_deleted(ds: &[scion_fs::versions::Deleted], json: bool) -> String 
     out
 }
 
+/// `scion diff`: a line per change (`A path`, `D`, `M`, `m`, `T`), JSON Lines (`{"change",
+/// "path", "kind"}`, with `--stat` also `"old_size"`, `"new_size"`), or with `--stat` alone a
+/// summary.
+pub fn render_diff(changes: &[scion_fs::diff::Difference], json: bool, stat: bool) -> String {
+    use scion_fs::diff::Change;
+    let mut out = String::new();
+    let path = |d: &scion_fs::diff::Difference| {
+        if d.path.is_empty() {
+            ".".to_string()
+        } else {
+            String::from_utf8_lossy(&d.path).into_owned()
+        }
+    };
+    for d in changes {
+        if json {
+            let mut j = serde_json::json!({
+                "change": d.change.word(),
+                "path": path(d),
+                "kind": kind_word(d.kind),
+            });
+            if stat {
+                j["old_size"] = d.old_size.into();
+                j["new_size"] = d.new_size.into();
+            }
+            out += &format!("{j}\n");
+        } else if !stat {
+            out += &format!("{} {}\n", d.change.letter(), path(d));
+        }
+    }
+    if stat && !json {
+        let count = |c: Change| changes.iter().filter(|d| d.change == c).count();
+        let (old, new): (u64, u64) = changes
+            .iter()
+            .filter(|d| d.kind != scion_fs::Kind::Dir)
+            .fold((0, 0), |(o, n), d| (o + d.old_size, n + d.new_size));
+        out += &format!(
+            "{} changed: {} added, {} deleted, {} modified, {} metadata only, {} changed kind; files {} -> {}\n",
+            changes.len(),
+            count(Change::Added),
+            count(Change::Deleted),
+            count(Change::Modified),
+            count(Change::Metadata),
+            count(Change::Type),
+            human(old),
+            human(new),
+        );
+    }
+    out
+}
+
 /// Seconds since the epoch as UTC, formatted as `fmt` does with
 /// (year, month, day, hour, minute, second).
 pub fn utc_with(sec: i64, fmt: fn(i32, i32, i32, i32, i32, i32) -> String) -> String {

@@ -467,6 +467,37 @@ pub fn versions(
     }
 }
 
+/// `scion diff A B`: 0 no differences, 1 differences, 2 trouble (as `diff`).
+pub fn diff(
+    a: PathBuf,
+    b: PathBuf,
+    json: bool,
+    stat: bool,
+    recursive: bool,
+    times: bool,
+    store: Option<PathBuf>,
+) -> Result<std::process::ExitCode, String> {
+    use scion_daemon::control::Reply;
+    let (x, y) = (locate(&a, true, &store)?, locate(&b, true, &store)?);
+    if x.store != y.store {
+        return Err(format!("{} and {} are not in one store", a.display(), b.display()));
+    }
+    let op = Op::Diff {
+        a: store_path(&x),
+        b: store_path(&y),
+        times,
+        recursive,
+    };
+    let Reply::Diff { changes, cut } = call(&x, &op)? else {
+        return Err("the daemon answered something else".into());
+    };
+    print!("{}", control::render_diff(&changes, json, stat));
+    if cut {
+        eprintln!("scion: more changes than one reply holds; the list stops at {}", changes.len());
+    }
+    Ok(std::process::ExitCode::from(if changes.is_empty() { 0 } else { 1 }))
+}
+
 /// `scion restore PATH --from SNAPSHOT [--to DEST] [--replace]`.
 /// `scion rollback DIR --to SNAP`. Err: the errno of a refusal (ENOENT: no such snapshot)
 /// and the message.

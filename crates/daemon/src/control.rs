@@ -52,6 +52,8 @@ pub enum Op {
     },
     /// Makes clone `dir` exactly its snapshot `to` again, in one step.
     Rollback { dir: Vec<u8>, to: Vec<u8> },
+    /// What differs between `a` and `b` (directories or files).
+    Diff { a: Vec<u8>, b: Vec<u8>, times: bool, recursive: bool },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +79,8 @@ pub enum Reply {
     Deleted(Vec<Deleted>),
     Restored(RestoreReport),
     RolledBack,
+    /// The differences, sorted by path; `cut` if there were more than one message holds.
+    Diff { changes: Vec<scion_fs::diff::Difference>, cut: bool },
 }
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
@@ -289,6 +293,18 @@ pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
             to,
             replace,
         } => restore(fs, path, from, to.as_deref(), *replace, None)?,
+        Op::Diff { a, b, times, recursive } => {
+            let x = fs.resolve_path(a).map_err(Failure::from_fs(show(a)))?;
+            let y = fs.resolve_path(b).map_err(Failure::from_fs(show(b)))?;
+            let opts = scion_fs::diff::DiffOptions {
+                times: *times,
+                recursive: *recursive,
+            };
+            let (changes, _) = fs
+                .diff(x, y, opts)
+                .map_err(Failure::from_fs(format!("diff of {} and {}", show(a), show(b))))?;
+            (Reply::Diff { changes, cut: false }, Vec::new())
+        }
         Op::Rollback { dir, to } => {
             let d = fs.resolve_path(dir).map_err(Failure::from_fs(show(dir)))?;
             fs.rollback(d, to).map_err(|e| rollback_failure(e, dir, to))?;

@@ -96,6 +96,12 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             let d = reach(fs, who, dir)?;
             allowed(fs, who, d, W | X, dir, "write in")
         }
+        // It would tell whether files they cannot read are equal: root's and the owner's
+        // until it checks read permission along the way.
+        Op::Diff { .. } => Err(Failure::new(
+            libc::EPERM,
+            "diff is root's and the store owner's for now; `diff -r` compares what you can read",
+        )),
         Op::Scrub | Op::Repack { .. } => Err(Failure::new(
             libc::EPERM,
             "scrub and repack work on the whole store: root's or the store owner's",

@@ -135,6 +135,9 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::Rollback { dir, to } => {
             w.u8(14).bytes(dir).bytes(to);
         }
+        Op::Diff { a, b, times, recursive } => {
+            w.u8(15).bytes(a).bytes(b).u8(*times as u8 | (*recursive as u8) << 1);
+        }
     }
     w.finish()
 }
@@ -225,6 +228,19 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             dir: r.bytes().map_err(bad)?.to_vec(),
             to: r.bytes().map_err(bad)?.to_vec(),
         },
+        15 => {
+            let (a, b) = (r.bytes().map_err(bad)?.to_vec(), r.bytes().map_err(bad)?.to_vec());
+            let flags = r.u8().map_err(bad)?;
+            if flags > 3 {
+                return Err(format!("diff flags {flags:#x}"));
+            }
+            Op::Diff {
+                a,
+                b,
+                times: flags & 1 != 0,
+                recursive: flags & 2 != 0,
+            }
+        }
         o => return Err(format!("unknown operation {o}")),
     };
     r.expect_end().map_err(bad)?;
@@ -371,8 +387,29 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         Reply::RolledBack => {
             w.u8(13);
         }
+        Reply::Diff { changes, cut } => {
+            let mut body = Writer::new();
+            let mut n = 0u32;
+            for d in changes {
+                if body.buf.len() + d.path.len() + 32 > MAX_MESSAGE - 64 {
+                    break;
+                }
+                body.u8(d.change as u8).u8(d.kind as u8).u64(d.old_size).u64(d.new_size).bytes(&d.path);
+                n += 1;
+            }
+            let cut = *cut || (n as usize) < changes.len();
+            w.u8(14).u8(cut as u8).u32(n).raw(&body.finish());
+        }
     }
     w.finish()
+}
+
+fn change_of(c: u8) -> Result<scion_fs::diff::Change, String> {
+    use scion_fs::diff::Change;
+    [Change::Added, Change::Deleted, Change::Modified, Change::Metadata, Change::Type]
+        .into_iter()
+        .find(|x| *x as u8 == c)
+        .ok_or_else(|| format!("unknown change {c}"))
 }
 
 fn kind_of(k: u8) -> Result<Kind, String> {
@@ -532,6 +569,23 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 Reply::Restored(x)
             }
             13 => Reply::RolledBack,
+            14 => {
+                let cut = r.u8().map_err(bad)? != 0;
+                let n = r.count(1 + 1 + 8 + 8 + 4).map_err(bad)?;
+                let mut changes = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let change = change_of(r.u8().map_err(bad)?)?;
+                    let kind = kind_of(r.u8().map_err(bad)?)?;
+                    changes.push(scion_fs::diff::Difference {
+                        change,
+                        kind,
+                        old_size: r.u64().map_err(bad)?,
+                        new_size: r.u64().map_err(bad)?,
+                        path: r.bytes().map_err(bad)?.to_vec(),
+                    });
+                }
+                Reply::Diff { changes, cut }
+            }
             k => return Err(format!("unknown reply {k}")),
         }),
         k => return Err(format!("unknown reply frame {k:#x}")),

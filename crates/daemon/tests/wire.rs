@@ -58,6 +58,12 @@ fn ops() -> Vec<Op> {
             dir: b"sandbox".to_vec(),
             to: b"2026-11-24T201502Z".to_vec(),
         },
+        Op::Diff {
+            a: b"src".to_vec(),
+            b: b"c/.snapshot/s".to_vec(),
+            times: false,
+            recursive: true,
+        },
     ]
 }
 
@@ -186,6 +192,16 @@ fn replies_round_trip_and_cut_ones_are_refused() {
             kept_as: Some(b"top.scion-restore-2026-11-24T201502Z".to_vec()),
         })),
         wire::encode_reply(&Reply::RolledBack),
+        wire::encode_reply(&Reply::Diff {
+            changes: vec![scion_fs::diff::Difference {
+                change: scion_fs::diff::Change::Modified,
+                path: b"d0/f1".to_vec(),
+                kind: Kind::File,
+                old_size: 300000,
+                new_size: 300010,
+            }],
+            cut: false,
+        }),
         wire::encode_progress(4096, 0, "4096 blocks"),
         wire::encode_failure(&Failure::new(2, "/x: No such file or directory")),
     ];

@@ -253,7 +253,7 @@ impl Fs {
     /// that record), folding the carried changes of files below `dir` too. Changes elsewhere
     /// wait for the clone's own checkpoint, so a clone after writes to other trees (a new
     /// clone after writing to the last one) takes one checkpoint, not two.
-    fn fold(&mut self, dir: Ino) -> FsResult<()> {
+    pub(crate) fn fold(&mut self, dir: Ino) -> FsResult<()> {
         if self.changed_below(dir) {
             self.checkpoint_with(Fold::Under(dir)).map_err(eio)?;
         }

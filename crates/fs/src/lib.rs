@@ -17,6 +17,7 @@ pub mod check;
 mod checkpoint;
 pub mod clone;
 pub mod delta;
+pub mod diff;
 mod error;
 pub mod failpoint;
 mod flush;

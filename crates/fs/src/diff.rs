@@ -1,0 +1,323 @@
+//! `scion diff A B`: what differs between two directories (or two files) of a store, found by
+//! shared structure (Prism's smartdiff, without its walk).
+//!
+//! Both sides are folded first (a checkpoint if something below either is not committed), so
+//! the committed trees say everything a reader of the mount sees. Then two directories whose
+//! content trees have the same hash are equal without a read; otherwise `Forest::diff` of their
+//! content trees yields only the names whose entries differ, skipping shared subtrees unread,
+//! and each such name is compared: kind, content, metadata. Two files are equal in content
+//! when their records name the same content (size, content root, inline bytes, direct chunk)
+//! or when their content trees differ only in where equal blocks lie (same block hash and
+//! patches per chunk): no file data is read, except to compare a file stored inline with one
+//! stored in blocks. The cost is proportional to what differs, not to the trees.
+
+use crate::clone::SNAPDIR_NAME;
+use crate::delta::StoredChunk;
+use crate::error::errno;
+use crate::fs::{eio, Fs, Ino};
+use crate::inode::{Inode, Kind};
+use crate::FsResult;
+use std::collections::BTreeSet;
+
+/// Directories nest at most this deep in a diff.
+const MAX_DEPTH: usize = 2048;
+
+/// What changed at a path (the numbers are the control protocol's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Only in B.
+    Added = 0,
+    /// Only in A.
+    Deleted = 1,
+    /// Content differs (a file's bytes, a symlink's target, a device's number).
+    Modified = 2,
+    /// Only metadata differs: mode, owner, extended attributes (times with `times`).
+    Metadata = 3,
+    /// The kind differs (a file became a directory...).
+    Type = 4,
+}
+
+impl Change {
+    /// The letter of the default output.
+    pub fn letter(self) -> char {
+        match self {
+            Change::Added => 'A',
+            Change::Deleted => 'D',
+            Change::Modified => 'M',
+            Change::Metadata => 'm',
+            Change::Type => 'T',
+        }
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Change::Added => "added",
+            Change::Deleted => "deleted",
+            Change::Modified => "modified",
+            Change::Metadata => "metadata",
+            Change::Type => "type",
+        }
+    }
+}
+
+/// One difference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Difference {
+    pub change: Change,
+    /// Relative to A and B (empty: A and B themselves).
+    pub path: Vec<u8>,
+    /// The kind in B (in A for a deletion).
+    pub kind: Kind,
+    /// Sizes in A and B (0 where absent).
+    pub old_size: u64,
+    pub new_size: u64,
+}
+
+/// How to compare.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiffOptions {
+    /// Compare modification times too.
+    pub times: bool,
+    /// List everything inside an added or deleted directory, not just the directory.
+    pub recursive: bool,
+}
+
+/// Counters of the work a diff did (for tests and `--stat`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiffWork {
+    /// Directory pairs whose entries were compared.
+    pub dirs_compared: u64,
+    /// Directory pairs found equal by their content tree's hash alone.
+    pub dirs_skipped: u64,
+    /// Files whose data was read (inline against block representation only).
+    pub files_read: u64,
+}
+
+struct Walk {
+    opts: DiffOptions,
+    out: Vec<Difference>,
+    work: DiffWork,
+}
+
+impl Fs {
+    /// The differences between `a` and `b` (directories or files), sorted by path.
+    pub fn diff(&mut self, a: Ino, b: Ino, opts: DiffOptions) -> FsResult<(Vec<Difference>, DiffWork)> {
+        for x in [a, b] {
+            if self.node(x)?.inode.kind == Kind::Dir {
+                self.fold(x)?;
+            } else {
+                // A file's own changes: fold everything (cheap when nothing is pending).
+                self.checkpoint().map_err(eio)?;
+            }
+        }
+        let mut w = Walk {
+            opts,
+            out: Vec::new(),
+            work: DiffWork::default(),
+        };
+        // Held while compared: a checkpoint could otherwise drop them.
+        self.remember(a)?;
+        self.remember(b)?;
+        let r = self.compare(a, b, Vec::new(), &mut w, 0);
+        self.forget(a, 1);
+        self.forget(b, 1);
+        r?;
+        w.out.sort_by(|x, y| x.path.cmp(&y.path));
+        Ok((w.out, w.work))
+    }
+
+    fn compare(&mut self, a: Ino, b: Ino, path: Vec<u8>, w: &mut Walk, depth: usize) -> FsResult<()> {
+        if depth > MAX_DEPTH {
+            return Err(errno::ELOOP);
+        }
+        let (x, y) = (self.node(a)?.inode.clone(), self.node(b)?.inode.clone());
+        let entry = |change, kind| Difference {
+            change,
+            path: path.clone(),
+            kind,
+            old_size: size_of(&x),
+            new_size: size_of(&y),
+        };
+        if x.kind != y.kind {
+            w.out.push(entry(Change::Type, y.kind));
+            return Ok(());
+        }
+        if x.kind == Kind::Dir {
+            if !same_meta(&x, &y, w.opts.times) {
+                w.out.push(entry(Change::Metadata, Kind::Dir));
+            }
+            return self.compare_dirs(a, b, &x, &y, &path, w, depth);
+        }
+        if !self.same_content(a, b, &x, &y, w)? {
+            w.out.push(entry(Change::Modified, y.kind));
+        } else if !same_meta(&x, &y, w.opts.times) {
+            w.out.push(entry(Change::Metadata, y.kind));
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn compare_dirs(
+        &mut self,
+        a: Ino,
+        b: Ino,
+        x: &Inode,
+        y: &Inode,
+        path: &[u8],
+        w: &mut Walk,
+        depth: usize,
+    ) -> FsResult<()> {
+        let overlays = !self.node(a)?.entries.is_empty() || !self.node(b)?.entries.is_empty();
+        if !overlays && x.content.map(|p| p.hash) == y.content.map(|p| p.hash) {
+            w.work.dirs_skipped += 1;
+            return Ok(());
+        }
+        w.work.dirs_compared += 1;
+        let mut names = BTreeSet::new();
+        self.vol
+            .forest
+            .diff(x.content.as_ref(), y.content.as_ref(), &mut |k, _, _| {
+                names.insert(k.to_vec());
+                true
+            })
+            .map_err(eio)?;
+        // What a fold left in memory, if anything: compared too.
+        names.extend(self.node(a)?.entries.keys().cloned());
+        names.extend(self.node(b)?.entries.keys().cloned());
+        names.remove(SNAPDIR_NAME);
+        for name in names {
+            let sub = if path.is_empty() { name.clone() } else { [path, b"/", &name].concat() };
+            match (self.child(a, &name)?, self.child(b, &name)?) {
+                (None, None) => {}
+                (Some(ca), Some(cb)) => {
+                    self.remember(ca)?;
+                    self.remember(cb)?;
+                    let r = self.compare(ca, cb, sub, w, depth + 1);
+                    self.forget(ca, 1);
+                    self.forget(cb, 1);
+                    r?;
+                }
+                (Some(ca), None) => self.one_side(ca, sub, Change::Deleted, w, depth)?,
+                (None, Some(cb)) => self.one_side(cb, sub, Change::Added, w, depth)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// An entry on one side only: one line, and with `recursive` one per entry inside.
+    fn one_side(&mut self, ino: Ino, path: Vec<u8>, change: Change, w: &mut Walk, depth: usize) -> FsResult<()> {
+        if depth > MAX_DEPTH {
+            return Err(errno::ELOOP);
+        }
+        let i = self.node(ino)?.inode.clone();
+        let (old_size, new_size) = if change == Change::Added { (0, size_of(&i)) } else { (size_of(&i), 0) };
+        w.out.push(Difference {
+            change,
+            path: path.clone(),
+            kind: i.kind,
+            old_size,
+            new_size,
+        });
+        if i.kind != Kind::Dir || !w.opts.recursive {
+            return Ok(());
+        }
+        self.remember(ino)?;
+        let r = (|| {
+            for e in self.readdir(ino)? {
+                if e.name == SNAPDIR_NAME {
+                    continue;
+                }
+                let Some(c) = self.child(ino, &e.name)? else { continue };
+                self.remember(c)?;
+                let r = self.one_side(c, [&path[..], b"/", &e.name].concat(), change, w, depth + 1);
+                self.forget(c, 1);
+                r?;
+            }
+            Ok(())
+        })();
+        self.forget(ino, 1);
+        r
+    }
+
+    /// Whether two files, symlinks or special files hold the same content, from their records
+    /// and content trees (see the module comment).
+    fn same_content(&mut self, a: Ino, b: Ino, x: &Inode, y: &Inode, w: &mut Walk) -> FsResult<bool> {
+        match x.kind {
+            Kind::Symlink => return Ok(x.target == y.target),
+            Kind::File => {}
+            _ => return Ok(x.rdev == y.rdev),
+        }
+        if x.size != y.size {
+            return Ok(false);
+        }
+        let pending = !self.node(a)?.chunks.is_empty() || !self.node(b)?.chunks.is_empty();
+        let same_form = x.inline.is_empty() == y.inline.is_empty() && x.direct.is_some() == y.direct.is_some();
+        if !pending && same_form {
+            if !x.inline.is_empty() {
+                return Ok(x.inline == y.inline);
+            }
+            if let (Some(p), Some(q)) = (&x.direct, &y.direct) {
+                let blocks = x.content.map(|c| c.hash) == y.content.map(|c| c.hash);
+                return Ok(blocks && p == q);
+            }
+            if x.content.map(|c| c.hash) == y.content.map(|c| c.hash) {
+                return Ok(true);
+            }
+            return self.same_chunks(x, y);
+        }
+        // Stored in different forms (or not folded): compare the bytes.
+        w.work.files_read += 1;
+        Ok(self.read_whole(a, x.size)? == self.read_whole(b, y.size)?)
+    }
+
+    /// Two content trees whose chunks differ only in where equal blocks lie.
+    fn same_chunks(&mut self, x: &Inode, y: &Inode) -> FsResult<bool> {
+        let mut same = true;
+        let mut bad = None;
+        self.vol
+            .forest
+            .diff(x.content.as_ref(), y.content.as_ref(), &mut |_, old, new| {
+                let (Some(old), Some(new)) = (old, new) else {
+                    same = false;
+                    return false;
+                };
+                match (StoredChunk::from_value(old), StoredChunk::from_value(new)) {
+                    (Ok(p), Ok(q)) => same = p.block.hash == q.block.hash && p.patches == q.patches,
+                    (Err(e), _) | (_, Err(e)) => bad = Some(e),
+                }
+                same && bad.is_none()
+            })
+            .map_err(eio)?;
+        if let Some(e) = bad {
+            return Err(eio(e));
+        }
+        Ok(same)
+    }
+
+    fn read_whole(&mut self, ino: Ino, size: u64) -> FsResult<Vec<u8>> {
+        let mut out = Vec::with_capacity(size as usize);
+        while (out.len() as u64) < size {
+            let n = (size - out.len() as u64).min(1 << 20) as u32;
+            let got = self.read(ino, out.len() as u64, n)?;
+            if got.is_empty() {
+                break;
+            }
+            out.extend_from_slice(&got);
+        }
+        Ok(out)
+    }
+}
+
+/// The size `stat` shows (a symlink's is its target's length).
+fn size_of(i: &Inode) -> u64 {
+    if i.kind == Kind::Symlink {
+        i.target.len() as u64
+    } else {
+        i.size
+    }
+}
+
+/// Mode, owner, extended attributes, and the modification time with `times`.
+fn same_meta(x: &Inode, y: &Inode, times: bool) -> bool {
+    x.perm == y.perm && x.uid == y.uid && x.gid == y.gid && x.xattrs == y.xattrs && (!times || x.mtime == y.mtime)
+}

@@ -1,0 +1,115 @@
+"""`scion diff` through the mount (issue 19 item 1, in part): a clone changed in every way a
+tree can change, compared with its source both ways round against a walk of both trees that
+reads every file; JSON Lines and --stat; a snapshot against the live tree; exit codes as
+`diff`."""
+
+import json
+import os
+import random
+import stat
+
+import pytest
+
+from conftest import PLAIN
+
+pytestmark = pytest.mark.skipif(PLAIN, reason="diff needs a scion mount")
+
+
+def walk_diff(a, b, rel=""):
+    """(letter, path) for every difference between trees a and b, reading every file."""
+    out = []
+    names = set()
+    for d in (a, b):
+        if os.path.isdir(d) and not os.path.islink(d):
+            names |= {n for n in os.listdir(d) if n != ".snapshot"}
+    for n in sorted(names):
+        p = f"{rel}/{n}" if rel else n
+        x, y = os.path.join(a, n), os.path.join(b, n)
+        ex, ey = os.path.lexists(x), os.path.lexists(y)
+        if ex and not ey:
+            out.append(("D", p))
+            continue
+        if ey and not ex:
+            out.append(("A", p))
+            continue
+        sx, sy = os.lstat(x), os.lstat(y)
+        if stat.S_IFMT(sx.st_mode) != stat.S_IFMT(sy.st_mode):
+            out.append(("T", p))
+            continue
+        meta = lambda f, s: (stat.S_IMODE(s.st_mode), s.st_uid, s.st_gid,
+                             sorted((k, os.getxattr(f, k, follow_symlinks=False))
+                                    for k in os.listxattr(f, follow_symlinks=False)))
+        if stat.S_ISDIR(sx.st_mode):
+            if meta(x, sx) != meta(y, sy):
+                out.append(("m", p))
+            out += walk_diff(x, y, p)
+            continue
+        if stat.S_ISLNK(sx.st_mode):
+            same = os.readlink(x) == os.readlink(y)
+        else:
+            with open(x, "rb") as f, open(y, "rb") as g:
+                same = f.read() == g.read()
+        if not same:
+            out.append(("M", p))
+        elif meta(x, sx) != meta(y, sy):
+            out.append(("m", p))
+    return out
+
+
+def diff_lines(m, a, b, *extra):
+    r = m.run("diff", *extra, a, b)
+    assert r.returncode in (0, 1), r.describe()
+    return r, [(l[0], l[2:]) for l in r.stdout.splitlines()]
+
+
+def test_diff_against_a_walk_of_both_trees(scion_mount):
+    m = scion_mount
+    rng = random.Random(7)
+    src = os.path.join(m.mnt, "src")
+    for d in range(6):
+        os.makedirs(f"{src}/d{d}/sub")
+        for f in range(8):
+            size = rng.choice([0, 10, 3000, 70000, 300000])
+            with open(f"{src}/d{d}/f{f}", "wb") as h:
+                h.write(bytes(rng.randrange(4) for _ in range(size)))
+        os.symlink(f"f{d}", f"{src}/d{d}/link")
+    c = os.path.join(m.mnt, "c")
+    assert m.run("clone", src, c).returncode == 0
+    # Changes on both sides, every kind, some synced and some only in the page cache.
+    with open(f"{c}/d0/f1", "r+b") as h:
+        h.seek(5000); h.write(b"x" * 10)
+    with open(f"{c}/d0/f2", "rb") as h:
+        same = h.read()
+    with open(f"{c}/d0/f2", "wb") as h:
+        h.write(same)                      # rewritten with the same bytes: no change
+    os.chmod(f"{c}/d1/f0", 0o600)
+    os.setxattr(f"{c}/d1/f1", "user.tag", b"v")
+    os.remove(f"{c}/d2/f3")
+    os.remove(f"{c}/d2/link"); os.symlink("elsewhere", f"{c}/d2/link")
+    os.remove(f"{c}/d3/f4"); os.mkdir(f"{c}/d3/f4")
+    os.makedirs(f"{c}/new/deeper"); open(f"{c}/new/deeper/x", "w").close()
+    with open(f"{src}/d4/f5", "ab") as h:
+        h.write(b"appended at the source")
+    os.sync()
+    with open(f"{c}/d5/f6", "ab") as h:
+        h.write(b"not synced")
+    for a, b in [(src, c), (c, src)]:
+        r, got = diff_lines(m, a, b)
+        want = walk_diff(a, b)
+        assert got == want, (got, want)
+        assert r.returncode == 1
+    r = m.run("diff", "--json", "--stat", src, c)
+    rows = [json.loads(l) for l in r.stdout.splitlines()]
+    assert {"change": "deleted", "path": "d2/f3", "kind": "file"}.items() <= rows[[x["path"] for x in rows].index("d2/f3")].items()
+    assert all({"change", "path", "kind", "old_size", "new_size"} <= set(x) for x in rows)
+    r, rec = diff_lines(m, src, c, "--recursive")
+    assert ("A", "new/deeper/x") in rec and ("A", "new") in rec
+    # A snapshot against the live tree, a tree against itself, a missing path.
+    assert m.run("snapshot", "--name", "s", c).returncode == 0
+    r, got = diff_lines(m, os.path.join(c, ".snapshot", "s"), c)
+    assert got == [] and r.returncode == 0, r.describe()
+    open(f"{c}/after", "w").close()
+    r, got = diff_lines(m, os.path.join(c, ".snapshot", "s"), c)
+    assert got == [("A", "after")] and r.returncode == 1
+    assert m.run("diff", src, os.path.join(m.mnt, "nope")).returncode == 2
+    assert m.run("diff", "--help").returncode == 0
