@@ -1,6 +1,7 @@
 """`scion diff` through the mount (issue 19 item 1, in part): a clone changed in every way a
 tree can change, compared with its source both ways round against a walk of both trees that
-reads every file; JSON Lines and --stat; a snapshot against the live tree; exit codes as
+reads every file (with --no-renames; by default a moved file is one rename); JSON Lines and
+--stat; a snapshot against the live tree; exit codes as
 `diff`."""
 
 import json
@@ -88,16 +89,21 @@ def test_diff_against_a_walk_of_both_trees(scion_mount):
     os.remove(f"{c}/d2/link"); os.symlink("elsewhere", f"{c}/d2/link")
     os.remove(f"{c}/d3/f4"); os.mkdir(f"{c}/d3/f4")
     os.makedirs(f"{c}/new/deeper"); open(f"{c}/new/deeper/x", "w").close()
+    os.rename(f"{c}/d0/f7", f"{c}/moved")
     with open(f"{src}/d4/f5", "ab") as h:
         h.write(b"appended at the source")
     os.sync()
     with open(f"{c}/d5/f6", "ab") as h:
         h.write(b"not synced")
     for a, b in [(src, c), (c, src)]:
-        r, got = diff_lines(m, a, b)
+        r, got = diff_lines(m, a, b, "--no-renames")
         want = walk_diff(a, b)
         assert got == want, (got, want)
         assert r.returncode == 1
+    # By default the moved file is one rename, not a deletion and an addition.
+    r = m.run("diff", src, c)
+    assert "R d0/f7 moved" in r.stdout.splitlines(), r.stdout
+    assert "D d0/f7" not in r.stdout and "A moved" not in r.stdout, r.stdout
     r = m.run("diff", "--json", "--stat", src, c)
     rows = [json.loads(l) for l in r.stdout.splitlines()]
     assert {"change": "deleted", "path": "d2/f3", "kind": "file"}.items() <= rows[[x["path"] for x in rows].index("d2/f3")].items()

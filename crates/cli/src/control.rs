@@ -265,13 +265,19 @@ pub fn render_diff(changes: &[scion_fs::diff::Difference], json: bool, stat: boo
                 "path": path(d),
                 "kind": kind_word(d.kind),
             });
+            if let Some(old) = &d.old_path {
+                j["old_path"] = String::from_utf8_lossy(old).into_owned().into();
+            }
             if stat {
                 j["old_size"] = d.old_size.into();
                 j["new_size"] = d.new_size.into();
             }
             out += &format!("{j}\n");
         } else if !stat {
-            out += &format!("{} {}\n", d.change.letter(), path(d));
+            match &d.old_path {
+                Some(old) => out += &format!("R {} {}\n", String::from_utf8_lossy(old), path(d)),
+                None => out += &format!("{} {}\n", d.change.letter(), path(d)),
+            }
         }
     }
     if stat && !json {
@@ -281,13 +287,14 @@ pub fn render_diff(changes: &[scion_fs::diff::Difference], json: bool, stat: boo
             .filter(|d| d.kind != scion_fs::Kind::Dir)
             .fold((0, 0), |(o, n), d| (o + d.old_size, n + d.new_size));
         out += &format!(
-            "{} changed: {} added, {} deleted, {} modified, {} metadata only, {} changed kind; files {} -> {}\n",
+            "{} changed: {} added, {} deleted, {} modified, {} metadata only, {} changed kind, {} renamed; files {} -> {}\n",
             changes.len(),
             count(Change::Added),
             count(Change::Deleted),
             count(Change::Modified),
             count(Change::Metadata),
             count(Change::Type),
+            count(Change::Renamed),
             human(old),
             human(new),
         );

@@ -153,13 +153,14 @@ enum Cmd {
     /// files compared by their blocks' hashes, so it costs what differs, not the trees' size;
     /// changes not yet checkpointed are included. One line per change, sorted: `A path`
     /// added, `D` deleted, `M` content, `m` metadata only (mode, owner, xattrs; times with
-    /// --metadata), `T` kind changed; an added or deleted directory is one line unless
+    /// --metadata), `T` kind changed, `R OLD NEW` a file or symlink moved (the same object
+    /// with the same content); an added or deleted directory is one line unless
     /// --recursive. Exit 0: no differences; 1: differences; 2: trouble.
     Diff {
         a: PathBuf,
         b: PathBuf,
-        /// JSON Lines: {"change": "added|deleted|modified|metadata|type", "path", "kind"}
-        /// (with --stat also "old_size", "new_size").
+        /// JSON Lines: {"change": "added|deleted|modified|metadata|type|renamed", "path",
+        /// "kind"} ("old_path" for a rename; with --stat also "old_size", "new_size").
         #[arg(long)]
         json: bool,
         /// A summary: counts per kind of change and the files' sizes before and after.
@@ -171,6 +172,9 @@ enum Cmd {
         /// Compare modification times too.
         #[arg(long)]
         metadata: bool,
+        /// Show a moved file as deleted and added, not as `R OLD NEW`.
+        #[arg(long)]
+        no_renames: bool,
         #[arg(long)]
         store: Option<PathBuf>,
     },
@@ -345,8 +349,9 @@ fn main() -> ExitCode {
             stat,
             recursive,
             metadata,
+            no_renames,
             store,
-        } => match tree_cmds::diff(a, b, json, stat, recursive, metadata, store) {
+        } => match tree_cmds::diff(a, b, json, stat, recursive, metadata, no_renames, store) {
             Ok(code) => return code,
             Err(e) => Err(e),
         },

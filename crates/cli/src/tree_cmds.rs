@@ -475,6 +475,7 @@ pub fn diff(
     stat: bool,
     recursive: bool,
     times: bool,
+    no_renames: bool,
     store: Option<PathBuf>,
 ) -> Result<std::process::ExitCode, String> {
     use scion_daemon::control::Reply;
@@ -487,6 +488,7 @@ pub fn diff(
         b: store_path(&y),
         times,
         recursive,
+        no_renames,
     };
     let Reply::Diff { changes, cut } = call(&x, &op)? else {
         return Err("the daemon answered something else".into());

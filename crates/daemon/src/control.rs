@@ -53,7 +53,13 @@ pub enum Op {
     /// Makes clone `dir` exactly its snapshot `to` again, in one step.
     Rollback { dir: Vec<u8>, to: Vec<u8> },
     /// What differs between `a` and `b` (directories or files).
-    Diff { a: Vec<u8>, b: Vec<u8>, times: bool, recursive: bool },
+    Diff {
+        a: Vec<u8>,
+        b: Vec<u8>,
+        times: bool,
+        recursive: bool,
+        no_renames: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -293,12 +299,19 @@ pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
             to,
             replace,
         } => restore(fs, path, from, to.as_deref(), *replace, None)?,
-        Op::Diff { a, b, times, recursive } => {
+        Op::Diff {
+            a,
+            b,
+            times,
+            recursive,
+            no_renames,
+        } => {
             let x = fs.resolve_path(a).map_err(Failure::from_fs(show(a)))?;
             let y = fs.resolve_path(b).map_err(Failure::from_fs(show(b)))?;
             let opts = scion_fs::diff::DiffOptions {
                 times: *times,
                 recursive: *recursive,
+                no_renames: *no_renames,
             };
             let (changes, _) = fs
                 .diff(x, y, opts)

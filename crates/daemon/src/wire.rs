@@ -135,8 +135,15 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::Rollback { dir, to } => {
             w.u8(14).bytes(dir).bytes(to);
         }
-        Op::Diff { a, b, times, recursive } => {
-            w.u8(15).bytes(a).bytes(b).u8(*times as u8 | (*recursive as u8) << 1);
+        Op::Diff {
+            a,
+            b,
+            times,
+            recursive,
+            no_renames,
+        } => {
+            let flags = *times as u8 | (*recursive as u8) << 1 | (*no_renames as u8) << 2;
+            w.u8(15).bytes(a).bytes(b).u8(flags);
         }
     }
     w.finish()
@@ -231,7 +238,7 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
         15 => {
             let (a, b) = (r.bytes().map_err(bad)?.to_vec(), r.bytes().map_err(bad)?.to_vec());
             let flags = r.u8().map_err(bad)?;
-            if flags > 3 {
+            if flags > 7 {
                 return Err(format!("diff flags {flags:#x}"));
             }
             Op::Diff {
@@ -239,6 +246,7 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
                 b,
                 times: flags & 1 != 0,
                 recursive: flags & 2 != 0,
+                no_renames: flags & 4 != 0,
             }
         }
         o => return Err(format!("unknown operation {o}")),
@@ -395,6 +403,7 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                     break;
                 }
                 body.u8(d.change as u8).u8(d.kind as u8).u64(d.old_size).u64(d.new_size).bytes(&d.path);
+                body.bytes(d.old_path.as_deref().unwrap_or_default());
                 n += 1;
             }
             let cut = *cut || (n as usize) < changes.len();
@@ -406,7 +415,7 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
 
 fn change_of(c: u8) -> Result<scion_fs::diff::Change, String> {
     use scion_fs::diff::Change;
-    [Change::Added, Change::Deleted, Change::Modified, Change::Metadata, Change::Type]
+    [Change::Added, Change::Deleted, Change::Modified, Change::Metadata, Change::Type, Change::Renamed]
         .into_iter()
         .find(|x| *x as u8 == c)
         .ok_or_else(|| format!("unknown change {c}"))
@@ -571,7 +580,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             13 => Reply::RolledBack,
             14 => {
                 let cut = r.u8().map_err(bad)? != 0;
-                let n = r.count(1 + 1 + 8 + 8 + 4).map_err(bad)?;
+                let n = r.count(1 + 1 + 8 + 8 + 4 + 4).map_err(bad)?;
                 let mut changes = Vec::with_capacity(n);
                 for _ in 0..n {
                     let change = change_of(r.u8().map_err(bad)?)?;
@@ -582,6 +591,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                         old_size: r.u64().map_err(bad)?,
                         new_size: r.u64().map_err(bad)?,
                         path: r.bytes().map_err(bad)?.to_vec(),
+                        old_path: Some(r.bytes().map_err(bad)?.to_vec()).filter(|_| change == scion_fs::diff::Change::Renamed),
                     });
                 }
                 Reply::Diff { changes, cut }

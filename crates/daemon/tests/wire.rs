@@ -63,6 +63,7 @@ fn ops() -> Vec<Op> {
             b: b"c/.snapshot/s".to_vec(),
             times: false,
             recursive: true,
+            no_renames: true,
         },
     ]
 }
@@ -194,8 +195,9 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         wire::encode_reply(&Reply::RolledBack),
         wire::encode_reply(&Reply::Diff {
             changes: vec![scion_fs::diff::Difference {
-                change: scion_fs::diff::Change::Modified,
+                change: scion_fs::diff::Change::Renamed,
                 path: b"d0/f1".to_vec(),
+                old_path: Some(b"d0/f0".to_vec()),
                 kind: Kind::File,
                 old_size: 300000,
                 new_size: 300010,

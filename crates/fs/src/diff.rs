@@ -35,6 +35,9 @@ pub enum Change {
     Metadata = 3,
     /// The kind differs (a file became a directory...).
     Type = 4,
+    /// A file or symlink gone from `old_path` in A is at `path` in B: the same object (its
+    /// id) with the same content.
+    Renamed = 5,
 }
 
 impl Change {
@@ -46,6 +49,7 @@ impl Change {
             Change::Modified => 'M',
             Change::Metadata => 'm',
             Change::Type => 'T',
+            Change::Renamed => 'R',
         }
     }
 
@@ -56,6 +60,7 @@ impl Change {
             Change::Modified => "modified",
             Change::Metadata => "metadata",
             Change::Type => "type",
+            Change::Renamed => "renamed",
         }
     }
 }
@@ -64,8 +69,10 @@ impl Change {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Difference {
     pub change: Change,
-    /// Relative to A and B (empty: A and B themselves).
+    /// Relative to A and B (empty: A and B themselves); for a rename, the path in B.
     pub path: Vec<u8>,
+    /// For a rename, the path in A.
+    pub old_path: Option<Vec<u8>>,
     /// The kind in B (in A for a deletion).
     pub kind: Kind,
     /// Sizes in A and B (0 where absent).
@@ -80,6 +87,9 @@ pub struct DiffOptions {
     pub times: bool,
     /// List everything inside an added or deleted directory, not just the directory.
     pub recursive: bool,
+    /// Report a file deleted in one place and added in another as deleted and added, not
+    /// as renamed.
+    pub no_renames: bool,
 }
 
 /// Counters of the work a diff did (for tests and `--stat`).
@@ -97,6 +107,9 @@ struct Walk {
     opts: DiffOptions,
     out: Vec<Difference>,
     work: DiffWork,
+    /// Files and symlinks added or deleted, by index into `out`: their object id and
+    /// content, for rename detection.
+    moved: Vec<(usize, u64, Vec<u8>)>,
 }
 
 impl Fs {
@@ -114,6 +127,7 @@ impl Fs {
             opts,
             out: Vec::new(),
             work: DiffWork::default(),
+            moved: Vec::new(),
         };
         // Held while compared: a checkpoint could otherwise drop them.
         self.remember(a)?;
@@ -122,6 +136,9 @@ impl Fs {
         self.forget(a, 1);
         self.forget(b, 1);
         r?;
+        if !opts.no_renames {
+            pair_renames(&mut w);
+        }
         w.out.sort_by(|x, y| x.path.cmp(&y.path));
         Ok((w.out, w.work))
     }
@@ -133,6 +150,7 @@ impl Fs {
         let (x, y) = (self.node(a)?.inode.clone(), self.node(b)?.inode.clone());
         let entry = |change, kind| Difference {
             change,
+            old_path: None,
             path: path.clone(),
             kind,
             old_size: size_of(&x),
@@ -211,8 +229,12 @@ impl Fs {
         }
         let i = self.node(ino)?.inode.clone();
         let (old_size, new_size) = if change == Change::Added { (0, size_of(&i)) } else { (size_of(&i), 0) };
+        if i.kind == Kind::File || i.kind == Kind::Symlink {
+            w.moved.push((w.out.len(), i.oid, content_key(&i)));
+        }
         w.out.push(Difference {
             change,
+            old_path: None,
             path: path.clone(),
             kind: i.kind,
             old_size,
@@ -306,6 +328,59 @@ impl Fs {
         }
         Ok(out)
     }
+}
+
+/// Turns a deletion and an addition of the same object with the same content into a rename.
+/// An object id alone could be two files (a clone and its source both number new files from
+/// where they parted), so the content must match too: exactly, as git's exact renames do.
+fn pair_renames(w: &mut Walk) {
+    use std::collections::HashMap;
+    let mut added: HashMap<(u64, &[u8]), Vec<usize>> = HashMap::new();
+    for (i, oid, key) in &w.moved {
+        if w.out[*i].change == Change::Added {
+            added.entry((*oid, key.as_slice())).or_default().push(*i);
+        }
+    }
+    let mut pairs = Vec::new();
+    for (i, oid, key) in &w.moved {
+        if w.out[*i].change != Change::Deleted {
+            continue;
+        }
+        // Only a one-to-one match is a rename; several copies stay additions.
+        if let Some(v) = added.get(&(*oid, key.as_slice())) {
+            if v.len() == 1 {
+                pairs.push((*i, v[0]));
+            }
+        }
+    }
+    let mut gone = vec![false; w.out.len()];
+    for (del, add) in pairs {
+        let old_path = std::mem::take(&mut w.out[del].path);
+        let d = &mut w.out[add];
+        d.change = Change::Renamed;
+        d.old_size = d.new_size;
+        d.old_path = Some(old_path);
+        gone[del] = true;
+    }
+    let mut k = 0;
+    w.out.retain(|_| {
+        k += 1;
+        !gone[k - 1]
+    });
+}
+
+/// What identifies a file's or symlink's content in its record: kind, size, the content
+/// root's hash, the inline bytes, the direct chunk's patches, the symlink's target.
+fn content_key(i: &Inode) -> Vec<u8> {
+    let mut k = vec![i.kind as u8];
+    k.extend_from_slice(&i.size.to_le_bytes());
+    k.extend_from_slice(i.content.map(|c| c.hash).unwrap_or_default().as_slice());
+    k.extend_from_slice(blake3::hash(&i.inline).as_bytes());
+    if let Some(p) = &i.direct {
+        k.extend_from_slice(blake3::hash(&p.encode()).as_bytes());
+    }
+    k.extend_from_slice(&i.target);
+    k
 }
 
 /// The size `stat` shows (a symlink's is its target's length).

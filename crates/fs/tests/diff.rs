@@ -187,3 +187,41 @@ fn one_change_in_a_big_tree_compares_a_few_directories() {
     assert!(work.dirs_compared <= 2, "{work:?}");
     assert_eq!(work.files_read, 0);
 }
+
+/// A file moved in the clone is a rename (the same object, the same content); moved and
+/// changed, or with `no_renames`, it is a deletion and an addition; a file the clone and its
+/// source each made after they parted (the same object id, other content) is not a rename.
+#[test]
+fn moves_are_renames_when_object_and_content_match() {
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let d = fs.mknod(src, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    mkfile(&mut fs, d, "a", &vec![7u8; 100_000]);
+    mkfile(&mut fs, d, "b", b"small");
+    let c = fs.clone_dir(src, root, b"c", &[], b"/src").unwrap();
+    let cd = lookup(&mut fs, c, "d").unwrap();
+    fs.rename(cd, b"a", c, b"a-moved", 0).unwrap();
+    fs.rename(cd, b"b", c, b"b-moved", 0).unwrap();
+    let bm = lookup(&mut fs, c, "b-moved").unwrap();
+    fs.write(bm, 0, b"SMALL").unwrap();
+    // Made on each side after the clone: the same next object id, other bytes.
+    mkfile(&mut fs, d, "new-in-src", b"one");
+    mkfile(&mut fs, c, "new-in-clone", b"two");
+    let show = |v: Vec<scion_fs::diff::Difference>| -> Vec<String> {
+        v.into_iter()
+            .map(|d| match d.old_path {
+                Some(o) => format!("R {} {}", String::from_utf8_lossy(&o), String::from_utf8_lossy(&d.path)),
+                None => format!("{} {}", d.change.letter(), String::from_utf8_lossy(&d.path)),
+            })
+            .collect()
+    };
+    let (got, _) = fs.diff(src, c, DiffOptions::default()).unwrap();
+    assert_eq!(
+        show(got),
+        ["R d/a a-moved", "A b-moved", "D d/b", "D d/new-in-src", "A new-in-clone"]
+    );
+    let opts = DiffOptions { no_renames: true, ..Default::default() };
+    let (got, _) = fs.diff(src, c, opts).unwrap();
+    assert_eq!(show(got), ["A a-moved", "A b-moved", "D d/a", "D d/b", "D d/new-in-src", "A new-in-clone"]);
+}
