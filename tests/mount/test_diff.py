@@ -119,3 +119,23 @@ def test_diff_against_a_walk_of_both_trees(scion_mount):
     assert got == [("A", "after")] and r.returncode == 1
     assert m.run("diff", src, os.path.join(m.mnt, "nope")).returncode == 2
     assert m.run("diff", "--help").returncode == 0
+
+
+def test_diff_patch(scion_mount):
+    m = scion_mount
+    src, c = os.path.join(m.mnt, "s"), os.path.join(m.mnt, "c")
+    os.makedirs(src)
+    with open(f"{src}/notes.txt", "w") as h:
+        h.write("one\ntwo\nthree\n")
+    with open(f"{src}/blob", "wb") as h:
+        h.write(bytes(range(256)) * 8)
+    assert m.run("clone", src, c).returncode == 0
+    with open(f"{c}/notes.txt", "w") as h:
+        h.write("one\nTWO\nthree\n")
+    with open(f"{c}/blob", "r+b") as h:
+        h.write(b"\xff\xfe\xfd")
+    r = m.run("diff", "--patch", src, c)
+    assert r.returncode == 1, r.describe()
+    assert "--- a/notes.txt\n+++ b/notes.txt\n" in r.stdout and "-two\n+TWO\n" in r.stdout, r.stdout
+    assert "Binary files a/blob and b/blob differ" in r.stdout, r.stdout
+    assert m.run("diff", "--patch", "--json", src, c).returncode == 2

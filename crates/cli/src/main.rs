@@ -175,6 +175,10 @@ enum Cmd {
         /// Show a moved file as deleted and added, not as `R OLD NEW`.
         #[arg(long)]
         no_renames: bool,
+        /// After the list, a unified diff of each changed file (through the mount, by
+        /// `diff -u`; binary files are named, as git does).
+        #[arg(long, conflicts_with = "json")]
+        patch: bool,
         #[arg(long)]
         store: Option<PathBuf>,
     },
@@ -350,8 +354,21 @@ fn main() -> ExitCode {
             recursive,
             metadata,
             no_renames,
+            patch,
             store,
-        } => match tree_cmds::diff(a, b, json, stat, recursive, metadata, no_renames, store) {
+        } => match tree_cmds::diff(
+            a,
+            b,
+            tree_cmds::DiffFlags {
+                json,
+                stat,
+                recursive,
+                times: metadata,
+                no_renames,
+                patch,
+            },
+            store,
+        ) {
             Ok(code) => return code,
             Err(e) => Err(e),
         },
