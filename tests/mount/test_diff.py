@@ -134,8 +134,44 @@ def test_diff_patch(scion_mount):
         h.write("one\nTWO\nthree\n")
     with open(f"{c}/blob", "r+b") as h:
         h.write(b"\xff\xfe\xfd")
+    # Written and still open: the bytes may sit in the page cache only, and diff sees them.
+    held = open(f"{c}/open-file", "w")
+    held.write("written, not closed\n")
+    held.flush()
+    r = m.run("diff", src, c)
+    assert "A open-file" in r.stdout.splitlines(), r.stdout
+    r = m.run("diff", "--stat", "--json", src, c)
+    rows = [json.loads(l) for l in r.stdout.splitlines()]
+    assert {"path": "open-file", "new_size": 20}.items() <= rows[[x["path"] for x in rows].index("open-file")].items(), rows
+    held.close()
+    os.remove(f"{c}/open-file")
     r = m.run("diff", "--patch", src, c)
     assert r.returncode == 1, r.describe()
     assert "--- a/notes.txt\n+++ b/notes.txt\n" in r.stdout and "-two\n+TWO\n" in r.stdout, r.stdout
     assert "Binary files a/blob and b/blob differ" in r.stdout, r.stdout
     assert m.run("diff", "--patch", "--json", src, c).returncode == 2
+
+
+def test_run_in_a_throwaway_clone(scion_mount):
+    m = scion_mount
+    src = os.path.join(m.mnt, "proj")
+    os.makedirs(src)
+    with open(f"{src}/a", "w") as h:
+        h.write("hi\n")
+    with open(f"{src}/b", "w") as h:
+        h.write("x\n")
+    # The command's writes may still sit in the page cache when it exits: listed all the same.
+    r = m.run("run", src, "--", "sh", "-c", "echo more >> a; rm b; mkdir out; touch out/o; exit 3")
+    assert r.returncode == 3, r.describe()
+    assert r.stdout.splitlines() == ["M a", "D b", "A out"], r.stdout
+    assert sorted(os.listdir(m.mnt)) == ["proj"], "the clone is gone"
+    with open(f"{src}/a") as h:
+        assert h.read() == "hi\n", "SRC untouched"
+    assert sorted(os.listdir(src)) == ["a", "b"]
+    r = m.run("run", "--keep", src, "--", "touch", "new")
+    assert r.returncode == 0 and r.stdout.splitlines() == ["A new"], r.describe()
+    kept = [n for n in os.listdir(m.mnt) if n.startswith("proj.scion-run-")]
+    assert len(kept) == 1 and os.path.exists(os.path.join(m.mnt, kept[0], "new"))
+    assert m.run("run", src, "--", "sh", "-c", "kill -TERM $$").returncode == 128 + 15
+    assert m.run("run", src).returncode == 2
+    assert m.run("run", os.path.join(m.mnt, "nope"), "--", "true").returncode == 2

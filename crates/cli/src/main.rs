@@ -2,6 +2,7 @@
 
 mod control;
 mod mount;
+mod run_cmd;
 mod tree_cmds;
 
 use clap::{Parser, Subcommand};
@@ -181,6 +182,19 @@ enum Cmd {
         patch: bool,
         #[arg(long)]
         store: Option<PathBuf>,
+    },
+    /// Run COMMAND in a throwaway clone of SRC (working directory: the clone; as you), then
+    /// list what it changed there as `scion diff` does and destroy the clone (`--keep` keeps
+    /// it). SRC is not touched. Exit status: COMMAND's (128 + signal), 2 if scion failed.
+    Run {
+        /// The directory to try COMMAND on (in a scion mount).
+        src: PathBuf,
+        /// Keep the clone, and print where it is.
+        #[arg(long)]
+        keep: bool,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
     },
     /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
     List {
@@ -369,6 +383,10 @@ fn main() -> ExitCode {
             },
             store,
         ) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
+        Cmd::Run { src, keep, command } => match run_cmd::run(src, keep, command) {
             Ok(code) => return code,
             Err(e) => Err(e),
         },

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 
 /// A path resolved to its store: the store directory, the path inside it, and the mount
 /// point when the store is mounted (then the daemon does the work).
-struct Located {
-    store: PathBuf,
+pub(crate) struct Located {
+    pub(crate) store: PathBuf,
     rel: Vec<u8>,
-    mnt: Option<PathBuf>,
+    pub(crate) mnt: Option<PathBuf>,
     /// The mount's device (`major:minor`), which its daemon must confirm.
     device: String,
 }
@@ -45,7 +45,7 @@ fn scion_mounts() -> Vec<(PathBuf, PathBuf, String)> {
     out
 }
 
-fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located, String> {
+pub(crate) fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located, String> {
     if let Some(store) = store {
         return Ok(Located {
             store: store.clone(),
@@ -101,7 +101,7 @@ fn run(at: &Located, op: Op) -> Result<(), String> {
 
 /// Runs `op` on the store `at` names: through its daemon when mounted, or on the store
 /// opened here.
-fn call(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, String> {
+pub(crate) fn call(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, String> {
     call_errno(at, op).map_err(|(_, m)| m)
 }
 
@@ -109,9 +109,10 @@ fn call(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, String> {
 fn call_errno(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, (i32, String)> {
     let op = op.clone();
     let reply = if let Some(mnt) = &at.mnt {
-        if matches!(op, Op::Clone { .. } | Op::Snapshot { .. }) {
+        if matches!(op, Op::Clone { .. } | Op::Snapshot { .. } | Op::Diff { .. }) {
             // The kernel may hold written data the daemon has not seen yet (writeback
-            // caching): a clone is of what processes see, so flush it first.
+            // caching, a file still open or mapped): a clone is of what processes see, and a
+            // diff compares it, so flush it first.
             if let Ok(d) = std::fs::File::open(mnt) {
                 use std::os::fd::AsRawFd;
                 unsafe { libc::syncfs(d.as_raw_fd()) };
@@ -357,7 +358,7 @@ pub struct ScheduleArgs {
 
 /// A path as the store's operations take it: from the mount root, no leading or trailing
 /// `/`.
-fn store_path(at: &Located) -> Vec<u8> {
+pub(crate) fn store_path(at: &Located) -> Vec<u8> {
     let s = String::from_utf8_lossy(&at.rel).into_owned();
     s.trim_matches('/').as_bytes().to_vec()
 }
