@@ -148,7 +148,7 @@ fn call_errno(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, (i3
     } else {
         let mut fs = Fs::open(&at.store, MountOptions::new("scion (clone/snapshot/destroy/list)"))
             .map_err(|e| (0, e.to_string()))?;
-        let r = execute(&mut fs, &op).map(|(reply, _)| reply);
+        let r = execute(&mut fs, &op, None).map(|(reply, _)| reply);
         fs.close().map_err(|e| (0, e.to_string()))?;
         r.map_err(|e| (e.errno, e.message))?
     };

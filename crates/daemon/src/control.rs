@@ -125,7 +125,7 @@ impl std::fmt::Display for Failure {
 
 /// A clone of `src` at `dst`, made for ordinary user `masked_for` if given (the privileges
 /// of files they do not own hidden in it).
-pub fn clone(
+fn clone(
     fs: &mut Fs,
     src: &[u8],
     dst: &[u8],
@@ -143,7 +143,7 @@ pub fn clone(
 }
 
 /// A snapshot `name` of `path`, made for ordinary user `masked_for` if given.
-pub fn snapshot(fs: &mut Fs, path: &[u8], name: &[u8], masked_for: Option<u32>) -> Result<(Reply, Vec<Inval>), Failure> {
+fn snapshot(fs: &mut Fs, path: &[u8], name: &[u8], masked_for: Option<u32>) -> Result<(Reply, Vec<Inval>), Failure> {
     let d = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
     fs.snapshot_for(d, name, &show(path).into_bytes(), false, scion_fs::Ts::now(), masked_for)
         .map_err(Failure::from_fs(format!("snapshot of {}", show(path))))?;
@@ -156,7 +156,7 @@ pub fn snapshot(fs: &mut Fs, path: &[u8], name: &[u8], masked_for: Option<u32>) 
 
 /// `path` put back as snapshot `from` held it, at `to` (default: `path`), as ordinary user
 /// `who` would copy it if given (`Fs::restore_as`).
-pub fn restore(
+fn restore(
     fs: &mut Fs,
     path: &[u8],
     from: &[u8],
@@ -219,11 +219,14 @@ pub fn below(rows: Vec<Listing>, under: Option<&[u8]>) -> Vec<Listing> {
         .collect()
 }
 
-/// Runs an operation on an open engine: its reply, and what the kernel must forget.
-pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
+/// Runs an operation on an open engine: its reply, and what the kernel must forget. `user`:
+/// an ordinary user asks (`rights::authorize` let them), for whom clones, snapshots and
+/// restores are made (others' privileges hidden, restored files theirs).
+pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) -> Result<(Reply, Vec<Inval>), Failure> {
+    let uid = user.map(|c| c.uid);
     let (reply, mut inval) = match op {
-        Op::Clone { src, dst, excludes } => clone(fs, src, dst, excludes, None)?,
-        Op::Snapshot { path, name } => snapshot(fs, path, name, None)?,
+        Op::Clone { src, dst, excludes } => clone(fs, src, dst, excludes, uid)?,
+        Op::Snapshot { path, name } => snapshot(fs, path, name, uid)?,
         Op::Destroy(Target::Id(id)) => {
             fs.destroy_id(*id).map_err(|e| {
                 if e == libc::EINVAL || e == libc::ENOENT {
@@ -298,7 +301,7 @@ pub fn execute(fs: &mut Fs, op: &Op) -> Result<(Reply, Vec<Inval>), Failure> {
             from,
             to,
             replace,
-        } => restore(fs, path, from, to.as_deref(), *replace, None)?,
+        } => restore(fs, path, from, to.as_deref(), *replace, user)?,
         Op::Diff {
             a,
             b,

@@ -15,8 +15,9 @@
 //! scrub and repack (they work on the whole store).
 
 use crate::control::{Failure, Op, Target};
-use scion_fs::access::{may, Caller, R, W, X};
+use scion_fs::access::{Caller, R, W, X};
 use scion_fs::schedule::ScheduleRow;
+use scion_fs::clone::split_path;
 use scion_fs::{Fs, Ino, Listing};
 
 /// Schedules an ordinary user may keep on one mount.
@@ -70,7 +71,7 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
         Op::Rollback { dir, .. } => owned(fs, who, dir).map(drop),
         Op::Versions { path } => {
             // The path may be gone from the live tree; its directory must be reachable.
-            reach(fs, who, split(path).0).map(drop)
+            reach(fs, who, split_path(path).0).map(drop)
         }
         Op::Deleted { dir } => {
             let d = reach(fs, who, dir)?;
@@ -84,7 +85,7 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             // they could not read stays unreadable) and lose their privileges to them.
             let s = reach(fs, who, src)?;
             allowed(fs, who, s, R | X, src, "read")?;
-            let (dir, _) = split(dst);
+            let (dir, _) = split_path(dst);
             let d = reach(fs, who, dir)?;
             allowed(fs, who, d, W | X, dir, "write in")
         }
@@ -92,7 +93,7 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             // As `cp -a` into the destination's directory: they must write and search it.
             // The copy itself is made as theirs (`Fs::restore_as`), readable files only.
             let dst = to.as_deref().unwrap_or(path);
-            let dir = split(dst).0;
+            let dir = split_path(dst).0;
             let d = reach(fs, who, dir)?;
             allowed(fs, who, d, W | X, dir, "write in")
         }
@@ -144,28 +145,10 @@ fn owner_is(fs: &mut Fs, who: &Caller, ino: Ino, what: &str) -> Result<Ino, Fail
 
 /// Refuses unless `who` has the `bits` on directory `ino` (at `path`), as the kernel decides.
 fn allowed(fs: &mut Fs, who: &Caller, ino: Ino, bits: u16, path: &[u8], verb: &str) -> Result<(), Failure> {
-    let a = fs.getattr(ino).map_err(from_fs(&show(path)))?;
-    let inode = with_acl(fs, ino, scion_fs::inode::Inode::new(0, a.kind, a.perm, a.uid, a.gid, a.mtime));
-    if !may(who, &inode, bits) {
+    if !fs.permits(ino, who, bits).map_err(from_fs(&show(path)))? {
         return Err(Failure::new(libc::EACCES, format!("{}: you may not {verb} it", show(path))));
     }
     Ok(())
-}
-
-/// The directory part and last name of `path`.
-fn split(path: &[u8]) -> (&[u8], &[u8]) {
-    match path.iter().rposition(|b| *b == b'/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => (&b""[..], path),
-    }
-}
-
-/// `inode` with `ino`'s access ACL, which permission checks go by.
-fn with_acl(fs: &mut Fs, ino: Ino, mut inode: scion_fs::inode::Inode) -> scion_fs::inode::Inode {
-    if let Ok(v) = fs.getxattr(ino, scion_fs::acl::ACCESS) {
-        inode.xattrs.insert(scion_fs::acl::ACCESS.to_vec(), v);
-    }
-    inode
 }
 
 fn show(p: &[u8]) -> String {

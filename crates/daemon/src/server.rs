@@ -188,7 +188,7 @@ fn run(
             Ok(Reply::Listing(crate::control::below(rows, under.as_deref())))
         }
         op => {
-            let (reply, inval) = execute(&mut engine.lock(), op)?;
+            let (reply, inval) = execute(&mut engine.lock(), op, None)?;
             // Outside the engine lock: the kernel may call back into the daemon.
             invalidate(&inval);
             // Space a command freed (a destroy, or a checkpoint) is back on the host when it
@@ -227,17 +227,7 @@ fn run_for_user(
     let (reply, inval) = {
         let mut fs = engine.lock();
         rights::authorize(&mut fs, who, op)?;
-        // What a user makes is made for them: others' privileges hidden in it.
-        let mut ran = match op {
-            Op::Clone { src, dst, excludes } => crate::control::clone(&mut fs, src, dst, excludes, Some(who.uid))?,
-            Op::Snapshot { path, name } => crate::control::snapshot(&mut fs, path, name, Some(who.uid))?,
-            Op::Restore { path, from, to, replace } => {
-                crate::control::restore(&mut fs, path, from, to.as_deref(), *replace, Some(who))?
-            }
-            op => execute(&mut fs, op)?,
-        };
-        ran.1.extend(fs.take_invalidations());
-        let (reply, inval) = ran;
+        let (reply, inval) = execute(&mut fs, op, Some(who))?;
         let reply = match reply {
             Reply::Schedules(rows) => Reply::Schedules(rights::own_schedules(&mut fs, who, rows)),
             r => r,

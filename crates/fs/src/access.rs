@@ -31,8 +31,8 @@ pub fn may_search(caller: &Caller, dir: &Inode) -> bool {
     may(caller, dir, X)
 }
 
-/// Whether `caller` has every bit of `want` (`R`, `W`, `X`) on directory `dir`, as the
-/// kernel's `generic_permission` decides: root always (CAP_DAC_OVERRIDE and
+/// Whether `caller` has every bit of `want` (`R`, `W`, `X`) on `dir` (a directory, or a file
+/// for `R` and `W`), as the kernel's `generic_permission` decides: root always (CAP_DAC_OVERRIDE and
 /// CAP_DAC_READ_SEARCH); else the owner's bits, the access ACL's named users and groups under
 /// its mask, the group's bits, the others'.
 pub fn may(caller: &Caller, dir: &Inode, want: u16) -> bool {
@@ -69,6 +69,15 @@ pub fn may(caller: &Caller, dir: &Inode, want: u16) -> bool {
         return groups.iter().any(|p| has(p & mask));
     }
     acl.iter().find(|e| e.tag == acl::OTHER).is_some_and(|e| has(e.perm))
+}
+
+impl crate::Fs {
+    /// Whether `caller` has every bit of `want` on `ino` (`may`), from its record with its
+    /// ACL; a `.snapshot` directory answers as the directory it lists.
+    pub fn permits(&self, ino: crate::Ino, caller: &Caller, want: u16) -> crate::FsResult<bool> {
+        let n = self.node(ino & !crate::clone::SNAPDIR_BIT)?;
+        Ok(may(caller, &n.inode, want))
+    }
 }
 
 #[cfg(test)]

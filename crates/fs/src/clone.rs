@@ -979,6 +979,16 @@ impl Fs {
     }
 }
 
+/// The directory part and the last name of a path from the mount root (`a/b` and `c` of
+/// `a/b/c/`; an empty directory part for a name alone).
+pub fn split_path(path: &[u8]) -> (&[u8], &[u8]) {
+    let path = path.strip_suffix(b"/").unwrap_or(path);
+    match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&b""[..], path),
+    }
+}
+
 impl Fs {
     /// The inode at `path` (names separated by '/', from the mount root; `.snapshot` and
     /// `..` understood). Takes no kernel reference.
@@ -1023,15 +1033,16 @@ impl Fs {
 
     /// The directory and last name of `path`.
     pub fn resolve_parent(&mut self, path: &[u8]) -> FsResult<(Ino, Vec<u8>)> {
-        let trimmed = path.strip_suffix(b"/").unwrap_or(path);
-        let (dir, name) = match trimmed.iter().rposition(|b| *b == b'/') {
-            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
-            None => (&b""[..], trimmed),
-        };
+        self.resolve_parent_as(path, None)
+    }
+
+    /// `resolve_parent`, the directory walked as `caller` would (see `resolve_path_as`).
+    pub fn resolve_parent_as(&mut self, path: &[u8], caller: Option<&Caller>) -> FsResult<(Ino, Vec<u8>)> {
+        let (dir, name) = split_path(path);
         if name.is_empty() || name == b"." || name == b".." {
             return Err(errno::EINVAL);
         }
-        Ok((self.resolve_path(dir)?, name.to_vec()))
+        Ok((self.resolve_path_as(dir, caller)?, name.to_vec()))
     }
 
     /// Refuses writes to a read-only namespace (checked at open, since with writeback

@@ -13,7 +13,7 @@
 //! what they do not own becomes theirs (the group stays if they are in it) and loses its
 //! setuid and setgid bits, and `security.*` and `trusted.*` attributes are left out.
 
-use crate::access::{may, Caller, R, X};
+use crate::access::{Caller, R, X};
 use crate::clone::SNAPDIR_NAME;
 use crate::error::errno;
 use crate::fs::{Fs, Ino};
@@ -79,8 +79,7 @@ impl Fs {
         who: Option<&Caller>,
     ) -> FsResult<RestoreReport> {
         // Walked as the user, for their search permissions on the way.
-        self.resolve_path_as(dir_of(dst), who)?;
-        let (parent, name) = self.resolve_parent(dst)?;
+        let (parent, name) = self.resolve_parent_as(dst, who)?;
         if let (Some(w), Some(there)) = (who, self.child(parent, &name)?) {
             if self.getattr(there)?.uid != w.uid {
                 return Err(errno::EPERM.with("what stands at the destination is not yours"));
@@ -251,12 +250,8 @@ impl Fs {
         if a.kind == Kind::Symlink {
             return Ok(());
         }
-        let mut inode = crate::inode::Inode::new(0, a.kind, a.perm, a.uid, a.gid, a.mtime);
-        if let Ok(v) = self.getxattr(from, crate::acl::ACCESS) {
-            inode.xattrs.insert(crate::acl::ACCESS.to_vec(), v);
-        }
         let want = if a.kind == Kind::Dir { R | X } else { R };
-        if !may(who, &inode, want) {
+        if !self.permits(from, who, want)? {
             let path = self.path_of_dir(from).unwrap_or_default();
             return Err(errno::EACCES.with(format!("restore: /{} is not readable to you", String::from_utf8_lossy(&path))));
         }
@@ -330,12 +325,6 @@ fn as_their_copy(mut a: crate::Attr, who: &Caller) -> crate::Attr {
         a.perm &= !0o2000;
     }
     a
-}
-
-/// The directory part of a path (`a/b` of `a/b/c`, empty for a name alone).
-fn dir_of(path: &[u8]) -> &[u8] {
-    let path = path.strip_suffix(b"/").unwrap_or(path);
-    path.iter().rposition(|b| *b == b'/').map_or(&b""[..], |i| &path[..i])
 }
 
 /// `2026-11-24T201502Z` for a time, as restore names what it sets aside.

@@ -602,22 +602,28 @@ impl BlockStore {
     /// A handle on `pack` without readahead, opened on first use; `None` where the host has
     /// none.
     fn random_reader(&self, pack: u32) -> Option<Arc<dyn HostFile>> {
-        if let Some(f) = self.random_readers.read().unwrap().get(&pack) {
-            return f.clone();
-        }
-        let f = self.host.open_random(&pack_path(&self.dir, pack)).unwrap_or(None);
-        self.random_readers.write().unwrap().insert(pack, f.clone());
-        f
+        self.special_handle(&self.random_readers, pack, |p| self.host.open_random(p))
     }
 
     /// A handle on `pack` that reads past the host's page cache, opened on first use; `None`
     /// where the host has none.
     fn direct_reader(&self, pack: u32) -> Option<Arc<dyn HostFile>> {
-        if let Some(f) = self.direct_readers.read().unwrap().get(&pack) {
+        self.special_handle(&self.direct_readers, pack, |p| self.host.open_direct(p, false))
+    }
+
+    /// The handle of `pack` in `cache`, opened with `open` on first use (and `None`, kept,
+    /// where the host has no such handle or cannot open it).
+    fn special_handle(
+        &self,
+        cache: &RwLock<HashMap<u32, Option<Arc<dyn HostFile>>>>,
+        pack: u32,
+        open: impl FnOnce(&Path) -> std::io::Result<Option<Arc<dyn HostFile>>>,
+    ) -> Option<Arc<dyn HostFile>> {
+        if let Some(f) = cache.read().unwrap().get(&pack) {
             return f.clone();
         }
-        let f = self.host.open_direct(&pack_path(&self.dir, pack), false).unwrap_or(None);
-        self.direct_readers.write().unwrap().insert(pack, f.clone());
+        let f = open(&pack_path(&self.dir, pack)).unwrap_or(None);
+        cache.write().unwrap().insert(pack, f.clone());
         f
     }
 
