@@ -186,12 +186,21 @@ impl Fs {
         depth: usize,
     ) -> FsResult<()> {
         let overlays = !self.node(a)?.entries.is_empty() || !self.node(b)?.entries.is_empty();
-        if !overlays && x.content.map(|p| p.hash) == y.content.map(|p| p.hash) {
+        // Across namespaces, equal trees may still differ below in what each namespace keeps
+        // apart: hard-linked files' records and nested clones' files. Such directories are
+        // compared name by name.
+        let apart = self.node(a)?.ns != self.node(b)?.ns && (self.shares_below(x)? || self.shares_below(y)?);
+        if !overlays && !apart && x.content.map(|p| p.hash) == y.content.map(|p| p.hash) {
             w.work.dirs_skipped += 1;
             return Ok(());
         }
         w.work.dirs_compared += 1;
         let mut names = BTreeSet::new();
+        if apart {
+            for d in [a, b] {
+                names.extend(self.readdir(d)?.into_iter().map(|e| e.name));
+            }
+        }
         self.vol
             .forest
             .diff(x.content.as_ref(), y.content.as_ref(), &mut |k, _, _| {
@@ -220,6 +229,27 @@ impl Fs {
             }
         }
         Ok(())
+    }
+
+    /// Whether a hard-linked file or a nested clone lies below directory `d` (its subtree
+    /// summary has an `L` or `M` key): what a directory's tree does not hold itself.
+    pub(crate) fn shares_below(&self, d: &Inode) -> FsResult<bool> {
+        let mut found = false;
+        let mut bad = None;
+        self.vol
+            .forest
+            .scan(d.summary.as_ref(), &[], &mut |k, _| {
+                match crate::inode::summary_key_parts(k) {
+                    Ok((tag, _)) => found = tag == b'L' || tag == b'M',
+                    Err(e) => bad = Some(e),
+                }
+                !found && bad.is_none()
+            })
+            .map_err(eio)?;
+        match bad {
+            Some(e) => Err(eio(e)),
+            None => Ok(found),
+        }
     }
 
     /// An entry on one side only: one line, and with `recursive` one per entry inside.

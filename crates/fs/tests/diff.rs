@@ -1,4 +1,4 @@
-//! `Fs::diff` differentially: random trees, cloned, then changed on both sides (writes, some
+//! `Fs::diff` differentially: random trees (with hard links), cloned, then changed on both sides (writes, some
 //! of equal bytes, chmods, xattrs, removals, new files and directories, kind changes, some
 //! checkpointed and some not); the diff of the two, both ways round, equals a naive walk of
 //! both trees that reads every file. And the cost: one change in a tree of 20,000 files
@@ -72,7 +72,11 @@ fn build(fs: &mut Fs, rng: &mut rand::rngs::StdRng, dir: Ino, depth: u32) {
         match rng.gen_range(0..10) {
             0..=5 => {
                 let d = data(rng);
-                mkfile(fs, dir, &name, &d);
+                let f = mkfile(fs, dir, &name, &d);
+                if rng.gen_bool(0.2) {
+                    // A hard link: its record lives in each namespace's link table.
+                    fs.link(f, dir, format!("{name}-ln").as_bytes()).unwrap();
+                }
             }
             6 => {
                 fs.mknod(dir, name.as_bytes(), Kind::Symlink, 0o777, 0, 0, 0, 0, b"n0").unwrap();
@@ -224,4 +228,41 @@ fn moves_are_renames_when_object_and_content_match() {
     let opts = DiffOptions { no_renames: true, ..Default::default() };
     let (got, _) = fs.diff(src, c, opts).unwrap();
     assert_eq!(show(got), ["A a-moved", "A b-moved", "D d/a", "D d/b", "D d/new-in-src", "A new-in-clone"]);
+}
+
+/// Two directories in different namespaces can have the same tree and still differ below:
+/// a hard-linked file's record lives in each namespace's link table, and a nested clone's
+/// files in its own namespace. Both are compared, not skipped by the directory's hash.
+#[test]
+fn hard_links_and_nested_clones_are_compared_across_namespaces() {
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let d = fs.mknod(src, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let f = mkfile(&mut fs, d, "linked", &vec![1u8; 100_000]);
+    fs.link(f, d, b"other-name").unwrap();
+    let inner = fs.mknod(src, b"inner", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    mkfile(&mut fs, inner, "x", b"inner file");
+    let nested = fs.clone_dir(inner, src, b"nested", &[], b"/src/inner").unwrap();
+    fs.checkpoint().unwrap();
+    let c = fs.clone_dir(src, root, b"c", &[], b"/src").unwrap();
+    fs.checkpoint().unwrap();
+    let cd = lookup(&mut fs, c, "d").unwrap();
+    let cf = lookup(&mut fs, cd, "linked").unwrap();
+    fs.write(cf, 10, b"changed").unwrap();
+    let cn = lookup(&mut fs, c, "nested").unwrap();
+    let cx = lookup(&mut fs, cn, "x").unwrap();
+    fs.write(cx, 0, b"INNER").unwrap();
+    fs.checkpoint().unwrap();
+    let _ = nested;
+    for (a, b) in [(src, c), (c, src)] {
+        let (got, _) = fs.diff(a, b, DiffOptions::default()).unwrap();
+        let got: Vec<(char, String)> =
+            got.into_iter().map(|d| (d.change.letter(), String::from_utf8_lossy(&d.path).into_owned())).collect();
+        let mut want = Vec::new();
+        naive(&mut fs, a, b, "", &mut want);
+        want.sort_by(|x, y| x.1.cmp(&y.1));
+        assert_eq!(got, want);
+        assert_eq!(got.len(), 3, "{got:?}");
+    }
 }
