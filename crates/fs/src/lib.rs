@@ -32,6 +32,7 @@ pub mod repack;
 pub mod restore;
 pub mod rollback;
 pub mod schedule;
+pub mod scan;
 pub mod scrub;
 pub mod versions;
 mod volume;

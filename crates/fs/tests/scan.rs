@@ -1,0 +1,215 @@
+//! `Fs::scan_contents`: every regular file below the roots, keyed by content without reading
+//! data. Checked against the files' bytes: equal keys hold equal bytes, and files written
+//! alike (the same bytes in one go, in clones, hard links, nested clones) share a key. Also:
+//! a clone's unchanged directories are listed without a second walk, and `since` lists only
+//! what differs from a snapshot.
+
+mod common;
+use common::*;
+use rand::{Rng, SeedableRng};
+use scion_fs::scan::ScanListing;
+use scion_fs::{Fs, Ino, Kind};
+use std::collections::HashMap;
+
+fn data(rng: &mut rand::rngs::StdRng, pool: &[Vec<u8>]) -> Vec<u8> {
+    if rng.gen_bool(0.4) {
+        return pool[rng.gen_range(0..pool.len())].clone();
+    }
+    let n = match rng.gen_range(0..4) {
+        0 => 0,
+        1 => rng.gen_range(1..2000),
+        2 => rng.gen_range(2000..70_000),
+        _ => rng.gen_range(70_000..300_000),
+    };
+    (0..n).map(|_| rng.gen_range(0..3u8)).collect()
+}
+
+fn build(fs: &mut Fs, rng: &mut rand::rngs::StdRng, dir: Ino, depth: u32, pool: &[Vec<u8>]) {
+    for i in 0..rng.gen_range(2..7) {
+        let name = format!("n{i}");
+        match rng.gen_range(0..10) {
+            0..=6 => {
+                let d = data(rng, pool);
+                let f = mkfile(fs, dir, &name, &d);
+                if rng.gen_bool(0.15) {
+                    fs.link(f, dir, format!("{name}-ln").as_bytes()).unwrap();
+                }
+            }
+            7 => {
+                fs.mknod(dir, name.as_bytes(), Kind::Symlink, 0o777, 0, 0, 0, 0, b"n0").unwrap();
+            }
+            _ if depth < 3 => {
+                let d = fs.mknod(dir, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+                build(fs, rng, d, depth + 1, pool);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Every regular file below `dir` by a walk through lookups, with its bytes.
+fn files(fs: &mut Fs, dir: Ino, path: &str, out: &mut Vec<(String, Vec<u8>)>) {
+    for e in fs.readdir(dir).unwrap() {
+        if e.name == b".snapshot" {
+            continue;
+        }
+        let p = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+        let a = fs.lookup(dir, &e.name).unwrap();
+        match a.kind {
+            Kind::File => out.push((p, read_all(fs, a.ino))),
+            Kind::Dir => files(fs, a.ino, &p, out),
+            _ => {}
+        }
+        fs.forget(a.ino, 1);
+    }
+}
+
+fn by_path(l: &ScanListing) -> HashMap<String, [u8; 32]> {
+    l.files
+        .iter()
+        .map(|(p, k)| (format!("/{}", String::from_utf8_lossy(p)), l.contents[*k as usize].0))
+        .collect()
+}
+
+/// Checks a listing against the bytes: the same paths, equal keys for equal bytes and only
+/// for them, and the sizes right.
+fn check(l: &ScanListing, want: &[(String, Vec<u8>)]) {
+    let got = by_path(l);
+    assert_eq!(got.len(), want.len(), "paths listed");
+    assert_eq!(l.files.len(), want.len(), "no path twice");
+    let mut key_of_bytes: HashMap<&[u8], [u8; 32]> = HashMap::new();
+    let mut bytes_of_key: HashMap<[u8; 32], &[u8]> = HashMap::new();
+    for (p, b) in want {
+        let k = *got.get(p).unwrap_or_else(|| panic!("{p} not listed"));
+        assert_eq!(*bytes_of_key.entry(k).or_insert(b), &b[..], "{p}: one key, two contents");
+        assert_eq!(*key_of_bytes.entry(b).or_insert(k), k, "{p}: one content, two keys");
+    }
+    for (k, size) in &l.contents {
+        assert_eq!(bytes_of_key[k].len() as u64, *size);
+    }
+}
+
+#[test]
+fn keys_name_contents_across_clones_and_changes() {
+    for seed in 0..8u64 {
+        let (_tmp, _store, mut fs) = new_store();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let pool: Vec<Vec<u8>> = (0..4).map(|i| vec![i as u8 + 1; 1000 + 40_000 * i]).collect();
+        let root = fs.root();
+        let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+        build(&mut fs, &mut rng, src, 0, &pool);
+        if seed % 2 == 0 {
+            fs.checkpoint().unwrap();
+        }
+        let c1 = fs.clone_dir(src, root, b"c1", &[], b"/src").unwrap();
+        let c2 = fs.clone_dir(src, root, b"c2", &[], b"/src").unwrap();
+        // Changes in one clone, some left uncheckpointed: a new file, a rewrite.
+        let d = data(&mut rng, &pool);
+        mkfile(&mut fs, c1, "added", &d);
+        let mut all = Vec::new();
+        files(&mut fs, c1, "", &mut all);
+        if let Some((p, _)) = all.iter().find(|(_, b)| !b.is_empty()) {
+            let f = walk(&mut fs, c1, p);
+            fs.write(f, 3, b"changed").unwrap();
+            fs.forget(f, 1);
+        }
+        let roots = vec![(src, b"src".to_vec(), None), (c1, b"c1".to_vec(), None), (c2, b"c2".to_vec(), None)];
+        let got = fs.scan_contents(&roots).unwrap();
+        let mut want = Vec::new();
+        for (ino, name) in [(src, "/src"), (c1, "/c1"), (c2, "/c2")] {
+            files(&mut fs, ino, name, &mut want);
+        }
+        check(&got, &want);
+    }
+}
+
+fn walk(fs: &mut Fs, dir: Ino, path: &str) -> Ino {
+    let mut at = dir;
+    for n in path.split('/').filter(|n| !n.is_empty()) {
+        let next = lookup(fs, at, n).unwrap();
+        if at != dir {
+            fs.forget(at, 1);
+        }
+        at = next;
+    }
+    at
+}
+
+/// A hard-linked file changed in a clone, and a nested clone's file: the directories above
+/// them have the same tree in both namespaces, and must not be listed from the first walk.
+#[test]
+fn hard_links_and_nested_clones_are_keyed_per_namespace() {
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let d = fs.mknod(src, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let f = mkfile(&mut fs, d, "linked", &vec![1u8; 100_000]);
+    fs.link(f, d, b"other-name").unwrap();
+    let inner = fs.mknod(src, b"inner", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    mkfile(&mut fs, inner, "x", b"inner file");
+    fs.clone_dir(inner, src, b"nested", &[], b"/src/inner").unwrap();
+    fs.checkpoint().unwrap();
+    let c = fs.clone_dir(src, root, b"c", &[], b"/src").unwrap();
+    fs.checkpoint().unwrap();
+    let f = walk(&mut fs, c, "d/linked");
+    fs.write(f, 10, b"changed").unwrap();
+    let x = walk(&mut fs, c, "nested/x");
+    fs.write(x, 0, b"INNER").unwrap();
+    fs.checkpoint().unwrap();
+    let got = fs.scan_contents(&[(src, b"src".to_vec(), None), (c, b"c".to_vec(), None)]).unwrap();
+    let mut want = Vec::new();
+    files(&mut fs, src, "/src", &mut want);
+    files(&mut fs, c, "/c", &mut want);
+    check(&got, &want);
+}
+
+/// Eight clones of one tree list every file of each, from one walk of the tree's
+/// directories: the contents are those of one tree.
+#[test]
+fn clones_share_the_walk() {
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    for d in 0..20 {
+        let dir = fs.mknod(src, format!("d{d}").as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+        for f in 0..50 {
+            let ino = mkfile(&mut fs, dir, &format!("f{f}"), format!("{d}/{f}").repeat(40).as_bytes());
+            fs.forget(ino, 1);
+        }
+    }
+    fs.checkpoint().unwrap();
+    let mut roots = vec![(src, b"src".to_vec(), None)];
+    for i in 0..8 {
+        let name = format!("c{i}");
+        let c = fs.clone_dir(src, root, name.as_bytes(), &[], b"/src").unwrap();
+        roots.push((c, name.into_bytes(), None));
+    }
+    let got = fs.scan_contents(&roots).unwrap();
+    assert_eq!(got.files.len(), 9 * 1000);
+    assert_eq!(got.contents.len(), 1000);
+    assert!(got.files.iter().any(|(p, _)| p == b"c7/d19/f49"));
+}
+
+#[test]
+fn since_lists_what_differs_from_a_snapshot() {
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let d = fs.mknod(src, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    for f in 0..10 {
+        mkfile(&mut fs, d, &format!("f{f}"), format!("file {f}").as_bytes());
+    }
+    mkfile(&mut fs, src, "gone", b"bye");
+    fs.snapshot(src, b"before", b"/src").unwrap();
+    let f3 = lookup(&mut fs, d, "f3").unwrap();
+    fs.write(f3, 0, b"FILE").unwrap();
+    let f4 = lookup(&mut fs, d, "f4").unwrap();
+    fs.setattr(f4, scion_fs::SetAttr { mode: Some(0o600), ..Default::default() }).unwrap();
+    mkfile(&mut fs, d, "new", b"new file");
+    fs.unlink(src, b"gone").unwrap();
+    let snap = walk(&mut fs, src, ".snapshot/before");
+    let got = fs.scan_contents(&[(src, b"src".to_vec(), Some(snap))]).unwrap();
+    let mut paths: Vec<String> = got.files.iter().map(|(p, _)| String::from_utf8_lossy(p).into_owned()).collect();
+    paths.sort();
+    assert_eq!(paths, ["src/d/f3", "src/d/new"]);
+}
