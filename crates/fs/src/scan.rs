@@ -18,6 +18,7 @@ use crate::delta::StoredChunk;
 use crate::error::errno;
 use crate::fs::{eio, make_ino, Fs, Ino};
 use crate::inode::{chunk_index, chunk_key, EntryRecord, Inode, Kind};
+use crate::access::{Caller, R, X};
 use crate::FsResult;
 use std::collections::HashMap;
 
@@ -37,7 +38,13 @@ pub struct ScanListing {
     /// Every regular file: its path from the mount root, and its content's index in
     /// `contents`.
     pub files: Vec<(Vec<u8>, u32)>,
+    /// Directories not walked: the caller may not read and search them.
+    pub denied: Vec<Vec<u8>>,
 }
+
+/// In `Walk::out.files` while walking, a directory the caller may not list (so that a
+/// directory listed again from its first walk lists its refusals again too).
+const DENIED: u32 = u32::MAX;
 
 impl ScanListing {
     /// Adds a file, keeping `contents` distinct.
@@ -54,7 +61,9 @@ impl ScanListing {
     }
 }
 
-struct Walk {
+struct Walk<'a> {
+    /// An ordinary user asks: directories they may not read and search are not walked.
+    who: Option<&'a Caller>,
     out: ScanListing,
     index: HashMap<ContentKey, u32>,
     /// A content tree's root hash -> its file's key (clones share content trees).
@@ -68,11 +77,13 @@ impl Fs {
     /// Every regular file below the directories `roots` (each with its path from the mount
     /// root, which prefixes its files' paths), with its content's key. With `since`, only
     /// the files that differ from the snapshot of each root given there (added, changed or
-    /// of another kind; a root without one is scanned whole).
-    pub fn scan_contents(&mut self, roots: &[(Ino, Vec<u8>, Option<Ino>)]) -> FsResult<ScanListing> {
+    /// of another kind; a root without one is scanned whole). With `who`, as that user
+    /// would walk: directories they may not read and search are listed as denied.
+    pub fn scan_contents(&mut self, roots: &[(Ino, Vec<u8>, Option<Ino>)], who: Option<&Caller>) -> FsResult<ScanListing> {
         // What a reader of the mount sees, committed: the walk then reads records only.
         self.checkpoint().map_err(eio)?;
         let mut w = Walk {
+            who,
             out: ScanListing::default(),
             index: HashMap::new(),
             by_root: HashMap::new(),
@@ -87,7 +98,12 @@ impl Fs {
             self.forget(*ino, 1);
             r?;
         }
-        Ok(w.out)
+        let mut out = w.out;
+        let (denied, files): (Vec<_>, Vec<_>) = out.files.into_iter().partition(|(_, k)| *k == DENIED);
+        out.files = files;
+        out.denied = denied.into_iter().map(|(p, _)| p).collect();
+        out.denied.dedup();
+        Ok(out)
     }
 
     /// The files of `root` that differ from its snapshot `snap`.
@@ -103,7 +119,7 @@ impl Fs {
             if d.kind != Kind::File || !matches!(d.change, Change::Added | Change::Modified | Change::Type) {
                 continue;
             }
-            let Some(ino) = self.walk_to(root, &d.path)? else { continue };
+            let Some(ino) = self.walk_to(root, path, &d.path, w)? else { continue };
             self.remember(ino)?;
             let i = self.node(ino)?.inode.clone();
             self.forget(ino, 1);
@@ -113,16 +129,34 @@ impl Fs {
         Ok(())
     }
 
-    /// The object at `rel` (names separated by `/`) below `dir`, if any.
-    fn walk_to(&mut self, dir: Ino, rel: &[u8]) -> FsResult<Option<Ino>> {
-        let mut at = dir;
+    /// The object at `rel` (names separated by `/`) below `dir` (at `path`), if any, and if
+    /// the caller may read and search every directory on the way.
+    fn walk_to(&mut self, dir: Ino, path: &[u8], rel: &[u8], w: &mut Walk) -> FsResult<Option<Ino>> {
+        let (mut at, mut at_path) = (dir, path.to_vec());
         for name in rel.split(|&c| c == b'/').filter(|n| !n.is_empty()) {
+            if !self.may_list(at, &at_path, w)? {
+                return Ok(None);
+            }
             match self.child(at, name)? {
                 Some(c) => at = c,
                 None => return Ok(None),
             }
+            at_path = join(&at_path, name);
         }
         Ok(Some(at))
+    }
+
+    /// Whether the caller may read and search directory `d` (at `path`); if not, it is
+    /// listed as denied.
+    fn may_list(&mut self, d: Ino, path: &[u8], w: &mut Walk) -> FsResult<bool> {
+        let Some(who) = w.who else { return Ok(true) };
+        if self.permits(d, who, R | X)? {
+            return Ok(true);
+        }
+        if w.out.files.last().map(|(p, k)| (&p[..], *k)) != Some((path, DENIED)) {
+            w.out.files.push((path.to_vec(), DENIED));
+        }
+        Ok(false)
     }
 
     fn scan_dir(&mut self, d: Ino, path: Vec<u8>, w: &mut Walk, depth: usize) -> FsResult<()> {
@@ -141,14 +175,19 @@ impl Fs {
             for i in start..end {
                 let (p, k) = &w.out.files[i];
                 let again = [&path[..], &p[len..]].concat();
-                let size = w.out.contents[*k as usize].1;
-                let key = w.out.contents[*k as usize].0;
+                if *k == DENIED {
+                    w.out.files.push((again, DENIED));
+                    continue;
+                }
+                let (key, size) = w.out.contents[*k as usize];
                 w.out.push(&mut w.index, again, key, size)?;
             }
             return Ok(());
         }
         let start = w.out.files.len();
-        if overlays {
+        if !self.may_list(d, &path, w)? {
+            // (Remembered as walked: the same tree elsewhere is refused alike.)
+        } else if overlays {
             self.scan_entries_loaded(d, &path, w, depth)?;
         } else {
             self.scan_entries_committed(d, &inode, ns, &path, w, depth)?;

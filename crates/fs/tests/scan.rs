@@ -114,7 +114,7 @@ fn keys_name_contents_across_clones_and_changes() {
             fs.forget(f, 1);
         }
         let roots = vec![(src, b"src".to_vec(), None), (c1, b"c1".to_vec(), None), (c2, b"c2".to_vec(), None)];
-        let got = fs.scan_contents(&roots).unwrap();
+        let got = fs.scan_contents(&roots, None).unwrap();
         let mut want = Vec::new();
         for (ino, name) in [(src, "/src"), (c1, "/c1"), (c2, "/c2")] {
             files(&mut fs, ino, name, &mut want);
@@ -156,7 +156,7 @@ fn hard_links_and_nested_clones_are_keyed_per_namespace() {
     let x = walk(&mut fs, c, "nested/x");
     fs.write(x, 0, b"INNER").unwrap();
     fs.checkpoint().unwrap();
-    let got = fs.scan_contents(&[(src, b"src".to_vec(), None), (c, b"c".to_vec(), None)]).unwrap();
+    let got = fs.scan_contents(&[(src, b"src".to_vec(), None), (c, b"c".to_vec(), None)], None).unwrap();
     let mut want = Vec::new();
     files(&mut fs, src, "/src", &mut want);
     files(&mut fs, c, "/c", &mut want);
@@ -184,7 +184,7 @@ fn clones_share_the_walk() {
         let c = fs.clone_dir(src, root, name.as_bytes(), &[], b"/src").unwrap();
         roots.push((c, name.into_bytes(), None));
     }
-    let got = fs.scan_contents(&roots).unwrap();
+    let got = fs.scan_contents(&roots, None).unwrap();
     assert_eq!(got.files.len(), 9 * 1000);
     assert_eq!(got.contents.len(), 1000);
     assert!(got.files.iter().any(|(p, _)| p == b"c7/d19/f49"));
@@ -208,8 +208,28 @@ fn since_lists_what_differs_from_a_snapshot() {
     mkfile(&mut fs, d, "new", b"new file");
     fs.unlink(src, b"gone").unwrap();
     let snap = walk(&mut fs, src, ".snapshot/before");
-    let got = fs.scan_contents(&[(src, b"src".to_vec(), Some(snap))]).unwrap();
+    let got = fs.scan_contents(&[(src, b"src".to_vec(), Some(snap))], None).unwrap();
     let mut paths: Vec<String> = got.files.iter().map(|(p, _)| String::from_utf8_lossy(p).into_owned()).collect();
     paths.sort();
     assert_eq!(paths, ["src/d/f3", "src/d/new"]);
+}
+
+/// For an ordinary user, directories they may not read and search are not walked but
+/// listed as denied, in every clone that holds them.
+#[test]
+fn a_user_scans_what_they_may_list() {
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 1000, 1000, 0, &[]).unwrap().ino;
+    mkfile(&mut fs, src, "open", b"readable");
+    let private = fs.mknod(src, b"private", Kind::Dir, 0o700, 0, 0, 0, 0, &[]).unwrap().ino;
+    mkfile(&mut fs, private, "secret", b"root's");
+    let c = fs.clone_dir(src, root, b"c", &[], b"/src").unwrap();
+    let who = scion_fs::access::Caller { uid: 1000, gid: 1000, groups: vec![] };
+    let got = fs.scan_contents(&[(src, b"src".to_vec(), None), (c, b"c".to_vec(), None)], Some(&who)).unwrap();
+    let paths: Vec<&[u8]> = got.files.iter().map(|(p, _)| &p[..]).collect();
+    assert_eq!(paths, [&b"src/open"[..], b"c/open"]);
+    assert_eq!(got.denied, [b"src/private".to_vec(), b"c/private".to_vec()]);
+    let got = fs.scan_contents(&[(src, b"src".to_vec(), None)], None).unwrap();
+    assert_eq!(got.files.len(), 2);
 }
