@@ -3,6 +3,7 @@
 mod control;
 mod mount;
 mod run_cmd;
+mod scan_cmd;
 mod tree_cmds;
 
 use clap::{Parser, Subcommand};
@@ -192,6 +193,38 @@ enum Cmd {
         /// Keep the clone, and print where it is.
         #[arg(long)]
         keep: bool,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Run COMMAND once per distinct file content below the PATHs (clones, snapshots, any
+    /// directories of one mount), in parallel, and report its result for every path that
+    /// holds that content: `scion scan /srv/vm* -- clamscan --no-summary {}`. Contents are
+    /// told apart by block hashes, without reading data; `{}` is one path holding the
+    /// content (the path goes last if COMMAND has no `{}`). Each file's result is shown as if
+    /// COMMAND had run on it: the path it ran on is replaced by the file's in its output;
+    /// output that names no path gets `PATH: ` before each line. Results are kept in the
+    /// store per command line and content, so a second scan runs only on what changed.
+    /// Exit 0: every run exited 0; 1: some did not; 2: trouble (a directory you may not
+    /// read, a command that does not start).
+    Scan {
+        /// The directories to scan (in one scion mount).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Only files whose content differs from this snapshot (a name in each PATH's
+        /// .snapshot or a parent's, or the path of a snapshot directory).
+        #[arg(long)]
+        since: Option<String>,
+        /// Runs at once (default: the number of CPUs).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// JSON Lines, one per file: {"path", "content", "size", "status", "stdout",
+        /// "stderr", "cached", "ran_on"}.
+        #[arg(long)]
+        json: bool,
+        /// Run on every content, neither using nor keeping results kept for this command.
+        #[arg(long)]
+        no_cache: bool,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -387,6 +420,24 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Cmd::Run { src, keep, command } => match run_cmd::run(src, keep, command) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
+        Cmd::Scan {
+            paths,
+            since,
+            jobs,
+            json,
+            no_cache,
+            command,
+        } => match scan_cmd::scan(scan_cmd::ScanArgs {
+            paths,
+            since,
+            jobs,
+            json,
+            no_cache,
+            command,
+        }) {
             Ok(code) => return code,
             Err(e) => Err(e),
         },

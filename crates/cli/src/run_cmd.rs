@@ -56,7 +56,7 @@ fn finish(at: &crate::tree_cmds::Located, clone: &Path, clone_rel: &[u8], keep: 
         },
     );
     match diff {
-        Ok(Reply::Diff { changes, .. }) => {
+        Ok(Reply::Diff(changes)) => {
             eprintln!("scion run: {} changes", changes.len());
             print!("{}", crate::control::render_diff(&changes, false, false));
         }

@@ -109,10 +109,10 @@ pub(crate) fn call(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply
 fn call_errno(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, (i32, String)> {
     let op = op.clone();
     let reply = if let Some(mnt) = &at.mnt {
-        if matches!(op, Op::Clone { .. } | Op::Snapshot { .. } | Op::Diff { .. }) {
+        if matches!(op, Op::Clone { .. } | Op::Snapshot { .. } | Op::Diff { .. } | Op::Scan { .. }) {
             // The kernel may hold written data the daemon has not seen yet (writeback
             // caching, a file still open or mapped): a clone is of what processes see, and a
-            // diff compares it, so flush it first.
+            // diff or scan compares it, so flush it first.
             if let Ok(d) = std::fs::File::open(mnt) {
                 use std::os::fd::AsRawFd;
                 unsafe { libc::syncfs(d.as_raw_fd()) };
@@ -495,15 +495,12 @@ pub fn diff(a: PathBuf, b: PathBuf, f: DiffFlags, store: Option<PathBuf>) -> Res
         recursive: f.recursive,
         no_renames: f.no_renames,
     };
-    let Reply::Diff { changes, cut } = call(&x, &op)? else {
+    let Reply::Diff(changes) = call(&x, &op)? else {
         return Err("the daemon answered something else".into());
     };
     print!("{}", control::render_diff(&changes, f.json, f.stat));
     if f.patch {
         patches(&a, &b, &changes)?;
-    }
-    if cut {
-        eprintln!("scion: more changes than one reply holds; the list stops at {}", changes.len());
     }
     Ok(std::process::ExitCode::from(if changes.is_empty() { 0 } else { 1 }))
 }

@@ -8,6 +8,8 @@ use scion_fs::restore::RestoreReport;
 use scion_fs::schedule::{Schedule, ScheduleRow};
 use scion_fs::scrub::ScrubReport;
 use scion_fs::versions::{Deleted, Version};
+use crate::scan_cache::{self, ScanResult};
+use scion_fs::scan::ScanListing;
 use scion_fs::{Fs, FsError, Inval, Listing};
 
 /// An operation. Paths are from the mount root, names separated by `/`.
@@ -60,6 +62,20 @@ pub enum Op {
         recursive: bool,
         no_renames: bool,
     },
+    /// Every regular file below `paths`, keyed by content (`Fs::scan_contents`); with
+    /// `since` (a snapshot name of each path, or a path into a snapshot), only the files
+    /// that differ from it. With `command`, the results kept for that command line for the
+    /// contents found (`scan_cache`).
+    Scan {
+        paths: Vec<Vec<u8>>,
+        since: Option<Vec<u8>>,
+        command: Option<Vec<u8>>,
+    },
+    /// Keeps the results of `command` for their contents.
+    ScanRecord {
+        command: Vec<u8>,
+        results: Vec<ScanResult>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,8 +101,11 @@ pub enum Reply {
     Deleted(Vec<Deleted>),
     Restored(RestoreReport),
     RolledBack,
-    /// The differences, sorted by path; `cut` if there were more than one message holds.
-    Diff { changes: Vec<scion_fs::diff::Difference>, cut: bool },
+    /// The differences, sorted by path.
+    Diff(Vec<scion_fs::diff::Difference>),
+    /// The files found, and the results kept for their contents.
+    Scan { listing: ScanListing, cached: Vec<ScanResult> },
+    ScanRecorded,
 }
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
@@ -182,6 +201,46 @@ fn restore(
         }
     }
     Ok((Reply::Restored(r), inval))
+}
+
+/// The files below `paths` by content, walked as `user` would, and the results kept for
+/// `command`'s contents.
+fn scan(
+    fs: &mut Fs,
+    paths: &[Vec<u8>],
+    since: Option<&[u8]>,
+    command: Option<&[u8]>,
+    user: Option<&scion_fs::access::Caller>,
+) -> Result<Reply, Failure> {
+    let mut roots = Vec::with_capacity(paths.len());
+    for p in paths {
+        let ino = fs.resolve_path_as(p, user).map_err(Failure::from_fs(show(p)))?;
+        let base = match since {
+            None => None,
+            Some(s) => {
+                let snap = if s.contains(&b'/') {
+                    s.to_vec()
+                } else {
+                    fs.in_snapshot(p, s).map_err(Failure::from_fs(show(p)))?
+                };
+                let what = format!("{} (the snapshot to compare {} with)", show(&snap), show(p));
+                Some(fs.resolve_path_as(&snap, user).map_err(Failure::from_fs(what))?)
+            }
+        };
+        let rel = String::from_utf8_lossy(p).trim_matches('/').as_bytes().to_vec();
+        roots.push((ino, rel, base));
+    }
+    let listing = fs
+        .scan_contents(&roots, user)
+        .map_err(Failure::from_fs(format!("scan of {}", paths.iter().map(|p| show(p)).collect::<Vec<_>>().join(" "))))?;
+    let cached = match command {
+        None => Vec::new(),
+        Some(c) => {
+            let mut kept = scan_cache::load(&scan_cache::file_for(fs.store_dir(), user.map(|u| u.uid), c));
+            listing.contents.iter().filter_map(|(k, _)| kept.remove(k)).collect()
+        }
+    };
+    Ok(Reply::Scan { listing, cached })
 }
 
 /// Why a rollback was refused, in words.
@@ -319,7 +378,14 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             let (changes, _) = fs
                 .diff(x, y, opts)
                 .map_err(Failure::from_fs(format!("diff of {} and {}", show(a), show(b))))?;
-            (Reply::Diff { changes, cut: false }, Vec::new())
+            (Reply::Diff(changes), Vec::new())
+        }
+        Op::Scan { paths, since, command } => (scan(fs, paths, since.as_deref(), command.as_deref(), user)?, Vec::new()),
+        Op::ScanRecord { command, results } => {
+            let f = scan_cache::file_for(fs.store_dir(), uid, command);
+            scan_cache::append(&f, results)
+                .map_err(|e| Failure::new(e.raw_os_error().unwrap_or(libc::EIO), format!("{}: {e}", f.display())))?;
+            (Reply::ScanRecorded, Vec::new())
         }
         Op::Rollback { dir, to } => {
             let d = fs.resolve_path(dir).map_err(Failure::from_fs(show(dir)))?;

@@ -8,6 +8,7 @@ mod background;
 pub mod control;
 mod engine;
 pub mod rights;
+pub mod scan_cache;
 pub mod router;
 pub mod scheduler;
 pub mod server;

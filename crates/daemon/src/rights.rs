@@ -24,6 +24,8 @@ use scion_fs::{Fs, Ino, Listing};
 pub const MAX_USER_SCHEDULES: usize = 16;
 /// Snapshots an ordinary user may own on one mount (their top directory is theirs).
 pub const MAX_USER_SNAPSHOTS: usize = 1000;
+/// Command lines an ordinary user may keep scan results for on one mount.
+pub const MAX_USER_SCAN_CACHES: usize = 32;
 
 /// Who asks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,6 +105,19 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             libc::EPERM,
             "diff is root's and the store owner's for now; `diff -r` compares what you can read",
         )),
+        // Walked as they would walk it (`Fs::scan_contents` with the caller), their own cache.
+        Op::Scan { .. } => Ok(()),
+        Op::ScanRecord { command, .. } => {
+            let store = fs.store_dir();
+            let new = !crate::scan_cache::file_for(store, Some(who.uid), command).exists();
+            if new && crate::scan_cache::files_of(store, who.uid) >= MAX_USER_SCAN_CACHES {
+                return Err(Failure::new(
+                    libc::EDQUOT,
+                    format!("you keep scan results for {MAX_USER_SCAN_CACHES} command lines, the most a user may"),
+                ));
+            }
+            Ok(())
+        }
         Op::Scrub | Op::Repack { .. } => Err(Failure::new(
             libc::EPERM,
             "scrub and repack work on the whole store: root's or the store owner's",

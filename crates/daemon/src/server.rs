@@ -151,11 +151,15 @@ fn serve_client(mut s: UnixStream, engine: &Engine, device: &str, invalidate: &(
             r
         }
     };
-    let frame = match &r {
-        Ok(reply) => wire::encode_reply(reply),
-        Err(f) => wire::encode_failure(f),
+    let frames = match &r {
+        Ok(reply) => wire::encode_reply_frames(reply),
+        Err(f) => vec![wire::encode_failure(f)],
     };
-    let _ = write_frame(&mut s, &frame);
+    for f in frames {
+        if write_frame(&mut s, &f).is_err() {
+            break;
+        }
+    }
 }
 
 fn run(
@@ -270,10 +274,14 @@ pub fn call(store: &Path, device: &str, op: &Op, progress: &mut dyn FnMut(u64, u
         Err(e) => return Err(io(&format!("cannot reach the daemon at {}", sock.display()), e)),
     };
     write_frame(&mut s, &wire::encode_request(op, device)).map_err(|e| io("sending to the daemon", e))?;
+    let mut parts = wire::Parts::default();
+    let proto = |e| Failure::new(libc::EPROTO, e);
     loop {
         let body = read_frame(&mut s).map_err(|e| io("reading the daemon's reply", e))?;
-        match wire::decode_frame(&body).map_err(|e| Failure::new(libc::EPROTO, e))? {
+        match wire::decode_frame(&body).map_err(proto)? {
             wire::Frame::Progress { done, total, what } => progress(done, total, &what),
+            wire::Frame::Part(p) => parts.add(p).map_err(proto)?,
+            wire::Frame::Gathered(end) => return parts.complete(end).map_err(proto),
             wire::Frame::Reply(r) => return Ok(r),
             wire::Frame::Failure(f) => return Err(f),
         }

@@ -1,5 +1,6 @@
-//! The control protocol between `scion` commands and a mounted store's daemon, version 3
-//! (version 3 added the schedule operations and the scheduled mark of a listing's rows).
+//! The control protocol between `scion` commands and a mounted store's daemon, version 4
+//! (version 3 added the schedule operations and the scheduled mark of a listing's rows;
+//! version 4 the scan operations and part frames).
 //! Decoded without trusting the other side: every length is checked against what remains
 //! (`scion_store::codec::Reader`), and a frame is at most `MAX_MESSAGE` bytes.
 //!
@@ -13,12 +14,19 @@
 //! progress  0x10  done u64, total u64 (0: unknown), what (u32 len + bytes)
 //! reply     0x11  the typed reply (below)
 //! failure   0x12  errno u32, message (u32 len + bytes)
+//! part      0x13  what u8, count u32, items: some of the items of the reply that follows
 //! ```
+//!
+//! A reply with more items than a frame holds (a diff's changes, a scan's files) sends them
+//! in part frames (`Part`), which the receiver gathers (`Parts`) and puts in the reply.
 //!
 //! Version 1 (before issue 17) answered with a status byte, 0 or 1, and a text: a body that
 //! begins with either is an older daemon's, and is reported as such.
 
 use crate::control::{Failure, Op, Reply, Target};
+use crate::scan_cache::{ScanResult, MAX_COMMAND};
+use scion_fs::diff::{Change, Difference};
+use scion_fs::scan::{ContentKey, ScanListing};
 use scion_fs::records::schedules;
 use scion_fs::repack::RepackReport;
 use scion_fs::restore::RestoreReport;
@@ -30,7 +38,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -39,6 +47,9 @@ const MAX_FIELDS: usize = 4096;
 const PROGRESS: u8 = 0x10;
 const REPLY: u8 = 0x11;
 const FAILURE: u8 = 0x12;
+const PART: u8 = 0x13;
+/// Most items a reply gathers from its parts.
+const MAX_ITEMS: usize = scion_fs::scan::MAX_FILES;
 
 pub fn write_frame(s: &mut impl Write, body: &[u8]) -> std::io::Result<()> {
     if body.len() > MAX_MESSAGE {
@@ -145,6 +156,20 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
             let flags = *times as u8 | (*recursive as u8) << 1 | (*no_renames as u8) << 2;
             w.u8(15).bytes(a).bytes(b).u8(flags);
         }
+        Op::Scan { paths, since, command } => {
+            w.u8(16).u32(paths.len() as u32);
+            for p in paths {
+                w.bytes(p);
+            }
+            w.u8(since.is_some() as u8).bytes(since.as_deref().unwrap_or_default());
+            w.u8(command.is_some() as u8).bytes(command.as_deref().unwrap_or_default());
+        }
+        Op::ScanRecord { command, results } => {
+            w.u8(17).bytes(command).u32(results.len() as u32);
+            for x in results {
+                x.encode(&mut w);
+            }
+        }
     }
     w.finish()
 }
@@ -249,6 +274,40 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
                 no_renames: flags & 4 != 0,
             }
         }
+        16 => {
+            let n = r.count(4).map_err(bad)?;
+            if n == 0 || n > MAX_FIELDS {
+                return Err(format!("a scan of {n} paths (1 to {MAX_FIELDS})"));
+            }
+            let mut paths = Vec::with_capacity(n);
+            for _ in 0..n {
+                paths.push(r.bytes().map_err(bad)?.to_vec());
+            }
+            let has_since = r.u8().map_err(bad)? != 0;
+            let since = r.bytes().map_err(bad)?.to_vec();
+            let has_command = r.u8().map_err(bad)? != 0;
+            let command = r.bytes().map_err(bad)?.to_vec();
+            if command.len() > MAX_COMMAND {
+                return Err(format!("a command line of {} bytes (at most {MAX_COMMAND})", command.len()));
+            }
+            Op::Scan {
+                paths,
+                since: has_since.then_some(since),
+                command: has_command.then_some(command),
+            }
+        }
+        17 => {
+            let command = r.bytes().map_err(bad)?.to_vec();
+            if command.len() > MAX_COMMAND {
+                return Err(format!("a command line of {} bytes (at most {MAX_COMMAND})", command.len()));
+            }
+            let n = r.count(32 + 4 + 12).map_err(bad)?;
+            let mut results = Vec::with_capacity(n);
+            for _ in 0..n {
+                results.push(ScanResult::decode(&mut r).map_err(bad)?);
+            }
+            Op::ScanRecord { command, results }
+        }
         o => return Err(format!("unknown operation {o}")),
     };
     r.expect_end().map_err(bad)?;
@@ -263,6 +322,173 @@ pub enum Frame {
     Progress { done: u64, total: u64, what: String },
     Reply(Reply),
     Failure(Failure),
+    Part(Part),
+    /// The end of a reply whose items came in parts: how many of each.
+    Gathered(Gathered),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Gathered {
+    /// Changes.
+    Diff(u64),
+    /// Contents, files, denied directories, cached results.
+    Scan([u64; 4]),
+}
+
+/// Some of the items of the reply that follows.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Part {
+    Diff(Vec<Difference>),
+    ScanContents(Vec<(ContentKey, u64)>),
+    ScanFiles(Vec<(Vec<u8>, u32)>),
+    ScanDenied(Vec<Vec<u8>>),
+    ScanCached(Vec<ScanResult>),
+}
+
+/// The parts of a reply gathered so far.
+#[derive(Default)]
+pub struct Parts {
+    diff: Vec<Difference>,
+    scan: ScanListing,
+    cached: Vec<ScanResult>,
+}
+
+impl Parts {
+    pub fn add(&mut self, p: Part) -> Result<(), String> {
+        let n = match p {
+            Part::Diff(v) => extend(&mut self.diff, v),
+            Part::ScanContents(v) => extend(&mut self.scan.contents, v),
+            Part::ScanFiles(v) => extend(&mut self.scan.files, v),
+            Part::ScanDenied(v) => extend(&mut self.scan.denied, v),
+            Part::ScanCached(v) => extend(&mut self.cached, v),
+        };
+        if n > MAX_ITEMS {
+            return Err(format!("a reply of more than {MAX_ITEMS} items"));
+        }
+        Ok(())
+    }
+
+    /// The reply its parts make, checked against the counts its end gives.
+    pub fn complete(self, end: Gathered) -> Result<Reply, String> {
+        let counts = |want: [u64; 4], got: [usize; 4]| {
+            if want == got.map(|n| n as u64) {
+                Ok(())
+            } else {
+                Err(format!("the reply announces {want:?} items, its parts held {got:?}"))
+            }
+        };
+        let s = &self.scan;
+        let stray = [s.contents.len(), s.files.len(), s.denied.len(), self.cached.len()];
+        Ok(match end {
+            Gathered::Diff(n) => {
+                counts([n, 0, 0, 0], [self.diff.len(), stray[1..].iter().sum::<usize>() + stray[0], 0, 0])?;
+                Reply::Diff(self.diff)
+            }
+            Gathered::Scan(n) => {
+                counts(n, stray)?;
+                if !self.diff.is_empty() {
+                    return Err("diff changes in a scan's reply".into());
+                }
+                if let Some((_, k)) = s.files.iter().find(|(_, k)| *k as usize >= s.contents.len()) {
+                    return Err(format!("a file of content {k}, of {} contents", s.contents.len()));
+                }
+                Reply::Scan {
+                    listing: self.scan,
+                    cached: self.cached,
+                }
+            }
+        })
+    }
+}
+
+fn extend<T>(to: &mut Vec<T>, v: Vec<T>) -> usize {
+    to.extend(v);
+    to.len()
+}
+
+/// The frames of a reply: its parts, then the reply itself.
+pub fn encode_reply_frames(reply: &Reply) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    match reply {
+        Reply::Diff(changes) => part_frames(&mut frames, 1, changes, encode_change),
+        Reply::Scan { listing, cached } => {
+            part_frames(&mut frames, 2, &listing.contents, |w, (k, size)| {
+                w.raw(k).u64(*size);
+            });
+            part_frames(&mut frames, 3, &listing.files, |w, (p, k)| {
+                w.u32(*k).bytes(p);
+            });
+            part_frames(&mut frames, 4, &listing.denied, |w, p| {
+                w.bytes(p);
+            });
+            part_frames(&mut frames, 5, cached, |w, x| x.encode(w));
+        }
+        _ => {}
+    }
+    frames.push(encode_reply(reply));
+    frames
+}
+
+/// Part frames of kind `what` holding `items`, as many as they need.
+fn part_frames<T>(frames: &mut Vec<Vec<u8>>, what: u8, items: &[T], enc: impl Fn(&mut Writer, &T)) {
+    let mut body = Writer::new();
+    let mut n = 0u32;
+    let flush = |frames: &mut Vec<Vec<u8>>, body: Writer, n: u32| {
+        let mut w = Writer::new();
+        w.u8(PART).u8(what).u32(n).raw(&body.finish());
+        frames.push(w.finish());
+    };
+    for it in items {
+        let mut one = Writer::new();
+        enc(&mut one, it);
+        let one = one.finish();
+        if n > 0 && body.buf.len() + one.len() > MAX_MESSAGE - 64 {
+            flush(frames, std::mem::replace(&mut body, Writer::new()), n);
+            n = 0;
+        }
+        body.raw(&one);
+        n += 1;
+    }
+    if n > 0 {
+        flush(frames, body, n);
+    }
+}
+
+fn encode_change(w: &mut Writer, d: &Difference) {
+    w.u8(d.change as u8).u8(d.kind as u8).u64(d.old_size).u64(d.new_size).bytes(&d.path);
+    w.bytes(d.old_path.as_deref().unwrap_or_default());
+}
+
+fn decode_change(r: &mut Reader) -> Result<Difference, String> {
+    let change = change_of(r.u8().map_err(bad)?)?;
+    let kind = kind_of(r.u8().map_err(bad)?)?;
+    Ok(Difference {
+        change,
+        kind,
+        old_size: r.u64().map_err(bad)?,
+        new_size: r.u64().map_err(bad)?,
+        path: r.bytes().map_err(bad)?.to_vec(),
+        old_path: Some(r.bytes().map_err(bad)?.to_vec()).filter(|_| change == Change::Renamed),
+    })
+}
+
+fn decode_part(r: &mut Reader) -> Result<Part, String> {
+    let what = r.u8().map_err(bad)?;
+    let n = r.count(4).map_err(bad)?;
+    fn items<T>(n: usize, mut f: impl FnMut() -> Result<T, String>) -> Result<Vec<T>, String> {
+        (0..n).map(|_| f()).collect()
+    }
+    Ok(match what {
+        1 => Part::Diff(items(n, || decode_change(r))?),
+        2 => Part::ScanContents(items(n, || Ok((r.array().map_err(bad)?, r.u64().map_err(bad)?)))?),
+        3 => Part::ScanFiles(items(n, || {
+            let k = r.u32().map_err(bad)?;
+            Ok((r.bytes().map_err(bad)?.to_vec(), k))
+        })?),
+        4 => Part::ScanDenied(items(n, || Ok(r.bytes().map_err(bad)?.to_vec()))?),
+        5 => Part::ScanCached(items(n, || ScanResult::decode(r).map_err(bad))?),
+        k => return Err(format!("unknown part {k}")),
+    })
 }
 
 pub fn encode_progress(done: u64, total: u64, what: &str) -> Vec<u8> {
@@ -279,7 +505,9 @@ pub fn encode_failure(f: &Failure) -> Vec<u8> {
     w.finish()
 }
 
-/// A reply frame. A listing or damage list too long for one frame is cut, and says so.
+/// A reply frame. A listing or damage list too long for one frame is cut, and says so. The
+/// items of a diff or scan are not in it but in the part frames before it
+/// (`encode_reply_frames`); it gives their counts.
 pub fn encode_reply(reply: &Reply) -> Vec<u8> {
     let mut w = Writer::new();
     w.u8(REPLY);
@@ -395,19 +623,15 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         Reply::RolledBack => {
             w.u8(13);
         }
-        Reply::Diff { changes, cut } => {
-            let mut body = Writer::new();
-            let mut n = 0u32;
-            for d in changes {
-                if body.buf.len() + d.path.len() + 32 > MAX_MESSAGE - 64 {
-                    break;
-                }
-                body.u8(d.change as u8).u8(d.kind as u8).u64(d.old_size).u64(d.new_size).bytes(&d.path);
-                body.bytes(d.old_path.as_deref().unwrap_or_default());
-                n += 1;
-            }
-            let cut = *cut || (n as usize) < changes.len();
-            w.u8(14).u8(cut as u8).u32(n).raw(&body.finish());
+        Reply::Diff(changes) => {
+            w.u8(14).u64(changes.len() as u64);
+        }
+        Reply::Scan { listing, cached } => {
+            w.u8(15).u64(listing.contents.len() as u64).u64(listing.files.len() as u64);
+            w.u64(listing.denied.len() as u64).u64(cached.len() as u64);
+        }
+        Reply::ScanRecorded => {
+            w.u8(16);
         }
     }
     w.finish()
@@ -440,6 +664,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 text(&b[1..])
             ))
         }
+        PART => Frame::Part(decode_part(&mut r)?),
         PROGRESS => Frame::Progress {
             done: r.u64().map_err(bad)?,
             total: r.u64().map_err(bad)?,
@@ -578,24 +803,20 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 Reply::Restored(x)
             }
             13 => Reply::RolledBack,
+            // Counts only: the items came in parts.
             14 => {
-                let cut = r.u8().map_err(bad)? != 0;
-                let n = r.count(1 + 1 + 8 + 8 + 4 + 4).map_err(bad)?;
-                let mut changes = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let change = change_of(r.u8().map_err(bad)?)?;
-                    let kind = kind_of(r.u8().map_err(bad)?)?;
-                    changes.push(scion_fs::diff::Difference {
-                        change,
-                        kind,
-                        old_size: r.u64().map_err(bad)?,
-                        new_size: r.u64().map_err(bad)?,
-                        path: r.bytes().map_err(bad)?.to_vec(),
-                        old_path: Some(r.bytes().map_err(bad)?.to_vec()).filter(|_| change == scion_fs::diff::Change::Renamed),
-                    });
-                }
-                Reply::Diff { changes, cut }
+                let n = r.u64().map_err(bad)?;
+                return Ok(Frame::Gathered(Gathered::Diff(n)));
             }
+            15 => {
+                let mut n = [0u64; 4];
+                for c in &mut n {
+                    *c = r.u64().map_err(bad)?;
+                }
+                r.expect_end().map_err(bad)?;
+                return Ok(Frame::Gathered(Gathered::Scan(n)));
+            }
+            16 => Reply::ScanRecorded,
             k => return Err(format!("unknown reply {k}")),
         }),
         k => return Err(format!("unknown reply frame {k:#x}")),

@@ -3,7 +3,9 @@
 //! recognised as such.
 
 use scion_daemon::control::{Failure, Op, Reply, Target};
+use scion_daemon::scan_cache::ScanResult;
 use scion_daemon::wire::{self, Frame};
+use scion_fs::scan::ScanListing;
 use scion_fs::repack::RepackReport;
 use scion_fs::schedule::retention::{Keep, Thresholds};
 use scion_fs::schedule::{Schedule, ScheduleRow};
@@ -57,6 +59,27 @@ fn ops() -> Vec<Op> {
         Op::Rollback {
             dir: b"sandbox".to_vec(),
             to: b"2026-11-24T201502Z".to_vec(),
+        },
+        Op::Diff {
+            a: b"a".to_vec(),
+            b: b"b/.snapshot/s".to_vec(),
+            times: true,
+            recursive: false,
+            no_renames: true,
+        },
+        Op::Scan {
+            paths: vec![b"srv/vm1".to_vec(), b"srv/vm2".to_vec()],
+            since: Some(b"nightly".to_vec()),
+            command: Some(b"clamscan\0{}\0".to_vec()),
+        },
+        Op::Scan {
+            paths: vec![Vec::new()],
+            since: None,
+            command: None,
+        },
+        Op::ScanRecord {
+            command: b"sha256sum\0".to_vec(),
+            results: vec![scan_result(1, 0), scan_result(2, 137)],
         },
         Op::Diff {
             a: b"src".to_vec(),
@@ -193,17 +216,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
             kept_as: Some(b"top.scion-restore-2026-11-24T201502Z".to_vec()),
         })),
         wire::encode_reply(&Reply::RolledBack),
-        wire::encode_reply(&Reply::Diff {
-            changes: vec![scion_fs::diff::Difference {
-                change: scion_fs::diff::Change::Renamed,
-                path: b"d0/f1".to_vec(),
-                old_path: Some(b"d0/f0".to_vec()),
-                kind: Kind::File,
-                old_size: 300000,
-                new_size: 300010,
-            }],
-            cut: false,
-        }),
+        wire::encode_reply(&Reply::ScanRecorded),
         wire::encode_progress(4096, 0, "4096 blocks"),
         wire::encode_failure(&Failure::new(2, "/x: No such file or directory")),
     ];
@@ -214,6 +227,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
             Frame::Reply(r) => wire::encode_reply(r),
             Frame::Progress { done, total, what } => wire::encode_progress(*done, *total, what),
             Frame::Failure(x) => wire::encode_failure(x),
+            Frame::Part(_) | Frame::Gathered(_) => unreachable!("not among these frames"),
         };
         assert_eq!(&again, b, "{f:?}");
         for cut in 0..b.len() {
@@ -231,4 +245,79 @@ fn frames_are_bounded() {
     big.extend_from_slice(b"xx");
     assert!(wire::read_frame(&mut std::io::Cursor::new(big)).is_err());
     assert!(wire::write_frame(&mut Vec::new(), &vec![0; wire::MAX_MESSAGE + 1]).is_err());
+}
+
+fn scan_result(k: u8, status: i32) -> ScanResult {
+    ScanResult {
+        key: [k; 32],
+        status,
+        shown_as: b"/mnt/srv/vm1/etc/passwd".to_vec(),
+        stdout: format!("{k} output\n").into_bytes(),
+        stderr: b"warning\n".to_vec(),
+    }
+}
+
+/// Decodes a reply's frames as `server::call` does: parts gathered, then completed.
+fn gather(frames: &[Vec<u8>]) -> Result<Reply, String> {
+    let mut parts = wire::Parts::default();
+    for b in frames {
+        match wire::decode_frame(b)? {
+            Frame::Part(p) => parts.add(p)?,
+            Frame::Gathered(end) => return parts.complete(end),
+            Frame::Reply(r) => return Ok(r),
+            f => return Err(format!("{f:?}")),
+        }
+    }
+    Err("no end".into())
+}
+
+/// A diff and a scan too large for one frame travel in parts and arrive whole; a part lost
+/// or a frame cut short is refused.
+#[test]
+fn replies_in_parts_arrive_whole() {
+    use scion_fs::diff::{Change, Difference};
+    let changes: Vec<Difference> = (0..40_000u64)
+        .map(|i| Difference {
+            change: if i % 7 == 0 { Change::Renamed } else { Change::Modified },
+            path: format!("dir{}/file-with-a-longish-name-{i}", i % 100).into_bytes(),
+            old_path: (i % 7 == 0).then(|| format!("old/{i}").into_bytes()),
+            kind: Kind::File,
+            old_size: i,
+            new_size: i + 1,
+        })
+        .collect();
+    let frames = wire::encode_reply_frames(&Reply::Diff(changes.clone()));
+    assert!(frames.len() > 2, "{} frames", frames.len());
+    assert!(frames.iter().all(|f| f.len() <= wire::MAX_MESSAGE));
+    let Ok(Reply::Diff(got)) = gather(&frames) else { panic!() };
+    assert_eq!(got, changes);
+    let mut lost = frames.clone();
+    lost.remove(1);
+    assert!(gather(&lost).is_err());
+
+    let listing = ScanListing {
+        contents: (0..30_000u32).map(|i| ([i as u8; 32], i as u64)).collect(),
+        files: (0..60_000u32).map(|i| (format!("vm{}/usr/lib/file{i}", i % 8).into_bytes(), i / 2)).collect(),
+        denied: vec![b"vm1/root".to_vec()],
+    };
+    let cached = vec![scan_result(1, 0), scan_result(9, 1)];
+    let frames = wire::encode_reply_frames(&Reply::Scan {
+        listing: listing.clone(),
+        cached: cached.clone(),
+    });
+    let Ok(Reply::Scan { listing: l, cached: c }) = gather(&frames) else { panic!() };
+    assert_eq!((l, c), (listing, cached));
+    for b in &frames {
+        for cut in [0, 1, b.len() / 2, b.len() - 1] {
+            assert!(wire::decode_frame(&b[..cut]).is_err());
+        }
+    }
+    // A file naming a content the reply does not have.
+    let bad = ScanListing {
+        contents: vec![([0; 32], 1)],
+        files: vec![(b"f".to_vec(), 1)],
+        denied: vec![],
+    };
+    let frames = wire::encode_reply_frames(&Reply::Scan { listing: bad, cached: vec![] });
+    assert!(gather(&frames).is_err());
 }

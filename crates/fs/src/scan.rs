@@ -80,8 +80,11 @@ impl Fs {
     /// of another kind; a root without one is scanned whole). With `who`, as that user
     /// would walk: directories they may not read and search are listed as denied.
     pub fn scan_contents(&mut self, roots: &[(Ino, Vec<u8>, Option<Ino>)], who: Option<&Caller>) -> FsResult<ScanListing> {
-        // What a reader of the mount sees, committed: the walk then reads records only.
-        self.checkpoint().map_err(eio)?;
+        // What a reader of the mount sees, committed (files a checkpoint would carry too):
+        // the walk then reads records only.
+        for (ino, _, _) in roots {
+            self.fold(*ino)?;
+        }
         let mut w = Walk {
             who,
             out: ScanListing::default(),
@@ -230,7 +233,7 @@ impl Fs {
         }
         for (name, i) in files {
             // A file loaded with changes of its own would be seen here as committed; the
-            // checkpoint above left none.
+            // fold above left none.
             debug_assert!(self.nodes.get(&make_ino(ns, i.oid)).is_none_or(|n| n.chunks.is_empty()));
             let key = self.content_key(&i, w)?;
             w.out.push(&mut w.index, join(path, &name), key, i.size)?;

@@ -30,6 +30,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("ns_record", ns_record),
     ("checkpoint_record", checkpoint_record),
     ("schedules_file", schedules_file),
+    ("scan_cache", scan_cache),
 ];
 
 fn fix_up(data: &[u8]) -> bool {
@@ -181,6 +182,23 @@ pub fn control(data: &[u8]) {
         assert_eq!(again, Ok((op, device)), "a request changes through encoding");
     }
     let _ = scion_daemon::wire::decode_frame(data);
+}
+
+/// A scan cache file (`STORE/scan-cache/*`): what decodes encodes back to the same bytes,
+/// up to where the damage began.
+pub fn scan_cache(data: &[u8]) {
+    use scion_daemon::scan_cache::{decode, ScanResult};
+    let (records, clean) = decode(data);
+    let mut w = scion_store::codec::Writer::new();
+    w.raw(b"SCSC").u8(1);
+    records.iter().for_each(|r: &ScanResult| r.encode(&mut w));
+    let again = w.finish();
+    if clean && !data.is_empty() {
+        assert_eq!(again, data, "a clean cache file changes through encoding");
+    } else if !records.is_empty() {
+        assert!(data.starts_with(&again), "the records kept are not the file's first");
+    }
+    assert_eq!(decode(&again).0, records);
 }
 
 /// A clone template file.

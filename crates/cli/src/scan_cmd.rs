@@ -1,0 +1,329 @@
+//! `scion scan PATH... -- COMMAND ARGS... {}` (Prism's scan, issue 19 item 2): COMMAND runs
+//! once per distinct file content found below all the PATHs, in parallel, and its result is
+//! reported for every path that holds that content.
+//!
+//! The daemon lists the files and their content keys from block hashes (no data read) and
+//! the results kept for this command line; this side runs COMMAND on one path per content
+//! not kept, through the mount, as the caller, and sends the new results back to be kept.
+//! A result is shown for each path as if COMMAND had run on it: the path COMMAND was given
+//! is replaced by each holder's path in its output; output that does not name it is shown
+//! with the path before each line, as `grep` does with several files.
+
+use crate::tree_cmds::{call, locate, store_path, Located};
+use scion_daemon::control::{Op, Reply};
+use scion_daemon::scan_cache::ScanResult;
+use scion_daemon::wire::MAX_MESSAGE;
+use std::collections::VecDeque;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+
+/// What `scion scan` was asked.
+pub struct ScanArgs {
+    pub paths: Vec<PathBuf>,
+    pub since: Option<String>,
+    pub jobs: Option<usize>,
+    pub json: bool,
+    pub no_cache: bool,
+    pub command: Vec<String>,
+}
+
+/// Exit 0: every run exited 0; 1: some exited otherwise; 2: trouble (a directory that could
+/// not be read, a command that could not start).
+pub fn scan(a: ScanArgs) -> Result<ExitCode, String> {
+    if a.command.is_empty() {
+        return Err("no command given: scion scan PATH... -- COMMAND ARGS... {}".into());
+    }
+    let at: Vec<Located> = a.paths.iter().map(|p| locate(p, true, &None)).collect::<Result<_, _>>()?;
+    let first = &at[0];
+    let Some(mnt) = first.mnt.clone() else {
+        return Err("scan runs COMMAND on files through the mount; mount the store".into());
+    };
+    if let Some(i) = at.iter().position(|x| x.store != first.store) {
+        return Err(format!("{} is not in the same store as {}", a.paths[i].display(), a.paths[0].display()));
+    }
+    let since = match &a.since {
+        Some(s) if s.contains('/') => Some(store_path(&locate(Path::new(s), true, &None)?)),
+        Some(s) => Some(s.clone().into_bytes()),
+        None => None,
+    };
+    let line = command_line(&a.command);
+    let op = Op::Scan {
+        paths: at.iter().map(store_path).collect(),
+        since,
+        command: (!a.no_cache).then(|| line.clone()),
+    };
+    let Reply::Scan { listing, cached } = call(first, &op)? else {
+        return Err("the daemon answered something else".into());
+    };
+    for d in &listing.denied {
+        eprintln!("scion scan: {}: permission denied", mnt.join(rel(d)).display());
+    }
+    // The contents to run on: one holder each (its first path), unless kept.
+    let mut results: Vec<Option<(ScanResult, bool)>> = vec![None; listing.contents.len()];
+    for x in cached {
+        if let Some(i) = listing.contents.iter().position(|(k, _)| *k == x.key) {
+            results[i] = Some((x, true));
+        }
+    }
+    let mut first_path: Vec<Option<&[u8]>> = vec![None; listing.contents.len()];
+    for (p, k) in &listing.files {
+        first_path[*k as usize].get_or_insert(p);
+    }
+    let todo: VecDeque<(usize, PathBuf)> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is_none())
+        .filter_map(|(i, _)| first_path[i].map(|p| (i, mnt.join(rel(p)))))
+        .collect();
+    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1);
+    let ran = run_all(&a.command, todo, jobs, &listing.contents)?;
+    let fresh: Vec<ScanResult> = ran.iter().map(|(_, r)| r.clone()).collect();
+    for (i, r) in ran {
+        results[i] = Some((r, false));
+    }
+    if !a.no_cache {
+        keep(first, &line, &fresh);
+    }
+    let status = report(&listing, &results, &mnt, a.json)?;
+    let kept = results.iter().flatten().filter(|(_, c)| *c).count();
+    eprintln!(
+        "scion scan: {} files, {} distinct contents: {} run, {} from the cache",
+        listing.files.len(),
+        listing.contents.len(),
+        fresh.len(),
+        kept
+    );
+    let code = if !listing.denied.is_empty() { 2 } else { status };
+    Ok(ExitCode::from(code))
+}
+
+/// The command line as the cache knows it: its words, each ended by a NUL.
+fn command_line(command: &[String]) -> Vec<u8> {
+    command.iter().flat_map(|w| w.bytes().chain([0])).collect()
+}
+
+fn rel(p: &[u8]) -> &Path {
+    Path::new(std::ffi::OsStr::from_bytes(p))
+}
+
+/// COMMAND's words for `path`: each `{}` replaced by it, or the path last if there is none.
+fn words(command: &[String], path: &Path) -> Vec<std::ffi::OsString> {
+    let p = path.as_os_str();
+    if !command.iter().any(|w| w.contains("{}")) {
+        let mut v: Vec<_> = command.iter().map(Into::into).collect();
+        v.push(p.to_owned());
+        return v;
+    }
+    command
+        .iter()
+        .map(|w| {
+            let parts: Vec<&str> = w.split("{}").collect();
+            let mut o = std::ffi::OsString::new();
+            for (i, s) in parts.iter().enumerate() {
+                if i > 0 {
+                    o.push(p);
+                }
+                o.push(s);
+            }
+            o
+        })
+        .collect()
+}
+
+/// Runs COMMAND on each path of `todo`, `jobs` at a time; progress on stderr.
+fn run_all(
+    command: &[String],
+    todo: VecDeque<(usize, PathBuf)>,
+    jobs: usize,
+    contents: &[([u8; 32], u64)],
+) -> Result<Vec<(usize, ScanResult)>, String> {
+    let total = todo.len();
+    let queue = Arc::new(Mutex::new(todo));
+    let done = Arc::new(Mutex::new(Vec::with_capacity(total)));
+    let failed: Arc<Mutex<Option<String>>> = Arc::default();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.min(total.max(1)) {
+            let (queue, done, failed) = (queue.clone(), done.clone(), failed.clone());
+            s.spawn(move || loop {
+                let Some((i, path)) = queue.lock().unwrap().pop_front() else { return };
+                if failed.lock().unwrap().is_some() {
+                    return;
+                }
+                let w = words(command, &path);
+                let out = Command::new(&w[0]).args(&w[1..]).stdin(Stdio::null()).output();
+                let out = match out {
+                    Ok(o) => o,
+                    Err(e) => {
+                        *failed.lock().unwrap() = Some(format!("{}: {e}", command[0]));
+                        return;
+                    }
+                };
+                let status = match (out.status.code(), out.status.signal()) {
+                    (Some(c), _) => c,
+                    (None, Some(sig)) => 128 + sig,
+                    _ => 2,
+                };
+                let r = ScanResult {
+                    key: contents[i].0,
+                    status,
+                    shown_as: path.as_os_str().as_bytes().to_vec(),
+                    stdout: out.stdout,
+                    stderr: out.stderr,
+                };
+                let mut d = done.lock().unwrap();
+                d.push((i, r));
+                if tty && (d.len() % 16 == 0 || d.len() == total) {
+                    eprint!("\rscion scan: {}/{} contents scanned", d.len(), total);
+                    if d.len() == total {
+                        eprintln!();
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.lock().unwrap().take() {
+        return Err(e);
+    }
+    let v = std::mem::take(&mut *done.lock().unwrap());
+    Ok(v)
+}
+
+/// Sends new results to be kept, in requests that fit a frame. A failure to keep them
+/// costs only a run next time: said, not fatal.
+fn keep(at: &Located, line: &[u8], fresh: &[ScanResult]) {
+    let mut batch = Vec::new();
+    let mut size = 0;
+    let send = |batch: &mut Vec<ScanResult>| {
+        if batch.is_empty() {
+            return;
+        }
+        let op = Op::ScanRecord {
+            command: line.to_vec(),
+            results: std::mem::take(batch),
+        };
+        if let Err(e) = call(at, &op) {
+            eprintln!("scion scan: results not kept: {e}");
+        }
+    };
+    for r in fresh.iter().filter(|r| r.keepable()) {
+        let n = 64 + r.shown_as.len() + r.stdout.len() + r.stderr.len();
+        if size + n > MAX_MESSAGE - line.len() - 1024 {
+            send(&mut batch);
+            size = 0;
+        }
+        batch.push(r.clone());
+        size += n;
+    }
+    send(&mut batch);
+}
+
+/// Prints each file's result, sorted by path; the exit status: 0 if every run exited 0.
+fn report(
+    listing: &scion_fs::scan::ScanListing,
+    results: &[Option<(ScanResult, bool)>],
+    mnt: &Path,
+    json: bool,
+) -> Result<u8, String> {
+    let mut order: Vec<usize> = (0..listing.files.len()).collect();
+    order.sort_by(|&x, &y| listing.files[x].0.cmp(&listing.files[y].0));
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut err_shown = vec![false; results.len()];
+    let mut status = 0;
+    for f in order {
+        let (p, k) = &listing.files[f];
+        let Some((r, cached)) = &results[*k as usize] else { continue };
+        let path = mnt.join(rel(p));
+        let path_b = path.as_os_str().as_bytes();
+        let stdout = shown_for(&r.stdout, &r.shown_as, path_b);
+        if r.status != 0 {
+            status = 1;
+        }
+        if json {
+            let v = serde_json::json!({
+                "path": path.to_string_lossy(),
+                "content": hex(&r.key),
+                "size": listing.contents[*k as usize].1,
+                "status": r.status,
+                "stdout": String::from_utf8_lossy(&stdout),
+                "stderr": String::from_utf8_lossy(&r.stderr),
+                "cached": cached,
+                "ran_on": String::from_utf8_lossy(&r.shown_as),
+            });
+            writeln!(out, "{v}").map_err(|e| e.to_string())?;
+            continue;
+        }
+        out.write_all(&stdout).map_err(|e| e.to_string())?;
+        if !std::mem::replace(&mut err_shown[*k as usize], true) && !r.stderr.is_empty() {
+            let _ = std::io::stderr().write_all(&r.stderr);
+        }
+    }
+    out.flush().map_err(|e| e.to_string())?;
+    Ok(status)
+}
+
+/// A result's output as shown for the file at `path`: the path it ran on replaced by
+/// `path`, or, if it does not name that path, `path: ` before each line.
+fn shown_for(stdout: &[u8], shown_as: &[u8], path: &[u8]) -> Vec<u8> {
+    if stdout.is_empty() {
+        return Vec::new();
+    }
+    if !shown_as.is_empty() && contains(stdout, shown_as) {
+        return replace(stdout, shown_as, path);
+    }
+    let mut o = Vec::with_capacity(stdout.len() + path.len() + 2);
+    for line in stdout.split_inclusive(|&c| c == b'\n') {
+        o.extend_from_slice(path);
+        o.extend_from_slice(b": ");
+        o.extend_from_slice(line);
+    }
+    if !o.ends_with(b"\n") {
+        o.push(b'\n');
+    }
+    o
+}
+
+fn contains(h: &[u8], n: &[u8]) -> bool {
+    h.windows(n.len()).any(|w| w == n)
+}
+
+fn replace(h: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut o = Vec::with_capacity(h.len());
+    let mut i = 0;
+    while i < h.len() {
+        if h[i..].starts_with(from) {
+            o.extend_from_slice(to);
+            i += from.len();
+        } else {
+            o.push(h[i]);
+            i += 1;
+        }
+    }
+    o
+}
+
+fn hex(k: &[u8]) -> String {
+    k.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_shown_for_each_holder() {
+        assert_eq!(shown_for(b"abc  /m/a/f\n", b"/m/a/f", b"/m/b/f"), b"abc  /m/b/f\n");
+        assert_eq!(shown_for(b"ASCII text\nmore", b"/m/a/f", b"/m/b/f"), b"/m/b/f: ASCII text\n/m/b/f: more\n");
+        assert_eq!(shown_for(b"", b"/m/a/f", b"/m/b/f"), b"");
+        let w = words(&["rg".into(), "-l".into(), "x".into(), "--".into(), "{}".into()], Path::new("/m/f"));
+        assert_eq!(w.last().unwrap(), "/m/f");
+        let w = words(&["sha256sum".into()], Path::new("/m/f"));
+        assert_eq!(w, ["sha256sum", "/m/f"]);
+        let w = words(&["sh".into(), "-c".into(), "wc -c < {}".into()], Path::new("/m/f"));
+        assert_eq!(w[2], "wc -c < /m/f");
+    }
+}
