@@ -368,15 +368,15 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             recursive,
             no_renames,
         } => {
-            let x = fs.resolve_path(a).map_err(Failure::from_fs(show(a)))?;
-            let y = fs.resolve_path(b).map_err(Failure::from_fs(show(b)))?;
+            let x = fs.resolve_path_as(a, user).map_err(Failure::from_fs(show(a)))?;
+            let y = fs.resolve_path_as(b, user).map_err(Failure::from_fs(show(b)))?;
             let opts = scion_fs::diff::DiffOptions {
                 times: *times,
                 recursive: *recursive,
                 no_renames: *no_renames,
             };
             let (changes, _) = fs
-                .diff(x, y, opts)
+                .diff_as(x, y, opts, user)
                 .map_err(Failure::from_fs(format!("diff of {} and {}", show(a), show(b))))?;
             (Reply::Diff(changes), Vec::new())
         }

@@ -11,7 +11,9 @@
 //! walk it: search permission on each directory, a snapshot's as it was when taken. What they
 //! make is made for them (`NsInfo::masked_for`): the setuid and setgid bits and capabilities
 //! of files they do not own are hidden in it, so a copy gives them no privilege `cp -a` would
-//! not. Their restores are made as their own `cp -a` would (`Fs::restore_as`). Refused:
+//! not. Their restores are made as their own `cp -a` would (`Fs::restore_as`); their diffs
+//! and scans read what their `diff -r` and `find` would (`Fs::diff_as`, `scan_contents`).
+//! Refused:
 //! scrub and repack (they work on the whole store).
 
 use crate::control::{Failure, Op, Target};
@@ -99,14 +101,10 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             let d = reach(fs, who, dir)?;
             allowed(fs, who, d, W | X, dir, "write in")
         }
-        // It would tell whether files they cannot read are equal: root's and the owner's
-        // until it checks read permission along the way.
-        Op::Diff { .. } => Err(Failure::new(
-            libc::EPERM,
-            "diff is root's and the store owner's for now; `diff -r` compares what you can read",
-        )),
-        // Walked as they would walk it (`Fs::scan_contents` with the caller), their own cache.
-        Op::Scan { .. } => Ok(()),
+        // Walked and compared as their `diff -r` would (`Fs::diff_as`); scanned as their
+        // `find` would list (`Fs::scan_contents` with the caller).
+        Op::Diff { .. } | Op::Scan { .. } => Ok(()),
+        // Their own cache, of a bounded number of command lines.
         Op::ScanRecord { command, .. } => {
             let store = fs.store_dir();
             let new = !crate::scan_cache::file_for(store, Some(who.uid), command).exists();

@@ -11,6 +11,7 @@
 //! patches per chunk): no file data is read, except to compare a file stored inline with one
 //! stored in blocks. The cost is proportional to what differs, not to the trees.
 
+use crate::access::{Caller, R, X};
 use crate::clone::SNAPDIR_NAME;
 use crate::delta::StoredChunk;
 use crate::error::errno;
@@ -103,7 +104,10 @@ pub struct DiffWork {
     pub files_read: u64,
 }
 
-struct Walk {
+struct Walk<'a> {
+    /// An ordinary user asks: every directory listed and file read must be theirs to read,
+    /// as `diff -r` would need (EACCES names the first that is not).
+    who: Option<&'a Caller>,
     opts: DiffOptions,
     out: Vec<Difference>,
     work: DiffWork,
@@ -115,6 +119,21 @@ struct Walk {
 impl Fs {
     /// The differences between `a` and `b` (directories or files), sorted by path.
     pub fn diff(&mut self, a: Ino, b: Ino, opts: DiffOptions) -> FsResult<(Vec<Difference>, DiffWork)> {
+        self.diff_as(a, b, opts, None)
+    }
+
+    /// `diff` for ordinary user `who` if given: refused (EACCES, naming the path) where
+    /// `diff -r` run by them would fail: a directory compared or listed that they may not
+    /// read and search, and a file compared by content that they may not read (unless both
+    /// sides name the same stored content). A subtree both sides share is not looked into:
+    /// nothing in it is read or shown.
+    pub fn diff_as(
+        &mut self,
+        a: Ino,
+        b: Ino,
+        opts: DiffOptions,
+        who: Option<&Caller>,
+    ) -> FsResult<(Vec<Difference>, DiffWork)> {
         for x in [a, b] {
             if self.node(x)?.inode.kind == Kind::Dir {
                 self.fold(x)?;
@@ -124,6 +143,7 @@ impl Fs {
             }
         }
         let mut w = Walk {
+            who,
             opts,
             out: Vec::new(),
             work: DiffWork::default(),
@@ -161,10 +181,17 @@ impl Fs {
             return Ok(());
         }
         if x.kind == Kind::Dir {
+            self.may(a, &path, R | X, w)?;
+            self.may(b, &path, R | X, w)?;
             if !same_meta(&x, &y, w.opts.times) {
                 w.out.push(entry(Change::Metadata, Kind::Dir));
             }
             return self.compare_dirs(a, b, &x, &y, &path, w, depth);
+        }
+        let shared = x.content.is_some() && x.content == y.content && x.direct == y.direct;
+        if x.kind == Kind::File && !shared && !(x.inline.is_empty() && x.content.is_none() && y.inline.is_empty() && y.content.is_none()) {
+            self.may(a, &path, R, w)?;
+            self.may(b, &path, R, w)?;
         }
         if !self.same_content(a, b, &x, &y, w)? {
             w.out.push(entry(Change::Modified, y.kind));
@@ -231,6 +258,19 @@ impl Fs {
         Ok(())
     }
 
+    /// Refuses (EACCES, naming `path`) unless the caller, if an ordinary user, has `bits` on
+    /// `ino`.
+    fn may(&self, ino: Ino, path: &[u8], bits: u16, w: &Walk) -> FsResult<()> {
+        match w.who {
+            Some(c) if !self.permits(ino, c, bits)? => {
+                let what = if bits & X != 0 { "read and search" } else { "read" };
+                let at = if path.is_empty() { "a directory compared".into() } else { String::from_utf8_lossy(path).into_owned() };
+                Err(errno::EACCES.with(format!("{at}: you may not {what} it")))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Whether a hard-linked file or a nested clone lies below directory `d` (its subtree
     /// summary has an `L` or `M` key): what a directory's tree does not hold itself.
     pub(crate) fn shares_below(&self, d: &Inode) -> FsResult<bool> {
@@ -273,6 +313,7 @@ impl Fs {
         if i.kind != Kind::Dir || !w.opts.recursive {
             return Ok(());
         }
+        self.may(ino, &path, R | X, w)?;
         self.remember(ino)?;
         let r = (|| {
             for e in self.readdir(ino)? {

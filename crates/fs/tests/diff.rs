@@ -266,3 +266,38 @@ fn hard_links_and_nested_clones_are_compared_across_namespaces() {
         assert_eq!(got.len(), 3, "{got:?}");
     }
 }
+
+/// An ordinary user's diff reads what their `diff -r` would: refused where a directory to
+/// compare or a file to read is not theirs to read; what both sides share is not looked into.
+#[test]
+fn a_users_diff_reads_only_what_they_may() {
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let who = scion_fs::access::Caller { uid: 1000, gid: 1000, groups: vec![] };
+    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 1000, 1000, 0, &[]).unwrap().ino;
+    let open = mkfile(&mut fs, src, "open", b"readable");
+    fs.setattr(open, SetAttr { uid: Some(1000), ..Default::default() }).unwrap();
+    let private = fs.mknod(src, b"private", Kind::Dir, 0o700, 0, 0, 0, 0, &[]).unwrap().ino;
+    mkfile(&mut fs, private, "secret", b"root's");
+    let sealed = mkfile(&mut fs, src, "sealed", b"root's too");
+    fs.setattr(sealed, SetAttr { mode: Some(0o600), ..Default::default() }).unwrap();
+    let c = fs.clone_dir(src, root, b"c", &[], b"/src").unwrap();
+    let co = lookup(&mut fs, c, "open").unwrap();
+    fs.write(co, 0, b"READABLE").unwrap();
+    // Shared below: the private directory and the sealed file are not looked into.
+    let (got, _) = fs.diff_as(src, c, DiffOptions::default(), Some(&who)).unwrap();
+    assert_eq!(got.iter().map(|d| &d.path[..]).collect::<Vec<_>>(), [&b"open"[..]]);
+    // Changed where they may not read: refused, as `diff -r` would fail there.
+    let cs = lookup(&mut fs, c, "sealed").unwrap();
+    fs.write(cs, 0, b"ROOT'S").unwrap();
+    let e = fs.diff_as(src, c, DiffOptions::default(), Some(&who)).unwrap_err();
+    assert_eq!(e.errno(), libc::EACCES);
+    assert!(e.to_string().contains("sealed"), "{e}");
+    fs.write(cs, 0, b"root's").unwrap();
+    let cp = lookup(&mut fs, c, "private").unwrap();
+    mkfile(&mut fs, cp, "more", b"x");
+    let e = fs.diff_as(src, c, DiffOptions::default(), Some(&who)).unwrap_err();
+    assert!(e.to_string().contains("private"), "{e}");
+    // Root sees it all.
+    assert_eq!(fs.diff(src, c, DiffOptions::default()).unwrap().0.len(), 2);
+}
