@@ -7,7 +7,9 @@ reads every file (with --no-renames; by default a moved file is one rename); JSO
 import json
 import os
 import random
+import shutil
 import stat
+import subprocess
 
 import pytest
 
@@ -175,3 +177,97 @@ def test_run_in_a_throwaway_clone(scion_mount):
     assert m.run("run", src, "--", "sh", "-c", "kill -TERM $$").returncode == 128 + 15
     assert m.run("run", src).returncode == 2
     assert m.run("run", os.path.join(m.mnt, "nope"), "--", "true").returncode == 2
+
+
+def tree_of(root):
+    """{relative path: (kind, mode, content)} of everything below root."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if x != ".snapshot"]
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                body = os.readlink(p)
+            elif stat.S_ISREG(st.st_mode):
+                with open(p, "rb") as h:
+                    body = h.read()
+            else:
+                body = None
+            out[os.path.relpath(p, root)] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), body)
+    return out
+
+
+def test_run_apply_gives_src_the_clones_tree(scion_mount, tmp_path):
+    m = scion_mount
+    src = os.path.join(m.mnt, "proj")
+    os.makedirs(f"{src}/d/sub")
+    for n, body in [("a", "hi\n"), ("b", "x\n"), ("d/x", "dx\n"), ("d/sub/y", "y" * 100000)]:
+        with open(f"{src}/{n}", "w") as h:
+            h.write(body)
+    os.symlink("a", f"{src}/link")
+    # The same command on a plain copy gives the tree SRC must end up as.
+    script = ("echo more >> a; rm b; mkdir -p new/deep; echo n > new/deep/f; chmod 700 d; "
+              "rm -r d/sub; echo z > d/sub; mv d/x moved; rm link; ln -s b link; touch empty")
+    ref = str(tmp_path / "ref")
+    shutil.copytree(src, ref, symlinks=True)
+    subprocess.run(["sh", "-c", script], cwd=ref, check=True)
+    r = m.run("run", "--apply", src, "--", "sh", "-c", script)
+    assert r.returncode == 0, r.describe()
+    assert tree_of(src) == tree_of(ref)
+    assert sorted(os.listdir(m.mnt)) == ["proj"], "the clone is gone"
+    assert os.listdir(f"{src}/.snapshot") == [], "the base snapshot is gone"
+    assert "changes applied" in r.stderr, r.stderr
+
+    # SRC changed meanwhile where the command changed it: nothing applied, the clone kept.
+    before = tree_of(src)
+    r = m.run("run", "--apply", src, "--", "sh", "-c", f"echo ours > a; echo theirs > {src}/a; echo new > other")
+    assert r.returncode == 2, r.describe()
+    assert "not applied" in r.stderr and "a" in r.stderr, r.stderr
+    with open(f"{src}/a") as h:
+        assert h.read() == "theirs\n"
+    assert not os.path.exists(f"{src}/other")
+    kept = [n for n in os.listdir(m.mnt) if n.startswith("proj.scion-run-")]
+    assert len(kept) == 1, os.listdir(m.mnt)
+    shutil.rmtree(os.path.join(m.mnt, kept[0]), ignore_errors=True)
+    assert m.run("destroy", os.path.join(m.mnt, kept[0])).returncode in (0, 2)
+    # The command failed: nothing applied, its exit status returned, the clone kept.
+    before = tree_of(src)
+    r = m.run("run", "--apply", src, "--", "sh", "-c", "echo partial > a; exit 4")
+    assert r.returncode == 4 and tree_of(src) == before, r.describe()
+    assert "nothing applied" in r.stderr
+    assert m.run("run", "--apply", "--keep", src, "--", "true").returncode == 2
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap (Debian's bubblewrap)")
+def test_run_in_a_sandbox(scion_mount, tmp_path):
+    m = scion_mount
+    proj = os.path.join(m.mnt, "proj")
+    os.makedirs(proj)
+    outside = str(tmp_path / "outside")
+    # A project directory: the clone is the only place it can write; /tmp is its own.
+    r = m.run("run", "--sandbox", proj, "--", "sh", "-c",
+              f"touch inside && touch /tmp/t && ! touch {outside} 2>/dev/null && pwd")
+    assert r.returncode == 0, r.describe()
+    assert r.stdout.splitlines()[-1] == "A inside", r.stdout
+    assert not os.path.exists(outside)
+    # A root filesystem (a shell and the libraries it needs): the clone is `/`.
+    root = os.path.join(m.mnt, "rootfs")
+    for d in ("etc", "usr/bin", "dev", "proc", "tmp"):
+        os.makedirs(f"{root}/{d}")
+    shell = os.path.realpath("/bin/dash" if os.path.exists("/bin/dash") else "/bin/sh")
+    shutil.copy(shell, f"{root}/usr/bin/sh")
+    libs = subprocess.run(["ldd", shell], capture_output=True, text=True).stdout
+    for word in libs.split():
+        if word.startswith("/") and os.path.exists(word):
+            dst = root + os.path.realpath(word)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy(word, dst)
+            if os.path.realpath(word) != word:
+                os.makedirs(os.path.dirname(root + word), exist_ok=True)
+                if not os.path.lexists(root + word):
+                    os.symlink(os.path.realpath(word), root + word)
+    r = m.run("run", "--sandbox", root, "--", "/usr/bin/sh", "-c", "echo hi > /etc/motd; touch /tmp/t; test -d /proc/self")
+    assert r.returncode == 0, r.describe()
+    assert r.stdout.splitlines() == ["A etc/motd"], r.stdout
+    assert not os.path.exists(f"{root}/etc/motd"), "SRC untouched"

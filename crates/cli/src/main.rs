@@ -186,13 +186,24 @@ enum Cmd {
     },
     /// Run COMMAND in a throwaway clone of SRC (working directory: the clone; as you), then
     /// list what it changed there as `scion diff` does and destroy the clone (`--keep` keeps
-    /// it). SRC is not touched. Exit status: COMMAND's (128 + signal), 2 if scion failed.
+    /// it). SRC is not touched, unless --apply. Exit status: COMMAND's (128 + signal), 2 if
+    /// scion failed or did not apply.
     Run {
         /// The directory to try COMMAND on (in a scion mount).
         src: PathBuf,
         /// Keep the clone, and print where it is.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "apply")]
         keep: bool,
+        /// If COMMAND exits 0, put its changes into SRC, each file replaced at once (a copy
+        /// sharing the clone's blocks, renamed into place). Refused, the clone kept, if SRC
+        /// changed meanwhile where COMMAND changed it (or COMMAND failed).
+        #[arg(long)]
+        apply: bool,
+        /// Run COMMAND through bwrap in a new mount namespace: the clone as its root
+        /// directory if SRC is a root filesystem (holds usr and etc), otherwise as the only
+        /// writable directory; /proc, /dev and an empty /tmp as usual; with your rights.
+        #[arg(long)]
+        sandbox: bool,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -419,7 +430,19 @@ fn main() -> ExitCode {
             Ok(code) => return code,
             Err(e) => Err(e),
         },
-        Cmd::Run { src, keep, command } => match run_cmd::run(src, keep, command) {
+        Cmd::Run {
+            src,
+            keep,
+            apply,
+            sandbox,
+            command,
+        } => match run_cmd::run(run_cmd::RunArgs {
+            src,
+            keep,
+            apply,
+            sandbox,
+            command,
+        }) {
             Ok(code) => return code,
             Err(e) => Err(e),
         },

@@ -1,78 +1,322 @@
-//! `scion run SRC -- COMMAND ARGS...` (Prism's sandbox, issue 19): COMMAND runs in a
-//! throwaway clone of SRC, as the caller, and what it changed there is listed as
-//! `scion diff SRC CLONE` lists it; the clone is destroyed after, or kept with `--keep`.
-//! SRC itself is never touched.
+//! `scion run SRC -- COMMAND ARGS...` (Prism's sandbox, issue 19 item 3): COMMAND runs in a
+//! throwaway clone of SRC, as the caller, and what it changed there is listed as `scion diff`
+//! lists it; the clone is destroyed after, kept with `--keep`, or with `--apply` its changes
+//! are put into SRC, file by file, each appearing at once (a copy sharing the clone's blocks,
+//! renamed into place). With `--sandbox` COMMAND sees the clone as its root directory (a root
+//! filesystem) or as the only writable directory (any other), through `bwrap`.
+//!
+//! `--apply` compares against a snapshot of SRC taken when the clone was made (the clone is
+//! made from it): what COMMAND changed is the clone against that snapshot, what others
+//! changed meanwhile is SRC against it. If both touched a path (or one is inside the other),
+//! nothing is applied and the clone is kept; nor if COMMAND failed.
 
-use crate::tree_cmds::{call, locate, store_path};
+use crate::tree_cmds::{call, locate, store_path, Located};
 use scion_daemon::control::{Op, Reply, Target};
+use scion_fs::diff::{Change, Difference};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Runs `command` in a clone of `src`; COMMAND's exit status is the result (128 + the
-/// signal that ended it), 2 if scion itself failed.
-pub fn run(src: PathBuf, keep: bool, command: Vec<String>) -> Result<ExitCode, String> {
-    let Some((program, args)) = command.split_first() else {
-        return Err("no command given: scion run SRC -- COMMAND ARGS...".into());
-    };
-    let at = locate(&src, true, &None)?;
-    let Some(mnt) = at.mnt.clone() else {
-        return Err(format!("{} is not in a mounted scion store", src.display()));
-    };
-    let clone = throwaway_name(&mnt, &store_path(&at))?;
-    let clone_rel = clone.strip_prefix(&mnt).map_err(|e| e.to_string())?;
-    let clone_rel = clone_rel.as_os_str().as_encoded_bytes().to_vec();
-    call(
-        &at,
-        &Op::Clone {
-            src: store_path(&at),
-            dst: clone_rel.clone(),
-            excludes: Vec::new(),
-        },
-    )?;
-    eprintln!("scion run: {} in {}", command.join(" "), clone.display());
-    let status = std::process::Command::new(program).args(args).current_dir(&clone).status();
-    let result = finish(&at, &clone, &clone_rel, keep);
-    let status = status.map_err(|e| format!("{program}: {e}"))?;
-    result?;
-    let code = match (status.code(), status.signal()) {
-        (Some(c), _) => c,
-        (None, Some(sig)) => 128 + sig,
-        _ => 2,
-    };
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+/// What `scion run` was asked.
+pub struct RunArgs {
+    pub src: PathBuf,
+    pub keep: bool,
+    pub apply: bool,
+    pub sandbox: bool,
+    pub command: Vec<String>,
 }
 
-/// Lists what the command changed, then destroys the clone unless it is to be kept.
-fn finish(at: &crate::tree_cmds::Located, clone: &Path, clone_rel: &[u8], keep: bool) -> Result<(), String> {
-    let diff = call(
-        at,
-        &Op::Diff {
-            a: store_path(at),
-            b: clone_rel.to_vec(),
-            times: false,
-            recursive: false,
-            no_renames: false,
+/// A throwaway clone and what it was made from.
+struct Trial {
+    at: Located,
+    clone: PathBuf,
+    clone_rel: Vec<u8>,
+    /// With `--apply`: SRC's snapshot the clone was made from.
+    base: Option<Vec<u8>>,
+}
+
+/// Runs `command` in a clone of `src`; COMMAND's exit status is the result (128 + the
+/// signal that ended it), 2 if scion itself failed or refused to apply.
+pub fn run(a: RunArgs) -> Result<ExitCode, String> {
+    let Some((program, args)) = a.command.split_first() else {
+        return Err("no command given: scion run SRC -- COMMAND ARGS...".into());
+    };
+    let at = locate(&a.src, true, &None)?;
+    let Some(mnt) = at.mnt.clone() else {
+        return Err(format!("{} is not in a mounted scion store", a.src.display()));
+    };
+    let src_rel = store_path(&at);
+    let clone = throwaway_name(&mnt, &src_rel)?;
+    let clone_rel = clone.strip_prefix(&mnt).map_err(|e| e.to_string())?.as_os_str().as_bytes().to_vec();
+    let base = if a.apply {
+        let name = format!("scion-run-{}", std::process::id()).into_bytes();
+        call(&at, &Op::Snapshot { path: src_rel.clone(), name: name.clone() })?;
+        Some([&src_rel[..], b"/.snapshot/", &name].concat())
+    } else {
+        None
+    };
+    let t = Trial { at, clone, clone_rel, base };
+    let from = t.base.clone().unwrap_or_else(|| src_rel.clone());
+    if let Err(e) = call(&t.at, &Op::Clone { src: from, dst: t.clone_rel.clone(), excludes: Vec::new() }) {
+        drop_base(&t);
+        return Err(e);
+    }
+    eprintln!("scion run: {} in {}", a.command.join(" "), t.clone.display());
+    let mut cmd = if a.sandbox {
+        sandboxed(&t.clone, program, args)
+    } else {
+        let mut c = std::process::Command::new(program);
+        c.args(args).current_dir(&t.clone);
+        c
+    };
+    let status = cmd.status();
+    let code = match &status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => c,
+            (None, Some(sig)) => 128 + sig,
+            _ => 2,
         },
-    );
-    match diff {
-        Ok(Reply::Diff(changes)) => {
-            eprintln!("scion run: {} changes", changes.len());
-            print!("{}", crate::control::render_diff(&changes, false, false));
+        Err(_) => 2,
+    };
+    let result = finish(&t, a.keep, a.apply && code == 0, &src_rel);
+    drop_base(&t);
+    let status = status.map_err(|e| format!("{program}: {e}"))?;
+    if a.apply && !status.success() {
+        eprintln!("scion run: COMMAND failed; nothing applied, the clone is kept: {}", t.clone.display());
+    }
+    match result? {
+        true => Ok(ExitCode::from(code.clamp(0, 255) as u8)),
+        false => Ok(ExitCode::from(2)),
+    }
+}
+
+/// `bwrap` running `program` with the clone as its root (a root filesystem: it holds `usr`
+/// and `etc`) or as the only writable directory, with /proc, /dev and a fresh /tmp.
+fn sandboxed(clone: &Path, program: &str, args: &[String]) -> std::process::Command {
+    let mut c = std::process::Command::new("bwrap");
+    let rootfs = clone.join("usr").is_dir() && clone.join("etc").is_dir();
+    let usual = ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"];
+    if rootfs {
+        c.arg("--bind").arg(clone).arg("/").args(usual).args(["--chdir", "/"]);
+    } else {
+        // The clone is bound after the fresh /tmp, which would hide it if it lies below.
+        c.args(["--ro-bind", "/", "/"]).args(usual);
+        c.arg("--bind").arg(clone).arg(clone).arg("--chdir").arg(clone);
+    }
+    c.args(["--die-with-parent", "--"]);
+    c.arg(program).args(args);
+    c
+}
+
+/// Lists what the command changed, then applies it, keeps the clone or destroys it.
+/// `Ok(false)`: applying was refused (the clone is kept).
+fn finish(t: &Trial, keep: bool, apply: bool, src_rel: &[u8]) -> Result<bool, String> {
+    let from = t.base.clone().unwrap_or_else(|| src_rel.to_vec());
+    let changes = match diff(&t.at, &from, &t.clone_rel) {
+        Ok(c) => {
+            eprintln!("scion run: {} changes", c.len());
+            print!("{}", crate::control::render_diff(&c, false, false));
+            c
         }
-        Ok(_) => eprintln!("scion run: the daemon answered something else to diff"),
-        Err(e) => eprintln!("scion run: diff: {e}"),
+        Err(e) => {
+            eprintln!("scion run: diff: {e}; the clone is kept: {}", t.clone.display());
+            return Ok(!apply);
+        }
+    };
+    if apply {
+        let base = t.base.as_deref().expect("a base to apply against");
+        let theirs = diff(&t.at, base, src_rel)?;
+        let clash = clashes(&changes, &theirs);
+        if !clash.is_empty() {
+            eprintln!(
+                "scion run: not applied: {} changed meanwhile where the command changed it too: {}\nscion run: the clone is kept: {}",
+                String::from_utf8_lossy(src_rel),
+                clash.join(", "),
+                t.clone.display()
+            );
+            return Ok(false);
+        }
+        let mnt = t.at.mnt.as_deref().expect("a mounted store");
+        let src = mnt.join(Path::new(std::ffi::OsStr::from_bytes(src_rel)));
+        if let Err(e) = apply_all(t, &src, &changes) {
+            eprintln!("scion run: applying stopped: {e}\nscion run: the clone is kept: {}", t.clone.display());
+            return Ok(false);
+        }
+        eprintln!("scion run: {} changes applied to {}", changes.len(), src.display());
+    } else if keep {
+        eprintln!("scion run: kept {}", t.clone.display());
+        return Ok(true);
     }
-    if keep {
-        eprintln!("scion run: kept {}", clone.display());
-        return Ok(());
+    call(&t.at, &Op::Destroy(Target::Path(t.clone_rel.clone()))).map(|_| true)
+}
+
+fn diff(at: &Located, a: &[u8], b: &[u8]) -> Result<Vec<Difference>, String> {
+    let op = Op::Diff {
+        a: a.to_vec(),
+        b: b.to_vec(),
+        times: false,
+        recursive: false,
+        no_renames: false,
+    };
+    match call(at, &op)? {
+        Reply::Diff(c) => Ok(c),
+        _ => Err("the daemon answered something else to diff".into()),
     }
-    call(at, &Op::Destroy(Target::Path(clone_rel.to_vec()))).map(drop)
+}
+
+fn drop_base(t: &Trial) {
+    if let Some(b) = &t.base {
+        if let Err(e) = call(&t.at, &Op::Destroy(Target::Path(b.clone()))) {
+            eprintln!("scion run: the snapshot {} stays: {e}", String::from_utf8_lossy(b));
+        }
+    }
+}
+
+/// The paths both sides changed (equal, or one inside the other).
+fn clashes(ours: &[Difference], theirs: &[Difference]) -> Vec<String> {
+    let paths = |d: &Difference| {
+        let mut v = vec![d.path.clone()];
+        v.extend(d.old_path.clone());
+        v
+    };
+    let within = |p: &[u8], q: &[u8]| p == q || (p.starts_with(q) && p.get(q.len()) == Some(&b'/'));
+    let mut out = Vec::new();
+    for o in ours.iter().flat_map(paths) {
+        if theirs.iter().flat_map(paths).any(|t| within(&o, &t) || within(&t, &o)) {
+            out.push(String::from_utf8_lossy(&o).into_owned());
+        }
+    }
+    out.dedup();
+    out
+}
+
+/// Puts each change of the clone into SRC: deletions first, then each added or changed
+/// entry as a copy (sharing blocks) beside its place, renamed over it.
+fn apply_all(t: &Trial, src: &Path, changes: &[Difference]) -> Result<(), String> {
+    let p = |b: &[u8]| Path::new(std::ffi::OsStr::from_bytes(b)).to_path_buf();
+    for d in changes {
+        let gone = match d.change {
+            Change::Deleted => Some(&d.path),
+            Change::Renamed => d.old_path.as_ref(),
+            _ => None,
+        };
+        if let Some(g) = gone {
+            remove(&src.join(p(g)))?;
+        }
+    }
+    for d in changes {
+        let to = src.join(p(&d.path));
+        match d.change {
+            Change::Deleted => {}
+            Change::Metadata if d.kind == scion_fs::Kind::Dir => copy_meta(&t.clone.join(p(&d.path)), &to)?,
+            _ => put(t, &d.path, &to)?,
+        }
+    }
+    Ok(())
+}
+
+/// The clone's entry at `rel` copied beside `to` (restore, sharing blocks), then renamed
+/// over it: a file is replaced at once; a directory in the way is removed first.
+fn put(t: &Trial, rel: &[u8], to: &Path) -> Result<(), String> {
+    let name = to.file_name().ok_or("no name")?.to_string_lossy().into_owned();
+    let tmp = to.with_file_name(format!(".{name}.scion-apply-{}", std::process::id()));
+    let mnt = t.at.mnt.as_deref().expect("a mounted store");
+    let tmp_rel = tmp.strip_prefix(mnt).map_err(|e| e.to_string())?.as_os_str().as_bytes().to_vec();
+    remove(&tmp)?;
+    let op = Op::Restore {
+        path: tmp_rel,
+        from: [&t.clone_rel[..], b"/", rel].concat(),
+        to: None,
+        replace: false,
+    };
+    call(&t.at, &op)?;
+    if to.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+        remove(to)?;
+    }
+    std::fs::rename(&tmp, to).map_err(|e| format!("{}: {e}", to.display()))
+}
+
+fn remove(p: &Path) -> Result<(), String> {
+    let r = match p.symlink_metadata() {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+        Ok(_) => std::fs::remove_file(p),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    };
+    r.map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// A directory's mode, owner and extended attributes, as the clone's.
+fn copy_meta(from: &Path, to: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let err = |e: std::io::Error| format!("{}: {e}", to.display());
+    let m = from.symlink_metadata().map_err(err)?;
+    let now = to.symlink_metadata().map_err(err)?;
+    if (m.uid(), m.gid()) != (now.uid(), now.gid()) {
+        std::os::unix::fs::lchown(to, Some(m.uid()), Some(m.gid())).map_err(err)?;
+    }
+    std::fs::set_permissions(to, std::os::unix::fs::PermissionsExt::from_mode(m.mode() & 0o7777)).map_err(err)?;
+    let (want, have) = (xattrs(from).map_err(err)?, xattrs(to).map_err(err)?);
+    for (k, _) in have.iter().filter(|(k, _)| !want.iter().any(|(w, _)| w == k)) {
+        xattr_call(to, k, None).map_err(err)?;
+    }
+    for (k, v) in &want {
+        if !have.iter().any(|(h, hv)| h == k && hv == v) {
+            xattr_call(to, k, Some(v)).map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
+fn cpath(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_bytes()).expect("no NUL in a path")
+}
+
+/// Every extended attribute of `p` (not following a symlink).
+fn xattrs(p: &Path) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let c = cpath(p);
+    let mut names = vec![0u8; 64 << 10];
+    // SAFETY: the buffer is as long as said; the kernel writes at most that much.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    names.truncate(n as usize);
+    let mut out = Vec::new();
+    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let cn = std::ffi::CString::new(name).expect("names end at NUL");
+        let mut v = vec![0u8; 64 << 10];
+        // SAFETY: as above.
+        let m = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
+        if m < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        v.truncate(m as usize);
+        out.push((name.to_vec(), v));
+    }
+    Ok(out)
+}
+
+/// Sets (`Some`) or removes (`None`) extended attribute `name` of `p`.
+fn xattr_call(p: &Path, name: &[u8], value: Option<&[u8]>) -> std::io::Result<()> {
+    let (c, cn) = (cpath(p), std::ffi::CString::new(name).expect("names end at NUL"));
+    // SAFETY: valid C strings and a buffer of the length given.
+    let r = unsafe {
+        match value {
+            Some(v) => libc::lsetxattr(c.as_ptr(), cn.as_ptr(), v.as_ptr().cast(), v.len(), 0),
+            None => libc::lremovexattr(c.as_ptr(), cn.as_ptr()),
+        }
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A free name beside SRC for the throwaway clone: `SRC.scion-run-PID` (then `-2`, `-3`...).
 fn throwaway_name(mnt: &Path, src_rel: &[u8]) -> Result<PathBuf, String> {
-    let src = mnt.join(String::from_utf8_lossy(src_rel).as_ref());
+    let src = mnt.join(Path::new(std::ffi::OsStr::from_bytes(src_rel)));
     let base = match src.file_name() {
         Some(n) => n.to_string_lossy().into_owned(),
         None => return Err("scion run needs a directory below the mount point, not the mount root".into()),
@@ -86,4 +330,29 @@ fn throwaway_name(mnt: &Path, src_rel: &[u8]) -> Result<PathBuf, String> {
         }
     }
     Err(format!("no free name beside {}", src.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(change: Change, path: &str, old: Option<&str>) -> Difference {
+        Difference {
+            change,
+            path: path.as_bytes().to_vec(),
+            old_path: old.map(|o| o.as_bytes().to_vec()),
+            kind: scion_fs::Kind::File,
+            old_size: 0,
+            new_size: 0,
+        }
+    }
+
+    #[test]
+    fn clashes_are_equal_or_nested_paths() {
+        let ours = [d(Change::Modified, "a/b", None), d(Change::Renamed, "x/new", Some("y/old")), d(Change::Added, "c", None)];
+        let theirs = [d(Change::Deleted, "a", None), d(Change::Modified, "y/old", None), d(Change::Modified, "cc", None)];
+        assert_eq!(clashes(&ours, &theirs), ["a/b", "y/old"]);
+        assert!(clashes(&ours, &[d(Change::Added, "c2", None)]).is_empty());
+        assert_eq!(clashes(&[d(Change::Added, "dir", None)], &[d(Change::Modified, "dir/f", None)]), ["dir"]);
+    }
 }
