@@ -74,6 +74,19 @@ def test_users_help_themselves_and_reach_nothing_else(scion_mount):
     assert r.returncode == 0, r.stdout + r.stderr
     assert by_hand(f"{M}/home/bob/proj") == []
     as_user(BOB, exe, "snapshot", "--name", "again", f"{M}/home/bob/proj")
+    # Compare, scan, try: on his own directory, as his diff -r, find and shell would.
+    r = as_user(BOB, exe, "run", "--apply", f"{M}/home/bob/proj", "--", "sh", "-c", "echo more >> notes; echo n > new")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["A new", "M notes"], r.stdout
+    assert os.stat(f"{M}/home/bob/proj/new").st_uid == bob
+    with open(f"{M}/home/bob/proj/notes") as f:
+        assert f.read() == "bob's notes\nmore\n"
+    r = as_user(BOB, exe, "diff", f"{M}/home/bob/proj/.snapshot/again", f"{M}/home/bob/proj")
+    assert r.returncode == 1 and r.stdout.splitlines() == ["A new", "M notes"], r.stdout + r.stderr
+    r = as_user(BOB, exe, "scan", f"{M}/home/bob/proj", "--", "wc", "-c")
+    assert r.returncode == 0 and f"2 {M}/home/bob/proj/new" in r.stdout, r.stdout + r.stderr
+    assert sorted(os.listdir(f"{M}/home/bob")) == ["proj"], "the clone is gone"
+    assert by_hand(f"{M}/home/bob/proj") == ["again"], "the base snapshot is gone"
 
     # Mallory's attempts, each refused, and nothing of Bob's or root's changes or shows.
     refused(as_user(MALLORY, exe, "snapshot", "--name", "x", f"{M}/home/bob/proj"), "home/bob")
@@ -85,6 +98,9 @@ def test_users_help_themselves_and_reach_nothing_else(scion_mount):
     refused(as_user(MALLORY, exe, "snapshot", "schedule", f"{M}/srv/shared", "--every", "1m"), "not yours")
     refused(as_user(MALLORY, exe, "snapshot", "schedule", "--remove", f"{M}/home/bob/proj"))
     refused(as_user(MALLORY, exe, "rollback", f"{M}/srv/rootclone", "--to", "x"), "not yours")
+    refused(as_user(MALLORY, exe, "diff", f"{M}/home/bob/proj/.snapshot/again", f"{M}/home/bob/proj"))
+    refused(as_user(MALLORY, exe, "scan", f"{M}/home/bob/proj", "--", "cat"))
+    refused(as_user(MALLORY, exe, "run", f"{M}/home/bob/proj", "--", "true"))
     # Bob's files by cloning or restoring: refused.
     refused(as_user(MALLORY, exe, "clone", f"{M}/home/bob/proj", f"{M}/home/mallory/b"))
     refused(as_user(MALLORY, exe, "clone", f"{M}/srv/shared", f"{M}/srv/mine"), "may not write")
