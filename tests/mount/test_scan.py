@@ -89,6 +89,21 @@ def test_scan_runs_once_per_content_and_reports_every_path(scion_mount, tmp_path
     r = m.run("scan", "--no-cache", "--jobs", "3", src, "--", *counted(log))
     assert len(runs(log)) == len(set(files_below(src).values()))
 
+    # In batches (`{} +`, as find -exec): the same lines, each content once, fewer runs.
+    os.remove(log)
+    batched = ["sh", "-c", f'echo run >> {log}.runs; for f; do echo "$f" >> {log}; done; sha256sum "$@"', "sh", "{}", "+"]
+    every = files_below(src, c1, c2)
+    r = m.run("scan", "--no-cache", "--jobs", "2", src, c1, c2, "--", *batched)
+    assert r.returncode == 0, r.describe()
+    assert len(runs(log)) == len(set(every.values()))
+    assert len(runs(log + ".runs")) <= 2, runs(log + ".runs")
+    want = sorted(f"{hashlib.sha256(b).hexdigest()}  {p}" for p, b in every.items())
+    assert sorted(r.stdout.splitlines()) == want
+    # Kept from a batch that exited 0, shown again without a run.
+    r = m.run("scan", src, c1, c2, "--", *batched)
+    assert sorted(r.stdout.splitlines()) == want
+    r = m.run("scan", src, c1, c2, "--", *batched)
+    assert "0 run" in r.stderr, r.stderr
     # --since: only what differs from the snapshot.
     os.remove(log)
     r = m.run("scan", "--since", "before", "--no-cache", c1, "--", *counted(log))

@@ -136,6 +136,8 @@ enum Cmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
+    /// Make a clone exactly one of its snapshots again, in one step
+    ///
     /// Make a clone exactly one of its snapshots again, in one step whatever its size (ZFS
     /// rollback). The clone's files become new files: a process holding one open keeps what
     /// it opened, as after a rename over it. Every snapshot of the clone stays. Only clones
@@ -150,6 +152,8 @@ enum Cmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
+    /// What differs between two directories (or two files) of one store
+    ///
     /// What differs between two directories (or two files) of one store: clones, their
     /// sources, snapshots, the live tree, any two. Shared subtrees are skipped unread and
     /// files compared by their blocks' hashes, so it costs what differs, not the trees' size;
@@ -184,8 +188,10 @@ enum Cmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
-    /// Run COMMAND in a throwaway clone of SRC (working directory: the clone; as you), then
-    /// list what it changed there as `scion diff` does and destroy the clone (`--keep` keeps
+    /// Run COMMAND in a throwaway clone of SRC and list what it changed
+    ///
+    /// COMMAND runs in a throwaway clone of SRC (working directory: the clone; as you), then
+    /// scion lists what it changed there as `scion diff` does and destroy the clone (`--keep` keeps
     /// it). SRC is not touched, unless --apply. Exit status: COMMAND's (128 + signal), 2 if
     /// scion failed or did not apply.
     Run {
@@ -208,11 +214,15 @@ enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
-    /// Run COMMAND once per distinct file content below the PATHs (clones, snapshots, any
-    /// directories of one mount), in parallel, and report its result for every path that
+    /// Run COMMAND once per distinct file content below the PATHs, reporting every path
+    ///
+    /// COMMAND runs once per distinct file content below the PATHs (clones, snapshots, any
+    /// directories of one mount), in parallel, and its result is reported for every path that
     /// holds that content: `scion scan /srv/vm* -- clamscan --no-summary {}`. Contents are
     /// told apart by block hashes, without reading data; `{}` is one path holding the
-    /// content (the path goes last if COMMAND has no `{}`). Each file's result is shown as if
+    /// content (the path goes last if COMMAND has no `{}`). Ending COMMAND with `{} +` (as
+    /// `find -exec` does) gives it up to 256 paths per run: each output line goes to the path
+    /// it names, and each file's status is its batch's (kept only when the batch exits 0). Each file's result is shown as if
     /// COMMAND had run on it: the path it ran on is replaced by the file's in its output;
     /// output that names no path gets `PATH: ` before each line. Results are kept in the
     /// store per command line and content, so a second scan runs only on what changed.

@@ -73,16 +73,21 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, String> {
     for (p, k) in &listing.files {
         first_path[*k as usize].get_or_insert(p);
     }
-    let todo: VecDeque<(usize, PathBuf)> = results
+    let todo: Vec<(usize, PathBuf)> = results
         .iter()
         .enumerate()
         .filter(|(_, r)| r.is_none())
         .filter_map(|(i, _)| first_path[i].map(|p| (i, mnt.join(rel(p)))))
         .collect();
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1);
-    let ran = run_all(&a.command, todo, jobs, &listing.contents)?;
-    let fresh: Vec<ScanResult> = ran.iter().map(|(_, r)| r.clone()).collect();
-    for (i, r) in ran {
+    let cmd = Scanner::new(&a.command);
+    if cmd.batched && a.command.iter().filter(|w| w.contains("{}")).count() > 1 {
+        return Err("with `{} +`, `{}` may appear only once, as its own word before `+`".into());
+    }
+    let ran = run_all(&cmd, todo, jobs, &listing.contents)?;
+    let fresh: Vec<ScanResult> = ran.iter().filter(|(_, _, k)| *k).map(|(_, r, _)| r.clone()).collect();
+    let n_ran = ran.len();
+    for (i, r, _) in ran {
         results[i] = Some((r, false));
     }
     if !a.no_cache {
@@ -94,7 +99,7 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, String> {
         "scion scan: {} files, {} distinct contents: {} run, {} from the cache",
         listing.files.len(),
         listing.contents.len(),
-        fresh.len(),
+        n_ran,
         kept
     );
     let code = if !listing.denied.is_empty() { 2 } else { status };
@@ -110,39 +115,70 @@ fn rel(p: &[u8]) -> &Path {
     Path::new(std::ffi::OsStr::from_bytes(p))
 }
 
-/// COMMAND's words for `path`: each `{}` replaced by it, or the path last if there is none.
-fn words(command: &[String], path: &Path) -> Vec<std::ffi::OsString> {
-    let p = path.as_os_str();
+/// COMMAND's words for `paths`: a word that is exactly `{}` becomes the paths, `{}` inside a
+/// word becomes the (first) path; with no `{}` at all, the paths go last.
+fn expand(command: &[String], paths: &[&Path]) -> Vec<std::ffi::OsString> {
     if !command.iter().any(|w| w.contains("{}")) {
-        let mut v: Vec<_> = command.iter().map(Into::into).collect();
-        v.push(p.to_owned());
+        let mut v: Vec<std::ffi::OsString> = command.iter().map(Into::into).collect();
+        v.extend(paths.iter().map(|p| p.as_os_str().to_owned()));
         return v;
     }
-    command
-        .iter()
-        .map(|w| {
-            let parts: Vec<&str> = w.split("{}").collect();
-            let mut o = std::ffi::OsString::new();
-            for (i, s) in parts.iter().enumerate() {
-                if i > 0 {
-                    o.push(p);
-                }
-                o.push(s);
+    let mut v = Vec::new();
+    for w in command {
+        if w == "{}" {
+            v.extend(paths.iter().map(|p| p.as_os_str().to_owned()));
+            continue;
+        }
+        let mut o = std::ffi::OsString::new();
+        for (i, s) in w.split("{}").enumerate() {
+            if i > 0 {
+                o.push(paths[0].as_os_str());
             }
-            o
-        })
-        .collect()
+            o.push(s);
+        }
+        v.push(o);
+    }
+    v
 }
 
-/// Runs COMMAND on each path of `todo`, `jobs` at a time; progress on stderr.
+/// Most paths one run of a batched COMMAND (`{} +`) is given, and most bytes of them.
+const BATCH_PATHS: usize = 256;
+const BATCH_BYTES: usize = 64 << 10;
+
+/// COMMAND as asked: its words, and whether it takes many paths at once (`{} +`, as
+/// `find -exec` does).
+pub(crate) struct Scanner {
+    words: Vec<String>,
+    batched: bool,
+}
+
+impl Scanner {
+    pub(crate) fn new(command: &[String]) -> Scanner {
+        let n = command.len();
+        let batched = n >= 2 && command[n - 1] == "+" && command[n - 2] == "{}";
+        let words = if batched { command[..n - 1].to_vec() } else { command.to_vec() };
+        Scanner { words, batched }
+    }
+}
+
+/// What one run gave, before it is told apart per content.
+struct Ran {
+    status: i32,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+/// Runs COMMAND on each path of `todo` (one per run, or in batches with `{} +`), `jobs` at a
+/// time; progress on stderr. Each content's result, and whether it may be kept.
 fn run_all(
-    command: &[String],
-    todo: VecDeque<(usize, PathBuf)>,
+    cmd: &Scanner,
+    todo: Vec<(usize, PathBuf)>,
     jobs: usize,
     contents: &[([u8; 32], u64)],
-) -> Result<Vec<(usize, ScanResult)>, String> {
+) -> Result<Vec<(usize, ScanResult, bool)>, String> {
     let total = todo.len();
-    let queue = Arc::new(Mutex::new(todo));
+    let batches = batches(todo, if cmd.batched { BATCH_PATHS } else { 1 }, jobs);
+    let queue = Arc::new(Mutex::new(batches));
     let done = Arc::new(Mutex::new(Vec::with_capacity(total)));
     let failed: Arc<Mutex<Option<String>>> = Arc::default();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -150,34 +186,22 @@ fn run_all(
         for _ in 0..jobs.min(total.max(1)) {
             let (queue, done, failed) = (queue.clone(), done.clone(), failed.clone());
             s.spawn(move || loop {
-                let Some((i, path)) = queue.lock().unwrap().pop_front() else { return };
+                let Some(batch) = queue.lock().unwrap().pop_front() else { return };
                 if failed.lock().unwrap().is_some() {
                     return;
                 }
-                let w = words(command, &path);
-                let out = Command::new(&w[0]).args(&w[1..]).stdin(Stdio::null()).output();
-                let out = match out {
-                    Ok(o) => o,
+                let paths: Vec<&Path> = batch.iter().map(|(_, p)| p.as_path()).collect();
+                let ran = match run_one(&cmd.words, &paths) {
+                    Ok(r) => r,
                     Err(e) => {
-                        *failed.lock().unwrap() = Some(format!("{}: {e}", command[0]));
+                        *failed.lock().unwrap() = Some(e);
                         return;
                     }
                 };
-                let status = match (out.status.code(), out.status.signal()) {
-                    (Some(c), _) => c,
-                    (None, Some(sig)) => 128 + sig,
-                    _ => 2,
-                };
-                let r = ScanResult {
-                    key: contents[i].0,
-                    status,
-                    shown_as: path.as_os_str().as_bytes().to_vec(),
-                    stdout: out.stdout,
-                    stderr: out.stderr,
-                };
+                let results = split(&batch, ran, contents);
                 let mut d = done.lock().unwrap();
-                d.push((i, r));
-                if tty && (d.len() % 16 == 0 || d.len() == total) {
+                d.extend(results);
+                if tty {
                     eprint!("\rscion scan: {}/{} contents scanned", d.len(), total);
                     if d.len() == total {
                         eprintln!();
@@ -191,6 +215,86 @@ fn run_all(
     }
     let v = std::mem::take(&mut *done.lock().unwrap());
     Ok(v)
+}
+
+/// The paths in runs of at most `most` (and `BATCH_BYTES`), small enough that every job
+/// gets some.
+fn batches(todo: Vec<(usize, PathBuf)>, most: usize, jobs: usize) -> VecDeque<Vec<(usize, PathBuf)>> {
+    let most = most.min(todo.len().div_ceil(jobs.max(1))).max(1);
+    let mut out = VecDeque::new();
+    let mut cur: Vec<(usize, PathBuf)> = Vec::new();
+    let mut bytes = 0;
+    for t in todo {
+        let n = t.1.as_os_str().len() + 1;
+        if !cur.is_empty() && (cur.len() >= most || bytes + n > BATCH_BYTES) {
+            out.push_back(std::mem::take(&mut cur));
+            bytes = 0;
+        }
+        bytes += n;
+        cur.push(t);
+    }
+    if !cur.is_empty() {
+        out.push_back(cur);
+    }
+    out
+}
+
+/// One run of COMMAND on `paths`.
+fn run_one(words: &[String], paths: &[&Path]) -> Result<Ran, String> {
+    let w = expand(words, paths);
+    let out = Command::new(&w[0])
+        .args(&w[1..])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", words[0]))?;
+    let status = match (out.status.code(), out.status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => 2,
+    };
+    Ok(Ran {
+        status,
+        stdout: out.stdout,
+        stderr: out.stderr,
+    })
+}
+
+/// A run's result per content. Alone, the content gets it whole. In a batch, each gets the
+/// output lines that name its path (the longest path a line names), and the batch's exit
+/// status; what names no path is shown now, and the results are kept only if the batch
+/// exited 0 (a failure cannot be pinned on one content).
+fn split(batch: &[(usize, PathBuf)], ran: Ran, contents: &[([u8; 32], u64)]) -> Vec<(usize, ScanResult, bool)> {
+    let result = |i: usize, p: &Path, stdout: Vec<u8>, stderr: Vec<u8>| ScanResult {
+        key: contents[i].0,
+        status: ran.status,
+        shown_as: p.as_os_str().as_bytes().to_vec(),
+        stdout,
+        stderr,
+    };
+    if let [(i, p)] = batch {
+        return vec![(*i, result(*i, p, ran.stdout.clone(), ran.stderr.clone()), true)];
+    }
+    let mut outs: Vec<Vec<u8>> = vec![Vec::new(); batch.len()];
+    let mut unnamed = Vec::new();
+    for line in ran.stdout.split_inclusive(|&c| c == b'\n') {
+        let named = batch
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, p))| contains(line, p.as_os_str().as_bytes()))
+            .max_by_key(|(_, (_, p))| p.as_os_str().len());
+        match named {
+            Some((k, _)) => outs[k].extend_from_slice(line),
+            None => unnamed.extend_from_slice(line),
+        }
+    }
+    let _ = std::io::stdout().write_all(&unnamed);
+    let _ = std::io::stderr().write_all(&ran.stderr);
+    let keep = ran.status == 0;
+    batch
+        .iter()
+        .zip(outs)
+        .map(|((i, p), out)| (*i, result(*i, p, out, Vec::new()), keep))
+        .collect()
 }
 
 /// Sends new results to be kept, in requests that fit a frame. A failure to keep them
@@ -319,11 +423,32 @@ mod tests {
         assert_eq!(shown_for(b"abc  /m/a/f\n", b"/m/a/f", b"/m/b/f"), b"abc  /m/b/f\n");
         assert_eq!(shown_for(b"ASCII text\nmore", b"/m/a/f", b"/m/b/f"), b"/m/b/f: ASCII text\n/m/b/f: more\n");
         assert_eq!(shown_for(b"", b"/m/a/f", b"/m/b/f"), b"");
-        let w = words(&["rg".into(), "-l".into(), "x".into(), "--".into(), "{}".into()], Path::new("/m/f"));
+        let f = [Path::new("/m/f")];
+        let w = expand(&["rg".into(), "-l".into(), "x".into(), "--".into(), "{}".into()], &f);
         assert_eq!(w.last().unwrap(), "/m/f");
-        let w = words(&["sha256sum".into()], Path::new("/m/f"));
+        let w = expand(&["sha256sum".into()], &f);
         assert_eq!(w, ["sha256sum", "/m/f"]);
-        let w = words(&["sh".into(), "-c".into(), "wc -c < {}".into()], Path::new("/m/f"));
+        let w = expand(&["sh".into(), "-c".into(), "wc -c < {}".into()], &f);
         assert_eq!(w[2], "wc -c < /m/f");
+        let two = [Path::new("/m/a"), Path::new("/m/b")];
+        assert_eq!(expand(&["sha256sum".into(), "{}".into()], &two), ["sha256sum", "/m/a", "/m/b"]);
+    }
+
+    #[test]
+    fn a_batch_is_told_apart_by_the_paths_its_lines_name() {
+        let c = Scanner::new(&["sha256sum".into(), "{}".into(), "+".into()]);
+        assert!(c.batched && c.words == ["sha256sum", "{}"]);
+        assert!(!Scanner::new(&["echo".into(), "+".into()]).batched);
+        let batch = vec![(0, PathBuf::from("/m/a/b")), (1, PathBuf::from("/m/a/b2"))];
+        let contents = [([1; 32], 1), ([2; 32], 2)];
+        let ran = Ran { status: 0, stdout: b"x  /m/a/b2\ny  /m/a/b\n".to_vec(), stderr: Vec::new() };
+        let got = split(&batch, ran, &contents);
+        assert_eq!(got[0].1.stdout, b"y  /m/a/b\n");
+        assert_eq!(got[1].1.stdout, b"x  /m/a/b2\n");
+        assert!(got.iter().all(|(_, r, keep)| *keep && r.status == 0));
+        let ran = Ran { status: 1, stdout: Vec::new(), stderr: Vec::new() };
+        assert!(split(&batch, ran, &contents).iter().all(|(_, r, keep)| !keep && r.status == 1));
+        let b = batches((0..10).map(|i| (i, PathBuf::from(format!("/p{i}")))).collect(), 256, 2);
+        assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), [5, 5]);
     }
 }
