@@ -33,6 +33,7 @@ pub mod restore;
 pub mod rollback;
 pub mod schedule;
 pub mod scan;
+pub mod treehash;
 pub mod scrub;
 pub mod versions;
 mod volume;

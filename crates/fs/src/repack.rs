@@ -363,15 +363,19 @@ impl Fs {
     /// The committed chunks of file `ino` (block and patches), in chunk order; the changes
     /// waiting in memory are not included.
     pub fn stored_chunks(&self, ino: Ino) -> FsResult<Vec<(u64, StoredChunk)>> {
-        let n = self.node(ino)?;
-        if let Some(c) = n.inode.direct_chunk() {
+        self.stored_chunks_of(&self.node(ino)?.inode)
+    }
+
+    /// The chunks record `i` names (block and patches), in chunk order; none for inline bytes.
+    pub fn stored_chunks_of(&self, i: &crate::inode::Inode) -> FsResult<Vec<(u64, StoredChunk)>> {
+        if let Some(c) = i.direct_chunk() {
             return Ok(vec![(0, c)]);
         }
         let mut out = Vec::new();
         let mut bad = None;
         self.vol
             .forest
-            .scan(n.inode.tree(), &chunk_key(0), &mut |k, v| {
+            .scan(i.tree(), &chunk_key(0), &mut |k, v| {
                 match (chunk_index(k), StoredChunk::from_value(v)) {
                     (Ok(idx), Ok(c)) => out.push((idx, c)),
                     (Err(e), _) | (_, Err(e)) => bad = Some(e),
@@ -380,7 +384,7 @@ impl Fs {
             })
             .map_err(eio)?;
         if let Some(e) = bad {
-            log::error!("content tree of ino {ino}: {e}");
+            log::error!("content tree of oid {}: {e}", i.oid);
             return Err(errno::EIO);
         }
         Ok(out)
