@@ -1,3 +1,4 @@
 //! The parts of the `scion` command that other code reaches: what it decodes from outside.
 
+pub mod stream;
 pub mod wire;

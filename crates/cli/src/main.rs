@@ -2,8 +2,11 @@
 
 mod control;
 mod mount;
+mod meta;
+mod receive_cmd;
 mod run_cmd;
 mod scan_cmd;
+mod send_cmd;
 mod tree_cmds;
 
 use clap::{Parser, Subcommand};
@@ -250,6 +253,45 @@ enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Write a stream of a tree, whole or what changed from a base
+    ///
+    /// Writes to stdout (or -o FILE) a stream of the snapshot, clone or directory PATH (a
+    /// snapshot is taken for the send if PATH is not one). With --base, a snapshot or clone the
+    /// receiving store also holds, only what changed from it: changed chunks, small writes as
+    /// their patches, moved files as copies. The base is named by its content hash, so any
+    /// store holding an identical tree can take the stream, and no other. zstd-compressed
+    /// unless --no-compress; progress on stderr on a terminal or with --progress.
+    /// Exit 0: sent; 2: trouble.
+    Send {
+        path: PathBuf,
+        /// A snapshot or clone the receiver holds (by content): send only what differs.
+        #[arg(long)]
+        base: Option<PathBuf>,
+        /// Write the stream to FILE instead of stdout.
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+        #[arg(long)]
+        no_compress: bool,
+        #[arg(long)]
+        progress: bool,
+    },
+    /// Make the tree a `scion send` stream holds appear as the new directory DIR
+    ///
+    /// Reads the stream from stdin (or -i FILE) and builds its tree beside DIR under a hidden
+    /// name: empty for a full stream, or a clone of the base, found in this store by its
+    /// content hash (a snapshot or clone, however it got here). Every frame is checked; at the
+    /// end the tree's content hash must be the sender's. Then it is renamed to DIR at once and
+    /// snapshotted under the sent snapshot's name (the base for the next increment). Exit 0:
+    /// received; 1: refused (a damaged or cut stream, no base here): nothing is left behind;
+    /// 2: bad arguments.
+    Receive {
+        dir: PathBuf,
+        /// Read the stream from FILE instead of stdin.
+        #[arg(short = 'i', long = "input")]
+        input: Option<PathBuf>,
+        #[arg(long)]
+        progress: bool,
+    },
     /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
     List {
         /// Any path in the mount (default: the current directory).
@@ -473,6 +515,26 @@ fn main() -> ExitCode {
         }) {
             Ok(code) => return code,
             Err(e) => Err(e),
+        },
+        Cmd::Send {
+            path,
+            base,
+            output,
+            no_compress,
+            progress,
+        } => send_cmd::send(send_cmd::SendArgs {
+            path,
+            base,
+            output,
+            no_compress,
+            progress,
+        }),
+        Cmd::Receive { dir, input, progress } => match receive_cmd::receive(receive_cmd::ReceiveArgs { dir, input, progress }) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                eprintln!("scion receive: {e}");
+                return ExitCode::from(1);
+            }
         },
         Cmd::List { path, store, json } => tree_cmds::list(path, store, json),
         Cmd::Scrub { path, store } => match tree_cmds::scrub(path, store) {

@@ -249,69 +249,8 @@ fn remove(p: &Path) -> Result<(), String> {
 
 /// A directory's mode, owner and extended attributes, as the clone's.
 fn copy_meta(from: &Path, to: &Path) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let err = |e: std::io::Error| format!("{}: {e}", to.display());
-    let m = from.symlink_metadata().map_err(err)?;
-    let now = to.symlink_metadata().map_err(err)?;
-    if (m.uid(), m.gid()) != (now.uid(), now.gid()) {
-        std::os::unix::fs::lchown(to, Some(m.uid()), Some(m.gid())).map_err(err)?;
-    }
-    std::fs::set_permissions(to, std::os::unix::fs::PermissionsExt::from_mode(m.mode() & 0o7777)).map_err(err)?;
-    let (want, have) = (xattrs(from).map_err(err)?, xattrs(to).map_err(err)?);
-    for (k, _) in have.iter().filter(|(k, _)| !want.iter().any(|(w, _)| w == k)) {
-        xattr_call(to, k, None).map_err(err)?;
-    }
-    for (k, v) in &want {
-        if !have.iter().any(|(h, hv)| h == k && hv == v) {
-            xattr_call(to, k, Some(v)).map_err(err)?;
-        }
-    }
-    Ok(())
-}
-
-fn cpath(p: &Path) -> std::ffi::CString {
-    std::ffi::CString::new(p.as_os_str().as_bytes()).expect("no NUL in a path")
-}
-
-/// Every extended attribute of `p` (not following a symlink).
-fn xattrs(p: &Path) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let c = cpath(p);
-    let mut names = vec![0u8; 64 << 10];
-    // SAFETY: the buffer is as long as said; the kernel writes at most that much.
-    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    names.truncate(n as usize);
-    let mut out = Vec::new();
-    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        let cn = std::ffi::CString::new(name).expect("names end at NUL");
-        let mut v = vec![0u8; 64 << 10];
-        // SAFETY: as above.
-        let m = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
-        if m < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        v.truncate(m as usize);
-        out.push((name.to_vec(), v));
-    }
-    Ok(out)
-}
-
-/// Sets (`Some`) or removes (`None`) extended attribute `name` of `p`.
-fn xattr_call(p: &Path, name: &[u8], value: Option<&[u8]>) -> std::io::Result<()> {
-    let (c, cn) = (cpath(p), std::ffi::CString::new(name).expect("names end at NUL"));
-    // SAFETY: valid C strings and a buffer of the length given.
-    let r = unsafe {
-        match value {
-            Some(v) => libc::lsetxattr(c.as_ptr(), cn.as_ptr(), v.as_ptr().cast(), v.len(), 0),
-            None => libc::lremovexattr(c.as_ptr(), cn.as_ptr()),
-        }
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    let m = crate::meta::read(from)?;
+    crate::meta::apply(to, &m, false)
 }
 
 /// A free name beside SRC for the throwaway clone: `SRC.scion-run-PID` (then `-2`, `-3`...).

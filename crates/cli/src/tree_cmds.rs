@@ -231,7 +231,7 @@ pub fn clone(
     run(&s, op)
 }
 
-fn utc_now_name() -> String {
+pub(crate) fn utc_now_name() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)

@@ -10,6 +10,7 @@ use scion_fs::scrub::ScrubReport;
 use scion_fs::versions::{Deleted, Version};
 use crate::scan_cache::{self, ScanResult};
 use scion_fs::scan::ScanListing;
+use scion_fs::treehash::ChunkChange;
 use scion_fs::{Fs, FsError, Inval, Listing};
 
 /// An operation. Paths are from the mount root, names separated by `/`.
@@ -76,6 +77,12 @@ pub enum Op {
         command: Vec<u8>,
         results: Vec<ScanResult>,
     },
+    /// The content hash of the tree at `path` (`Fs::content_hash_of`).
+    TreeHash { path: Vec<u8> },
+    /// The snapshots or clones whose tree has content hash `hash`, those named `hint` first.
+    FindTree { hash: [u8; 32], hint: Vec<u8> },
+    /// What changed chunk by chunk from file `old` to file `new`.
+    ChunkChanges { old: Vec<u8>, new: Vec<u8> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +113,9 @@ pub enum Reply {
     /// The files found, and the results kept for their contents.
     Scan { listing: ScanListing, cached: Vec<ScanResult> },
     ScanRecorded,
+    TreeHash([u8; 32]),
+    Found(Vec<Vec<u8>>),
+    ChunkChanges(Vec<ChunkChange>),
 }
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
@@ -241,6 +251,36 @@ fn scan(
         }
     };
     Ok(Reply::Scan { listing, cached })
+}
+
+/// `Op::ChunkChanges`: patches beyond `MAX_PATCH_REPLY` bytes in all are sent as data, so
+/// the reply fits a frame.
+fn chunk_changes(fs: &mut Fs, old: &[u8], new: &[u8]) -> Result<Reply, Failure> {
+    const MAX_PATCH_REPLY: usize = 512 << 10;
+    let mut rec = |p: &[u8]| -> Result<scion_fs::inode::Inode, Failure> {
+        let ino = fs.resolve_path(p).map_err(Failure::from_fs(show(p)))?;
+        fs.remember(ino).map_err(Failure::from_fs(show(p)))?;
+        let r = fs.file_record(ino).map_err(Failure::from_fs(show(p)));
+        fs.forget(ino, 1);
+        r
+    };
+    let (a, b) = (rec(old)?, rec(new)?);
+    if a.kind != scion_fs::Kind::File || b.kind != scion_fs::Kind::File {
+        return Err(Failure::new(libc::EINVAL, format!("{} and {} are not both files", show(old), show(new))));
+    }
+    let mut changes = fs
+        .chunk_changes(&a, &b)
+        .map_err(Failure::from_fs(format!("chunks of {} and {}", show(old), show(new))))?;
+    let mut total = 0;
+    for c in &mut changes {
+        if let ChunkChange::Patch(i, runs) = c {
+            total += runs.iter().map(|(_, d)| d.len() + 8).sum::<usize>();
+            if total > MAX_PATCH_REPLY {
+                *c = ChunkChange::Data(*i);
+            }
+        }
+    }
+    Ok(Reply::ChunkChanges(changes))
 }
 
 /// Why a rollback was refused, in words.
@@ -387,6 +427,16 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
                 .map_err(|e| Failure::new(e.raw_os_error().unwrap_or(libc::EIO), format!("{}: {e}", f.display())))?;
             (Reply::ScanRecorded, Vec::new())
         }
+        Op::TreeHash { path } => {
+            let d = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
+            let h = fs.content_hash_of(d).map_err(Failure::from_fs(format!("content hash of {}", show(path))))?;
+            (Reply::TreeHash(h), Vec::new())
+        }
+        Op::FindTree { hash, hint } => {
+            let found = fs.find_tree(hash, hint, 8).map_err(Failure::from_fs("search for a base".into()))?;
+            (Reply::Found(found), Vec::new())
+        }
+        Op::ChunkChanges { old, new } => (chunk_changes(fs, old, new)?, Vec::new()),
         Op::Rollback { dir, to } => {
             let d = fs.resolve_path(dir).map_err(Failure::from_fs(show(dir)))?;
             fs.rollback(d, to).map_err(|e| rollback_failure(e, dir, to))?;

@@ -27,6 +27,7 @@ use crate::control::{Failure, Op, Reply, Target};
 use crate::scan_cache::{ScanResult, MAX_COMMAND};
 use scion_fs::diff::{Change, Difference};
 use scion_fs::scan::{ContentKey, ScanListing};
+use scion_fs::treehash::ChunkChange;
 use scion_fs::records::schedules;
 use scion_fs::repack::RepackReport;
 use scion_fs::restore::RestoreReport;
@@ -170,6 +171,15 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
                 x.encode(&mut w);
             }
         }
+        Op::TreeHash { path } => {
+            w.u8(18).bytes(path);
+        }
+        Op::FindTree { hash, hint } => {
+            w.u8(19).raw(hash).bytes(hint);
+        }
+        Op::ChunkChanges { old, new } => {
+            w.u8(20).bytes(old).bytes(new);
+        }
     }
     w.finish()
 }
@@ -308,6 +318,17 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             }
             Op::ScanRecord { command, results }
         }
+        18 => Op::TreeHash {
+            path: r.bytes().map_err(bad)?.to_vec(),
+        },
+        19 => Op::FindTree {
+            hash: r.array().map_err(bad)?,
+            hint: r.bytes().map_err(bad)?.to_vec(),
+        },
+        20 => Op::ChunkChanges {
+            old: r.bytes().map_err(bad)?.to_vec(),
+            new: r.bytes().map_err(bad)?.to_vec(),
+        },
         o => return Err(format!("unknown operation {o}")),
     };
     r.expect_end().map_err(bad)?;
@@ -633,6 +654,34 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         Reply::ScanRecorded => {
             w.u8(16);
         }
+        Reply::TreeHash(h) => {
+            w.u8(17).raw(h);
+        }
+        Reply::Found(paths) => {
+            w.u8(18).u32(paths.len() as u32);
+            for p in paths {
+                w.bytes(p);
+            }
+        }
+        Reply::ChunkChanges(changes) => {
+            w.u8(19).u32(changes.len() as u32);
+            for c in changes {
+                match c {
+                    ChunkChange::Data(i) => {
+                        w.u8(0).u64(*i);
+                    }
+                    ChunkChange::Hole(i) => {
+                        w.u8(1).u64(*i);
+                    }
+                    ChunkChange::Patch(i, runs) => {
+                        w.u8(2).u64(*i).u32(runs.len() as u32);
+                        for (o, d) in runs {
+                            w.u32(*o).bytes(d);
+                        }
+                    }
+                }
+            }
+        }
     }
     w.finish()
 }
@@ -817,6 +866,38 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 return Ok(Frame::Gathered(Gathered::Scan(n)));
             }
             16 => Reply::ScanRecorded,
+            17 => Reply::TreeHash(r.array().map_err(bad)?),
+            18 => {
+                let n = r.count(4).map_err(bad)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(r.bytes().map_err(bad)?.to_vec());
+                }
+                Reply::Found(v)
+            }
+            19 => {
+                let n = r.count(9).map_err(bad)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let tag = r.u8().map_err(bad)?;
+                    let i = r.u64().map_err(bad)?;
+                    v.push(match tag {
+                        0 => ChunkChange::Data(i),
+                        1 => ChunkChange::Hole(i),
+                        2 => {
+                            let m = r.count(8).map_err(bad)?;
+                            let mut runs = Vec::with_capacity(m);
+                            for _ in 0..m {
+                                let o = r.u32().map_err(bad)?;
+                                runs.push((o, r.bytes().map_err(bad)?.to_vec()));
+                            }
+                            ChunkChange::Patch(i, runs)
+                        }
+                        t => return Err(format!("unknown chunk change {t}")),
+                    });
+                }
+                Reply::ChunkChanges(v)
+            }
             k => return Err(format!("unknown reply {k}")),
         }),
         k => return Err(format!("unknown reply frame {k:#x}")),

@@ -157,6 +157,7 @@ impl Fs {
             dropped_ns: Vec::new(),
             replaced_ns: Default::default(),
             show_snapdir: false,
+            hash_memo: Default::default(),
             reclaimable: Default::default(),
             dirty: Default::default(),
             carried: Default::default(),

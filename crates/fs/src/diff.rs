@@ -8,8 +8,11 @@
 //! and each such name is compared: kind, content, metadata. Two files are equal in content
 //! when their records name the same content (size, content root, inline bytes, direct chunk)
 //! or when their content trees differ only in where equal blocks lie (same block hash and
-//! patches per chunk): no file data is read, except to compare a file stored inline with one
-//! stored in blocks. The cost is proportional to what differs, not to the trees.
+//! patches per chunk), or when their chunks' logical hashes are equal (`treehash`: the same
+//! bytes stored as a patched block here and a plain one there): file data is read only for
+//! patched or short chunks of files that differ otherwise, and to compare a file stored
+//! inline with one stored in blocks. The cost is proportional to what differs, not to the
+//! trees.
 
 use crate::access::{Caller, R, X};
 use crate::clone::SNAPDIR_NAME;
@@ -349,14 +352,18 @@ impl Fs {
             if !x.inline.is_empty() {
                 return Ok(x.inline == y.inline);
             }
+            let same_root = x.content.map(|c| c.hash) == y.content.map(|c| c.hash);
             if let (Some(p), Some(q)) = (&x.direct, &y.direct) {
-                let blocks = x.content.map(|c| c.hash) == y.content.map(|c| c.hash);
-                return Ok(blocks && p == q);
-            }
-            if x.content.map(|c| c.hash) == y.content.map(|c| c.hash) {
+                if same_root && p == q {
+                    return Ok(true);
+                }
+            } else if same_root || self.same_chunks(x, y)? {
                 return Ok(true);
             }
-            return self.same_chunks(x, y);
+            // Equal bytes may be stored differently (a patch laid over a block here, the
+            // whole chunk rewritten there): compare the chunks' logical hashes, which read
+            // only patched and short chunks.
+            return Ok(self.logical_chunks(x)? == self.logical_chunks(y)?);
         }
         // Stored in different forms (or not folded): compare the bytes.
         w.work.files_read += 1;

@@ -343,6 +343,9 @@ pub struct Fs {
     pub(crate) replaced_ns: HashSet<u32>,
     /// List `.snapshot` in directory listings (mount option `snapdir=visible`).
     pub show_snapdir: bool,
+    /// Tree and content hashes computed so far (`treehash`), keyed by what they hash: valid
+    /// for as long as the store lives.
+    pub(crate) hash_memo: crate::treehash::HashMemo,
     /// Per schedule (by directory), bytes its `--keep-while-free` snapshots would give back:
     /// `statfs` counts them as available, as snapper's and CCFS' users expect of space the
     /// filesystem frees by itself when it runs short.

@@ -72,6 +72,44 @@ struct Walk<'m> {
 }
 
 impl Fs {
+    /// The content hash of the tree at `dir`, with the engine's own memo.
+    pub fn content_hash_of(&mut self, dir: Ino) -> FsResult<TreeHash> {
+        let mut memo = std::mem::take(&mut self.hash_memo);
+        let r = self.tree_hash(dir, &mut memo);
+        self.hash_memo = memo;
+        r
+    }
+
+    /// The snapshots (and clones) whose tree's content hash is `want`, up to `most`, those
+    /// named `hint` first: where a stream's base may be found. Hashing every snapshot costs
+    /// only what they do not share with those hashed before.
+    pub fn find_tree(&mut self, want: &TreeHash, hint: &[u8], most: usize) -> FsResult<Vec<Vec<u8>>> {
+        let ids: Vec<(u32, bool, Ino)> = self
+            .namespaces
+            .iter()
+            .filter(|(id, _)| **id != 1)
+            .map(|(id, n)| (*id, n.info.kind == crate::NsKind::Snapshot, n.root))
+            .collect();
+        let mut rows = Vec::new();
+        for (id, snap, root) in ids {
+            if let Ok(p) = self.path_of_dir(root) {
+                rows.push((!snap, !p.ends_with(hint) || hint.is_empty(), id, p));
+            }
+        }
+        rows.sort();
+        let mut out = Vec::new();
+        for (_, _, _, path) in rows {
+            let Ok(ino) = self.resolve_path(&path) else { continue };
+            if &self.content_hash_of(ino)? == want {
+                out.push(path);
+                if out.len() >= most {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The content hash of the tree at directory `dir` (see the module comment).
     pub fn tree_hash(&mut self, dir: Ino, memo: &mut HashMemo) -> FsResult<TreeHash> {
         self.fold(dir)?;

@@ -1,0 +1,298 @@
+//! `scion receive DIR [-i FILE]` (issue 20): makes the tree a `scion send` stream describes
+//! appear as the new directory DIR, all at once, or not at all.
+//!
+//! The tree is built beside DIR, under a hidden name (`.DIR.scion-receive-PID`): an empty
+//! directory for a full stream, or a clone of the base, which is found in this store by its
+//! content hash (any snapshot or clone with that tree: received before, or copied here by
+//! other means). Each frame is checked (checksum, order) before it is applied; at the end
+//! the stream's own hash and the built tree's content hash must match what the sender said,
+//! and only then is the tree renamed to DIR and snapshotted under the sent snapshot's name
+//! (the base for the next increment). Anything wrong, and the hidden tree is removed.
+//!
+//! Every path a stream names is checked to stay inside the tree: no `..`, and no directory on
+//! the way that is a symlink (a stream could otherwise make one and write through it).
+
+use crate::tree_cmds::{call, locate, store_path, Located};
+use scion::stream::{Frame, Meta, StreamReader, FLAG_ZSTD};
+use scion_daemon::control::{Op, Reply, Target};
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+pub struct ReceiveArgs {
+    pub dir: PathBuf,
+    pub input: Option<PathBuf>,
+    pub progress: bool,
+}
+
+/// Where the tree is being built, and how to take it away.
+struct Staging {
+    at: Located,
+    path: PathBuf,
+    rel: Vec<u8>,
+    /// A clone of the base (destroyed), or a plain directory (removed).
+    clone: bool,
+}
+
+impl Staging {
+    fn remove(&self) {
+        let r = if self.clone {
+            call(&self.at, &Op::Destroy(Target::Path(self.rel.clone()))).map(drop)
+        } else {
+            std::fs::remove_dir_all(&self.path).map_err(|e| e.to_string())
+        };
+        if let Err(e) = r {
+            eprintln!("scion receive: {} stays: {e}", self.path.display());
+        }
+    }
+}
+
+pub fn receive(a: ReceiveArgs) -> Result<(), String> {
+    let at = locate(&a.dir, false, &None)?;
+    let Some(mnt) = at.mnt.clone() else {
+        return Err(format!("{} is not in a mounted scion store", a.dir.display()));
+    };
+    let dst = mnt.join(Path::new(std::ffi::OsStr::from_bytes(&store_path(&at))));
+    let mut input: Box<dyn Read> = match &a.input {
+        Some(f) => Box::new(std::fs::File::open(f).map_err(|e| format!("{}: {e}", f.display()))?),
+        None => Box::new(std::io::stdin().lock()),
+    };
+    let flags = scion::stream::read_header(&mut input)?;
+    let body: Box<dyn Read> = if flags & FLAG_ZSTD != 0 {
+        Box::new(zstd::stream::read::Decoder::new(input).map_err(|e| e.to_string())?)
+    } else {
+        Box::new(std::io::BufReader::with_capacity(1 << 20, input))
+    };
+    let mut frames = StreamReader::new(body);
+    let Some(Frame::Begin { base, root, name, .. }) = frames.next()? else {
+        return Err("the stream does not begin with its Begin frame".into());
+    };
+    let file_name = dst.file_name().ok_or("DIR needs a name")?.to_string_lossy().into_owned();
+    let path = dst.with_file_name(format!(".{file_name}.scion-receive-{}", std::process::id()));
+    let rel = path.strip_prefix(&mnt).map_err(|e| e.to_string())?.as_os_str().as_bytes().to_vec();
+    let base_dir = match base {
+        Some(h) => {
+            let found = match call(&at, &Op::FindTree { hash: h, hint: name.clone() })? {
+                Reply::Found(f) => f,
+                _ => return Err("the daemon answered something else".into()),
+            };
+            let Some(b) = found.into_iter().next() else {
+                return Err(format!(
+                    "no snapshot or clone in this store holds the stream's base (a tree of content hash {}); receive a full stream of it first, or snapshot a copy of it",
+                    hex(&h)
+                ));
+            };
+            call(&at, &Op::Clone { src: b.clone(), dst: rel.clone(), excludes: Vec::new() })?;
+            Some(mnt.join(Path::new(std::ffi::OsStr::from_bytes(&b))))
+        }
+        None => {
+            std::fs::create_dir(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            None
+        }
+    };
+    let staging = Staging {
+        at,
+        path,
+        rel,
+        clone: base_dir.is_some(),
+    };
+    let mut progress = crate::send_cmd::Progress::new(a.progress);
+    let r = (|| {
+        let mut b = Builder {
+            top: staging.path.clone(),
+            base: base_dir,
+            open: None,
+        };
+        while let Some(f) = frames.next()? {
+            if let Frame::End { root: end_root, .. } = &f {
+                b.close()?;
+                if *end_root != root {
+                    return Err("the stream's end names another tree than its beginning".into());
+                }
+                break;
+            }
+            b.apply(f)?;
+            progress.tick(frames.read);
+        }
+        if frames.next()?.is_some() {
+            return Err("frames after the stream's end".into());
+        }
+        let got = match call(&staging.at, &Op::TreeHash { path: staging.rel.clone() })? {
+            Reply::TreeHash(h) => h,
+            _ => return Err("the daemon answered something else".into()),
+        };
+        if got != root {
+            return Err(format!(
+                "the tree received does not match the stream's (content hash {} against {})",
+                hex(&got),
+                hex(&root)
+            ));
+        }
+        Ok(())
+    })();
+    if let Err(e) = r {
+        staging.remove();
+        return Err(e);
+    }
+    if let Err(e) = std::fs::rename(&staging.path, &dst) {
+        staging.remove();
+        return Err(format!("{}: {e}", dst.display()));
+    }
+    progress.done(frames.read);
+    if !name.is_empty() {
+        let dat = locate(&dst, true, &None)?;
+        call(&dat, &Op::Snapshot { path: store_path(&dat), name: name.clone() })?;
+    }
+    eprintln!(
+        "scion receive: {} ({}, snapshot {})",
+        dst.display(),
+        if staging.clone { "an increment on a base found here" } else { "a full tree" },
+        String::from_utf8_lossy(&name)
+    );
+    Ok(())
+}
+
+pub fn hex(h: &[u8]) -> String {
+    h.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Applies frames to the tree being built.
+struct Builder {
+    top: PathBuf,
+    /// The base tree (for copies), if any.
+    base: Option<PathBuf>,
+    /// The file `Data` and `Hole` frames go to, and its metadata, set when it is done.
+    open: Option<(std::fs::File, PathBuf, Meta)>,
+}
+
+/// An I/O error named by its path.
+fn io(p: &Path) -> impl Fn(std::io::Error) -> String + '_ {
+    move |e| format!("{}: {e}", p.display())
+}
+
+impl Builder {
+    /// `p` inside the tree at `top`, every directory on the way a real directory.
+    fn inside(top: &Path, p: &[u8]) -> Result<PathBuf, String> {
+        scion::stream::check_path(p)?;
+        let mut at = top.to_path_buf();
+        let names: Vec<&[u8]> = p.split(|&c| c == b'/').filter(|n| !n.is_empty()).collect();
+        for (k, n) in names.iter().enumerate() {
+            at.push(std::ffi::OsStr::from_bytes(n));
+            if k + 1 < names.len() {
+                match at.symlink_metadata() {
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => return Err(format!("{}: not a directory on the way", at.display())),
+                    Err(e) => return Err(format!("{}: {e}", at.display())),
+                }
+            }
+        }
+        Ok(at)
+    }
+
+    fn path(&self, p: &[u8]) -> Result<PathBuf, String> {
+        if p.is_empty() {
+            return Err("the stream names the tree's top where an entry is due".into());
+        }
+        Self::inside(&self.top, p)
+    }
+
+    fn close(&mut self) -> Result<(), String> {
+        if let Some((f, p, meta)) = self.open.take() {
+            drop(f);
+            crate::meta::apply(&p, &meta, true)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, f: Frame) -> Result<(), String> {
+        if !matches!(f, Frame::Data { .. } | Frame::Hole { .. }) {
+            self.close()?;
+        }
+        match f {
+            Frame::Begin { .. } | Frame::End { .. } => return Err("a Begin or End frame in the middle".into()),
+            Frame::Delete { path } => {
+                let p = self.path(&path)?;
+                match p.symlink_metadata() {
+                    Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p).map_err(io(&p))?,
+                    Ok(_) => std::fs::remove_file(&p).map_err(io(&p))?,
+                    Err(e) => return Err(format!("{}: {e} (the stream deletes what its base holds)", p.display())),
+                }
+            }
+            Frame::Dir { path } => {
+                let p = self.path(&path)?;
+                std::fs::create_dir(&p).map_err(io(&p))?;
+            }
+            Frame::File { path, size, fresh, meta } => {
+                let p = self.path(&path)?;
+                let file = if fresh {
+                    std::fs::OpenOptions::new().write(true).create_new(true).open(&p)
+                } else {
+                    std::fs::OpenOptions::new().write(true).open(&p)
+                }
+                .map_err(io(&p))?;
+                file.set_len(size).map_err(io(&p))?;
+                self.open = Some((file, p, meta));
+            }
+            Frame::Data { offset, bytes } => {
+                let Some((file, p, _)) = &self.open else {
+                    return Err("data with no file open".into());
+                };
+                file.write_all_at(&bytes, offset).map_err(io(p))?;
+            }
+            Frame::Hole { offset, len } => {
+                let Some((file, p, _)) = &self.open else {
+                    return Err("a hole with no file open".into());
+                };
+                use std::os::fd::AsRawFd;
+                let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+                // SAFETY: a valid descriptor; offset and length checked to fit by the decoder.
+                let r = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as i64, len as i64) };
+                if r != 0 {
+                    return Err(io(p)(std::io::Error::last_os_error()));
+                }
+            }
+            Frame::Symlink { path, target, meta } => {
+                let p = self.path(&path)?;
+                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), &p).map_err(io(&p))?;
+                crate::meta::apply(&p, &meta, true)?;
+            }
+            Frame::Special { path, kind, rdev, meta } => {
+                let p = self.path(&path)?;
+                let fmt = match kind {
+                    4 => libc::S_IFIFO,
+                    5 => libc::S_IFSOCK,
+                    6 => libc::S_IFCHR,
+                    _ => libc::S_IFBLK,
+                };
+                let c = std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+                // SAFETY: a valid C string.
+                if unsafe { libc::mknod(c.as_ptr(), fmt | 0o600, libc::dev_t::from(rdev)) } != 0 {
+                    return Err(io(&p)(std::io::Error::last_os_error()));
+                }
+                crate::meta::apply(&p, &meta, true)?;
+            }
+            Frame::Link { path, target } => {
+                let (p, t) = (self.path(&path)?, self.path(&target)?);
+                std::fs::hard_link(&t, &p).map_err(io(&p))?;
+            }
+            Frame::Copy { path, from } => {
+                let p = self.path(&path)?;
+                let Some(base) = &self.base else {
+                    return Err("a copy from the base in a full stream".into());
+                };
+                let src = Self::inside(base, &from)?;
+                if !src.symlink_metadata().map_err(io(&src))?.is_file() {
+                    return Err(format!("{}: not a file to copy", src.display()));
+                }
+                // copy_file_range: the copy shares the base's blocks.
+                std::fs::copy(&src, &p).map_err(io(&p))?;
+            }
+            Frame::Meta { path, meta } => {
+                let p = if path.is_empty() { self.top.clone() } else { self.path(&path)? };
+                crate::meta::apply(&p, &meta, true)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,556 @@
+//! The send stream (`scion send` / `scion receive`, issue 20), version 1: what a tree is, or
+//! what changed from a base, as a sequence of checked frames. Decoded without trusting the
+//! other side: every length is checked against a limit and what remains, every frame against
+//! its checksum and sequence number, the whole against a final hash.
+//!
+//! ```text
+//! stream   "SCIONSTR", version u8 = 1, flags u8 (bit 0: the rest is zstd-compressed), frames
+//! frame    kind u8, seq u64, len u32, payload (len bytes), crc32c u32 of all before it
+//! ```
+//!
+//! Frames, in this order: `Begin`; then the operations that make the tree (copies from the
+//! base, deletions, directories, files with their data, symlinks, special files, hard links,
+//! metadata); then `End`, which gives the number of frames before it and the BLAKE3 hash of
+//! all their bytes, and the tree's content hash again. Paths are relative to the tree's top,
+//! names separated by `/`, never empty names, `.` or `..`; the empty path is the top itself.
+
+use scion_store::codec::{Reader, Writer};
+use std::io::{Read, Write};
+
+pub const MAGIC: &[u8; 8] = b"SCIONSTR";
+pub const VERSION: u8 = 1;
+pub const FLAG_ZSTD: u8 = 1;
+/// Largest frame payload.
+pub const MAX_PAYLOAD: usize = (1 << 20) + 4096;
+/// Bytes of file data per `Data` frame, at most.
+pub const DATA_MAX: usize = 1 << 20;
+const MAX_PATH: usize = 4096;
+const MAX_XATTRS: usize = 1024;
+
+/// What a user sees of an entry besides its content.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime_sec: i64,
+    pub mtime_nsec: u32,
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// One operation of a stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// The base the stream applies to (its content hash; `None`: a full stream), the tree it
+    /// makes, the sent snapshot's name, and totals for progress.
+    Begin {
+        base: Option<[u8; 32]>,
+        root: [u8; 32],
+        name: Vec<u8>,
+        entries: u64,
+        bytes: u64,
+    },
+    /// Removes what is at `path` (a whole directory).
+    Delete { path: Vec<u8> },
+    /// A directory (its metadata comes in a `Meta` frame at the end).
+    Dir { path: Vec<u8> },
+    /// Opens a file: a new empty one (`fresh`), or the one already there; then cut or
+    /// extended to `size`. `Data` and `Hole` frames that follow write into it; `meta` is set
+    /// after them.
+    File { path: Vec<u8>, size: u64, fresh: bool, meta: Meta },
+    Data { offset: u64, bytes: Vec<u8> },
+    Hole { offset: u64, len: u64 },
+    Symlink { path: Vec<u8>, target: Vec<u8>, meta: Meta },
+    /// A FIFO, socket or device (`kind` as scion's: 4 FIFO, 5 socket, 6 char, 7 block).
+    Special { path: Vec<u8>, kind: u8, rdev: u32, meta: Meta },
+    /// Another name for the file at `target` (in the tree being made).
+    Link { path: Vec<u8>, target: Vec<u8> },
+    /// A copy of the base's file at `from` (sharing its blocks), before any deletion.
+    Copy { path: Vec<u8>, from: Vec<u8> },
+    /// Metadata set on what is at `path`.
+    Meta { path: Vec<u8>, meta: Meta },
+    /// The end: how many frames came before, the hash of their bytes, the tree's hash.
+    End { frames: u64, hash: [u8; 32], root: [u8; 32] },
+}
+
+impl Frame {
+    fn kind(&self) -> u8 {
+        match self {
+            Frame::Begin { .. } => 1,
+            Frame::Delete { .. } => 2,
+            Frame::Dir { .. } => 3,
+            Frame::File { .. } => 4,
+            Frame::Data { .. } => 5,
+            Frame::Hole { .. } => 6,
+            Frame::Symlink { .. } => 7,
+            Frame::Special { .. } => 8,
+            Frame::Link { .. } => 9,
+            Frame::Copy { .. } => 10,
+            Frame::Meta { .. } => 11,
+            Frame::End { .. } => 12,
+        }
+    }
+
+    fn payload(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        match self {
+            Frame::Begin { base, root, name, entries, bytes } => {
+                w.u8(base.is_some() as u8).raw(&base.unwrap_or_default()).raw(root).bytes(name);
+                w.u64(*entries).u64(*bytes);
+            }
+            Frame::Delete { path } | Frame::Dir { path } => {
+                w.bytes(path);
+            }
+            Frame::File { path, size, fresh, meta } => {
+                w.bytes(path).u64(*size).u8(*fresh as u8);
+                put_meta(&mut w, meta);
+            }
+            Frame::Data { offset, bytes } => {
+                w.u64(*offset).bytes(bytes);
+            }
+            Frame::Hole { offset, len } => {
+                w.u64(*offset).u64(*len);
+            }
+            Frame::Symlink { path, target, meta } => {
+                w.bytes(path).bytes(target);
+                put_meta(&mut w, meta);
+            }
+            Frame::Special { path, kind, rdev, meta } => {
+                w.bytes(path).u8(*kind).u32(*rdev);
+                put_meta(&mut w, meta);
+            }
+            Frame::Link { path, target } => {
+                w.bytes(path).bytes(target);
+            }
+            Frame::Copy { path, from } => {
+                w.bytes(path).bytes(from);
+            }
+            Frame::Meta { path, meta } => {
+                w.bytes(path);
+                put_meta(&mut w, meta);
+            }
+            Frame::End { frames, hash, root } => {
+                w.u64(*frames).raw(hash).raw(root);
+            }
+        }
+        w.finish()
+    }
+
+    fn decode(kind: u8, payload: &[u8]) -> Result<Frame, String> {
+        let mut r = Reader::new(payload, "stream frame");
+        let f = match kind {
+            1 => {
+                let has = r.u8().map_err(bad)? != 0;
+                let base: [u8; 32] = r.array().map_err(bad)?;
+                Frame::Begin {
+                    base: has.then_some(base),
+                    root: r.array().map_err(bad)?,
+                    name: name(&mut r)?,
+                    entries: r.u64().map_err(bad)?,
+                    bytes: r.u64().map_err(bad)?,
+                }
+            }
+            2 => Frame::Delete { path: path(&mut r)? },
+            3 => Frame::Dir { path: path(&mut r)? },
+            4 => Frame::File {
+                path: path(&mut r)?,
+                size: r.u64().map_err(bad)?,
+                fresh: flag(&mut r)?,
+                meta: get_meta(&mut r)?,
+            },
+            5 => {
+                let offset = r.u64().map_err(bad)?;
+                let bytes = r.bytes().map_err(bad)?.to_vec();
+                if bytes.len() > DATA_MAX || offset.checked_add(bytes.len() as u64).is_none() {
+                    return Err(format!("a data frame of {} bytes at {offset}", bytes.len()));
+                }
+                Frame::Data { offset, bytes }
+            }
+            6 => {
+                let (offset, len) = (r.u64().map_err(bad)?, r.u64().map_err(bad)?);
+                if offset.checked_add(len).is_none() {
+                    return Err(format!("a hole of {len} bytes at {offset}"));
+                }
+                Frame::Hole { offset, len }
+            }
+            7 => Frame::Symlink {
+                path: path(&mut r)?,
+                target: {
+                    let t = r.bytes().map_err(bad)?.to_vec();
+                    if t.is_empty() || t.len() > MAX_PATH || t.contains(&0) {
+                        return Err("a symlink target that is empty, too long or holds a NUL".into());
+                    }
+                    t
+                },
+                meta: get_meta(&mut r)?,
+            },
+            8 => {
+                let p = path(&mut r)?;
+                let kind = r.u8().map_err(bad)?;
+                if !(4..=7).contains(&kind) {
+                    return Err(format!("special file of kind {kind}"));
+                }
+                Frame::Special {
+                    path: p,
+                    kind,
+                    rdev: r.u32().map_err(bad)?,
+                    meta: get_meta(&mut r)?,
+                }
+            }
+            9 => Frame::Link { path: path(&mut r)?, target: path(&mut r)? },
+            10 => Frame::Copy { path: path(&mut r)?, from: path(&mut r)? },
+            11 => Frame::Meta {
+                path: path(&mut r)?,
+                meta: get_meta(&mut r)?,
+            },
+            12 => Frame::End {
+                frames: r.u64().map_err(bad)?,
+                hash: r.array().map_err(bad)?,
+                root: r.array().map_err(bad)?,
+            },
+            k => return Err(format!("unknown frame kind {k}")),
+        };
+        r.expect_end().map_err(bad)?;
+        Ok(f)
+    }
+}
+
+fn bad(e: scion_store::Error) -> String {
+    e.to_string()
+}
+
+fn flag(r: &mut Reader) -> Result<bool, String> {
+    match r.u8().map_err(bad)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(format!("flag {v}")),
+    }
+}
+
+fn name(r: &mut Reader) -> Result<Vec<u8>, String> {
+    let n = r.bytes().map_err(bad)?;
+    if n.len() > 255 || n.contains(&b'/') || n.contains(&0) {
+        return Err("a snapshot name that is too long or holds '/' or NUL".into());
+    }
+    Ok(n.to_vec())
+}
+
+/// A path inside the tree: no empty, `.` or `..` names, no NUL, no leading `/`.
+fn path(r: &mut Reader) -> Result<Vec<u8>, String> {
+    let p = r.bytes().map_err(bad)?;
+    check_path(p)?;
+    Ok(p.to_vec())
+}
+
+pub fn check_path(p: &[u8]) -> Result<(), String> {
+    if p.len() > MAX_PATH || p.contains(&0) {
+        return Err("a path that is too long or holds a NUL".into());
+    }
+    if !p.is_empty() && p.split(|&c| c == b'/').any(|n| n.is_empty() || n == b"." || n == b".." || n.len() > 255) {
+        return Err(format!("path {:?} leaves the tree or has an empty name", String::from_utf8_lossy(p)));
+    }
+    Ok(())
+}
+
+fn put_meta(w: &mut Writer, m: &Meta) {
+    w.u32(u32::from(m.perm)).u32(m.uid).u32(m.gid).u64(m.mtime_sec as u64).u32(m.mtime_nsec);
+    w.u32(m.xattrs.len() as u32);
+    for (k, v) in &m.xattrs {
+        w.bytes(k).bytes(v);
+    }
+}
+
+fn get_meta(r: &mut Reader) -> Result<Meta, String> {
+    let perm = r.u32().map_err(bad)?;
+    if perm > 0o7777 {
+        return Err(format!("mode {perm:o}"));
+    }
+    let mut m = Meta {
+        perm: perm as u16,
+        uid: r.u32().map_err(bad)?,
+        gid: r.u32().map_err(bad)?,
+        mtime_sec: r.u64().map_err(bad)? as i64,
+        mtime_nsec: r.u32().map_err(bad)?,
+        xattrs: Vec::new(),
+    };
+    if m.mtime_nsec >= 1_000_000_000 {
+        return Err(format!("{} nanoseconds", m.mtime_nsec));
+    }
+    let n = r.count(8).map_err(bad)?;
+    if n > MAX_XATTRS {
+        return Err(format!("{n} extended attributes"));
+    }
+    for _ in 0..n {
+        let k = r.bytes().map_err(bad)?.to_vec();
+        if k.is_empty() || k.len() > 255 || k.contains(&0) {
+            return Err("an extended attribute name that is empty, too long or holds a NUL".into());
+        }
+        m.xattrs.push((k, r.bytes().map_err(bad)?.to_vec()));
+    }
+    Ok(m)
+}
+
+/// Writes frames: numbers them, checks them, hashes them all for `End`.
+pub struct StreamWriter<W: Write> {
+    out: W,
+    seq: u64,
+    hash: blake3::Hasher,
+    /// Bytes of frames written (before compression).
+    pub written: u64,
+}
+
+/// Writes a stream's header (before its body, which `flags` say is compressed or not).
+pub fn write_header(raw: &mut impl Write, flags: u8) -> std::io::Result<()> {
+    raw.write_all(MAGIC)?;
+    raw.write_all(&[VERSION, flags])
+}
+
+impl<W: Write> StreamWriter<W> {
+    /// A writer of frames into `body` (after the header).
+    pub fn new(body: W) -> StreamWriter<W> {
+        StreamWriter {
+            out: body,
+            seq: 0,
+            hash: blake3::Hasher::new(),
+            written: 0,
+        }
+    }
+
+    pub fn put(&mut self, f: &Frame) -> std::io::Result<()> {
+        let b = encode_frame(f, self.seq);
+        self.seq += 1;
+        self.hash.update(&b);
+        self.written += b.len() as u64;
+        self.out.write_all(&b)
+    }
+
+    /// Writes `End` and returns the inner writer.
+    pub fn finish(mut self, root: [u8; 32]) -> std::io::Result<W> {
+        let end = Frame::End {
+            frames: self.seq,
+            hash: *self.hash.finalize().as_bytes(),
+            root,
+        };
+        let b = encode_frame(&end, self.seq);
+        self.out.write_all(&b)?;
+        self.written += b.len() as u64;
+        Ok(self.out)
+    }
+}
+
+pub fn encode_frame(f: &Frame, seq: u64) -> Vec<u8> {
+    let p = f.payload();
+    assert!(p.len() <= MAX_PAYLOAD, "frame payload of {} bytes", p.len());
+    let mut b = Vec::with_capacity(p.len() + 17);
+    b.push(f.kind());
+    b.extend_from_slice(&seq.to_le_bytes());
+    b.extend_from_slice(&(p.len() as u32).to_le_bytes());
+    b.extend_from_slice(&p);
+    let crc = crc32c::crc32c(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Reads a stream's header: its flags.
+pub fn read_header(r: &mut impl Read) -> Result<u8, String> {
+    let mut h = [0u8; 10];
+    r.read_exact(&mut h).map_err(|e| format!("no stream header: {e}"))?;
+    if &h[..8] != MAGIC {
+        return Err("not a scion send stream".into());
+    }
+    if h[8] != VERSION {
+        return Err(format!("stream version {} (this scion reads version {VERSION})", h[8]));
+    }
+    if h[9] & !FLAG_ZSTD != 0 {
+        return Err(format!("unknown stream flags {:#x}", h[9]));
+    }
+    Ok(h[9])
+}
+
+/// Reads frames in order, checking each and, at `End`, the whole.
+pub struct StreamReader<R: Read> {
+    input: R,
+    seq: u64,
+    hash: blake3::Hasher,
+    done: bool,
+    /// Bytes of frames read.
+    pub read: u64,
+}
+
+impl<R: Read> StreamReader<R> {
+    pub fn new(input: R) -> StreamReader<R> {
+        StreamReader {
+            input,
+            seq: 0,
+            hash: blake3::Hasher::new(),
+            done: false,
+            read: 0,
+        }
+    }
+
+    /// The next frame; `Ok(None)` only after a valid `End` (checked: frame count, hash).
+    /// An error says what is wrong (cut short, damaged, out of order).
+    pub fn next(&mut self) -> Result<Option<Frame>, String> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut head = [0u8; 13];
+        read_all(&mut self.input, &mut head, self.seq)?;
+        let (kind, seq, len) = (
+            head[0],
+            u64::from_le_bytes(head[1..9].try_into().unwrap()),
+            u32::from_le_bytes(head[9..13].try_into().unwrap()) as usize,
+        );
+        if len > MAX_PAYLOAD {
+            return Err(format!("frame {} claims {len} bytes, more than a frame holds", self.seq));
+        }
+        let mut rest = vec![0u8; len + 4];
+        read_all(&mut self.input, &mut rest, self.seq)?;
+        let crc = u32::from_le_bytes(rest[len..].try_into().unwrap());
+        let mut whole = head.to_vec();
+        whole.extend_from_slice(&rest[..len]);
+        if crc32c::crc32c(&whole) != crc {
+            return Err(format!("frame {} is damaged (checksum)", self.seq));
+        }
+        if seq != self.seq {
+            return Err(format!("frame {} came where frame {} was due (reordered or duplicated)", seq, self.seq));
+        }
+        let f = Frame::decode(kind, &rest[..len]).map_err(|e| format!("frame {seq}: {e}"))?;
+        if let Frame::End { frames, hash, .. } = &f {
+            if *frames != self.seq || hash != self.hash.finalize().as_bytes() {
+                return Err("the stream's end does not match what came before it".into());
+            }
+            self.done = true;
+        } else {
+            self.hash.update(&whole);
+            self.hash.update(&crc.to_le_bytes());
+        }
+        self.read += (13 + len + 4) as u64;
+        self.seq += 1;
+        Ok(Some(f))
+    }
+}
+
+fn read_all(r: &mut impl Read, buf: &mut [u8], seq: u64) -> Result<(), String> {
+    r.read_exact(buf).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            format!("the stream is cut short (in frame {seq})")
+        } else {
+            format!("reading frame {seq}: {e}")
+        }
+    })
+}
+
+/// Every frame of a whole stream in memory (tests and the fuzz target).
+pub fn decode_all(b: &[u8]) -> Result<Vec<Frame>, String> {
+    let mut r = b;
+    let flags = read_header(&mut r)?;
+    let body: Box<dyn Read> = if flags & FLAG_ZSTD != 0 {
+        Box::new(zstd::stream::read::Decoder::new(r).map_err(|e| e.to_string())?)
+    } else {
+        Box::new(r)
+    };
+    let mut s = StreamReader::new(body.take(1 << 30));
+    let mut out = Vec::new();
+    while let Some(f) = s.next()? {
+        out.push(f);
+        if out.len() > 1 << 20 {
+            return Err("too many frames".into());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames() -> Vec<Frame> {
+        let meta = Meta {
+            perm: 0o4755,
+            uid: 1000,
+            gid: 100,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 5,
+            xattrs: vec![(b"user.a".to_vec(), b"v".to_vec())],
+        };
+        vec![
+            Frame::Begin { base: Some([1; 32]), root: [2; 32], name: b"snap".to_vec(), entries: 9, bytes: 1 << 20 },
+            Frame::Copy { path: b"moved".to_vec(), from: b"a/old".to_vec() },
+            Frame::Delete { path: b"a/old".to_vec() },
+            Frame::Dir { path: b"d".to_vec() },
+            Frame::File { path: b"d/f".to_vec(), size: 100_000, fresh: true, meta: meta.clone() },
+            Frame::Data { offset: 65536, bytes: vec![7; 1000] },
+            Frame::Hole { offset: 0, len: 65536 },
+            Frame::Symlink { path: b"l".to_vec(), target: b"d/f".to_vec(), meta: meta.clone() },
+            Frame::Special { path: b"p".to_vec(), kind: 4, rdev: 0, meta: meta.clone() },
+            Frame::Link { path: b"d/g".to_vec(), target: b"d/f".to_vec() },
+            Frame::Meta { path: Vec::new(), meta },
+        ]
+    }
+
+    fn stream(flags: u8) -> Vec<u8> {
+        let mut raw = Vec::new();
+        write_header(&mut raw, flags).unwrap();
+        let body: Vec<u8> = {
+            let mut w = StreamWriter::new(Vec::new());
+            for f in frames() {
+                w.put(&f).unwrap();
+            }
+            w.finish([2; 32]).unwrap()
+        };
+        if flags & FLAG_ZSTD != 0 {
+            raw.extend_from_slice(&zstd::encode_all(&body[..], 3).unwrap());
+        } else {
+            raw.extend_from_slice(&body);
+        }
+        raw
+    }
+
+    #[test]
+    fn frames_round_trip_compressed_or_not() {
+        for flags in [0, FLAG_ZSTD] {
+            let got = decode_all(&stream(flags)).unwrap();
+            let mut want = frames();
+            want.push(Frame::End { frames: 11, hash: [0; 32], root: [2; 32] });
+            assert_eq!(got.len(), want.len());
+            assert_eq!(&got[..11], &want[..11]);
+        }
+    }
+
+    #[test]
+    fn a_stream_cut_damaged_reordered_or_duplicated_is_refused() {
+        let s = stream(0);
+        for cut in 0..s.len() {
+            assert!(decode_all(&s[..cut]).is_err(), "cut at {cut}");
+        }
+        for i in 10..s.len() {
+            let mut d = s.clone();
+            d[i] ^= 0x40;
+            assert!(decode_all(&d).is_err(), "byte {i} flipped");
+        }
+        // Frames swapped or repeated, each whole and checked on its own.
+        let body = &s[10..];
+        let mut spans = Vec::new();
+        let mut at = 0;
+        while at < body.len() {
+            let len = u32::from_le_bytes(body[at + 9..at + 13].try_into().unwrap()) as usize;
+            spans.push(at..at + 13 + len + 4);
+            at += 13 + len + 4;
+        }
+        let mut swapped = s[..10].to_vec();
+        for k in [0, 2, 1] {
+            swapped.extend_from_slice(&body[spans[k].clone()]);
+        }
+        for sp in &spans[3..] {
+            swapped.extend_from_slice(&body[sp.clone()]);
+        }
+        assert!(decode_all(&swapped).unwrap_err().contains("reordered"));
+        let mut dup = s[..10].to_vec();
+        dup.extend_from_slice(&body[spans[0].clone()]);
+        dup.extend_from_slice(&body[spans[0].clone()]);
+        assert!(decode_all(&dup).is_err());
+        assert!(check_path(b"a/../b").is_err() && check_path(b"/a").is_err() && check_path(b"a//b").is_err());
+        assert!(check_path(b"").is_ok() && check_path(b"a/b").is_ok());
+    }
+}
