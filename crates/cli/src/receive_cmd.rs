@@ -115,9 +115,7 @@ pub fn receive(a: ReceiveArgs) -> Result<(), String> {
             b.apply(f)?;
             progress.tick(frames.read);
         }
-        if frames.next()?.is_some() {
-            return Err("frames after the stream's end".into());
-        }
+        frames.expect_eof()?;
         let got = match call(&staging.at, &Op::TreeHash { path: staging.rel.clone() })? {
             Reply::TreeHash(h) => h,
             _ => return Err("the daemon answered something else".into()),

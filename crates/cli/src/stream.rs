@@ -431,6 +431,18 @@ impl<R: Read> StreamReader<R> {
     }
 }
 
+impl<R: Read> StreamReader<R> {
+    /// After `End`: the input must end there too (a compressed stream's own end included).
+    pub fn expect_eof(&mut self) -> Result<(), String> {
+        let mut b = [0u8; 1];
+        match self.input.read(&mut b) {
+            Ok(0) => Ok(()),
+            Ok(_) => Err("bytes after the stream's end".into()),
+            Err(e) => Err(format!("after the stream's end: {e}")),
+        }
+    }
+}
+
 fn read_all(r: &mut impl Read, buf: &mut [u8], seq: u64) -> Result<(), String> {
     r.read_exact(buf).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -458,6 +470,7 @@ pub fn decode_all(b: &[u8]) -> Result<Vec<Frame>, String> {
             return Err("too many frames".into());
         }
     }
+    s.expect_eof()?;
     Ok(out)
 }
 

@@ -31,6 +31,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("checkpoint_record", checkpoint_record),
     ("schedules_file", schedules_file),
     ("scan_cache", scan_cache),
+    ("send_stream", send_stream),
 ];
 
 fn fix_up(data: &[u8]) -> bool {
@@ -199,6 +200,26 @@ pub fn scan_cache(data: &[u8]) {
         assert!(data.starts_with(&again), "the records kept are not the file's first");
     }
     assert_eq!(decode(&again).0, records);
+}
+
+/// A `scion send` stream (header, zstd or not, frames, end), decoded as `scion receive`
+/// checks it before applying anything. Frames that decode encode back to the same bytes.
+pub fn send_stream(data: &[u8]) {
+    if let Ok(frames) = scion::stream::decode_all(data) {
+        let mut w = scion::stream::StreamWriter::new(Vec::new());
+        for f in &frames[..frames.len() - 1] {
+            w.put(f).expect("writing to memory");
+        }
+        let root = match frames.last() {
+            Some(scion::stream::Frame::End { root, .. }) => *root,
+            f => panic!("a decoded stream that does not end with End: {f:?}"),
+        };
+        let body = w.finish(root).expect("writing to memory");
+        let mut again = Vec::new();
+        scion::stream::write_header(&mut again, 0).expect("writing to memory");
+        again.extend_from_slice(&body);
+        assert_eq!(scion::stream::decode_all(&again).map(|v| v.len()), Ok(frames.len()));
+    }
 }
 
 /// A clone template file.
