@@ -75,6 +75,8 @@ def change(top, rng):
         h.seek(4 << 20)
         h.write(b"more")
     os.setxattr(f"{top}/f1", "user.added", b"x")
+    os.remove(f"{top}/l")                      # a symlink retargeted
+    os.symlink("f2", f"{top}/l")
 
 
 def test_full_and_incremental_round_trips(scion_mount, tmp_path):
@@ -187,6 +189,63 @@ def test_cut_or_damaged_streams_leave_nothing(scion_mount, tmp_path):
     assert m.run("receive", f"{m.mnt}/x", "-i", "/dev/null").returncode == 1
     assert m.run("receive", a, "-i", s).returncode != 0, "DIR exists"
     assert m.run("send", "--help").returncode == 0 and m.run("receive", "--help").returncode == 0
+    m.umount()
+    assert "clean" in m.check()
+    m.mount()
+
+
+def test_a_cut_receive_resumes_where_it_stopped(scion_mount, tmp_path):
+    import re
+    m = scion_mount
+    rng = random.Random(21)
+    a = os.path.join(m.mnt, "a")
+    os.makedirs(a)
+    build(a, rng)
+    assert m.run("snapshot", "--name", "s1", a).returncode == 0
+    change(a, rng)
+    assert m.run("snapshot", "--name", "s2", a).returncode == 0
+    for name, base, compress in [("s1", None, False), ("s2", "s1", True)]:
+        snap = f"{a}/.snapshot/{name}"
+        whole = str(tmp_path / f"{name}.st")
+        args = ["send", snap, "-o", whole] + (["--base", f"{a}/.snapshot/{base}"] if base else [])
+        assert m.run(*args, *([] if compress else ["--no-compress"])).returncode == 0
+        data = open(whole, "rb").read()
+        if not compress:
+            plain = data
+        dst = os.path.join(m.mnt, f"got-{name}")
+        rest_of = whole
+        for cut_at in (0.4, 0.5):                 # cut, resume, cut the rest, resume again
+            cut = data if rest_of == whole else open(rest_of, "rb").read()
+            open(whole + ".cut", "wb").write(cut[: int(len(cut) * cut_at)])
+            mode = "--resumable" if rest_of == whole else "--resume"
+            r = m.run("receive", dst, mode, "-i", whole + ".cut")
+            assert r.returncode == 1, r.describe()
+            token = re.search(r"--resume (scion1:[0-9a-f]+)", r.stderr)
+            assert token, r.stderr
+            assert not os.path.exists(dst) and os.path.isdir(os.path.join(m.mnt, f".got-{name}.scion-receive"))
+            rest_of = str(tmp_path / f"{name}.rest")
+            r = m.run("send", snap, "--resume", token.group(1), "-o", rest_of,
+                      *(["--base", f"{a}/.snapshot/{base}"] if base else []), *([] if compress else ["--no-compress"]))
+            assert r.returncode == 0, r.describe()
+            assert os.path.getsize(rest_of) < len(data)
+        r = m.run("receive", dst, "--resume", "-i", rest_of)
+        assert r.returncode == 0, r.describe()
+        assert tree(dst) == tree(snap)
+    # A token for another tree is refused by the sender; --abort removes what was kept.
+    open(whole + ".cut", "wb").write(data[: len(data) // 2])
+    r = m.run("receive", f"{m.mnt}/x", "--resumable", "-i", whole + ".cut")
+    token = re.search(r"--resume (scion1:[0-9a-f]+)", r.stderr).group(1)
+    assert m.run("send", f"{a}/.snapshot/s1", "--resume", token, "-o", str(tmp_path / "no")).returncode != 0
+    assert m.run("receive", f"{m.mnt}/x", "-i", whole).returncode == 1, "a receive stopped short is there"
+    assert m.run("receive", f"{m.mnt}/x", "--abort").returncode == 0
+    assert not os.path.exists(f"{m.mnt}/.x.scion-receive")
+    # A damaged stream is not kept, even when resumable.
+    d = bytearray(plain)
+    d[len(d) // 2] ^= 0x10
+    open(whole + ".bad", "wb").write(bytes(d))
+    r = m.run("receive", f"{m.mnt}/y", "--resumable", "-i", whole + ".bad")
+    assert r.returncode == 1 and "--resume" not in r.stderr, r.describe()
+    assert sorted(n for n in os.listdir(m.mnt) if "y" in n) == []
     m.umount()
     assert "clean" in m.check()
     m.mount()

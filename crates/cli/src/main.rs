@@ -274,6 +274,10 @@ enum Cmd {
         no_compress: bool,
         #[arg(long)]
         progress: bool,
+        /// Send only what a receive that stopped short lacks (the token it printed); PATH
+        /// must be the snapshot sent the first time.
+        #[arg(long)]
+        resume: Option<String>,
     },
     /// Make the tree a `scion send` stream holds appear as the new directory DIR
     ///
@@ -291,6 +295,17 @@ enum Cmd {
         input: Option<PathBuf>,
         #[arg(long)]
         progress: bool,
+        /// If the stream stops short (a cut connection, a killed sender), keep what arrived
+        /// (hidden beside DIR) and print a token: `scion send SNAPSHOT --resume TOKEN` then
+        /// sends only the rest, to `scion receive DIR --resume`.
+        #[arg(short = 's', long, conflicts_with_all = ["resume", "abort"])]
+        resumable: bool,
+        /// Go on with a receive of DIR that stopped short, from a `scion send --resume` stream.
+        #[arg(long, conflicts_with = "abort")]
+        resume: bool,
+        /// Remove what a receive of DIR that stopped short kept.
+        #[arg(long)]
+        abort: bool,
     },
     /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
     List {
@@ -522,14 +537,30 @@ fn main() -> ExitCode {
             output,
             no_compress,
             progress,
+            resume,
         } => send_cmd::send(send_cmd::SendArgs {
             path,
             base,
             output,
             no_compress,
             progress,
+            resume,
         }),
-        Cmd::Receive { dir, input, progress } => match receive_cmd::receive(receive_cmd::ReceiveArgs { dir, input, progress }) {
+        Cmd::Receive {
+            dir,
+            input,
+            progress,
+            resumable,
+            resume,
+            abort,
+        } => match receive_cmd::receive(receive_cmd::ReceiveArgs {
+            dir,
+            input,
+            progress,
+            resumable,
+            resume,
+            abort,
+        }) {
             Ok(()) => Ok(()),
             Err(e) => {
                 eprintln!("scion receive: {e}");

@@ -86,6 +86,11 @@ pub fn xattrs(p: &Path) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(out)
 }
 
+/// Sets (`Some`) or removes (`None`) extended attribute `name` of `p`, errors in words.
+pub fn set_xattr(p: &Path, name: &[u8], value: Option<&[u8]>) -> Result<(), String> {
+    xattr_call(p, name, value).map_err(|e| format!("{}: {e}", p.display()))
+}
+
 /// Sets (`Some`) or removes (`None`) extended attribute `name` of `p`.
 fn xattr_call(p: &Path, name: &[u8], value: Option<&[u8]>) -> std::io::Result<()> {
     let (c, cn) = (cpath(p), std::ffi::CString::new(name).expect("names end at NUL"));

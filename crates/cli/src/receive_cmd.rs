@@ -13,7 +13,7 @@
 //! the way that is a symlink (a stream could otherwise make one and write through it).
 
 use crate::tree_cmds::{call, locate, store_path, Located};
-use scion::stream::{Frame, Meta, StreamReader, FLAG_ZSTD};
+use scion::stream::{Frame, Meta, ReadError, StreamReader, FLAG_ZSTD};
 use scion_daemon::control::{Op, Reply, Target};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -24,7 +24,16 @@ pub struct ReceiveArgs {
     pub dir: PathBuf,
     pub input: Option<PathBuf>,
     pub progress: bool,
+    /// Keep what arrived if the stream stops short, for `--resume`.
+    pub resumable: bool,
+    /// Go on with a receive that stopped short.
+    pub resume: bool,
+    /// Remove what a receive that stopped short kept.
+    pub abort: bool,
 }
+
+/// The extended attribute on a kept partial tree's top naming where it stopped.
+const KEPT: &[u8] = b"user.scion.receive";
 
 /// Where the tree is being built, and how to take it away.
 struct Staging {
@@ -46,6 +55,20 @@ impl Staging {
             eprintln!("scion receive: {} stays: {e}", self.path.display());
         }
     }
+
+    /// Marks the partial tree with where the stream stopped (`Kept`).
+    fn keep(&self, k: &Kept) -> Result<(), String> {
+        let v = format!("{}\n{}\n{}\n{}", k.token, u8::from(self.clone), hex(&k.name), hex(&k.base));
+        crate::meta::set_xattr(&self.path, KEPT, Some(v.as_bytes()))
+    }
+}
+
+/// What a kept partial tree records: the resume token, the sent snapshot's name, the base's
+/// path in the store (empty for a full stream).
+struct Kept {
+    token: String,
+    name: Vec<u8>,
+    base: Vec<u8>,
 }
 
 pub fn receive(a: ReceiveArgs) -> Result<(), String> {
@@ -54,23 +77,29 @@ pub fn receive(a: ReceiveArgs) -> Result<(), String> {
         return Err(format!("{} is not in a mounted scion store", a.dir.display()));
     };
     let dst = mnt.join(Path::new(std::ffi::OsStr::from_bytes(&store_path(&at))));
-    let mut input: Box<dyn Read> = match &a.input {
-        Some(f) => Box::new(std::fs::File::open(f).map_err(|e| format!("{}: {e}", f.display()))?),
-        None => Box::new(std::io::stdin().lock()),
-    };
-    let flags = scion::stream::read_header(&mut input)?;
-    let body: Box<dyn Read> = if flags & FLAG_ZSTD != 0 {
-        Box::new(zstd::stream::read::Decoder::new(input).map_err(|e| e.to_string())?)
+    let file_name = dst.file_name().ok_or("DIR needs a name")?.to_string_lossy().into_owned();
+    let kept_path = dst.with_file_name(format!(".{file_name}.scion-receive"));
+    let path = if a.resumable || a.resume || a.abort {
+        kept_path.clone()
     } else {
-        Box::new(std::io::BufReader::with_capacity(1 << 20, input))
+        dst.with_file_name(format!(".{file_name}.scion-receive-{}", std::process::id()))
     };
-    let mut frames = StreamReader::new(body);
+    let rel = path.strip_prefix(&mnt).map_err(|e| e.to_string())?.as_os_str().as_bytes().to_vec();
+    if a.abort || a.resume {
+        return resume_or_abort(a, at, &mnt, dst, path, rel);
+    }
+    if kept_path.symlink_metadata().is_ok() {
+        return Err(format!(
+            "{} holds a receive that stopped short: `scion receive {} --resume` or `--abort`",
+            kept_path.display(),
+            a.dir.display()
+        ));
+    }
+    let mut frames = open_stream(&a.input)?;
     let Some(Frame::Begin { base, root, name, .. }) = frames.next()? else {
         return Err("the stream does not begin with its Begin frame".into());
     };
-    let file_name = dst.file_name().ok_or("DIR needs a name")?.to_string_lossy().into_owned();
-    let path = dst.with_file_name(format!(".{file_name}.scion-receive-{}", std::process::id()));
-    let rel = path.strip_prefix(&mnt).map_err(|e| e.to_string())?.as_os_str().as_bytes().to_vec();
+    let mut base_rel = Vec::new();
     let base_dir = match base {
         Some(h) => {
             let found = match call(&at, &Op::FindTree { hash: h, hint: name.clone() })? {
@@ -84,6 +113,7 @@ pub fn receive(a: ReceiveArgs) -> Result<(), String> {
                 ));
             };
             call(&at, &Op::Clone { src: b.clone(), dst: rel.clone(), excludes: Vec::new() })?;
+            base_rel = b.clone();
             Some(mnt.join(Path::new(std::ffi::OsStr::from_bytes(&b))))
         }
         None => {
@@ -97,25 +127,127 @@ pub fn receive(a: ReceiveArgs) -> Result<(), String> {
         rel,
         clone: base_dir.is_some(),
     };
+    let builder = Builder {
+        top: staging.path.clone(),
+        base: base_dir,
+        open: None,
+    };
+    build(&a, &staging, builder, frames, root, (name, base_rel), &dst)
+}
+
+/// The stream from `input` (or stdin), its header read.
+fn open_stream(input: &Option<PathBuf>) -> Result<StreamReader<Box<dyn Read>>, String> {
+    let mut input: Box<dyn Read> = match input {
+        Some(f) => Box::new(std::fs::File::open(f).map_err(|e| format!("{}: {e}", f.display()))?),
+        None => Box::new(std::io::stdin().lock()),
+    };
+    let flags = scion::stream::read_header(&mut input)?;
+    let body: Box<dyn Read> = if flags & FLAG_ZSTD != 0 {
+        Box::new(zstd::stream::read::Decoder::new(input).map_err(|e| e.to_string())?)
+    } else {
+        Box::new(std::io::BufReader::with_capacity(1 << 20, input))
+    };
+    Ok(StreamReader::new(body))
+}
+
+/// `--abort`: removes a kept partial tree; `--resume`: goes on building it.
+fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: PathBuf, rel: Vec<u8>) -> Result<(), String> {
+    let kept = crate::meta::xattrs(&path)
+        .map_err(|e| format!("{}: {e} (no receive of {} stopped short here)", path.display(), a.dir.display()))?
+        .into_iter()
+        .find(|(k, _)| k == KEPT)
+        .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
+        .ok_or_else(|| format!("{} does not say where its stream stopped; `--abort` and receive again", path.display()))?;
+    let mut parts = kept.split('\n');
+    let (token, clone) = (parts.next().unwrap_or_default(), parts.next() == Some("1"));
+    let unhex = |h: &str| -> Vec<u8> { (0..h.len() / 2).filter_map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).ok()).collect() };
+    let (name, base_rel) = (unhex(parts.next().unwrap_or_default()), unhex(parts.next().unwrap_or_default()));
+    let staging = Staging { at, path, rel, clone };
+    if a.abort {
+        staging.remove();
+        eprintln!("scion receive: removed {}", staging.path.display());
+        return Ok(());
+    }
+    let (from, chain, root) = scion::stream::parse_token(token)?;
+    let mut frames = open_stream(&a.input)?;
+    match frames.next()? {
+        Some(Frame::Resume { root: r, from: f, chain: c }) if (r, f, c) == (root, from, chain) => {}
+        Some(Frame::Resume { .. }) => return Err("the stream goes on from another place than this receive stopped; send with the token it printed".into()),
+        _ => return Err("not a resumed stream: `scion send ... --resume TOKEN` makes one".into()),
+    }
+    // Copies come from the base; the rest of an increment may hold some.
+    let base = (!base_rel.is_empty()).then(|| mnt.join(Path::new(std::ffi::OsStr::from_bytes(&base_rel))));
+    let builder = Builder {
+        top: staging.path.clone(),
+        base,
+        open: None,
+    };
+    build(&a, &staging, builder, frames, root, (name, base_rel), &dst)
+}
+
+/// Applies the frames, checks the end and the tree, puts it in place and snapshots it. What
+/// goes wrong removes the tree, except a stream that stops short with `--resumable`: then
+/// the tree stays, marked with where it stopped, and the token to go on is printed.
+fn build(
+    a: &ReceiveArgs,
+    staging: &Staging,
+    mut b: Builder,
+    mut frames: StreamReader<Box<dyn Read>>,
+    root: [u8; 32],
+    (name, base): (Vec<u8>, Vec<u8>),
+    dst: &Path,
+) -> Result<(), String> {
     let mut progress = crate::send_cmd::Progress::new(a.progress);
-    let r = (|| {
-        let mut b = Builder {
-            top: staging.path.clone(),
-            base: base_dir,
-            open: None,
-        };
-        while let Some(f) = frames.next()? {
+    let mut resume_at = frames.position_next();
+    let mut open_at: Option<(u64, [u8; 32])> = None;
+    let r: Result<(), ReadError> = (|| {
+        loop {
+            let Some(f) = frames.next()? else { break };
             if let Frame::End { root: end_root, .. } = &f {
-                b.close()?;
+                b.close().map_err(ReadError::Bad)?;
                 if *end_root != root {
-                    return Err("the stream's end names another tree than its beginning".into());
+                    return Err(ReadError::Bad("the stream's end names another tree than its beginning".into()));
                 }
                 break;
             }
-            b.apply(f)?;
+            match &f {
+                Frame::File { .. } => open_at = Some(frames.position()),
+                Frame::Data { .. } | Frame::Hole { .. } => {}
+                _ => open_at = None,
+            }
+            b.apply(f).map_err(ReadError::Bad)?;
+            resume_at = open_at.unwrap_or_else(|| frames.position_next());
             progress.tick(frames.read);
         }
-        frames.expect_eof()?;
+        frames.expect_eof().map_err(ReadError::Bad)?;
+        Ok(())
+    })();
+    match r {
+        Ok(()) => {}
+        Err(ReadError::Cut(e)) if a.resumable || a.resume => {
+            let _ = b.close();
+            let k = Kept {
+                token: scion::stream::resume_token(resume_at.0, &resume_at.1, &root),
+                name,
+                base,
+            };
+            staging.keep(&k)?;
+            return Err(format!(
+                "{e}; what arrived is kept in {}. To go on: scion send SNAPSHOT [--base BASE] --resume {} | scion receive {} --resume (or --abort)",
+                staging.path.display(),
+                k.token,
+                a.dir.display()
+            ));
+        }
+        Err(e) => {
+            staging.remove();
+            return Err(e.to_string());
+        }
+    }
+    let r = (|| {
+        if a.resume {
+            crate::meta::set_xattr(&staging.path, KEPT, None).or_else(|e| if e.contains("No data") { Ok(()) } else { Err(e) })?;
+        }
         let got = match call(&staging.at, &Op::TreeHash { path: staging.rel.clone() })? {
             Reply::TreeHash(h) => h,
             _ => return Err("the daemon answered something else".into()),
@@ -127,19 +259,15 @@ pub fn receive(a: ReceiveArgs) -> Result<(), String> {
                 hex(&root)
             ));
         }
-        Ok(())
+        std::fs::rename(&staging.path, dst).map_err(|e| format!("{}: {e}", dst.display()))
     })();
     if let Err(e) = r {
         staging.remove();
         return Err(e);
     }
-    if let Err(e) = std::fs::rename(&staging.path, &dst) {
-        staging.remove();
-        return Err(format!("{}: {e}", dst.display()));
-    }
     progress.done(frames.read);
     if !name.is_empty() {
-        let dat = locate(&dst, true, &None)?;
+        let dat = locate(dst, true, &None)?;
         call(&dat, &Op::Snapshot { path: store_path(&dat), name: name.clone() })?;
     }
     eprintln!(
@@ -162,6 +290,15 @@ struct Builder {
     base: Option<PathBuf>,
     /// The file `Data` and `Hole` frames go to, and its metadata, set when it is done.
     open: Option<(std::fs::File, PathBuf, Meta)>,
+}
+
+/// Makes way for a new file, symlink or special file at `p`: what is there, unless a
+/// directory (which only a Delete frame removes), goes.
+fn replace_file(p: &Path) -> Result<(), String> {
+    match p.symlink_metadata() {
+        Ok(m) if !m.is_dir() => std::fs::remove_file(p).map_err(io(p)),
+        _ => Ok(()),
+    }
 }
 
 /// An I/O error named by its path.
@@ -208,7 +345,9 @@ impl Builder {
             self.close()?;
         }
         match f {
-            Frame::Begin { .. } | Frame::End { .. } => return Err("a Begin or End frame in the middle".into()),
+            Frame::Begin { .. } | Frame::End { .. } | Frame::Resume { .. } => {
+                return Err("a Begin, Resume or End frame in the middle".into())
+            }
             Frame::Delete { path } => {
                 let p = self.path(&path)?;
                 match p.symlink_metadata() {
@@ -223,6 +362,9 @@ impl Builder {
             }
             Frame::File { path, size, fresh, meta } => {
                 let p = self.path(&path)?;
+                if fresh {
+                    replace_file(&p)?;
+                }
                 let file = if fresh {
                     std::fs::OpenOptions::new().write(true).create_new(true).open(&p)
                 } else {
@@ -252,11 +394,13 @@ impl Builder {
             }
             Frame::Symlink { path, target, meta } => {
                 let p = self.path(&path)?;
+                replace_file(&p)?;
                 std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), &p).map_err(io(&p))?;
                 crate::meta::apply(&p, &meta, true)?;
             }
             Frame::Special { path, kind, rdev, meta } => {
                 let p = self.path(&path)?;
+                replace_file(&p)?;
                 let fmt = match kind {
                     4 => libc::S_IFIFO,
                     5 => libc::S_IFSOCK,

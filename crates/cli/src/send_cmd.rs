@@ -26,6 +26,8 @@ pub struct SendArgs {
     pub output: Option<PathBuf>,
     pub no_compress: bool,
     pub progress: bool,
+    /// A resume token from `scion receive --resumable`: send only what did not arrive.
+    pub resume: Option<String>,
 }
 
 pub fn send(a: SendArgs) -> Result<(), String> {
@@ -34,6 +36,9 @@ pub fn send(a: SendArgs) -> Result<(), String> {
         return Err(format!("{} is not in a mounted scion store", a.path.display()));
     };
     let rel = store_path(&at);
+    if a.resume.is_some() && !in_snapshot(&rel) {
+        return Err("--resume sends again what was sent: give the snapshot that was sent (PATH/.snapshot/NAME)".into());
+    }
     let (snap, temp) = if in_snapshot(&rel) {
         (rel.clone(), false)
     } else {
@@ -63,6 +68,16 @@ fn hash_of(at: &Located, path: &[u8]) -> Result<[u8; 32], String> {
 
 fn send_snapshot(a: &SendArgs, at: &Located, mnt: &Path, snap: &[u8]) -> Result<(), String> {
     let root = hash_of(at, snap)?;
+    let resume = match &a.resume {
+        None => None,
+        Some(t) => {
+            let (from, chain, troot) = scion::stream::parse_token(t)?;
+            if troot != root {
+                return Err(format!("the resume token is for another tree than {}", a.path.display()));
+            }
+            Some((from, chain))
+        }
+    };
     let base = match &a.base {
         None => None,
         Some(b) => {
@@ -88,8 +103,12 @@ fn send_snapshot(a: &SendArgs, at: &Located, mnt: &Path, snap: &[u8]) -> Result<
         } else {
             Box::new(zstd::stream::write::Encoder::new(&mut out, 3).map_err(io)?.auto_finish())
         };
+        let w = match resume {
+            None => StreamWriter::new(body),
+            Some((from, chain)) => StreamWriter::resume_at(body, from, chain, root),
+        };
         let mut s = Sender {
-            w: StreamWriter::new(body),
+            w,
             top: mnt.join(rel(snap)),
             links: HashMap::new(),
             progress: Progress::new(a.progress),

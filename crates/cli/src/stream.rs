@@ -10,9 +10,15 @@
 //!
 //! Frames, in this order: `Begin`; then the operations that make the tree (copies from the
 //! base, deletions, directories, files with their data, symlinks, special files, hard links,
-//! metadata); then `End`, which gives the number of frames before it and the BLAKE3 hash of
-//! all their bytes, and the tree's content hash again. Paths are relative to the tree's top,
-//! names separated by `/`, never empty names, `.` or `..`; the empty path is the top itself.
+//! metadata); then `End`, which gives the number of frames before it and their chain hash
+//! (`chain(n + 1) = BLAKE3(chain(n), frame n's bytes)`, from 32 zero bytes), and the tree's
+//! content hash again. Paths are relative to the tree's top, names separated by `/`, never
+//! empty names, `.` or `..`; the empty path is the top itself.
+//!
+//! A resumed stream (`scion send --resume`) begins with a `Resume` frame instead, outside the
+//! numbering: the frame number it goes on from and the chain hash before it, which the
+//! receiver checks against what it kept; then frames from that number on, as the whole stream
+//! would have them.
 
 use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
@@ -69,8 +75,11 @@ pub enum Frame {
     Copy { path: Vec<u8>, from: Vec<u8> },
     /// Metadata set on what is at `path`.
     Meta { path: Vec<u8>, meta: Meta },
-    /// The end: how many frames came before, the hash of their bytes, the tree's hash.
+    /// The end: how many frames came before, their chain hash, the tree's hash.
     End { frames: u64, hash: [u8; 32], root: [u8; 32] },
+    /// The start of a resumed stream: the tree, and where it goes on (frame `from`, with
+    /// chain hash `chain` before it).
+    Resume { root: [u8; 32], from: u64, chain: [u8; 32] },
 }
 
 impl Frame {
@@ -88,6 +97,7 @@ impl Frame {
             Frame::Copy { .. } => 10,
             Frame::Meta { .. } => 11,
             Frame::End { .. } => 12,
+            Frame::Resume { .. } => 13,
         }
     }
 
@@ -131,6 +141,9 @@ impl Frame {
             }
             Frame::End { frames, hash, root } => {
                 w.u64(*frames).raw(hash).raw(root);
+            }
+            Frame::Resume { root, from, chain } => {
+                w.raw(root).u64(*from).raw(chain);
             }
         }
         w.finish()
@@ -207,6 +220,11 @@ impl Frame {
                 frames: r.u64().map_err(bad)?,
                 hash: r.array().map_err(bad)?,
                 root: r.array().map_err(bad)?,
+            },
+            13 => Frame::Resume {
+                root: r.array().map_err(bad)?,
+                from: r.u64().map_err(bad)?,
+                chain: r.array().map_err(bad)?,
             },
             k => return Err(format!("unknown frame kind {k}")),
         };
@@ -290,11 +308,14 @@ fn get_meta(r: &mut Reader) -> Result<Meta, String> {
     Ok(m)
 }
 
-/// Writes frames: numbers them, checks them, hashes them all for `End`.
+/// Writes frames: numbers them, checks them, chains their hashes for `End`. For a resumed
+/// stream (`resume_at`), frames before the resume point are counted and chained but not
+/// written, and the chain there must be what the receiver kept.
 pub struct StreamWriter<W: Write> {
     out: W,
     seq: u64,
-    hash: blake3::Hasher,
+    chain: [u8; 32],
+    resume: Option<(u64, [u8; 32], [u8; 32])>,
     /// Bytes of frames written (before compression).
     pub written: u64,
 }
@@ -305,30 +326,74 @@ pub fn write_header(raw: &mut impl Write, flags: u8) -> std::io::Result<()> {
     raw.write_all(&[VERSION, flags])
 }
 
+/// The next chain hash: `BLAKE3(chain, frame bytes)`.
+pub fn chain_next(chain: &[u8; 32], frame: &[u8]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    h.update(chain);
+    h.update(frame);
+    *h.finalize().as_bytes()
+}
+
 impl<W: Write> StreamWriter<W> {
     /// A writer of frames into `body` (after the header).
     pub fn new(body: W) -> StreamWriter<W> {
         StreamWriter {
             out: body,
             seq: 0,
-            hash: blake3::Hasher::new(),
+            chain: [0; 32],
+            resume: None,
             written: 0,
         }
     }
 
+    /// A writer of the rest of a stream from frame `from` on, where the chain must be
+    /// `chain`: it writes a `Resume` frame there, for the tree of hash `root`.
+    pub fn resume_at(body: W, from: u64, chain: [u8; 32], root: [u8; 32]) -> StreamWriter<W> {
+        let mut w = StreamWriter::new(body);
+        w.resume = Some((from, chain, root));
+        w
+    }
+
     pub fn put(&mut self, f: &Frame) -> std::io::Result<()> {
         let b = encode_frame(f, self.seq);
+        self.resume_point()?;
+        if self.resume.is_none_or(|(from, _, _)| self.seq >= from) {
+            self.out.write_all(&b)?;
+            self.written += b.len() as u64;
+        }
+        self.chain = chain_next(&self.chain, &b);
         self.seq += 1;
-        self.hash.update(&b);
-        self.written += b.len() as u64;
-        self.out.write_all(&b)
+        Ok(())
+    }
+
+    /// At the resume point: checks the chain and writes the `Resume` frame.
+    fn resume_point(&mut self) -> std::io::Result<()> {
+        if let Some((from, chain, root)) = self.resume {
+            if self.seq == from {
+                if self.chain != chain {
+                    return Err(std::io::Error::other(
+                        "this stream does not go on from the interrupted one (another tree, base or scion?)",
+                    ));
+                }
+                let b = encode_frame(&Frame::Resume { root, from, chain }, u64::MAX);
+                self.out.write_all(&b)?;
+                self.written += b.len() as u64;
+            }
+        }
+        Ok(())
     }
 
     /// Writes `End` and returns the inner writer.
     pub fn finish(mut self, root: [u8; 32]) -> std::io::Result<W> {
+        self.resume_point()?;
+        if let Some((from, _, _)) = self.resume {
+            if from > self.seq {
+                return Err(std::io::Error::other("the interrupted stream was longer than this one"));
+            }
+        }
         let end = Frame::End {
             frames: self.seq,
-            hash: *self.hash.finalize().as_bytes(),
+            hash: self.chain,
             root,
         };
         let b = encode_frame(&end, self.seq);
@@ -367,11 +432,36 @@ pub fn read_header(r: &mut impl Read) -> Result<u8, String> {
     Ok(h[9])
 }
 
+/// Why a stream could not be read on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// It stopped (cut short, or the input failed): what came so far is sound.
+    Cut(String),
+    /// Something in it is wrong (damaged, out of order, malformed, inconsistent).
+    Bad(String),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Cut(m) | ReadError::Bad(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<ReadError> for String {
+    fn from(e: ReadError) -> String {
+        e.to_string()
+    }
+}
+
 /// Reads frames in order, checking each and, at `End`, the whole.
 pub struct StreamReader<R: Read> {
     input: R,
     seq: u64,
-    hash: blake3::Hasher,
+    chain: [u8; 32],
+    /// The chain hash before the frame last returned.
+    chain_before: [u8; 32],
     done: bool,
     /// Bytes of frames read.
     pub read: u64,
@@ -382,18 +472,31 @@ impl<R: Read> StreamReader<R> {
         StreamReader {
             input,
             seq: 0,
-            hash: blake3::Hasher::new(),
+            chain: [0; 32],
+            chain_before: [0; 32],
             done: false,
             read: 0,
         }
     }
 
-    /// The next frame; `Ok(None)` only after a valid `End` (checked: frame count, hash).
-    /// An error says what is wrong (cut short, damaged, out of order).
-    pub fn next(&mut self) -> Result<Option<Frame>, String> {
+    /// The number of the frame last returned, and the chain hash before it: where a
+    /// resumed stream would go on from to repeat it.
+    pub fn position(&self) -> (u64, [u8; 32]) {
+        (self.seq.saturating_sub(1), self.chain_before)
+    }
+
+    /// The number of the next frame, and the chain hash before it.
+    pub fn position_next(&self) -> (u64, [u8; 32]) {
+        (self.seq, self.chain)
+    }
+
+    /// The next frame; `Ok(None)` only after a valid `End` (checked: frame count, chain).
+    /// A `Resume` frame may come first only: the reader then goes on from where it says.
+    pub fn next(&mut self) -> Result<Option<Frame>, ReadError> {
         if self.done {
             return Ok(None);
         }
+        let bad = ReadError::Bad;
         let mut head = [0u8; 13];
         read_all(&mut self.input, &mut head, self.seq)?;
         let (kind, seq, len) = (
@@ -402,7 +505,7 @@ impl<R: Read> StreamReader<R> {
             u32::from_le_bytes(head[9..13].try_into().unwrap()) as usize,
         );
         if len > MAX_PAYLOAD {
-            return Err(format!("frame {} claims {len} bytes, more than a frame holds", self.seq));
+            return Err(bad(format!("frame {} claims {len} bytes, more than a frame holds", self.seq)));
         }
         let mut rest = vec![0u8; len + 4];
         read_all(&mut self.input, &mut rest, self.seq)?;
@@ -410,22 +513,30 @@ impl<R: Read> StreamReader<R> {
         let mut whole = head.to_vec();
         whole.extend_from_slice(&rest[..len]);
         if crc32c::crc32c(&whole) != crc {
-            return Err(format!("frame {} is damaged (checksum)", self.seq));
+            return Err(bad(format!("frame {} is damaged (checksum)", self.seq)));
+        }
+        let f = Frame::decode(kind, &rest[..len]).map_err(|e| bad(format!("frame {seq}: {e}")))?;
+        self.read += (13 + len + 4) as u64;
+        if let Frame::Resume { from, chain, .. } = &f {
+            if self.read != (13 + len + 4) as u64 || seq != u64::MAX {
+                return Err(bad("a Resume frame that is not the stream's first".into()));
+            }
+            (self.seq, self.chain, self.chain_before) = (*from, *chain, *chain);
+            return Ok(Some(f));
         }
         if seq != self.seq {
-            return Err(format!("frame {} came where frame {} was due (reordered or duplicated)", seq, self.seq));
+            return Err(bad(format!("frame {seq} came where frame {} was due (reordered or duplicated)", self.seq)));
         }
-        let f = Frame::decode(kind, &rest[..len]).map_err(|e| format!("frame {seq}: {e}"))?;
         if let Frame::End { frames, hash, .. } = &f {
-            if *frames != self.seq || hash != self.hash.finalize().as_bytes() {
-                return Err("the stream's end does not match what came before it".into());
+            if *frames != self.seq || *hash != self.chain {
+                return Err(bad("the stream's end does not match what came before it".into()));
             }
             self.done = true;
         } else {
-            self.hash.update(&whole);
-            self.hash.update(&crc.to_le_bytes());
+            whole.extend_from_slice(&crc.to_le_bytes());
+            self.chain_before = self.chain;
+            self.chain = chain_next(&self.chain, &whole);
         }
-        self.read += (13 + len + 4) as u64;
         self.seq += 1;
         Ok(Some(f))
     }
@@ -443,12 +554,38 @@ impl<R: Read> StreamReader<R> {
     }
 }
 
-fn read_all(r: &mut impl Read, buf: &mut [u8], seq: u64) -> Result<(), String> {
+/// The resume token `scion receive --resumable` prints for an interrupted stream: where it
+/// goes on (frame number, chain hash before it) and the tree's hash, as `scion1:` and hex.
+pub fn resume_token(from: u64, chain: &[u8; 32], root: &[u8; 32]) -> String {
+    let mut b = from.to_be_bytes().to_vec();
+    b.extend_from_slice(chain);
+    b.extend_from_slice(root);
+    format!("scion1:{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>())
+}
+
+/// A resume token's frame number, chain hash and tree hash.
+pub fn parse_token(t: &str) -> Result<(u64, [u8; 32], [u8; 32]), String> {
+    let hex = t.trim().strip_prefix("scion1:").ok_or("a resume token begins with scion1:")?;
+    if hex.len() != 2 * 72 || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return Err("a resume token holds 144 hex digits after scion1:".into());
+    }
+    let b: Vec<u8> = (0..72).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap()).collect();
+    Ok((
+        u64::from_be_bytes(b[..8].try_into().unwrap()),
+        b[8..40].try_into().unwrap(),
+        b[40..].try_into().unwrap(),
+    ))
+}
+
+fn read_all(r: &mut impl Read, buf: &mut [u8], seq: u64) -> Result<(), ReadError> {
     r.read_exact(buf).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            format!("the stream is cut short (in frame {seq})")
+            ReadError::Cut(format!("the stream is cut short (in frame {seq})"))
+        } else if e.kind() == std::io::ErrorKind::Other || e.kind() == std::io::ErrorKind::InvalidData {
+            // A compressed stream's decoder saying its input is damaged.
+            ReadError::Bad(format!("reading frame {seq}: {e}"))
         } else {
-            format!("reading frame {seq}: {e}")
+            ReadError::Cut(format!("reading frame {seq}: {e}"))
         }
     })
 }
@@ -464,7 +601,7 @@ pub fn decode_all(b: &[u8]) -> Result<Vec<Frame>, String> {
     };
     let mut s = StreamReader::new(body.take(1 << 30));
     let mut out = Vec::new();
-    while let Some(f) = s.next()? {
+    while let Some(f) = s.next().map_err(String::from)? {
         out.push(f);
         if out.len() > 1 << 20 {
             return Err("too many frames".into());
@@ -529,6 +666,49 @@ mod tests {
             assert_eq!(got.len(), want.len());
             assert_eq!(&got[..11], &want[..11]);
         }
+    }
+
+    /// A stream written again from frame 4 on, where a reader that stopped there kept its
+    /// place, reads to a valid end; from another place, or for another stream, it does not.
+    #[test]
+    fn a_resumed_stream_goes_on_where_the_first_stopped() {
+        let whole = {
+            let mut w = StreamWriter::new(Vec::new());
+            for f in frames() {
+                w.put(&f).unwrap();
+            }
+            w.finish([2; 32]).unwrap()
+        };
+        let mut r = StreamReader::new(&whole[..]);
+        for _ in 0..5 {
+            r.next().unwrap();
+        }
+        let (from, chain) = r.position();
+        assert_eq!(from, 4);
+        let token = resume_token(from, &chain, &[2; 32]);
+        let (f2, c2, root) = parse_token(&token).unwrap();
+        let rest = {
+            let mut w = StreamWriter::resume_at(Vec::new(), f2, c2, root);
+            for f in frames() {
+                w.put(&f).unwrap();
+            }
+            w.finish(root).unwrap()
+        };
+        assert!(rest.len() < whole.len());
+        let mut r = StreamReader::new(&rest[..]);
+        let mut n = 0;
+        while let Some(f) = r.next().unwrap() {
+            if n == 0 {
+                assert_eq!(f, Frame::Resume { root, from: 4, chain: c2 });
+            }
+            n += 1;
+        }
+        assert_eq!(n, 1 + (11 - 4) + 1, "Resume, frames 4..11, End");
+        // Another chain at that point: the sender refuses.
+        let mut w = StreamWriter::resume_at(Vec::new(), 4, [9; 32], root);
+        let r: std::io::Result<()> = frames().iter().try_for_each(|f| w.put(f));
+        assert!(r.is_err());
+        assert!(parse_token("scion1:00").is_err() && parse_token("nope").is_err());
     }
 
     #[test]
