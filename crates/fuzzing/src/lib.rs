@@ -206,6 +206,9 @@ pub fn scan_cache(data: &[u8]) {
 /// checks it before applying anything. Frames that decode encode back to the same bytes.
 pub fn send_stream(data: &[u8]) {
     if let Ok(frames) = scion::stream::decode_all(data) {
+        if matches!(frames.first(), Some(scion::stream::Frame::Resume { .. })) {
+            return; // the rest of a stream: its numbering starts where the first stopped
+        }
         let mut w = scion::stream::StreamWriter::new(Vec::new());
         for f in &frames[..frames.len() - 1] {
             w.put(f).expect("writing to memory");
