@@ -106,13 +106,27 @@ pub fn receive(a: ReceiveArgs) -> Result<(), String> {
                 Reply::Found(f) => f,
                 _ => return Err("the daemon answered something else".into()),
             };
-            let Some(b) = found.into_iter().next() else {
-                return Err(format!(
-                    "no snapshot or clone in this store holds the stream's base (a tree of content hash {}); receive a full stream of it first, or snapshot a copy of it",
-                    hex(&h)
-                ));
+            // The first that can still be cloned (one may be destroyed meanwhile).
+            let mut cloned = None;
+            let mut last = None;
+            for b in found {
+                match call(&at, &Op::Clone { src: b.clone(), dst: rel.clone(), excludes: Vec::new() }) {
+                    Ok(_) => {
+                        cloned = Some(b);
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            let Some(b) = cloned else {
+                return Err(match last {
+                    Some(e) => e,
+                    None => format!(
+                        "no snapshot or clone in this store holds the stream's base (a tree of content hash {}); receive a full stream of it first, or snapshot a copy of it",
+                        hex(&h)
+                    ),
+                });
             };
-            call(&at, &Op::Clone { src: b.clone(), dst: rel.clone(), excludes: Vec::new() })?;
             base_rel = b.clone();
             Some(mnt.join(Path::new(std::ffi::OsStr::from_bytes(&b))))
         }
@@ -129,6 +143,7 @@ pub fn receive(a: ReceiveArgs) -> Result<(), String> {
     };
     let builder = Builder {
         top: staging.path.clone(),
+        checked: Default::default(),
         base: base_dir,
         open: None,
     };
@@ -179,6 +194,7 @@ fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: 
     let base = (!base_rel.is_empty()).then(|| mnt.join(Path::new(std::ffi::OsStr::from_bytes(&base_rel))));
     let builder = Builder {
         top: staging.path.clone(),
+        checked: Default::default(),
         base,
         open: None,
     };
@@ -286,6 +302,9 @@ pub fn hex(h: &[u8]) -> String {
 /// Applies frames to the tree being built.
 struct Builder {
     top: PathBuf,
+    /// Directories inside the tree checked to be directories (not symlinks) so far; emptied
+    /// by a deletion, the only frame that can turn one into something else.
+    checked: std::collections::HashSet<PathBuf>,
     /// The base tree (for copies), if any.
     base: Option<PathBuf>,
     /// The file `Data` and `Hole` frames go to, and its metadata, set when it is done.
@@ -325,17 +344,23 @@ impl Builder {
         Ok(at)
     }
 
-    fn path(&self, p: &[u8]) -> Result<PathBuf, String> {
+    fn path(&mut self, p: &[u8]) -> Result<PathBuf, String> {
         if p.is_empty() {
             return Err("the stream names the tree's top where an entry is due".into());
         }
-        Self::inside(&self.top, p)
+        scion::stream::check_path(p)?;
+        let full = self.top.join(std::ffi::OsStr::from_bytes(p));
+        let parent = full.parent().unwrap_or(&self.top).to_path_buf();
+        if parent != self.top && !self.checked.contains(&parent) {
+            Self::inside(&self.top, p)?;
+            self.checked.insert(parent);
+        }
+        Ok(full)
     }
 
     fn close(&mut self) -> Result<(), String> {
         if let Some((f, p, meta)) = self.open.take() {
-            drop(f);
-            crate::meta::apply(&p, &meta, true)?;
+            crate::meta::apply_open(&f, &p, &meta)?;
         }
         Ok(())
     }
@@ -350,6 +375,7 @@ impl Builder {
             }
             Frame::Delete { path } => {
                 let p = self.path(&path)?;
+                self.checked.clear();
                 match p.symlink_metadata() {
                     Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p).map_err(io(&p))?,
                     Ok(_) => std::fs::remove_file(&p).map_err(io(&p))?,
@@ -362,11 +388,19 @@ impl Builder {
             }
             Frame::File { path, size, fresh, meta } => {
                 let p = self.path(&path)?;
-                if fresh {
-                    replace_file(&p)?;
-                }
+                let create = || {
+                    use std::os::unix::fs::OpenOptionsExt;
+                    let mode = u32::from(meta.perm) & 0o777;
+                    std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&p)
+                };
                 let file = if fresh {
-                    std::fs::OpenOptions::new().write(true).create_new(true).open(&p)
+                    create().or_else(|e| {
+                        if e.kind() != std::io::ErrorKind::AlreadyExists {
+                            return Err(e);
+                        }
+                        replace_file(&p).map_err(std::io::Error::other)?;
+                        create()
+                    })
                 } else {
                     std::fs::OpenOptions::new().write(true).open(&p)
                 }

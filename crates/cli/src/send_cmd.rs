@@ -55,6 +55,14 @@ pub fn send(a: SendArgs) -> Result<(), String> {
     r
 }
 
+/// zstd worker threads: one per CPU beyond the first, at least one (`SCION_SEND_THREADS`).
+fn compress_threads() -> u32 {
+    std::env::var("SCION_SEND_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32 - 1).max(1))
+}
+
 fn in_snapshot(rel: &[u8]) -> bool {
     rel.split(|&c| c == b'/').any(|n| n == b".snapshot")
 }
@@ -101,7 +109,10 @@ fn send_snapshot(a: &SendArgs, at: &Located, mnt: &Path, snap: &[u8]) -> Result<
         let body: Box<dyn Write + '_> = if a.no_compress {
             Box::new(std::io::BufWriter::with_capacity(1 << 20, &mut out))
         } else {
-            Box::new(zstd::stream::write::Encoder::new(&mut out, 3).map_err(io)?.auto_finish())
+            // Compressed by a worker thread, while this one reads the files.
+            let mut e = zstd::stream::write::Encoder::new(&mut out, 3).map_err(io)?;
+            e.multithread(compress_threads()).map_err(io)?;
+            Box::new(e.auto_finish())
         };
         let w = match resume {
             None => StreamWriter::new(body),
