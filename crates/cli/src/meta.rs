@@ -56,52 +56,6 @@ pub fn apply(p: &Path, m: &Meta, times: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// `apply` (with times) on an open file: no path walked, nothing set that is already so.
-pub fn apply_open(f: &std::fs::File, p: &Path, m: &Meta) -> Result<(), String> {
-    use std::os::fd::AsRawFd;
-    let err = |e: std::io::Error| format!("{}: {e}", p.display());
-    let fd = f.as_raw_fd();
-    let now = f.metadata().map_err(err)?;
-    if (m.uid, m.gid) != (now.uid(), now.gid()) {
-        std::os::unix::fs::fchown(f, Some(m.uid), Some(m.gid)).map_err(err)?;
-    }
-    if now.mode() & 0o7777 != u32::from(m.perm) || now.uid() != m.uid {
-        // (A chown clears the setuid and setgid bits: the mode goes after it.)
-        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(u32::from(m.perm))).map_err(err)?;
-    }
-    let mut names = vec![0u8; 64 << 10];
-    // SAFETY: a valid descriptor and a buffer as long as said.
-    let n = unsafe { libc::flistxattr(fd, names.as_mut_ptr().cast(), names.len()) };
-    if n < 0 {
-        return Err(err(std::io::Error::last_os_error()));
-    }
-    names.truncate(n as usize);
-    let have: Vec<&[u8]> = names.split(|&b| b == 0).filter(|n| !n.is_empty()).collect();
-    for k in have.iter().filter(|k| !m.xattrs.iter().any(|(w, _)| w == *k)) {
-        let cn = std::ffi::CString::new(*k).expect("names end at NUL");
-        // SAFETY: a valid descriptor and C string.
-        if unsafe { libc::fremovexattr(fd, cn.as_ptr()) } != 0 {
-            return Err(err(std::io::Error::last_os_error()));
-        }
-    }
-    for (k, v) in &m.xattrs {
-        let cn = std::ffi::CString::new(k.as_slice()).expect("names hold no NUL");
-        // SAFETY: a valid descriptor, C string and buffer of the length given.
-        if unsafe { libc::fsetxattr(fd, cn.as_ptr(), v.as_ptr().cast(), v.len(), 0) } != 0 {
-            return Err(err(std::io::Error::last_os_error()));
-        }
-    }
-    let t = libc::timespec {
-        tv_sec: m.mtime_sec,
-        tv_nsec: i64::from(m.mtime_nsec),
-    };
-    // SAFETY: a valid descriptor and two timespecs.
-    if unsafe { libc::futimens(fd, [t, t].as_ptr()) } != 0 {
-        return Err(err(std::io::Error::last_os_error()));
-    }
-    Ok(())
-}
-
 fn cpath(p: &Path) -> std::ffi::CString {
     std::ffi::CString::new(p.as_os_str().as_bytes()).expect("no NUL in a path")
 }

@@ -13,11 +13,10 @@
 //! the way that is a symlink (a stream could otherwise make one and write through it).
 
 use crate::tree_cmds::{call, locate, store_path, Located};
-use scion::stream::{Frame, Meta, ReadError, StreamReader, FLAG_ZSTD};
+use scion::stream::{Frame, ReadError, StreamReader, FLAG_ZSTD};
 use scion_daemon::control::{Op, Reply, Target};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 pub struct ReceiveArgs {
@@ -141,13 +140,8 @@ pub fn receive(a: ReceiveArgs) -> Result<(), String> {
         rel,
         clone: base_dir.is_some(),
     };
-    let builder = Builder {
-        top: staging.path.clone(),
-        checked: Default::default(),
-        base: base_dir,
-        open: None,
-    };
-    build(&a, &staging, builder, frames, root, (name, base_rel), &dst)
+    let base = base_dir.map(|_| base_rel.clone());
+    build(&a, &staging, base, frames, root, (name, base_rel), &dst)
 }
 
 /// The stream from `input` (or stdin), its header read.
@@ -191,14 +185,9 @@ fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: 
         _ => return Err("not a resumed stream: `scion send ... --resume TOKEN` makes one".into()),
     }
     // Copies come from the base; the rest of an increment may hold some.
-    let base = (!base_rel.is_empty()).then(|| mnt.join(Path::new(std::ffi::OsStr::from_bytes(&base_rel))));
-    let builder = Builder {
-        top: staging.path.clone(),
-        checked: Default::default(),
-        base,
-        open: None,
-    };
-    build(&a, &staging, builder, frames, root, (name, base_rel), &dst)
+    let _ = mnt;
+    let base = (!base_rel.is_empty()).then(|| base_rel.clone());
+    build(&a, &staging, base, frames, root, (name, base_rel), &dst)
 }
 
 /// Applies the frames, checks the end and the tree, puts it in place and snapshots it. What
@@ -207,20 +196,28 @@ fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: 
 fn build(
     a: &ReceiveArgs,
     staging: &Staging,
-    mut b: Builder,
+    base_rel: Option<Vec<u8>>,
     mut frames: StreamReader<Box<dyn Read>>,
     root: [u8; 32],
     (name, base): (Vec<u8>, Vec<u8>),
     dst: &Path,
 ) -> Result<(), String> {
     let mut progress = crate::send_cmd::Progress::new(a.progress);
+    let mut b = Batcher {
+        at: &staging.at,
+        top: staging.rel.clone(),
+        base: base_rel,
+        buf: Vec::new(),
+        open: None,
+        cur: None,
+    };
     let mut resume_at = frames.position_next();
     let mut open_at: Option<(u64, [u8; 32])> = None;
     let r: Result<(), ReadError> = (|| {
         loop {
             let Some(f) = frames.next()? else { break };
             if let Frame::End { root: end_root, .. } = &f {
-                b.close().map_err(ReadError::Bad)?;
+                b.finish().map_err(ReadError::Bad)?;
                 if *end_root != root {
                     return Err(ReadError::Bad("the stream's end names another tree than its beginning".into()));
                 }
@@ -231,7 +228,7 @@ fn build(
                 Frame::Data { .. } | Frame::Hole { .. } => {}
                 _ => open_at = None,
             }
-            b.apply(f).map_err(ReadError::Bad)?;
+            b.push(f).map_err(ReadError::Bad)?;
             resume_at = open_at.unwrap_or_else(|| frames.position_next());
             progress.tick(frames.read);
         }
@@ -241,7 +238,11 @@ fn build(
     match r {
         Ok(()) => {}
         Err(ReadError::Cut(e)) if a.resumable || a.resume => {
-            let _ = b.close();
+            // What arrived whole is applied; the rest comes again from the resume point.
+            if let Err(f) = b.flush() {
+                staging.remove();
+                return Err(format!("{e}; then {f}"));
+            }
             let k = Kept {
                 token: scion::stream::resume_token(resume_at.0, &resume_at.1, &root),
                 name,
@@ -299,176 +300,72 @@ pub fn hex(h: &[u8]) -> String {
     h.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Applies frames to the tree being built.
-struct Builder {
-    top: PathBuf,
-    /// Directories inside the tree checked to be directories (not symlinks) so far; emptied
-    /// by a deletion, the only frame that can turn one into something else.
-    checked: std::collections::HashSet<PathBuf>,
-    /// The base tree (for copies), if any.
-    base: Option<PathBuf>,
-    /// The file `Data` and `Hole` frames go to, and its metadata, set when it is done.
-    open: Option<(std::fs::File, PathBuf, Meta)>,
+/// Sends frames to the daemon in batches (`Op::Apply`), which applies them in the engine.
+/// Frames are sent only whole and checked; a batch is cut anywhere, a file open at a cut
+/// goes on in the next batch (its `File` frame sent along).
+struct Batcher<'a> {
+    at: &'a Located,
+    top: Vec<u8>,
+    base: Option<Vec<u8>>,
+    buf: Vec<u8>,
+    /// The file open where `buf` begins, and where it ends.
+    open: Option<Frame>,
+    cur: Option<Frame>,
 }
 
-/// Makes way for a new file, symlink or special file at `p`: what is there, unless a
-/// directory (which only a Delete frame removes), goes.
-fn replace_file(p: &Path) -> Result<(), String> {
-    match p.symlink_metadata() {
-        Ok(m) if !m.is_dir() => std::fs::remove_file(p).map_err(io(p)),
-        _ => Ok(()),
-    }
-}
+/// Bytes of frames per batch (a control request holds 1 MiB).
+const BATCH: usize = 768 << 10;
+/// A data frame longer than this is cut in pieces to fit a batch.
+const PIECE: usize = 256 << 10;
 
-/// An I/O error named by its path.
-fn io(p: &Path) -> impl Fn(std::io::Error) -> String + '_ {
-    move |e| format!("{}: {e}", p.display())
-}
-
-impl Builder {
-    /// `p` inside the tree at `top`, every directory on the way a real directory.
-    fn inside(top: &Path, p: &[u8]) -> Result<PathBuf, String> {
-        scion::stream::check_path(p)?;
-        let mut at = top.to_path_buf();
-        let names: Vec<&[u8]> = p.split(|&c| c == b'/').filter(|n| !n.is_empty()).collect();
-        for (k, n) in names.iter().enumerate() {
-            at.push(std::ffi::OsStr::from_bytes(n));
-            if k + 1 < names.len() {
-                match at.symlink_metadata() {
-                    Ok(m) if m.is_dir() => {}
-                    Ok(_) => return Err(format!("{}: not a directory on the way", at.display())),
-                    Err(e) => return Err(format!("{}: {e}", at.display())),
+impl Batcher<'_> {
+    fn push(&mut self, f: Frame) -> Result<(), String> {
+        match f {
+            Frame::Data { offset, bytes } if bytes.len() > PIECE => {
+                for (k, piece) in bytes.chunks(PIECE).enumerate() {
+                    let f = Frame::Data { offset: offset + (k * PIECE) as u64, bytes: piece.to_vec() };
+                    self.push_one(f)?;
                 }
+                Ok(())
             }
+            f => self.push_one(f),
         }
-        Ok(at)
     }
 
-    fn path(&mut self, p: &[u8]) -> Result<PathBuf, String> {
-        if p.is_empty() {
-            return Err("the stream names the tree's top where an entry is due".into());
+    fn push_one(&mut self, f: Frame) -> Result<(), String> {
+        let b = scion::stream::encode_frame(&f, 0);
+        if self.buf.len() + b.len() > BATCH {
+            self.flush()?;
         }
-        scion::stream::check_path(p)?;
-        let full = self.top.join(std::ffi::OsStr::from_bytes(p));
-        let parent = full.parent().unwrap_or(&self.top).to_path_buf();
-        if parent != self.top && !self.checked.contains(&parent) {
-            Self::inside(&self.top, p)?;
-            self.checked.insert(parent);
+        match &f {
+            Frame::File { .. } => self.cur = Some(f.clone()),
+            Frame::Data { .. } | Frame::Hole { .. } => {}
+            _ => self.cur = None,
         }
-        Ok(full)
-    }
-
-    fn close(&mut self) -> Result<(), String> {
-        if let Some((f, p, meta)) = self.open.take() {
-            crate::meta::apply_open(&f, &p, &meta)?;
-        }
+        self.buf.extend_from_slice(&b);
         Ok(())
     }
 
-    fn apply(&mut self, f: Frame) -> Result<(), String> {
-        if !matches!(f, Frame::Data { .. } | Frame::Hole { .. }) {
-            self.close()?;
+    /// The end: the last file's metadata (a frame that closes it), and what is left.
+    fn finish(&mut self) -> Result<(), String> {
+        if let Some(Frame::File { path, meta, .. }) = self.cur.clone() {
+            self.push_one(Frame::Meta { path, meta })?;
         }
-        match f {
-            Frame::Begin { .. } | Frame::End { .. } | Frame::Resume { .. } => {
-                return Err("a Begin, Resume or End frame in the middle".into())
-            }
-            Frame::Delete { path } => {
-                let p = self.path(&path)?;
-                self.checked.clear();
-                match p.symlink_metadata() {
-                    Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p).map_err(io(&p))?,
-                    Ok(_) => std::fs::remove_file(&p).map_err(io(&p))?,
-                    Err(e) => return Err(format!("{}: {e} (the stream deletes what its base holds)", p.display())),
-                }
-            }
-            Frame::Dir { path } => {
-                let p = self.path(&path)?;
-                std::fs::create_dir(&p).map_err(io(&p))?;
-            }
-            Frame::File { path, size, fresh, meta } => {
-                let p = self.path(&path)?;
-                let create = || {
-                    use std::os::unix::fs::OpenOptionsExt;
-                    let mode = u32::from(meta.perm) & 0o777;
-                    std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&p)
-                };
-                let file = if fresh {
-                    create().or_else(|e| {
-                        if e.kind() != std::io::ErrorKind::AlreadyExists {
-                            return Err(e);
-                        }
-                        replace_file(&p).map_err(std::io::Error::other)?;
-                        create()
-                    })
-                } else {
-                    std::fs::OpenOptions::new().write(true).open(&p)
-                }
-                .map_err(io(&p))?;
-                file.set_len(size).map_err(io(&p))?;
-                self.open = Some((file, p, meta));
-            }
-            Frame::Data { offset, bytes } => {
-                let Some((file, p, _)) = &self.open else {
-                    return Err("data with no file open".into());
-                };
-                file.write_all_at(&bytes, offset).map_err(io(p))?;
-            }
-            Frame::Hole { offset, len } => {
-                let Some((file, p, _)) = &self.open else {
-                    return Err("a hole with no file open".into());
-                };
-                use std::os::fd::AsRawFd;
-                let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-                // SAFETY: a valid descriptor; offset and length checked to fit by the decoder.
-                let r = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as i64, len as i64) };
-                if r != 0 {
-                    return Err(io(p)(std::io::Error::last_os_error()));
-                }
-            }
-            Frame::Symlink { path, target, meta } => {
-                let p = self.path(&path)?;
-                replace_file(&p)?;
-                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), &p).map_err(io(&p))?;
-                crate::meta::apply(&p, &meta, true)?;
-            }
-            Frame::Special { path, kind, rdev, meta } => {
-                let p = self.path(&path)?;
-                replace_file(&p)?;
-                let fmt = match kind {
-                    4 => libc::S_IFIFO,
-                    5 => libc::S_IFSOCK,
-                    6 => libc::S_IFCHR,
-                    _ => libc::S_IFBLK,
-                };
-                let c = std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
-                // SAFETY: a valid C string.
-                if unsafe { libc::mknod(c.as_ptr(), fmt | 0o600, libc::dev_t::from(rdev)) } != 0 {
-                    return Err(io(&p)(std::io::Error::last_os_error()));
-                }
-                crate::meta::apply(&p, &meta, true)?;
-            }
-            Frame::Link { path, target } => {
-                let (p, t) = (self.path(&path)?, self.path(&target)?);
-                std::fs::hard_link(&t, &p).map_err(io(&p))?;
-            }
-            Frame::Copy { path, from } => {
-                let p = self.path(&path)?;
-                let Some(base) = &self.base else {
-                    return Err("a copy from the base in a full stream".into());
-                };
-                let src = Self::inside(base, &from)?;
-                if !src.symlink_metadata().map_err(io(&src))?.is_file() {
-                    return Err(format!("{}: not a file to copy", src.display()));
-                }
-                // copy_file_range: the copy shares the base's blocks.
-                std::fs::copy(&src, &p).map_err(io(&p))?;
-            }
-            Frame::Meta { path, meta } => {
-                let p = if path.is_empty() { self.top.clone() } else { self.path(&path)? };
-                crate::meta::apply(&p, &meta, true)?;
-            }
+        self.flush()
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        if self.buf.is_empty() {
+            return Ok(());
         }
+        let op = Op::Apply {
+            top: self.top.clone(),
+            base: self.base.clone(),
+            open: self.open.as_ref().map(|f| scion::stream::encode_frame(f, 0)),
+            frames: std::mem::take(&mut self.buf),
+        };
+        call(self.at, &op)?;
+        self.open = self.cur.clone();
         Ok(())
     }
 }

@@ -83,6 +83,15 @@ pub enum Op {
     FindTree { hash: [u8; 32], hint: Vec<u8> },
     /// What changed chunk by chunk from file `old` to file `new`.
     ChunkChanges { old: Vec<u8>, new: Vec<u8> },
+    /// Applies a batch of send-stream frames (`frames`, encoded back to back) to the tree
+    /// at `top`, copies coming from `base`; `open` is the File frame of a file a previous
+    /// batch left open.
+    Apply {
+        top: Vec<u8>,
+        base: Option<Vec<u8>>,
+        open: Option<Vec<u8>>,
+        frames: Vec<u8>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,6 +125,7 @@ pub enum Reply {
     TreeHash([u8; 32]),
     Found(Vec<Vec<u8>>),
     ChunkChanges(Vec<ChunkChange>),
+    Applied,
 }
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
@@ -283,6 +293,27 @@ fn chunk_changes(fs: &mut Fs, old: &[u8], new: &[u8]) -> Result<Reply, Failure> 
     Ok(Reply::ChunkChanges(changes))
 }
 
+/// `Op::Apply`: a batch of a stream's frames applied to the tree being received.
+fn apply(fs: &mut Fs, top: &[u8], base: Option<&[u8]>, open: Option<&[u8]>, frames: &[u8]) -> Result<Reply, Failure> {
+    let bad = |e: String| Failure::new(libc::EINVAL, format!("a batch of a stream: {e}"));
+    let t = fs.resolve_path(top).map_err(Failure::from_fs(show(top)))?;
+    let b = match base {
+        Some(b) => Some(fs.resolve_path(b).map_err(Failure::from_fs(show(b)))?),
+        None => None,
+    };
+    let open = match open {
+        Some(o) => match scion_fs::stream::decode_frames(o).map_err(bad)?.pop() {
+            Some(f) => Some(f),
+            None => return Err(bad("an empty open file".into())),
+        },
+        None => None,
+    };
+    let frames = scion_fs::stream::decode_frames(frames).map_err(bad)?;
+    fs.apply_frames(t, b, open, frames)
+        .map_err(Failure::from_fs(format!("receiving into {}", show(top))))?;
+    Ok(Reply::Applied)
+}
+
 /// Why a rollback was refused, in words.
 fn rollback_failure(e: scion_fs::FsError, dir: &[u8], to: &[u8]) -> Failure {
     let (d, t) = (show(dir), String::from_utf8_lossy(to).into_owned());
@@ -437,6 +468,7 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             (Reply::Found(found), Vec::new())
         }
         Op::ChunkChanges { old, new } => (chunk_changes(fs, old, new)?, Vec::new()),
+        Op::Apply { top, base, open, frames } => (apply(fs, top, base.as_deref(), open.as_deref(), frames)?, Vec::new()),
         Op::Rollback { dir, to } => {
             let d = fs.resolve_path(dir).map_err(Failure::from_fs(show(dir)))?;
             fs.rollback(d, to).map_err(|e| rollback_failure(e, dir, to))?;

@@ -180,6 +180,10 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::ChunkChanges { old, new } => {
             w.u8(20).bytes(old).bytes(new);
         }
+        Op::Apply { top, base, open, frames } => {
+            w.u8(21).bytes(top).u8(base.is_some() as u8).bytes(base.as_deref().unwrap_or_default());
+            w.u8(open.is_some() as u8).bytes(open.as_deref().unwrap_or_default()).bytes(frames);
+        }
     }
     w.finish()
 }
@@ -329,6 +333,19 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             old: r.bytes().map_err(bad)?.to_vec(),
             new: r.bytes().map_err(bad)?.to_vec(),
         },
+        21 => {
+            let top = r.bytes().map_err(bad)?.to_vec();
+            let has_base = r.u8().map_err(bad)? != 0;
+            let base = r.bytes().map_err(bad)?.to_vec();
+            let has_open = r.u8().map_err(bad)? != 0;
+            let open = r.bytes().map_err(bad)?.to_vec();
+            Op::Apply {
+                top,
+                base: has_base.then_some(base),
+                open: has_open.then_some(open),
+                frames: r.bytes().map_err(bad)?.to_vec(),
+            }
+        }
         o => return Err(format!("unknown operation {o}")),
     };
     r.expect_end().map_err(bad)?;
@@ -663,6 +680,9 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                 w.bytes(p);
             }
         }
+        Reply::Applied => {
+            w.u8(20);
+        }
         Reply::ChunkChanges(changes) => {
             w.u8(19).u32(changes.len() as u32);
             for c in changes {
@@ -875,6 +895,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 }
                 Reply::Found(v)
             }
+            20 => Reply::Applied,
             19 => {
                 let n = r.count(9).map_err(bad)?;
                 let mut v = Vec::with_capacity(n);

@@ -13,6 +13,7 @@
 
 pub mod access;
 pub mod acl;
+pub mod apply;
 pub mod check;
 mod checkpoint;
 pub mod clone;
@@ -33,6 +34,7 @@ pub mod restore;
 pub mod rollback;
 pub mod schedule;
 pub mod scan;
+pub mod stream;
 pub mod treehash;
 pub mod scrub;
 pub mod versions;

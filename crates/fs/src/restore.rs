@@ -128,7 +128,7 @@ impl Fs {
 
     /// Copies `from` as `name` in `parent`, sharing file data. The caller holds `from`
     /// and `parent` (lookup references); this holds each child while it copies it.
-    fn copy_tree(
+    pub(crate) fn copy_tree(
         &mut self,
         from: Ino,
         parent: Ino,
@@ -259,7 +259,7 @@ impl Fs {
     }
 
     /// `rm -rf parent/name`.
-    fn remove_tree(&mut self, parent: Ino, name: &[u8], depth: usize) -> FsResult<()> {
+    pub(crate) fn remove_tree(&mut self, parent: Ino, name: &[u8], depth: usize) -> FsResult<()> {
         if depth > MAX_DEPTH {
             return Err(errno::ELOOP);
         }

@@ -1,0 +1,254 @@
+//! Applying a send stream's frames to a tree in the engine (`scion receive`): what the
+//! receiver has checked (checksums, order) becomes files without a round trip through the
+//! kernel per operation. Frames come in batches (a control request each, under the engine
+//! lock); a file whose data runs past a batch stays open into the next (`Applied::open`).
+//!
+//! Paths are walked from the tree's top one name at a time and never through a symlink: a
+//! name on the way that is not a directory refuses the frame (ENOTDIR), so a stream cannot
+//! make a symlink and write through it. Everything held between steps holds a lookup
+//! reference (a write may take a checkpoint, which drops unreferenced inodes).
+
+use crate::error::errno;
+use crate::fs::{Fs, Ino};
+use crate::inode::{Kind, Ts};
+use crate::stream::{Frame, Meta};
+use crate::{FsResult, SetAttr};
+
+/// Directories nest at most this deep in a path of a stream.
+const MAX_DEPTH: usize = 2048;
+
+/// A file open across batches: its File frame (path, size, metadata).
+pub type OpenFile = Frame;
+
+impl Fs {
+    /// Applies `frames` below directory `top`; `base` is the base tree copies come from,
+    /// `open` the file a previous batch left open (its `File` frame). Returns the file left
+    /// open at the end, if any (its metadata is set when a later frame closes it).
+    pub fn apply_frames(&mut self, top: Ino, base: Option<Ino>, open: Option<OpenFile>, frames: Vec<Frame>) -> FsResult<Option<OpenFile>> {
+        self.remember(top)?;
+        if let Some(b) = base {
+            self.remember(b)?;
+        }
+        let mut cur: Option<(Ino, Frame)> = None;
+        let r = (|| {
+            if let Some(f) = open {
+                let Frame::File { path, .. } = &f else { return Err(errno::EINVAL.with("an open file that is not a File frame")) };
+                let ino = self.walk_held(top, path)?;
+                cur = Some((ino, f));
+            }
+            for f in frames {
+                if !matches!(f, Frame::Data { .. } | Frame::Hole { .. }) {
+                    if let Some((ino, ff)) = cur.take() {
+                        self.close_file(ino, &ff)?;
+                    }
+                }
+                if let Some(c) = self.apply_frame(top, base, f, &cur)? {
+                    cur = Some(c);
+                }
+            }
+            Ok(())
+        })();
+        let left = match (r, cur) {
+            (Ok(()), Some((ino, f))) => {
+                self.forget(ino, 1);
+                Ok(Some(f))
+            }
+            (Ok(()), None) => Ok(None),
+            (Err(e), c) => {
+                if let Some((ino, _)) = c {
+                    self.forget(ino, 1);
+                }
+                Err(e)
+            }
+        };
+        self.forget(top, 1);
+        if let Some(b) = base {
+            self.forget(b, 1);
+        }
+        left
+    }
+
+    /// One frame; a `File` frame returns the file it opened (held).
+    fn apply_frame(&mut self, top: Ino, base: Option<Ino>, f: Frame, cur: &Option<(Ino, Frame)>) -> FsResult<Option<(Ino, Frame)>> {
+        match f {
+            Frame::Data { offset, bytes } => {
+                let Some((ino, _)) = cur else { return Err(errno::EINVAL.with("data with no file open")) };
+                let mut done = 0;
+                while done < bytes.len() {
+                    done += self.write(*ino, offset + done as u64, &bytes[done..])? as usize;
+                }
+            }
+            Frame::Hole { offset, len } => {
+                let Some((ino, _)) = cur else { return Err(errno::EINVAL.with("a hole with no file open")) };
+                self.fallocate(*ino, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, offset, len)?;
+            }
+            Frame::Delete { ref path } => self.in_parent(top, path, |fs, p, name| fs.remove_tree(p, name, 0))?,
+            Frame::Dir { ref path } => self.in_parent(top, path, |fs, p, name| {
+                let a = fs.mknod(p, name, Kind::Dir, 0o700, 0, 0, 0, 0, &[])?;
+                fs.forget(a.ino, 1);
+                Ok(())
+            })?,
+            Frame::File { ref path, size, fresh, ref meta } => {
+                let ino = self.in_parent(top, path, |fs, p, name| {
+                    let a = if fresh {
+                        fs.make_way(p, name)?;
+                        fs.mknod(p, name, Kind::File, u32::from(meta.perm), 0, meta.uid, meta.gid, 0, &[])?
+                    } else {
+                        fs.lookup(p, name)?
+                    };
+                    if a.kind != Kind::File {
+                        fs.forget(a.ino, 1);
+                        return Err(errno::EISDIR.with("a File frame for what is not a file"));
+                    }
+                    if a.size != size {
+                        if let Err(e) = fs.setattr(a.ino, SetAttr { size: Some(size), ..Default::default() }) {
+                            fs.forget(a.ino, 1);
+                            return Err(e);
+                        }
+                    }
+                    Ok(a.ino)
+                })?;
+                return Ok(Some((ino, f)));
+            }
+            Frame::Symlink { ref path, ref target, ref meta } => self.in_parent(top, path, |fs, p, name| {
+                fs.make_way(p, name)?;
+                let a = fs.mknod(p, name, Kind::Symlink, 0o777, 0, meta.uid, meta.gid, 0, target)?;
+                let r = fs.set_meta(a.ino, meta);
+                fs.forget(a.ino, 1);
+                r
+            })?,
+            Frame::Special { ref path, kind, rdev, ref meta } => self.in_parent(top, path, |fs, p, name| {
+                let k = Kind::from_u8(kind).ok_or(errno::EINVAL)?;
+                fs.make_way(p, name)?;
+                let a = fs.mknod(p, name, k, u32::from(meta.perm), 0, meta.uid, meta.gid, rdev, &[])?;
+                let r = fs.set_meta(a.ino, meta);
+                fs.forget(a.ino, 1);
+                r
+            })?,
+            Frame::Link { ref path, ref target } => {
+                let t = self.walk_held(top, target)?;
+                let r = self.in_parent(top, path, |fs, p, name| fs.link(t, p, name).map(drop));
+                self.forget(t, 1);
+                r?;
+            }
+            Frame::Copy { ref path, ref from } => {
+                let Some(b) = base else { return Err(errno::EINVAL.with("a copy from the base in a full stream")) };
+                let src = self.walk_held(b, from)?;
+                let r = (|| {
+                    if self.getattr(src)?.kind != Kind::File {
+                        return Err(errno::EINVAL.with("a copy of what is not a file"));
+                    }
+                    self.in_parent(top, path, |fs, p, name| {
+                        fs.make_way(p, name)?;
+                        let mut report = crate::restore::RestoreReport::default();
+                        fs.copy_tree(src, p, name, &mut Default::default(), &mut report, 0, None)
+                    })
+                })();
+                self.forget(src, 1);
+                r?;
+            }
+            Frame::Meta { ref path, ref meta } => {
+                let ino = if path.is_empty() { top } else { self.walk_held(top, path)? };
+                if path.is_empty() {
+                    self.remember(ino)?;
+                }
+                let r = self.set_meta(ino, meta);
+                self.forget(ino, 1);
+                r?;
+            }
+            Frame::Begin { .. } | Frame::End { .. } | Frame::Resume { .. } => {
+                return Err(errno::EINVAL.with("a Begin, Resume or End frame among the operations"))
+            }
+        }
+        Ok(None)
+    }
+
+    /// A file's data is all there: its metadata (times last). Drops its reference.
+    fn close_file(&mut self, ino: Ino, f: &Frame) -> FsResult<()> {
+        let r = match f {
+            Frame::File { meta, .. } => self.set_meta(ino, meta),
+            _ => Ok(()),
+        };
+        self.forget(ino, 1);
+        r
+    }
+
+    /// What is at `path` below `top` (held: the caller forgets it), walked name by name
+    /// through directories only.
+    fn walk_held(&mut self, top: Ino, path: &[u8]) -> FsResult<Ino> {
+        let (p, name) = self.parent_held(top, path)?;
+        let r = self.lookup(p, &name).map(|a| a.ino);
+        self.forget(p, 1);
+        r
+    }
+
+    /// The directory holding `path` below `top` (held) and the last name.
+    fn parent_held(&mut self, top: Ino, path: &[u8]) -> FsResult<(Ino, Vec<u8>)> {
+        let names: Vec<&[u8]> = path.split(|&c| c == b'/').collect();
+        if path.is_empty() || names.len() > MAX_DEPTH || names.iter().any(|n| n.is_empty() || *n == b"." || *n == b"..") {
+            return Err(errno::EINVAL.with(format!("path {:?} in a stream", String::from_utf8_lossy(path))));
+        }
+        let (last, dirs) = names.split_last().expect("not empty");
+        self.remember(top)?;
+        let mut at = top;
+        for n in dirs {
+            let next = self.lookup(at, n);
+            self.forget(at, 1);
+            let a = next?;
+            if a.kind != Kind::Dir {
+                self.forget(a.ino, 1);
+                return Err(errno::ENOTDIR.with(format!("{:?} on the way to a stream's path", String::from_utf8_lossy(n))));
+            }
+            at = a.ino;
+        }
+        Ok((at, last.to_vec()))
+    }
+
+    /// Runs `f` on the directory holding `path` (held while it runs) and the last name.
+    fn in_parent<T>(&mut self, top: Ino, path: &[u8], f: impl FnOnce(&mut Fs, Ino, &[u8]) -> FsResult<T>) -> FsResult<T> {
+        let (p, name) = self.parent_held(top, path)?;
+        let r = f(self, p, &name);
+        self.forget(p, 1);
+        r
+    }
+
+    /// Removes what is at `name` in `p` unless it is a directory (only a Delete frame
+    /// removes one), for a new file, symlink or special file there.
+    fn make_way(&mut self, p: Ino, name: &[u8]) -> FsResult<()> {
+        match self.lookup(p, name) {
+            Ok(a) => {
+                self.forget(a.ino, 1);
+                if a.kind == Kind::Dir {
+                    return Err(errno::EISDIR.with("a directory where a stream puts a file"));
+                }
+                self.unlink(p, name)
+            }
+            Err(e) if e == errno::ENOENT => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Owner, mode, exactly these extended attributes, then the mtime (the atime too).
+    pub(crate) fn set_meta(&mut self, ino: Ino, m: &Meta) -> FsResult<()> {
+        let a = self.getattr(ino)?;
+        if (a.uid, a.gid) != (m.uid, m.gid) {
+            self.setattr(ino, SetAttr { uid: Some(m.uid), gid: Some(m.gid), ..Default::default() })?;
+        }
+        if a.kind != Kind::Symlink {
+            self.setattr(ino, SetAttr { mode: Some(u32::from(m.perm)), ..Default::default() })?;
+            let have = self.listxattr(ino)?;
+            for k in have.iter().filter(|k| !m.xattrs.iter().any(|(w, _)| w == *k)) {
+                self.removexattr(ino, k)?;
+            }
+            for (k, v) in &m.xattrs {
+                self.setxattr(ino, k, v, 0)?;
+            }
+        }
+        let t = Ts {
+            sec: m.mtime_sec,
+            nsec: m.mtime_nsec,
+        };
+        self.setattr(ino, SetAttr { mtime: Some(t), atime: Some(t), ..Default::default() })?;
+        Ok(())
+    }
+}
