@@ -105,6 +105,19 @@ pub(crate) fn call(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply
     call_errno(at, op).map_err(|(_, m)| m)
 }
 
+/// `call` for a send stream: its bytes go to `sink` as the daemon makes them (a mounted
+/// store only).
+pub(crate) fn call_streaming(
+    at: &Located,
+    op: &Op,
+    sink: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+) -> Result<scion_daemon::control::Reply, String> {
+    if at.mnt.is_none() {
+        return Err("a stream is sent by a mounted store's daemon: mount the store".into());
+    }
+    server::call_streaming(&at.store, &at.device, op, &mut |_, _, _| {}, Some(sink)).map_err(|e| e.message)
+}
+
 /// `call`, with the errno of a refusal beside its message (0 where there is none).
 fn call_errno(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, (i32, String)> {
     let op = op.clone();

@@ -83,6 +83,14 @@ pub enum Op {
     FindTree { hash: [u8; 32], hint: Vec<u8> },
     /// What changed chunk by chunk from file `old` to file `new`.
     ChunkChanges { old: Vec<u8>, new: Vec<u8> },
+    /// The send stream of snapshot `snap` (from `base`), in part frames; with `resume`, from
+    /// that frame on (its number and the chain hash before it). Run by a mounted store's
+    /// daemon only (`crate::send`).
+    Send {
+        snap: Vec<u8>,
+        base: Option<Vec<u8>>,
+        resume: Option<(u64, [u8; 32])>,
+    },
     /// Applies a batch of send-stream frames (`frames`, encoded back to back) to the tree
     /// at `top`, copies coming from `base`; `open` is the File frame of a file a previous
     /// batch left open.
@@ -126,6 +134,8 @@ pub enum Reply {
     Found(Vec<Vec<u8>>),
     ChunkChanges(Vec<ChunkChange>),
     Applied,
+    /// The stream was sent (its bytes came in part frames); the tree's content hash.
+    Sent([u8; 32]),
 }
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
@@ -468,6 +478,9 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             (Reply::Found(found), Vec::new())
         }
         Op::ChunkChanges { old, new } => (chunk_changes(fs, old, new)?, Vec::new()),
+        Op::Send { .. } => {
+            return Err(Failure::new(libc::EINVAL, "a stream is sent by a mounted store's daemon: mount the store"))
+        }
         Op::Apply { top, base, open, frames } => (apply(fs, top, base.as_deref(), open.as_deref(), frames)?, Vec::new()),
         Op::Rollback { dir, to } => {
             let d = fs.resolve_path(dir).map_err(Failure::from_fs(show(dir)))?;

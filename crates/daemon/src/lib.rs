@@ -11,6 +11,7 @@ pub mod rights;
 pub mod scan_cache;
 pub mod router;
 pub mod scheduler;
+pub mod send;
 pub mod server;
 pub mod wire;
 

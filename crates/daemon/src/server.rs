@@ -181,6 +181,23 @@ fn run(
             let rep = engine.scrub(&mut progress).map_err(Failure::from_fs("scrub".into()))?;
             Ok(Reply::Scrubbed(rep))
         }
+        // Made step by step, the engine lock taken per step; the bytes go out as made, as
+        // fast as the caller takes them (no write timeout: a slow pipe is not a hung client).
+        Op::Send { snap, base, resume } => {
+            let _ = s.set_write_timeout(None);
+            let req = crate::send::SendRequest {
+                snap,
+                base: base.as_deref(),
+                resume: *resume,
+            };
+            let mut sink = |b: &[u8]| -> std::io::Result<()> {
+                for piece in b.chunks(wire::MAX_MESSAGE - 64) {
+                    write_frame(s, &wire::encode_stream_part(piece))?;
+                }
+                Ok(())
+            };
+            Ok(Reply::Sent(crate::send::send(engine, &req, &mut sink)?))
+        }
         // Copies blocks without the engine lock.
         Op::Repack { path, budget } => {
             let what = format!("repack of {}", crate::control::show(path));
@@ -246,6 +263,17 @@ fn run_for_user(
 /// Asks the daemon of `store` to run `op`, if it serves the mount of `device` (empty: any);
 /// `progress` hears the progress frames.
 pub fn call(store: &Path, device: &str, op: &Op, progress: &mut dyn FnMut(u64, u64, &str)) -> Result<Reply, Failure> {
+    call_streaming(store, device, op, progress, None)
+}
+
+/// `call`, with the bytes of a send stream handed to `stream` as they come.
+pub fn call_streaming(
+    store: &Path,
+    device: &str,
+    op: &Op,
+    progress: &mut dyn FnMut(u64, u64, &str),
+    mut stream: Option<&mut dyn FnMut(&[u8]) -> Result<(), String>>,
+) -> Result<Reply, Failure> {
     let sock = socket_path(store);
     let io =
         |what: &str, e: std::io::Error| Failure::new(e.raw_os_error().unwrap_or(libc::EIO), format!("{what}: {e}"));
@@ -280,6 +308,10 @@ pub fn call(store: &Path, device: &str, op: &Op, progress: &mut dyn FnMut(u64, u
         let body = read_frame(&mut s).map_err(|e| io("reading the daemon's reply", e))?;
         match wire::decode_frame(&body).map_err(proto)? {
             wire::Frame::Progress { done, total, what } => progress(done, total, &what),
+            wire::Frame::Part(wire::Part::Stream(b)) => match stream.as_mut() {
+                Some(f) => f(&b).map_err(|e| Failure::new(libc::EPIPE, e))?,
+                None => return Err(proto("stream bytes where none were asked for".into())),
+            },
             wire::Frame::Part(p) => parts.add(p).map_err(proto)?,
             wire::Frame::Gathered(end) => return parts.complete(end).map_err(proto),
             wire::Frame::Reply(r) => return Ok(r),

@@ -180,6 +180,11 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::ChunkChanges { old, new } => {
             w.u8(20).bytes(old).bytes(new);
         }
+        Op::Send { snap, base, resume } => {
+            w.u8(22).bytes(snap).u8(base.is_some() as u8).bytes(base.as_deref().unwrap_or_default());
+            let (from, chain) = resume.unwrap_or_default();
+            w.u8(resume.is_some() as u8).u64(from).raw(&chain);
+        }
         Op::Apply { top, base, open, frames } => {
             w.u8(21).bytes(top).u8(base.is_some() as u8).bytes(base.as_deref().unwrap_or_default());
             w.u8(open.is_some() as u8).bytes(open.as_deref().unwrap_or_default()).bytes(frames);
@@ -333,6 +338,19 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             old: r.bytes().map_err(bad)?.to_vec(),
             new: r.bytes().map_err(bad)?.to_vec(),
         },
+        22 => {
+            let snap = r.bytes().map_err(bad)?.to_vec();
+            let has_base = r.u8().map_err(bad)? != 0;
+            let base = r.bytes().map_err(bad)?.to_vec();
+            let has_resume = r.u8().map_err(bad)? != 0;
+            let from = r.u64().map_err(bad)?;
+            let chain: [u8; 32] = r.array().map_err(bad)?;
+            Op::Send {
+                snap,
+                base: has_base.then_some(base),
+                resume: has_resume.then_some((from, chain)),
+            }
+        }
         21 => {
             let top = r.bytes().map_err(bad)?.to_vec();
             let has_base = r.u8().map_err(bad)? != 0;
@@ -381,6 +399,8 @@ pub enum Part {
     ScanFiles(Vec<(Vec<u8>, u32)>),
     ScanDenied(Vec<Vec<u8>>),
     ScanCached(Vec<ScanResult>),
+    /// Bytes of a send stream, for the caller's sink (never gathered).
+    Stream(Vec<u8>),
 }
 
 /// The parts of a reply gathered so far.
@@ -399,6 +419,7 @@ impl Parts {
             Part::ScanFiles(v) => extend(&mut self.scan.files, v),
             Part::ScanDenied(v) => extend(&mut self.scan.denied, v),
             Part::ScanCached(v) => extend(&mut self.cached, v),
+            Part::Stream(_) => return Err("stream bytes where none were asked for".into()),
         };
         if n > MAX_ITEMS {
             return Err(format!("a reply of more than {MAX_ITEMS} items"));
@@ -467,6 +488,13 @@ pub fn encode_reply_frames(reply: &Reply) -> Vec<Vec<u8>> {
     frames
 }
 
+/// A part frame of send-stream bytes (at most `MAX_MESSAGE - 64` of them).
+pub fn encode_stream_part(bytes: &[u8]) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.u8(PART).u8(6).u32(1).bytes(bytes);
+    w.finish()
+}
+
 /// Part frames of kind `what` holding `items`, as many as they need.
 fn part_frames<T>(frames: &mut Vec<Vec<u8>>, what: u8, items: &[T], enc: impl Fn(&mut Writer, &T)) {
     let mut body = Writer::new();
@@ -525,6 +553,12 @@ fn decode_part(r: &mut Reader) -> Result<Part, String> {
         })?),
         4 => Part::ScanDenied(items(n, || Ok(r.bytes().map_err(bad)?.to_vec()))?),
         5 => Part::ScanCached(items(n, || ScanResult::decode(r).map_err(bad))?),
+        6 => {
+            if n != 1 {
+                return Err("a stream part holds one piece".into());
+            }
+            Part::Stream(r.bytes().map_err(bad)?.to_vec())
+        }
         k => return Err(format!("unknown part {k}")),
     })
 }
@@ -682,6 +716,9 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         }
         Reply::Applied => {
             w.u8(20);
+        }
+        Reply::Sent(h) => {
+            w.u8(21).raw(h);
         }
         Reply::ChunkChanges(changes) => {
             w.u8(19).u32(changes.len() as u32);
@@ -896,6 +933,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 Reply::Found(v)
             }
             20 => Reply::Applied,
+            21 => Reply::Sent(r.array().map_err(bad)?),
             19 => {
                 let n = r.count(9).map_err(bad)?;
                 let mut v = Vec::with_capacity(n);
