@@ -79,11 +79,21 @@ pub fn send(engine: &Engine, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) -> s
         None => StreamWriter::new(&mut out),
         Some((from, chain)) => StreamWriter::resume_at(&mut out, from, chain, root),
     };
+    // Hard-link groups of the tree sent: an increment sends every name of a group it touches
+    // (the receiver's names of one file may have been linked otherwise in the base).
+    let groups = if base.is_some() {
+        let mut fs = engine.lock();
+        fs.link_groups(snap).map_err(fail(format!("hard links of {}", show(req.snap))))?
+    } else {
+        Vec::new()
+    };
     let mut s = Sender {
         engine,
         w,
         snap,
         links: HashMap::new(),
+        groups: groups.into_iter().flat_map(|g| g.clone().into_iter().map(move |p| (p, g.clone()))).collect(),
+        grouped: Default::default(),
     };
     let r = (|| {
         s.put(Frame::Begin {
@@ -126,6 +136,10 @@ struct Sender<'e, W: Write> {
     snap: Ino,
     /// Files with several names sent so far: inode -> first path.
     links: HashMap<Ino, Vec<u8>>,
+    /// For an increment: each name of a file with several, and all its names.
+    groups: HashMap<Vec<u8>, Vec<Vec<u8>>>,
+    /// Names sent with their group already (a change listed at one of them is done).
+    grouped: std::collections::HashSet<Vec<u8>>,
 }
 
 fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
@@ -347,6 +361,9 @@ impl<W: Write> Sender<'_, W> {
                 p = &p[..i];
                 dirs.insert(p.to_vec());
             }
+            if self.grouped.contains(&d.path) {
+                continue;
+            }
             match (d.change, d.kind) {
                 (_, Kind::Dir) => {
                     if matches!(d.change, Change::Added | Change::Type) {
@@ -354,11 +371,12 @@ impl<W: Write> Sender<'_, W> {
                     }
                     dirs.insert(d.path.clone());
                 }
+                (_, Kind::File) if self.groups.contains_key(&d.path) => self.linked(&d.path)?,
                 (Change::Metadata, _) => {
                     let m = self.meta_at(&d.path)?;
                     self.put(Frame::Meta { path: d.path.clone(), meta: m })?;
                 }
-                (Change::Renamed, _) => {
+                (Change::Renamed, Kind::File) => {
                     let from = d.old_path.clone().unwrap_or_default();
                     self.put(Frame::Copy { path: d.path.clone(), from })?;
                     let m = self.meta_at(&d.path)?;
@@ -382,7 +400,25 @@ impl<W: Write> Sender<'_, W> {
         r
     }
 
-    /// A file changed in place: its changed chunks only.
+    /// A file with several names in the tree sent: the whole file under its first name (once),
+    /// every other name linked to it.
+    fn linked(&mut self, p: &[u8]) -> Result<(), Failure> {
+        let names = self.groups.get(p).cloned().unwrap_or_default();
+        let first = names.first().cloned().unwrap_or_else(|| p.to_vec());
+        if self.groups.remove(&first).is_none() {
+            return Ok(()); // sent with its group already
+        }
+        self.entry(&first, true)?;
+        for n in names.iter().skip(1) {
+            self.groups.remove(n);
+            self.put(Frame::Link { path: n.clone(), target: first.clone() })?;
+        }
+        self.grouped.extend(names);
+        Ok(())
+    }
+
+    /// A file changed in place: its changed chunks only (a file that had several names in
+    /// the base is sent whole, as a new file: the receiver's other names must not change).
     fn changed_file(&mut self, base: Ino, p: &[u8]) -> Result<(), Failure> {
         let (frame, changes, size) = {
             let engine = self.engine;
@@ -404,6 +440,10 @@ impl<W: Write> Sender<'_, W> {
                     fs.forget(old, 1);
                     old = next.map_err(fs_err(p))?.ino;
                 }
+                if fs.getattr(old).map(|o| o.nlink > 1).unwrap_or(true) {
+                    fs.forget(old, 1);
+                    return Ok(Some(None));
+                }
                 let r = (|| {
                     let (x, y) = (fs.file_record(old)?, fs.file_record(new)?);
                     fs.chunk_changes(&x, &y)
@@ -411,11 +451,16 @@ impl<W: Write> Sender<'_, W> {
                 fs.forget(old, 1);
                 let changes = r.map_err(fs_err(p))?;
                 let m = meta(&mut fs, new).map_err(fs_err(p))?;
-                Ok(Some((Frame::File { path: p.to_vec(), size: a.size, fresh: false, meta: m }, changes, a.size)))
+                Ok(Some(Some((Frame::File { path: p.to_vec(), size: a.size, fresh: false, meta: m }, changes, a.size))))
             })();
             fs.forget(new, 1);
+            drop(fs);
             match r? {
-                Some(x) => x,
+                Some(Some(x)) => x,
+                Some(None) => {
+                    self.entry(p, true)?;
+                    return Ok(());
+                }
                 None => return Ok(()),
             }
         };

@@ -75,7 +75,11 @@ impl Fs {
                 let Some((ino, _)) = cur else { return Err(errno::EINVAL.with("data with no file open")) };
                 let mut done = 0;
                 while done < bytes.len() {
-                    done += self.write(*ino, offset + done as u64, &bytes[done..])? as usize;
+                    let n = self.write(*ino, offset + done as u64, &bytes[done..])? as usize;
+                    if n == 0 {
+                        return Err(errno::EIO.with("a write that wrote nothing"));
+                    }
+                    done += n;
                 }
             }
             Frame::Hole { offset, len } => {
@@ -127,7 +131,10 @@ impl Fs {
             })?,
             Frame::Link { ref path, ref target } => {
                 let t = self.walk_held(top, target)?;
-                let r = self.in_parent(top, path, |fs, p, name| fs.link(t, p, name).map(drop));
+                let r = self.in_parent(top, path, |fs, p, name| {
+                    fs.make_way(p, name)?;
+                    fs.link(t, p, name).map(drop)
+                });
                 self.forget(t, 1);
                 r?;
             }

@@ -110,8 +110,21 @@ impl Fs {
         Ok(out)
     }
 
+    /// The hard-link groups of the tree at `dir`: the paths (from `dir`) of each file with
+    /// two or more names in it, sorted.
+    pub fn link_groups(&mut self, dir: Ino) -> FsResult<Vec<Vec<Vec<u8>>>> {
+        let mut memo = std::mem::take(&mut self.hash_memo);
+        let r = self.tree_hash_with(dir, &mut memo);
+        self.hash_memo = memo;
+        Ok(r?.1)
+    }
+
     /// The content hash of the tree at directory `dir` (see the module comment).
     pub fn tree_hash(&mut self, dir: Ino, memo: &mut HashMemo) -> FsResult<TreeHash> {
+        Ok(self.tree_hash_with(dir, memo)?.0)
+    }
+
+    fn tree_hash_with(&mut self, dir: Ino, memo: &mut HashMemo) -> FsResult<(TreeHash, Vec<Vec<Vec<u8>>>)> {
         self.fold(dir)?;
         memo.trim();
         let mut w = Walk {
@@ -131,13 +144,13 @@ impl Fs {
         }
         groups.sort();
         h.update(&(groups.len() as u64).to_le_bytes());
-        for g in groups {
+        for g in &groups {
             h.update(&(g.len() as u64).to_le_bytes());
             for p in g {
-                put_bytes(&mut h, &p);
+                put_bytes(&mut h, p);
             }
         }
-        Ok(*h.finalize().as_bytes())
+        Ok((*h.finalize().as_bytes(), groups))
     }
 
     fn node_hash(&mut self, ino: Ino, path: &mut Vec<u8>, w: &mut Walk, depth: usize) -> FsResult<TreeHash> {
@@ -161,6 +174,9 @@ impl Fs {
             }
             Kind::Symlink => {
                 h.update(b"L");
+                // A symlink's mode means nothing on Linux (lchmod is refused): always 0777.
+                let mut i = i.clone();
+                i.perm = 0o777;
                 meta(&mut h, &i);
                 put_bytes(&mut h, &i.target);
             }
