@@ -94,6 +94,7 @@ pub fn send(engine: &Engine, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) -> s
         links: HashMap::new(),
         groups: groups.into_iter().flat_map(|g| g.clone().into_iter().map(move |p| (p, g.clone()))).collect(),
         grouped: Default::default(),
+        later: Vec::new(),
     };
     let r = (|| {
         s.put(Frame::Begin {
@@ -140,6 +141,9 @@ struct Sender<'e, W: Write> {
     groups: HashMap<Vec<u8>, Vec<Vec<u8>>>,
     /// Names sent with their group already (a change listed at one of them is done).
     grouped: std::collections::HashSet<Vec<u8>>,
+    /// Links to make once every directory is there: (name, the group's first name), and
+    /// (first name, empty) for the names sent whole, whose directories' metadata is due.
+    later: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
@@ -388,6 +392,17 @@ impl<W: Write> Sender<'_, W> {
                 }
             }
         }
+        for (path, target) in std::mem::take(&mut self.later) {
+            // Linking a name changes its directory's mtime: set again at the end.
+            let mut p = path.as_slice();
+            while let Some(i) = p.iter().rposition(|&c| c == b'/') {
+                p = &p[..i];
+                dirs.insert(p.to_vec());
+            }
+            if !target.is_empty() {
+                self.put(Frame::Link { path, target })?;
+            }
+        }
         self.dir_metas(dirs.into_iter().collect())
     }
 
@@ -401,7 +416,8 @@ impl<W: Write> Sender<'_, W> {
     }
 
     /// A file with several names in the tree sent: the whole file under its first name (once),
-    /// every other name linked to it.
+    /// every other name linked to it (after the other changes, when their directories are
+    /// there).
     fn linked(&mut self, p: &[u8]) -> Result<(), Failure> {
         let names = self.groups.get(p).cloned().unwrap_or_default();
         let first = names.first().cloned().unwrap_or_else(|| p.to_vec());
@@ -409,9 +425,12 @@ impl<W: Write> Sender<'_, W> {
             return Ok(()); // sent with its group already
         }
         self.entry(&first, true)?;
+        // (Its directory's mtime changes on the receiver: set again at the end.)
+        self.later.push((first.clone(), Vec::new()));
         for n in names.iter().skip(1) {
             self.groups.remove(n);
-            self.put(Frame::Link { path: n.clone(), target: first.clone() })?;
+            // (Its directory may come later in the stream.)
+            self.later.push((n.clone(), first.clone()));
         }
         self.grouped.extend(names);
         Ok(())

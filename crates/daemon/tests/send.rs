@@ -48,6 +48,11 @@ fn change(fs: &mut Fs, rng: &mut rand::rngs::StdRng, dir: Ino, step: usize) {
                 let other = format!("ln{}", rng.gen_range(0..100));
                 let _ = fs.link(f, dir, other.as_bytes());
             }
+            if rng.gen_bool(0.1) {
+                // Another name in a directory made now (sorted after the file's own).
+                let nd = mkdir(fs, dir, &format!("zd{step}"));
+                fs.link(f, nd, b"again").unwrap();
+            }
         }
         (Some(f), k) => {
             let a = fs.getattr(f).unwrap();
