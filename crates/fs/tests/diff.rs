@@ -236,25 +236,7 @@ fn moves_are_renames_when_object_and_content_match() {
 #[test]
 fn hard_links_and_nested_clones_are_compared_across_namespaces() {
     let (_tmp, _store, mut fs) = new_store();
-    let root = fs.root();
-    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
-    let d = fs.mknod(src, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
-    let f = mkfile(&mut fs, d, "linked", &vec![1u8; 100_000]);
-    fs.link(f, d, b"other-name").unwrap();
-    let inner = fs.mknod(src, b"inner", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
-    mkfile(&mut fs, inner, "x", b"inner file");
-    let nested = fs.clone_dir(inner, src, b"nested", &[], b"/src/inner").unwrap();
-    fs.checkpoint().unwrap();
-    let c = fs.clone_dir(src, root, b"c", &[], b"/src").unwrap();
-    fs.checkpoint().unwrap();
-    let cd = lookup(&mut fs, c, "d").unwrap();
-    let cf = lookup(&mut fs, cd, "linked").unwrap();
-    fs.write(cf, 10, b"changed").unwrap();
-    let cn = lookup(&mut fs, c, "nested").unwrap();
-    let cx = lookup(&mut fs, cn, "x").unwrap();
-    fs.write(cx, 0, b"INNER").unwrap();
-    fs.checkpoint().unwrap();
-    let _ = nested;
+    let (src, c) = clone_with_links_and_nested_changed(&mut fs);
     for (a, b) in [(src, c), (c, src)] {
         let (got, _) = fs.diff(a, b, DiffOptions::default()).unwrap();
         let got: Vec<(char, String)> =

@@ -140,22 +140,7 @@ fn walk(fs: &mut Fs, dir: Ino, path: &str) -> Ino {
 #[test]
 fn hard_links_and_nested_clones_are_keyed_per_namespace() {
     let (_tmp, _store, mut fs) = new_store();
-    let root = fs.root();
-    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
-    let d = fs.mknod(src, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
-    let f = mkfile(&mut fs, d, "linked", &vec![1u8; 100_000]);
-    fs.link(f, d, b"other-name").unwrap();
-    let inner = fs.mknod(src, b"inner", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
-    mkfile(&mut fs, inner, "x", b"inner file");
-    fs.clone_dir(inner, src, b"nested", &[], b"/src/inner").unwrap();
-    fs.checkpoint().unwrap();
-    let c = fs.clone_dir(src, root, b"c", &[], b"/src").unwrap();
-    fs.checkpoint().unwrap();
-    let f = walk(&mut fs, c, "d/linked");
-    fs.write(f, 10, b"changed").unwrap();
-    let x = walk(&mut fs, c, "nested/x");
-    fs.write(x, 0, b"INNER").unwrap();
-    fs.checkpoint().unwrap();
+    let (src, c) = clone_with_links_and_nested_changed(&mut fs);
     let got = fs.scan_contents(&[(src, b"src".to_vec(), None), (c, b"c".to_vec(), None)], None).unwrap();
     let mut want = Vec::new();
     files(&mut fs, src, "/src", &mut want);

@@ -80,3 +80,30 @@ pub fn describe(fs: &mut Fs, ino: Ino, path: &str, out: &mut Vec<String>) {
         fs.forget(e.ino, 1);
     }
 }
+
+/// `src` with a hard-linked file (`d/linked`, `d/other-name`) and a nested clone (`nested`,
+/// holding `x`), its clone `c`, and in `c` the linked file and the nested clone's file
+/// changed: what a clone keeps apart from its directory trees (its link table, the nested
+/// clone's namespace) changed under directories whose trees are the same in both. Returns
+/// (`src`, `c`).
+pub fn clone_with_links_and_nested_changed(fs: &mut Fs) -> (Ino, Ino) {
+    let root = fs.root();
+    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let d = fs.mknod(src, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let f = mkfile(fs, d, "linked", &vec![1u8; 100_000]);
+    fs.link(f, d, b"other-name").unwrap();
+    let inner = fs.mknod(src, b"inner", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    mkfile(fs, inner, "x", b"inner file");
+    fs.clone_dir(inner, src, b"nested", &[], b"/src/inner").unwrap();
+    fs.checkpoint().unwrap();
+    let c = fs.clone_dir(src, root, b"c", &[], b"/src").unwrap();
+    fs.checkpoint().unwrap();
+    let cd = lookup(fs, c, "d").unwrap();
+    let cf = lookup(fs, cd, "linked").unwrap();
+    fs.write(cf, 10, b"changed").unwrap();
+    let cn = lookup(fs, c, "nested").unwrap();
+    let cx = lookup(fs, cn, "x").unwrap();
+    fs.write(cx, 0, b"INNER").unwrap();
+    fs.checkpoint().unwrap();
+    (src, c)
+}
