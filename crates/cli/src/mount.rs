@@ -102,6 +102,7 @@ pub fn foreground(store: &Path, mountpoint: &Path, options: &[String]) -> Result
 
 fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
     let store = canonical(store)?;
+    require_store(&store)?;
     let mnt = mount_point(mountpoint)?;
     if !mnt.is_dir() {
         return Err(format!("{} is not a directory", mnt.display()));
@@ -280,8 +281,15 @@ fn open_store_warning(store: &Path) -> Option<String> {
     })
 }
 
+/// Refuses a directory that is not a store before anything is written into it or said
+/// about it (a log, a lock, advice on its mode).
+fn require_store(store: &Path) -> Result<(), String> {
+    scion_store::Superblock::read(&scion_store::os_host(), store).map(drop).map_err(|e| e.to_string())
+}
+
 pub fn background(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
     let store = canonical(store)?;
+    require_store(&store)?;
     let mnt = mount_point(mountpoint)?;
     if let Some(w) = open_store_warning(&store) {
         eprintln!("{w}");

@@ -131,6 +131,8 @@ enum Ctx {
 
 /// Checks the store at `dir`. Takes the store's lock, so it refuses a mounted store.
 pub fn check(host: &Host, dir: &Path) -> Result<Report> {
+    // Nothing is written into a directory that is not a store (the lock is a file).
+    scion_store::Superblock::read(host, dir)?;
     let _lock = host.lock(dir, "scion check")?;
     check_committed(host, dir)
 }

@@ -89,6 +89,9 @@ impl Fs {
     /// replays the journal and commits the result as a new checkpoint.
     pub fn open(dir: &Path, opts: MountOptions) -> Result<Fs> {
         let host = opts.host;
+        // Nothing is written into a directory that is not a store (the lock is a file); the
+        // superblock is read again under the lock, where it cannot change.
+        Superblock::read(&host, dir)?;
         let lock = host.lock(dir, &opts.holder)?;
         let sb = Superblock::read(&host, dir)?;
         let store = Arc::new(BlockStore::open(&host, dir, sb.pack, sb.pack_end, true)?);

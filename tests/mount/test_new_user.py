@@ -1,0 +1,27 @@
+"""Rough edges a new user hits (issue 22 item 7), each fixed and kept so."""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import PLAIN, SCION_BIN
+
+pytestmark = pytest.mark.skipif(PLAIN, reason="runs the scion binary on directories")
+
+
+def test_a_directory_that_is_not_a_store_is_left_untouched(tmp_path):
+    # `scion mount` and `scion check` on any directory (tried on /etc) wrote a lock file and
+    # a daemon log into it, and advised a chmod, before saying it was not a store.
+    d = tmp_path / "not-a-store"
+    d.mkdir()
+    (d / "file").write_text("mine\n")
+    os.chmod(d, 0o755)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    for args in (["check", d], ["mount", d, mnt], ["mount", "-f", d, mnt]):
+        r = subprocess.run([SCION_BIN] + [str(a) for a in args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert "is not a scion store" in r.stderr and "chmod" not in r.stderr, r.stderr
+        assert sorted(os.listdir(d)) == ["file"], (args, os.listdir(d))
+    assert not os.path.ismount(mnt)
