@@ -25,3 +25,16 @@ def test_a_directory_that_is_not_a_store_is_left_untouched(tmp_path):
         assert "is not a scion store" in r.stderr and "chmod" not in r.stderr, r.stderr
         assert sorted(os.listdir(d)) == ["file"], (args, os.listdir(d))
     assert not os.path.ismount(mnt)
+
+
+def test_snapshot_names_are_refused_in_words(scion_mount):
+    # They were refused as "Invalid argument (os error 22)" and "File exists (os error 17)".
+    m = scion_mount
+    d = os.path.join(m.mnt, "d")
+    os.makedirs(d)
+    for bad in ("a/b", "..", "."):
+        r = m.run("snapshot", "--name", bad, d)
+        assert r.returncode == 2 and "is not a snapshot name" in r.stderr and "os error" not in r.stderr, r.describe()
+    assert m.run("snapshot", "--name", "s", d).returncode == 0
+    r = m.run("snapshot", "--name", "s", d)
+    assert r.returncode == 2 and "already has a snapshot named s" in r.stderr and "os error" not in r.stderr, r.describe()

@@ -193,9 +193,27 @@ fn clone(
 
 /// A snapshot `name` of `path`, made for ordinary user `masked_for` if given.
 fn snapshot(fs: &mut Fs, path: &[u8], name: &[u8], masked_for: Option<u32>) -> Result<(Reply, Vec<Inval>), Failure> {
+    if name.is_empty() || name.len() > 255 || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+        return Err(Failure::new(
+            libc::EINVAL,
+            format!(
+                "{:?} is not a snapshot name: 1 to 255 bytes, no '/', not '.' or '..'",
+                String::from_utf8_lossy(name)
+            ),
+        ));
+    }
     let d = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
     fs.snapshot_for(d, name, &show(path).into_bytes(), false, scion_fs::Ts::now(), masked_for)
-        .map_err(Failure::from_fs(format!("snapshot of {}", show(path))))?;
+        .map_err(|e| {
+            if e == libc::EEXIST {
+                Failure::new(
+                    libc::EEXIST,
+                    format!("{} already has a snapshot named {}", show(path), String::from_utf8_lossy(name)),
+                )
+            } else {
+                Failure::from_fs(format!("snapshot of {}", show(path)))(e)
+            }
+        })?;
     let snapdir = d | scion_fs::clone::SNAPDIR_BIT;
     Ok((
         Reply::Snapshotted,
