@@ -4,6 +4,7 @@ and small patches, compared tree by tree; a base is found by content in a store 
 by `cp -a`; a missing or wrong base is refused; a stream cut at any frame or damaged leaves
 nothing behind; a small write travels as its patch."""
 
+import json
 import os
 import random
 import shutil
@@ -249,3 +250,21 @@ def test_a_cut_receive_resumes_where_it_stopped(scion_mount, tmp_path):
     m.umount()
     assert "clean" in m.check()
     m.mount()
+
+
+def test_list_shows_clones_made_from_a_snapshot_and_destroy_says_they_stay(scion_mount):
+    m = scion_mount
+    d = os.path.join(m.mnt, "d")
+    os.makedirs(d)
+    with open(f"{d}/f", "w") as h:
+        h.write("kept\n")
+    assert m.run("snapshot", "--name", "s1", d).returncode == 0
+    assert m.run("clone", f"{d}/.snapshot/s1", f"{m.mnt}/c").returncode == 0
+    r = m.run("list", "--json", m.mnt)
+    rows = {x["path"]: x for x in map(json.loads, r.stdout.splitlines())}
+    assert rows["/d/.snapshot/s1"]["clones"] == [rows["/c"]["id"]] and rows["/c"]["origin"] == "/d/.snapshot/s1"
+    assert "clones made from /d/.snapshot/s1: /c" in m.run("list", m.mnt).stdout
+    r = m.run("destroy", f"{d}/.snapshot/s1")
+    assert r.returncode == 0 and "keep their files" in r.stdout and "/c" in r.stdout, r.describe()
+    with open(f"{m.mnt}/c/f") as h:
+        assert h.read() == "kept\n"

@@ -79,10 +79,29 @@ pub fn render(op: &Op, reply: &Reply) -> Result<String, String> {
                     human(l.exclusive)
                 );
             }
+            for l in rows {
+                let made = clones_of(rows, l);
+                if !made.is_empty() {
+                    let names: Vec<String> = made.iter().map(|c| c.path.as_ref().map(|p| show(p)).unwrap_or_else(|| format!("@{}", c.ns))).collect();
+                    out += &format!(
+                        "clones made from {}: {} (they share its blocks and do not depend on it)\n",
+                        l.path.as_ref().map(|p| show(p)).unwrap_or_else(|| format!("@{}", l.ns)),
+                        names.join(", ")
+                    );
+                }
+            }
             out
         }
         (_, r) => format!("{r:?}"),
     })
+}
+
+/// The clones made from snapshot `l` (their origin is its path). A clone shares its origin's
+/// blocks by reference and does not depend on it: destroying the snapshot leaves them whole.
+pub fn clones_of<'a>(rows: &'a [scion_fs::Listing], l: &scion_fs::Listing) -> Vec<&'a scion_fs::Listing> {
+    let Some(p) = l.path.as_ref().filter(|_| l.kind == NsKind::Snapshot) else { return Vec::new() };
+    let p = show(p);
+    rows.iter().filter(|c| c.kind == NsKind::Clone && String::from_utf8_lossy(&c.origin) == p).collect()
 }
 
 /// A listing row's kind as `list` prints it: a scheduled snapshot says so.
@@ -125,6 +144,7 @@ pub fn render_listing_json(rows: &[scion_fs::Listing]) -> String {
             "scheduled": l.scheduled,
             "refer": l.referenced,
             "used": l.exclusive,
+            "clones": clones_of(rows, l).iter().map(|c| c.ns).collect::<Vec<_>>(),
         });
         out += &format!("{v}\n");
     }

@@ -301,7 +301,23 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
         l.rel.extend_from_slice(name.as_bytes());
         l
     };
-    run(&at, Op::Destroy(Target::Path(at.rel.clone())))
+    // Clones made from a snapshot keep their files: said, as `zfs destroy` would refuse.
+    let made: Vec<String> = match call(&at, &Op::List { under: None }) {
+        Ok(scion_daemon::control::Reply::Listing(rows)) => {
+            let me = rows.iter().find(|l| l.path.as_deref() == Some(&at.rel[..]));
+            me.map(|l| control::clones_of(&rows, l).iter().filter_map(|c| c.path.as_ref().map(|p| scion_daemon::control::show(p))).collect())
+                .unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
+    run(&at, Op::Destroy(Target::Path(at.rel.clone())))?;
+    if !made.is_empty() {
+        println!(
+            "clones made from it keep their files (they share its blocks; none depends on it): {}",
+            made.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// An optional path: inside the store given with --store (taken as is), or in a mount
