@@ -38,3 +38,29 @@ def test_snapshot_names_are_refused_in_words(scion_mount):
     assert m.run("snapshot", "--name", "s", d).returncode == 0
     r = m.run("snapshot", "--name", "s", d)
     assert r.returncode == 2 and "already has a snapshot named s" in r.stderr and "os error" not in r.stderr, r.describe()
+
+
+def test_scion_options_are_checked_before_mounting(tmp_path):
+    # `-o snapdir=bogus` was taken as hidden; every value of scion's own options is checked,
+    # by name, before anything is opened or written.
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    mnt.mkdir()
+    assert subprocess.run([SCION_BIN, "init", str(store)], capture_output=True).returncode == 0
+    before = sorted(os.listdir(store))
+    for bad in ("snapdir=bogus", "uring=maybe", "repack=sometimes", "cache=none"):
+        r = subprocess.run([SCION_BIN, "mount", "-o", bad, str(store), str(mnt)], capture_output=True, text=True, timeout=60)
+        key = bad.split("=")[0]
+        assert r.returncode == 2 and f"{bad}: expected {key}=" in r.stderr, (bad, r.stderr)
+        assert not os.path.ismount(mnt)
+        assert sorted(os.listdir(store)) == before, bad
+
+
+def test_destroy_of_the_snapshot_directory_itself_says_what_to_do(scion_mount):
+    # It said "Stale file handle (os error 116)".
+    m = scion_mount
+    d = os.path.join(m.mnt, "d")
+    os.makedirs(d)
+    assert m.run("snapshot", "--name", "s", d).returncode == 0
+    r = m.run("destroy", f"{d}/.snapshot")
+    assert r.returncode == 2 and "it is not one" in r.stderr and "os error" not in r.stderr, r.describe()
+    assert os.listdir(f"{d}/.snapshot") == ["s"]

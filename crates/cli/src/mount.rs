@@ -100,9 +100,48 @@ pub fn foreground(store: &Path, mountpoint: &Path, options: &[String]) -> Result
     r
 }
 
+/// The mount options that are scion's own, checked, and the kernel's (the rest).
+struct ScionOptions {
+    /// List `.snapshot` in directory listings (`snapdir=visible`; `hidden` by default).
+    snapdir_visible: bool,
+    /// FUSE over io_uring when the kernel offers it (`uring=off`: /dev/fuse only).
+    uring: bool,
+    /// Repack scattered files when the store is idle (`repack=off`: only `scion repack`).
+    background_repack: bool,
+    /// The kernel's writeback cache of file data (`cache=writethrough`: every write is sent
+    /// as it is made; see ScionFuse::with_writeback).
+    writeback: bool,
+    kernel: Vec<String>,
+}
+
+/// Parses scion's own options (`snapdir=`, `uring=`, `repack=`, `cache=`), refusing a value
+/// it does not know by name, before anything is opened or mounted.
+fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
+    let value = |key: &str, default: &'static str, other: &'static str| -> Result<bool, String> {
+        match options.iter().rev().find_map(|o| o.strip_prefix(key).and_then(|v| v.strip_prefix('='))) {
+            None => Ok(true),
+            Some(v) if v == default => Ok(true),
+            Some(v) if v == other => Ok(false),
+            Some(v) => Err(format!("{key}={v}: expected {key}={default} or {key}={other}")),
+        }
+    };
+    Ok(ScionOptions {
+        snapdir_visible: !value("snapdir", "hidden", "visible")?,
+        uring: value("uring", "auto", "off")?,
+        background_repack: value("repack", "idle", "off")?,
+        writeback: value("cache", "writeback", "writethrough")?,
+        kernel: options
+            .iter()
+            .filter(|o| !["snapdir=", "uring=", "repack=", "cache="].iter().any(|p| o.starts_with(p)))
+            .cloned()
+            .collect(),
+    })
+}
+
 fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
     let store = canonical(store)?;
     require_store(&store)?;
+    let ours = scion_options(options)?;
     let mnt = mount_point(mountpoint)?;
     if !mnt.is_dir() {
         return Err(format!("{} is not a directory", mnt.display()));
@@ -139,33 +178,14 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let mut fs = fs;
     // Freed space is punched by the ticker thread below, not under the engine lock.
     fs.set_punch_later(true);
-    // Ours, not the kernel's: list `.snapshot` in directory listings.
-    fs.show_snapdir = options.iter().any(|o| o == "snapdir=visible");
-    // Ours too: FUSE over io_uring when the kernel offers it (uring=off: /dev/fuse only).
-    let uring = match options.iter().rev().find_map(|o| o.strip_prefix("uring=")) {
-        None | Some("auto") => true,
-        Some("off") => false,
-        Some(v) => return Err(format!("uring={v}: expected uring=auto or uring=off")),
-    };
-    // And: repack scattered files when the store is idle (repack=off: only `scion repack`).
-    let background_repack = match options.iter().rev().find_map(|o| o.strip_prefix("repack=")) {
-        None | Some("idle") => true,
-        Some("off") => false,
-        Some(v) => return Err(format!("repack={v}: expected repack=idle or repack=off")),
-    };
-    // And: the kernel's writeback cache of file data (cache=writethrough: every write is sent
-    // as it is made; see ScionFuse::with_writeback).
-    let writeback = match options.iter().rev().find_map(|o| o.strip_prefix("cache=")) {
-        None | Some("writeback") => true,
-        Some("writethrough") => false,
-        Some(v) => return Err(format!("cache={v}: expected cache=writeback or cache=writethrough")),
-    };
-    let ours = ["snapdir=", "uring=", "repack=", "cache="];
-    let options: Vec<String> = options
-        .iter()
-        .filter(|o| !ours.iter().any(|p| o.starts_with(p)))
-        .cloned()
-        .collect();
+    let ScionOptions {
+        snapdir_visible,
+        uring,
+        background_repack,
+        writeback,
+        kernel: options,
+    } = ours;
+    fs.show_snapdir = snapdir_visible;
     let engine = Engine::new(fs);
     // One volume today (the store's main one); cubes will be more.
     let router = std::sync::Arc::new(Router::new(engine.clone()).map_err(|e| format!("{}: {e}", store.display()))?);
@@ -290,6 +310,7 @@ fn require_store(store: &Path) -> Result<(), String> {
 pub fn background(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
     let store = canonical(store)?;
     require_store(&store)?;
+    scion_options(options)?;
     let mnt = mount_point(mountpoint)?;
     if let Some(w) = open_store_warning(&store) {
         eprintln!("{w}");

@@ -396,6 +396,12 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             (Reply::Destroyed, Vec::new())
         }
         Op::Destroy(Target::Path(path)) => {
+            if path.rsplit(|&c| c == b'/').next() == Some(scion_fs::clone::SNAPDIR_NAME) {
+                return Err(Failure::new(
+                    libc::EINVAL,
+                    format!("{} shows the snapshots, it is not one: destroy {}/NAME", show(path), show(path)),
+                ));
+            }
             let (p, name) = fs.resolve_parent(path).map_err(Failure::from_fs(show(path)))?;
             let ino = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
             fs.destroy(ino).map_err(|e| {
