@@ -64,3 +64,14 @@ def test_destroy_of_the_snapshot_directory_itself_says_what_to_do(scion_mount):
     r = m.run("destroy", f"{d}/.snapshot")
     assert r.returncode == 2 and "it is not one" in r.stderr and "os error" not in r.stderr, r.describe()
     assert os.listdir(f"{d}/.snapshot") == ["s"]
+
+
+def test_a_mount_over_a_live_scion_mount_is_refused(scion_mount, tmp_path):
+    # It was allowed without a word, and `scion umount` then took both down naming one.
+    m = scion_mount
+    other = tmp_path / "other"
+    assert subprocess.run([SCION_BIN, "init", str(other)], capture_output=True).returncode == 0
+    r = subprocess.run([SCION_BIN, "mount", str(other), m.mnt], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "already a scion mount" in r.stderr, r.stderr
+    with open("/proc/self/mountinfo") as f:
+        assert sum(1 for l in f if f" {m.mnt} " in l) == 1

@@ -32,7 +32,18 @@ fn mount_point(p: &Path) -> Result<PathBuf, String> {
         log::warn!("{} was left by a scion daemon that died; detaching it", abs.display());
         unmount_path(&abs, true)?;
     }
-    canonical(&abs)
+    let mnt = canonical(&abs)?;
+    // A mount over a live scion mount would hide it, and `scion umount` would then take
+    // both down while naming one.
+    if let Some(other) = store_of(&mnt) {
+        return Err(format!(
+            "{} is already a scion mount (of {}): unmount it first (scion umount {})",
+            mnt.display(),
+            other.display(),
+            mnt.display()
+        ));
+    }
+    Ok(mnt)
 }
 
 /// True for a FUSE mount point whose daemon is gone (stat says ENOTCONN).
