@@ -28,22 +28,37 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Create a new store in STORE (a new or empty directory on any filesystem).
-    Init { store: PathBuf },
+    Init {
+        /// A new or empty directory, on any filesystem, to hold the store.
+        store: PathBuf,
+    },
     /// Mount a store; runs in the background unless --foreground.
     Mount {
+        /// The store's directory (made by `scion init`).
         store: PathBuf,
+        /// An empty directory to show the store's files at.
         mountpoint: PathBuf,
         /// Stay attached to the terminal instead of running in the background.
         #[arg(long, short = 'f')]
         foreground: bool,
-        /// Mount options, comma separated (ro, noexec, nosuid, nodev, allow_other, ...).
+        /// Mount options, comma separated: the kernel's (ro, noexec, nosuid, nodev,
+        /// allow_other, ...) and scion's own: snapdir=hidden|visible (list `.snapshot` in
+        /// directories), uring=auto|off (FUSE over io_uring when the kernel offers it),
+        /// repack=idle|off (put scattered files back together when idle),
+        /// cache=writeback|writethrough (the kernel's cache of written data).
         #[arg(short = 'o', value_delimiter = ',')]
         options: Vec<String>,
     },
     /// Unmount a scion mount, flush it and wait for its daemon to finish.
-    Umount { mountpoint: PathBuf },
+    Umount {
+        /// Where a store is mounted.
+        mountpoint: PathBuf,
+    },
     /// Verify an unmounted store: checksums, reachability, reference counts, invariants.
-    Check { store: PathBuf },
+    Check {
+        /// The store's directory (not mounted: check takes the store's lock).
+        store: PathBuf,
+    },
     /// Clone a directory: a writable copy, as if by `cp -a`, made in constant time.
     Clone {
         /// Directory to clone (in a scion mount, or a store path with --store).
@@ -53,7 +68,8 @@ enum Cmd {
         /// Leave this path (inside SRC; relative paths are taken from SRC) out of the clone.
         #[arg(long)]
         exclude: Vec<PathBuf>,
-        /// TOML file naming source, destination and exclusions (see docs/clones.md).
+        /// TOML file naming source, destination and exclusions (README, "Clones and
+        /// snapshots", shows one).
         #[arg(long)]
         template: Option<PathBuf>,
         /// Work on this unmounted store; paths are then store paths ("/a/b").
@@ -72,12 +88,14 @@ enum Cmd {
         /// Snapshot name (default: the UTC time).
         #[arg(long)]
         name: Option<String>,
+        /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
     },
     /// Destroy a clone or snapshot (a path, or @ID as `scion list` shows), freeing what only it held.
     Destroy {
         path: PathBuf,
+        /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
     },
@@ -86,6 +104,7 @@ enum Cmd {
     Scrub {
         /// A scion mount point (or any path in it), or with --store nothing.
         path: Option<PathBuf>,
+        /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
     },
@@ -95,6 +114,7 @@ enum Cmd {
         /// A directory in a scion mount (default: the current directory), or with --store a
         /// path inside the store.
         path: Option<PathBuf>,
+        /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
         /// Stop after moving about this many MiB.
@@ -117,6 +137,7 @@ enum Cmd {
         /// (with --deleted: {"path", "snapshot", "kind"}).
         #[arg(long)]
         json: bool,
+        /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
     },
@@ -136,6 +157,7 @@ enum Cmd {
         /// Remove what is at the destination instead of keeping it beside.
         #[arg(long)]
         replace: bool,
+        /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
     },
@@ -152,6 +174,7 @@ enum Cmd {
         /// A snapshot of it: a name in DIR/.snapshot.
         #[arg(long)]
         to: String,
+        /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
     },
@@ -188,6 +211,7 @@ enum Cmd {
         /// `diff -u`; binary files are named, as git does).
         #[arg(long, conflicts_with = "json")]
         patch: bool,
+        /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
     },
@@ -311,6 +335,7 @@ enum Cmd {
     List {
         /// Any path in the mount (default: the current directory).
         path: Option<PathBuf>,
+        /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
         /// JSON Lines: {"kind", "id", "path", "origin", "created", "scheduled", "refer", "used"}.
@@ -357,6 +382,7 @@ enum SnapshotCmd {
         /// Remove the directory's schedule (its snapshots stay).
         #[arg(long)]
         remove: bool,
+        /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
     },
