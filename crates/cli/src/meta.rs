@@ -21,8 +21,8 @@ pub fn read(p: &Path) -> Result<Meta, String> {
 }
 
 /// Sets `m` on `p` (not following a symlink): owner, mode (not on a symlink), extended
-/// attributes (exactly these), and with `times` the mtime (the atime too, to the same).
-pub fn apply(p: &Path, m: &Meta, times: bool) -> Result<(), String> {
+/// attributes (exactly these). Times are left as they are.
+pub fn apply(p: &Path, m: &Meta) -> Result<(), String> {
     let err = |e: std::io::Error| format!("{}: {e}", p.display());
     let now = p.symlink_metadata().map_err(err)?;
     if (m.uid, m.gid) != (now.uid(), now.gid()) {
@@ -39,18 +39,6 @@ pub fn apply(p: &Path, m: &Meta, times: bool) -> Result<(), String> {
             if !have.iter().any(|(h, hv)| h == k && hv == v) {
                 xattr_call(p, k, Some(v)).map_err(err)?;
             }
-        }
-    }
-    if times {
-        let t = libc::timespec {
-            tv_sec: m.mtime_sec,
-            tv_nsec: i64::from(m.mtime_nsec),
-        };
-        let c = cpath(p);
-        // SAFETY: a valid C string and two timespecs.
-        let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), [t, t].as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
-        if r != 0 {
-            return Err(err(std::io::Error::last_os_error()));
         }
     }
     Ok(())

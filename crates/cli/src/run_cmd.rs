@@ -250,7 +250,7 @@ fn remove(p: &Path) -> Result<(), String> {
 /// A directory's mode, owner and extended attributes, as the clone's.
 fn copy_meta(from: &Path, to: &Path) -> Result<(), String> {
     let m = crate::meta::read(from)?;
-    crate::meta::apply(to, &m, false)
+    crate::meta::apply(to, &m)
 }
 
 /// A free name beside SRC for the throwaway clone: `SRC.scion-run-PID` (then `-2`, `-3`...).

@@ -350,7 +350,7 @@ fn report(
         if json {
             let v = serde_json::json!({
                 "path": path.to_string_lossy(),
-                "content": hex(&r.key),
+                "content": crate::receive_cmd::hex(&r.key),
                 "size": listing.contents[*k as usize].1,
                 "status": r.status,
                 "stdout": String::from_utf8_lossy(&stdout),
@@ -408,10 +408,6 @@ fn replace(h: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
         }
     }
     o
-}
-
-fn hex(k: &[u8]) -> String {
-    k.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -182,14 +182,7 @@ impl<W: Write> Sender<'_, W> {
 
     /// The inode at `path` below the snapshot (held: forgotten by the caller).
     fn at(&self, fs: &mut Fs, path: &[u8]) -> Result<Ino, Failure> {
-        let mut at = self.snap;
-        fs.remember(at).map_err(fs_err(path))?;
-        for n in path.split(|&c| c == b'/').filter(|n| !n.is_empty()) {
-            let next = fs.lookup(at, n);
-            fs.forget(at, 1);
-            at = next.map_err(fs_err(path))?.ino;
-        }
-        Ok(at)
+        fs.walk_held(self.snap, path).map_err(fs_err(path))
     }
 
     /// Every entry of the tree, parents first; directories' metadata at the end.
@@ -290,7 +283,7 @@ impl<W: Write> Sender<'_, W> {
                 let engine = self.engine;
                 let mut fs = engine.lock();
                 let ino = self.at(&mut fs, p)?;
-                let r = read_exact(&mut fs, ino, off, len).map_err(fs_err(p));
+                let r = fs.read_exact(ino, off, u64::from(len)).map_err(fs_err(p));
                 fs.forget(ino, 1);
                 r?
             };
@@ -452,13 +445,7 @@ impl<W: Write> Sender<'_, W> {
                     }
                     self.links.insert(new, p.to_vec());
                 }
-                let mut old = base;
-                fs.remember(old).map_err(fs_err(p))?;
-                for n in p.split(|&c| c == b'/') {
-                    let next = fs.lookup(old, n);
-                    fs.forget(old, 1);
-                    old = next.map_err(fs_err(p))?.ino;
-                }
+                let old = fs.walk_held(base, p).map_err(fs_err(p))?;
                 if fs.getattr(old).map(|o| o.nlink > 1).unwrap_or(true) {
                     fs.forget(old, 1);
                     return Ok(Some(None));
@@ -501,17 +488,4 @@ impl<W: Write> Sender<'_, W> {
         }
         self.data(p, size, &data, true)
     }
-}
-
-/// `len` bytes of `ino` from `off` (fewer only at its end).
-fn read_exact(fs: &mut Fs, ino: Ino, off: u64, len: u32) -> scion_fs::FsResult<Vec<u8>> {
-    let mut out = Vec::with_capacity(len as usize);
-    while (out.len() as u32) < len {
-        let got = fs.read(ino, off + out.len() as u64, len - out.len() as u32)?;
-        if got.is_empty() {
-            break;
-        }
-        out.extend_from_slice(&got);
-    }
-    Ok(out)
 }

@@ -155,10 +155,7 @@ impl Fs {
                 r?;
             }
             Frame::Meta { ref path, ref meta } => {
-                let ino = if path.is_empty() { top } else { self.walk_held(top, path)? };
-                if path.is_empty() {
-                    self.remember(ino)?;
-                }
+                let ino = self.walk_held(top, path)?;
                 let r = self.set_meta(ino, meta);
                 self.forget(ino, 1);
                 r?;
@@ -180,9 +177,27 @@ impl Fs {
         r
     }
 
-    /// What is at `path` below `top` (held: the caller forgets it), walked name by name
-    /// through directories only.
-    fn walk_held(&mut self, top: Ino, path: &[u8]) -> FsResult<Ino> {
+    /// `len` bytes of file `ino` from `off` (fewer only at its end), a megabyte per read.
+    pub fn read_exact(&mut self, ino: Ino, off: u64, len: u64) -> FsResult<Vec<u8>> {
+        let mut out = Vec::with_capacity(len as usize);
+        while (out.len() as u64) < len {
+            let n = (len - out.len() as u64).min(1 << 20) as u32;
+            let got = self.read(ino, off + out.len() as u64, n)?;
+            if got.is_empty() {
+                break;
+            }
+            out.extend_from_slice(&got);
+        }
+        Ok(out)
+    }
+
+    /// What is at `path` below `top` (held: the caller forgets it; the empty path is `top`),
+    /// walked name by name through directories only.
+    pub fn walk_held(&mut self, top: Ino, path: &[u8]) -> FsResult<Ino> {
+        if path.is_empty() {
+            self.remember(top)?;
+            return Ok(top);
+        }
         let (p, name) = self.parent_held(top, path)?;
         let r = self.lookup(p, &name).map(|a| a.ino);
         self.forget(p, 1);

@@ -367,7 +367,7 @@ impl Fs {
         }
         // Stored in different forms (or not folded): compare the bytes.
         w.work.files_read += 1;
-        Ok(self.read_whole(a, x.size)? == self.read_whole(b, y.size)?)
+        Ok(self.read_exact(a, 0, x.size)? == self.read_exact(b, 0, y.size)?)
     }
 
     /// Two content trees whose chunks differ only in where equal blocks lie.
@@ -394,18 +394,6 @@ impl Fs {
         Ok(same)
     }
 
-    fn read_whole(&mut self, ino: Ino, size: u64) -> FsResult<Vec<u8>> {
-        let mut out = Vec::with_capacity(size as usize);
-        while (out.len() as u64) < size {
-            let n = (size - out.len() as u64).min(1 << 20) as u32;
-            let got = self.read(ino, out.len() as u64, n)?;
-            if got.is_empty() {
-                break;
-            }
-            out.extend_from_slice(&got);
-        }
-        Ok(out)
-    }
 }
 
 /// Turns a deletion and an addition of the same object with the same content into a rename.

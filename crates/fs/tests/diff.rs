@@ -61,6 +61,16 @@ fn naive(fs: &mut Fs, a: Ino, b: Ino, path: &str, out: &mut Vec<(char, String)>)
     }
 }
 
+/// `Fs::diff` of `a` and `b` as (letter, path), and what the naive walk finds, sorted alike.
+fn against_walk(fs: &mut Fs, a: Ino, b: Ino) -> (Vec<(char, String)>, Vec<(char, String)>) {
+    let (got, _) = fs.diff(a, b, DiffOptions::default()).unwrap();
+    let got = got.into_iter().map(|d| (d.change.letter(), String::from_utf8_lossy(&d.path).into_owned())).collect();
+    let mut want = Vec::new();
+    naive(fs, a, b, "", &mut want);
+    want.sort_by(|x, y| x.1.cmp(&y.1));
+    (got, want)
+}
+
 fn data(rng: &mut rand::rngs::StdRng) -> Vec<u8> {
     let n = if rng.gen_bool(0.3) { rng.gen_range(70_000..200_000) } else { rng.gen_range(0..3000) };
     (0..n).map(|_| rng.gen_range(0..4u8)).collect()
@@ -150,12 +160,7 @@ fn diff_equals_a_walk_of_both_trees() {
             }
         }
         for (a, b) in [(src, c), (c, src)] {
-            let (got, _) = fs.diff(a, b, DiffOptions::default()).unwrap();
-            let got: Vec<(char, String)> =
-                got.into_iter().map(|d| (d.change.letter(), String::from_utf8_lossy(&d.path).into_owned())).collect();
-            let mut want = Vec::new();
-            naive(&mut fs, a, b, "", &mut want);
-            want.sort_by(|x, y| x.1.cmp(&y.1));
+            let (got, want) = against_walk(&mut fs, a, b);
             assert_eq!(got, want, "seed {seed}");
         }
         // A tree against itself, and against its untouched snapshot: nothing.
@@ -238,12 +243,7 @@ fn hard_links_and_nested_clones_are_compared_across_namespaces() {
     let (_tmp, _store, mut fs) = new_store();
     let (src, c) = clone_with_links_and_nested_changed(&mut fs);
     for (a, b) in [(src, c), (c, src)] {
-        let (got, _) = fs.diff(a, b, DiffOptions::default()).unwrap();
-        let got: Vec<(char, String)> =
-            got.into_iter().map(|d| (d.change.letter(), String::from_utf8_lossy(&d.path).into_owned())).collect();
-        let mut want = Vec::new();
-        naive(&mut fs, a, b, "", &mut want);
-        want.sort_by(|x, y| x.1.cmp(&y.1));
+        let (got, want) = against_walk(&mut fs, a, b);
         assert_eq!(got, want);
         assert_eq!(got.len(), 3, "{got:?}");
     }
