@@ -61,34 +61,30 @@ pub fn render(op: &Op, reply: &Reply) -> Result<String, String> {
             text
         }
         (_, Reply::Listing(rows)) => {
+            // One row per line and nothing else, so `awk`/`cut` scripts can read it; a
+            // snapshot's CLONES counts the clones made from it (`--json` names them).
             let mut out = format!(
-                "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12}\n",
-                "KIND", "ID", "PATH", "ORIGIN", "CREATED (UTC)", "REFER", "USED"
+                "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12} {:>6}\n",
+                "KIND", "ID", "PATH", "ORIGIN", "CREATED (UTC)", "REFER", "USED", "CLONES"
             );
             for l in rows {
                 let kind = kind_name(l);
                 let path = l.path.as_ref().map(|p| show(p)).unwrap_or_else(|| "(directory gone)".into());
+                let clones = match l.kind {
+                    NsKind::Snapshot => clones_of(rows, l).len().to_string(),
+                    _ => "-".into(),
+                };
                 out += &format!(
-                    "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12}\n",
+                    "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12} {:>6}\n",
                     kind,
                     l.ns,
                     path,
                     String::from_utf8_lossy(&l.origin),
                     utc(l.created.sec),
                     human(l.referenced),
-                    human(l.exclusive)
+                    human(l.exclusive),
+                    clones
                 );
-            }
-            for l in rows {
-                let made = clones_of(rows, l);
-                if !made.is_empty() {
-                    let names: Vec<String> = made.iter().map(|c| c.path.as_ref().map(|p| show(p)).unwrap_or_else(|| format!("@{}", c.ns))).collect();
-                    out += &format!(
-                        "clones made from {}: {} (they share its blocks and do not depend on it)\n",
-                        l.path.as_ref().map(|p| show(p)).unwrap_or_else(|| format!("@{}", l.ns)),
-                        names.join(", ")
-                    );
-                }
             }
             out
         }
