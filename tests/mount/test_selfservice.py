@@ -138,6 +138,7 @@ def test_users_help_themselves_and_reach_nothing_else(scion_mount):
     assert r.returncode == 0, r.stdout + r.stderr
     refused(as_user(MALLORY, exe, "scrub", M), "whole store")
     refused(as_user(MALLORY, exe, "repack", M), "whole store")
+    refused(as_user(MALLORY, exe, "compress", M), "whole store")
     assert not os.path.exists(f"{M}/home/mallory/b")
     # Listings show only what she can reach: not Bob's snapshot, not his schedule.
     r = as_user(MALLORY, exe, "list", "--json", M)

@@ -62,10 +62,11 @@ pub fn render(op: &Op, reply: &Reply) -> Result<String, String> {
         }
         (_, Reply::Listing(rows)) => {
             // One row per line and nothing else, so `awk`/`cut` scripts can read it; a
-            // snapshot's CLONES counts the clones made from it (`--json` names them).
+            // snapshot's CLONES counts the clones made from it (`--json` names them). STORED
+            // is REFER as it lies in the packs, after compression of old versions.
             let mut out = format!(
-                "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12} {:>6}\n",
-                "KIND", "ID", "PATH", "ORIGIN", "CREATED (UTC)", "REFER", "USED", "CLONES"
+                "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12} {:>12} {:>6}\n",
+                "KIND", "ID", "PATH", "ORIGIN", "CREATED (UTC)", "REFER", "USED", "STORED", "CLONES"
             );
             for l in rows {
                 let kind = kind_name(l);
@@ -75,7 +76,7 @@ pub fn render(op: &Op, reply: &Reply) -> Result<String, String> {
                     _ => "-".into(),
                 };
                 out += &format!(
-                    "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12} {:>6}\n",
+                    "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12} {:>12} {:>6}\n",
                     kind,
                     l.ns,
                     path,
@@ -83,6 +84,7 @@ pub fn render(op: &Op, reply: &Reply) -> Result<String, String> {
                     utc(l.created.sec),
                     human(l.referenced),
                     human(l.exclusive),
+                    human(l.stored),
                     clones
                 );
             }
@@ -140,6 +142,7 @@ pub fn render_listing_json(rows: &[scion_fs::Listing]) -> String {
             "scheduled": l.scheduled,
             "refer": l.referenced,
             "used": l.exclusive,
+            "stored": l.stored,
             "clones": clones_of(rows, l).iter().map(|c| c.ns).collect::<Vec<_>>(),
         });
         out += &format!("{v}\n");

@@ -45,6 +45,7 @@ enum Cmd {
         /// allow_other, ...) and scion's own: snapdir=hidden|visible (list `.snapshot` in
         /// directories), uring=auto|off (FUSE over io_uring when the kernel offers it),
         /// repack=idle|off (put scattered files back together when idle),
+        /// compress_old=idle|off (compress blocks only snapshots hold when idle),
         /// cache=writeback|writethrough (the kernel's cache of written data).
         #[arg(short = 'o', value_delimiter = ',')]
         options: Vec<String>,
@@ -120,6 +121,30 @@ enum Cmd {
         /// Stop after moving about this many MiB.
         #[arg(long, default_value_t = 1 << 20)]
         budget_mib: u64,
+    },
+    /// Compress old versions now: blocks that only snapshots hold (no live file) are
+    /// recompressed with zstd and kept where they shrink by an eighth; the daemon also does
+    /// it by itself when idle (`-o compress_old=off` leaves it to this command). Progress on
+    /// stderr. Exit 0: done (or nothing to do); 2: failure.
+    Compress {
+        /// A scion mount point (or any path in it; the whole store is done), or with --store
+        /// nothing.
+        path: Option<PathBuf>,
+        /// Work on the unmounted store in this directory.
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// zstd level, 1 to 22 (default 19: slow, once per block).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=22))]
+        level: Option<u8>,
+        /// Stop after compressing about this many MiB of blocks (default: all of them).
+        #[arg(long)]
+        budget_mib: Option<u64>,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Progress on stderr even when it is not a terminal.
+        #[arg(long)]
+        progress: bool,
     },
     /// Every distinct version of a file or directory across the snapshots that hold its path
     /// (of any directory above it) and the live one, oldest first; decided from stored
@@ -473,6 +498,21 @@ fn main() -> ExitCode {
             store,
             budget_mib,
         } => tree_cmds::repack(path, store, budget_mib.saturating_mul(1 << 20)),
+        Cmd::Compress {
+            path,
+            store,
+            level,
+            budget_mib,
+            json,
+            progress,
+        } => tree_cmds::compress(tree_cmds::CompressArgs {
+            path,
+            store,
+            level: level.unwrap_or(0),
+            budget: budget_mib.map_or(u64::MAX, |m| m.saturating_mul(1 << 20)),
+            json,
+            progress,
+        }),
         Cmd::Versions {
             path,
             deleted,

@@ -119,13 +119,16 @@ struct ScionOptions {
     uring: bool,
     /// Repack scattered files when the store is idle (`repack=off`: only `scion repack`).
     background_repack: bool,
+    /// Compress blocks only snapshots hold when the store is idle (`compress_old=off`: only
+    /// `scion compress`).
+    compress_old: bool,
     /// The kernel's writeback cache of file data (`cache=writethrough`: every write is sent
     /// as it is made; see ScionFuse::with_writeback).
     writeback: bool,
     kernel: Vec<String>,
 }
 
-/// Parses scion's own options (`snapdir=`, `uring=`, `repack=`, `cache=`), refusing a value
+/// Parses scion's own options (`snapdir=`, `uring=`, `repack=`, `compress_old=`, `cache=`), refusing a value
 /// it does not know by name, before anything is opened or mounted.
 fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
     let value = |key: &str, default: &'static str, other: &'static str| -> Result<bool, String> {
@@ -140,10 +143,11 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         snapdir_visible: !value("snapdir", "hidden", "visible")?,
         uring: value("uring", "auto", "off")?,
         background_repack: value("repack", "idle", "off")?,
+        compress_old: value("compress_old", "idle", "off")?,
         writeback: value("cache", "writeback", "writethrough")?,
         kernel: options
             .iter()
-            .filter(|o| !["snapdir=", "uring=", "repack=", "cache="].iter().any(|p| o.starts_with(p)))
+            .filter(|o| !["snapdir=", "uring=", "repack=", "compress_old=", "cache="].iter().any(|p| o.starts_with(p)))
             .cloned()
             .collect(),
     })
@@ -193,6 +197,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         snapdir_visible,
         uring,
         background_repack,
+        compress_old,
         writeback,
         kernel: options,
     } = ours;
@@ -228,6 +233,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         let notifier = session.notifier();
         let opts = BackgroundOptions {
             repack: background_repack,
+            compress_old,
             checkpoint_after: CHECKPOINT_AFTER,
             ..Default::default()
         };

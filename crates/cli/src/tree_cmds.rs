@@ -372,6 +372,85 @@ pub fn repack(path: Option<PathBuf>, store: Option<PathBuf>, budget: u64) -> Res
     )
 }
 
+/// What `scion compress` was asked.
+pub struct CompressArgs {
+    pub path: Option<PathBuf>,
+    pub store: Option<PathBuf>,
+    /// zstd level (0: the daemon's default).
+    pub level: u8,
+    pub budget: u64,
+    pub json: bool,
+    pub progress: bool,
+}
+
+/// Bytes of blocks one request compresses: the command asks again until nothing is left, so
+/// it can say how far it got, and the daemon's lock is taken briefly between rounds.
+const COMPRESS_ROUND: u64 = 256 << 20;
+
+pub fn compress(a: CompressArgs) -> Result<(), String> {
+    let at = optional_path(a.path, &a.store)?;
+    let show_progress = a.progress || unsafe { libc::isatty(2) } == 1;
+    let mut total = scion_fs::compress::CompressReport::default();
+    let mut left = a.budget;
+    let started = std::time::Instant::now();
+    loop {
+        let budget = left.min(COMPRESS_ROUND);
+        let r = match call(&at, &Op::Compress { budget, level: a.level })? {
+            scion_daemon::control::Reply::Compressed(r) => r,
+            other => return Err(format!("unexpected reply {other:?}")),
+        };
+        if total.candidates == 0 {
+            total.candidates = r.candidates;
+        }
+        total.compressed += r.compressed;
+        total.incompressible += r.incompressible;
+        total.bytes_before += r.bytes_before;
+        total.bytes_after += r.bytes_after;
+        total.left = r.left;
+        left = left.saturating_sub(budget);
+        if show_progress {
+            let done = total.compressed + total.incompressible;
+            eprint!(
+                "\rcompress: {done} of {} blocks, {} -> {}, {:.0} s   ",
+                total.candidates,
+                control::human(total.bytes_before),
+                control::human(total.bytes_after),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        // A round that did nothing (every block already tried) ends it too.
+        if r.left == 0 || left == 0 || r.compressed + r.incompressible == 0 {
+            break;
+        }
+    }
+    if show_progress {
+        eprintln!();
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "candidates": total.candidates,
+                "compressed": total.compressed,
+                "incompressible": total.incompressible,
+                "bytes_before": total.bytes_before,
+                "bytes_after": total.bytes_after,
+                "left": total.left,
+            })
+        );
+    } else {
+        println!(
+            "compressed {} blocks of old versions: {} -> {} ({} incompressible, kept as they were; {} left)",
+            total.compressed,
+            control::human(total.bytes_before),
+            control::human(total.bytes_after),
+            total.incompressible,
+            total.left
+        );
+    }
+    Ok(())
+}
+
 /// What `scion snapshot schedule` was asked.
 pub struct ScheduleArgs {
     pub dir: Option<PathBuf>,

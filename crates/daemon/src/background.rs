@@ -21,6 +21,9 @@ pub struct BackgroundOptions {
     pub repack: bool,
     /// Run the store's snapshot schedules.
     pub schedules: bool,
+    /// Compress blocks only snapshots hold when the store is idle (mount option
+    /// `compress_old=idle`).
+    pub compress_old: bool,
 }
 
 impl Default for BackgroundOptions {
@@ -30,6 +33,7 @@ impl Default for BackgroundOptions {
             checkpoint_after: Duration::from_secs(30),
             repack: true,
             schedules: true,
+            compress_old: true,
         }
     }
 }
@@ -107,6 +111,11 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, fir
     if opts.repack {
         if let Err(e) = engine.background_repack() {
             log::error!("background repack: {e}");
+        }
+    }
+    if opts.compress_old {
+        if let Err(e) = engine.background_compress() {
+            log::error!("background compression of old versions: {e}");
         }
     }
     // Snapshots that are due, then retention (for every schedule in the first round: at

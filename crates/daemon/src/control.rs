@@ -34,6 +34,9 @@ pub enum Op {
     Scrub,
     /// Rewrites scattered files below `path` back to back, up to `budget` bytes moved.
     Repack { path: Vec<u8>, budget: u64 },
+    /// Compresses blocks only snapshots hold, up to `budget` bytes of them, at zstd `level`
+    /// (0: the default).
+    Compress { budget: u64, level: u8 },
     /// Adds the snapshot schedule of a directory, or replaces it.
     ScheduleSet(Schedule),
     /// Removes the schedule of directory `dir` (its snapshots stay).
@@ -117,6 +120,7 @@ pub enum Reply {
     Listing(Vec<Listing>),
     Scrubbed(ScrubReport),
     Repacked(RepackReport),
+    Compressed(scion_fs::compress::CompressReport),
     ScheduleSet,
     /// Whether there was a schedule to remove.
     ScheduleRemoved(bool),
@@ -427,6 +431,12 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
                 .repack(d, *budget)
                 .map_err(Failure::from_fs(format!("repack of {}", show(path))))?;
             (Reply::Repacked(r), Vec::new())
+        }
+        Op::Compress { budget, level } => {
+            let r = fs
+                .compress_old(*budget, crate::compress_level(*level))
+                .map_err(Failure::from_fs("compression of old versions".into()))?;
+            (Reply::Compressed(r), Vec::new())
         }
         Op::ScheduleSet(s) => {
             fs.set_schedule(s.clone())

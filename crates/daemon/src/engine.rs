@@ -120,6 +120,25 @@ impl Engine {
         self.lock().repack_end(copies).map(Some)
     }
 
+    /// `scion compress` of a mounted store: blocks chosen and compressed without the lock
+    /// (over a pinned state, on every CPU), installed under it (`scion_fs::compress`).
+    pub fn compress(&self, budget: u64, level: i32) -> FsResult<scion_fs::compress::CompressReport> {
+        let plan = self.lock().compress_begin()?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let batch = plan.run(budget, level, threads);
+        self.lock().compress_end(batch)
+    }
+
+    /// The background pass of compression of old versions, when one is due (the store has
+    /// been quiet; one thread, so the other CPUs stay free).
+    pub fn background_compress(&self) -> FsResult<Option<scion_fs::compress::CompressReport>> {
+        let Some(plan) = self.lock().background_compress_begin()? else {
+            return Ok(None);
+        };
+        let batch = plan.run(scion_fs::compress::BACKGROUND_BUDGET, scion_fs::compress::DEFAULT_LEVEL, 1);
+        self.lock().compress_end(batch).map(Some)
+    }
+
     /// `scion list` of a mounted store: the committed state is pinned under the lock and
     /// each clone's space counted without it.
     pub fn list(&self) -> FsResult<Vec<scion_fs::Listing>> {

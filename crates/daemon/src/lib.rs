@@ -18,3 +18,11 @@ pub mod wire;
 pub use background::{Background, BackgroundOptions};
 pub use engine::Engine;
 pub use router::{Router, VolumeId};
+
+/// The zstd level a compression request names: its own (1 to 22), or the default for 0.
+pub fn compress_level(level: u8) -> i32 {
+    match level {
+        0 => scion_fs::compress::DEFAULT_LEVEL,
+        n => (n as i32).min(22),
+    }
+}

@@ -14,7 +14,7 @@
 //! not. Their restores are made as their own `cp -a` would (`Fs::restore_as`); their diffs
 //! and scans read what their `diff -r` and `find` would (`Fs::diff_as`, `scan_contents`).
 //! Refused:
-//! scrub and repack (they work on the whole store).
+//! scrub, repack and compress (they work on the whole store).
 
 use crate::control::{Failure, Op, Target};
 use scion_fs::access::{Caller, R, W, X};
@@ -122,9 +122,9 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             libc::EPERM,
             "send and receive are root's and the store owner's for now",
         )),
-        Op::Scrub | Op::Repack { .. } => Err(Failure::new(
+        Op::Scrub | Op::Repack { .. } | Op::Compress { .. } => Err(Failure::new(
             libc::EPERM,
-            "scrub and repack work on the whole store: root's or the store owner's",
+            "scrub, repack and compress work on the whole store: root's or the store owner's",
         )),
     }
 }

@@ -203,6 +203,12 @@ fn run(
             let what = format!("repack of {}", crate::control::show(path));
             Ok(Reply::Repacked(engine.repack(path, *budget).map_err(Failure::from_fs(what))?))
         }
+        // Compresses without the engine lock.
+        Op::Compress { budget, level } => Ok(Reply::Compressed(
+            engine
+                .compress(*budget, crate::compress_level(*level))
+                .map_err(Failure::from_fs("compression of old versions".into()))?,
+        )),
         // Counts every clone's blocks: without the engine lock, over a pinned state.
         Op::List { under } => {
             let rows = engine.list().map_err(Failure::from_fs("list".into()))?;

@@ -1,6 +1,7 @@
-//! The control protocol between `scion` commands and a mounted store's daemon, version 4
+//! The control protocol between `scion` commands and a mounted store's daemon, version 5
 //! (version 3 added the schedule operations and the scheduled mark of a listing's rows;
-//! version 4 the scan operations and part frames).
+//! version 4 the scan operations and part frames; version 5 compression of old versions and
+//! the stored size of a listing's rows).
 //! Decoded without trusting the other side: every length is checked against what remains
 //! (`scion_store::codec::Reader`), and a frame is at most `MAX_MESSAGE` bytes.
 //!
@@ -39,7 +40,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -119,6 +120,9 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         }
         Op::Repack { path, budget } => {
             w.u8(7).bytes(path).u64(*budget);
+        }
+        Op::Compress { budget, level } => {
+            w.u8(23).u64(*budget).u8(*level);
         }
         Op::ScheduleSet(s) => {
             w.u8(8).bytes(&schedules::encode_payload(std::slice::from_ref(s)));
@@ -245,6 +249,10 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
         7 => Op::Repack {
             path: r.bytes().map_err(bad)?.to_vec(),
             budget: r.u64().map_err(bad)?,
+        },
+        23 => Op::Compress {
+            budget: r.u64().map_err(bad)?,
+            level: r.u8().map_err(bad)?,
         },
         8 => match schedules::decode_payload(r.bytes().map_err(bad)?)
             .map_err(bad)?
@@ -604,7 +612,7 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                     .u8(l.path.is_some() as u8);
                 row.bytes(l.path.as_deref().unwrap_or_default()).bytes(&l.origin);
                 l.created.encode(&mut row);
-                row.u64(l.referenced).u64(l.exclusive);
+                row.u64(l.referenced).u64(l.exclusive).u64(l.stored);
                 let row = row.finish();
                 if body.buf.len() + row.len() > MAX_MESSAGE - 64 {
                     break;
@@ -626,6 +634,15 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                 n += 1;
             }
             w.u32(n).raw(&body.finish());
+        }
+        Reply::Compressed(r) => {
+            w.u8(22)
+                .u64(r.candidates)
+                .u64(r.compressed)
+                .u64(r.bytes_before)
+                .u64(r.bytes_after)
+                .u64(r.incompressible)
+                .u64(r.left);
         }
         Reply::Repacked(r) => {
             w.u8(6)
@@ -805,6 +822,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                         created,
                         referenced: r.u64().map_err(bad)?,
                         exclusive: r.u64().map_err(bad)?,
+                        stored: r.u64().map_err(bad)?,
                         scheduled,
                     });
                 }
@@ -825,6 +843,14 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 }
                 Reply::Scrubbed(s)
             }
+            22 => Reply::Compressed(scion_fs::compress::CompressReport {
+                candidates: r.u64().map_err(bad)?,
+                compressed: r.u64().map_err(bad)?,
+                bytes_before: r.u64().map_err(bad)?,
+                bytes_after: r.u64().map_err(bad)?,
+                incompressible: r.u64().map_err(bad)?,
+                left: r.u64().map_err(bad)?,
+            }),
             6 => Reply::Repacked(RepackReport {
                 files: r.u64().map_err(bad)?,
                 contiguous: r.u64().map_err(bad)?,

@@ -19,6 +19,7 @@ fn the_worker_syncs_and_checkpoints_on_its_own() {
         checkpoint_after: Duration::from_millis(100),
         repack: false,
         schedules: false,
+        compress_old: false,
     };
     let bg = Background::start(engine.clone(), opts, Box::new(|_| {}));
     // Four writers at once, whole chunks and partial ones, through the write-ahead protocol.

@@ -31,6 +31,7 @@ fn ops() -> Vec<Op> {
             under: Some(b"sub".to_vec()),
         },
         Op::Scrub,
+        Op::Compress { budget: 1 << 30, level: 19 },
         Op::Repack {
             path: b"r".to_vec(),
             budget: 1 << 30,
@@ -134,6 +135,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         },
         referenced: 1 << 20,
         exclusive: 4096,
+        stored: 12288,
         scheduled: true,
     };
     let scrub = ScrubReport {
@@ -154,6 +156,14 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         wire::encode_reply(&Reply::Listing(vec![listing.clone(), listing])),
         wire::encode_reply(&Reply::Scrubbed(scrub)),
         wire::encode_reply(&Reply::Repacked(repack)),
+        wire::encode_reply(&Reply::Compressed(scion_fs::compress::CompressReport {
+            candidates: 9,
+            compressed: 5,
+            bytes_before: 5 << 16,
+            bytes_after: 3 << 12,
+            incompressible: 2,
+            left: 2,
+        })),
         wire::encode_reply(&Reply::ScheduleSet),
         wire::encode_reply(&Reply::ScheduleRemoved(true)),
         wire::encode_reply(&Reply::Schedules(vec![

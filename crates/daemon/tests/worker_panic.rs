@@ -17,6 +17,7 @@ fn a_panic_in_the_worker_fails_the_volume() {
         checkpoint_after: Duration::ZERO,
         repack: false,
         schedules: false,
+        compress_old: false,
     };
     {
         let mut fs = engine.lock();

@@ -44,6 +44,9 @@ pub struct Report {
     pub inline_bytes: u64,
     /// Files whose one chunk's block the record names itself, without a content tree.
     pub direct_files: u64,
+    /// Data blocks kept compressed elsewhere (`compress.rs`), and the bytes they occupy.
+    pub relocated_blocks: u64,
+    pub relocated_bytes: u64,
     pub journal_records: u64,
     pub journal_tail: Option<String>,
     /// Pack bytes past the checkpoint's append position that no journal record names: left
@@ -95,6 +98,13 @@ impl std::fmt::Display for Report {
                 f,
                 "{} chunks with page sums (each checked against its block)",
                 self.page_summed_chunks
+            )?;
+        }
+        if self.relocated_blocks > 0 {
+            writeln!(
+                f,
+                "{} blocks of old versions kept compressed ({} bytes in the packs)",
+                self.relocated_blocks, self.relocated_bytes
             )?;
         }
         write!(f, "journal: {} records to replay at next mount", self.journal_records)?;
@@ -153,6 +163,11 @@ pub fn check_committed(host: &Host, dir: &Path) -> Result<Report> {
         return Ok(rep);
     };
     let rec = read_record(&store, &cp)?;
+    // Compressed blocks are read (and verified) through the relocation map.
+    if let Err(e) = crate::compress::load_relocations(&store, rec.relocations.as_ref()) {
+        rep.problems.push(format!("relocation tree: {e}"));
+    }
+    (rep.relocated_blocks, rep.relocated_bytes) = store.relocation_stats();
     let forest = Forest::new(store.clone(), RefTable::default());
     let mut c = Checker {
         forest: &forest,
@@ -173,6 +188,9 @@ pub fn check_committed(host: &Host, dir: &Path) -> Result<Report> {
     }
     if let Some(root) = rec.ns_root {
         c.walk_ns_table(&root);
+    }
+    if let Some(root) = rec.relocations {
+        c.walk_relocations(&root);
     }
     while let Some((ptr, ctx)) = c.work.pop() {
         c.walk(&ptr, ctx);
@@ -287,6 +305,26 @@ impl Checker<'_> {
             (k, _) => self.problem(format!("unexpected {k:?} block referenced: {p}")),
         }
         true
+    }
+
+    /// The relocation tree's nodes are referenced like any tree's (its entries were read
+    /// when the map was loaded).
+    fn walk_relocations(&mut self, root: &BlockPtr) {
+        let mut nodes = Vec::new();
+        let r = self.forest.walk(
+            root,
+            &mut |p| {
+                nodes.push(*p);
+                true
+            },
+            &mut |_, _| Ok(()),
+        );
+        for p in nodes {
+            self.reference(&p, None);
+        }
+        if let Err(e) = r {
+            self.problem(format!("relocation tree: {e}"));
+        }
     }
 
     fn walk_ns_table(&mut self, root: &BlockPtr) {

@@ -95,6 +95,12 @@ impl Fs {
         let lock = host.lock(dir, &opts.holder)?;
         let sb = Superblock::read(&host, dir)?;
         let store = Arc::new(BlockStore::open(&host, dir, sb.pack, sb.pack_end, true)?);
+        let rec = sb.checkpoint.as_ref().map(|p| read_record(&store, p)).transpose()?;
+        // Recompressed blocks are read through the relocation map, which must be in place
+        // before anything is read: the journal may name such a block (a copy of a snapshot's
+        // file shares its blocks).
+        let relocations = rec.as_ref().and_then(|r| r.relocations);
+        crate::compress::load_relocations(&store, relocations.as_ref())?;
         // The journal may name blocks written ahead past the checkpoint's append position.
         // Replay stops at the first record whose block did not reach the disk (it was never
         // covered by an fsync), and appending resumes right after the last block it names.
@@ -149,6 +155,8 @@ impl Fs {
             next_ns: 1,
             ns_limit: MAIN_NS_LIMIT,
             ns_root: None,
+            relocations: None,
+            incompressible: Default::default(),
             replaying: true,
             dirty_bytes: 0,
             flushed_bytes: 0,
@@ -157,6 +165,7 @@ impl Fs {
             last_checkpoint: Instant::now(),
             last_change: Instant::now(),
             last_repack: None,
+            last_compress: None,
             dropped_ns: Vec::new(),
             replaced_ns: Default::default(),
             show_snapdir: false,
@@ -171,9 +180,8 @@ impl Fs {
             room: Default::default(),
             kernel_inval: Vec::new(),
         };
-        match &sb.checkpoint {
-            Some(ptr) => {
-                let rec = read_record(&store, ptr)?;
+        match (&sb.checkpoint, rec) {
+            (Some(ptr), Some(rec)) => {
                 if rec.generation != sb.generation {
                     return Err(Error::corrupt(
                         "checkpoint record",
@@ -190,13 +198,14 @@ impl Fs {
                 }
                 fs.vol.forest.refs = rec.refs;
                 fs.ns_root = rec.ns_root;
+                fs.relocations = rec.relocations;
                 fs.next_ns = rec.next_ns;
                 fs.vol.meta_blocks = rec.meta;
                 // Files that were open but unlinked at the crash are gone now.
                 fs.orphan_releases = rec.orphans;
                 fs.load_namespaces()?;
             }
-            None => {
+            _ => {
                 // A new store: namespace 1 with an empty root directory owned by the creator.
                 let now = Ts::now();
                 let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -1111,6 +1120,7 @@ impl Fs {
                 self.vol.forest.release(&old)?;
             }
         }
+        self.persist_relocations()?;
 
         Ok(())
     }
@@ -1133,6 +1143,7 @@ impl Fs {
             generation,
             self.ns_root.as_ref(),
             self.next_ns,
+            self.relocations.as_ref(),
             &self.vol.forest.refs,
             &orphans,
             &freed,

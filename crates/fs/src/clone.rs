@@ -43,6 +43,9 @@ pub struct Listing {
     pub referenced: u64,
     /// Bytes of blocks only it holds: what destroying it frees.
     pub exclusive: u64,
+    /// What the blocks it references occupy in the packs: `referenced`, less what
+    /// compression of old versions saved (`compress.rs`).
+    pub stored: u64,
     /// A snapshot taken by its directory's schedule.
     pub scheduled: bool,
 }
@@ -779,6 +782,7 @@ impl Fs {
                 created: info.created,
                 referenced: carried,
                 exclusive: carried,
+                stored: carried,
                 scheduled: info.scheduled,
             };
             rows.push((listing, roots));
@@ -809,8 +813,10 @@ impl PinnedList {
         for (mut l, roots) in self.rows {
             let (mut seen, mut seen_x) = (HashSet::new(), HashSet::new());
             for r in &roots {
+                let store = &self.forest.store;
                 walk_blocks(&self.forest, &self.refs, r, false, &mut seen, &mut |p| {
-                    l.referenced += p.footprint()
+                    l.referenced += p.footprint();
+                    l.stored += store.stored_footprint(p);
                 })?;
                 walk_blocks(&self.forest, &self.refs, r, true, &mut seen_x, &mut |p| {
                     l.exclusive += p.footprint()

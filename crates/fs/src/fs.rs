@@ -321,6 +321,10 @@ pub struct Fs {
     pub(crate) ns_limit: u32,
     /// Root of the namespace table (ns id -> namespace record).
     pub(crate) ns_root: Option<BlockPtr>,
+    /// Root of the relocation tree (`compress.rs`): where recompressed data blocks lie.
+    pub(crate) relocations: Option<BlockPtr>,
+    /// Blocks a compression pass found incompressible: not tried again while mounted.
+    pub(crate) incompressible: HashSet<u64>,
     pub(crate) replaying: bool,
     pub(crate) dirty_bytes: u64,
     /// Buffered bytes written behind (`flush.rs`) since the last checkpoint: with
@@ -335,6 +339,8 @@ pub struct Fs {
     pub(crate) last_change: Instant,
     /// When the last background repack pass ran, and whether it stopped at its budget.
     pub(crate) last_repack: Option<(Instant, bool)>,
+    /// When the last background compression pass ran, and whether it left blocks for later.
+    pub(crate) last_compress: Option<(Instant, bool)>,
     /// Namespaces destroyed since the last checkpoint: their records leave the table then.
     pub(crate) dropped_ns: Vec<u32>,
     /// Namespaces a rollback replaced: their files still open keep working (as files

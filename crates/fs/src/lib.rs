@@ -17,6 +17,7 @@ pub mod apply;
 pub mod check;
 mod checkpoint;
 pub mod clone;
+pub mod compress;
 pub mod delta;
 pub mod diff;
 mod error;

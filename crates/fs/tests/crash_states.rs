@@ -51,6 +51,8 @@ enum Step {
     Snapshot(String, String),
     Destroy(String),
     Repack(String),
+    /// A pass of compression of old versions (blocks only snapshots hold).
+    Compress,
     /// A clone rolled back to its snapshot of that name.
     Rollback(String, String),
     /// A clone made for an ordinary user (journal record 16).
@@ -79,6 +81,7 @@ impl Step {
                 | Step::Snapshot(..)
                 | Step::Destroy(_)
                 | Step::Repack(_)
+                | Step::Compress
                 | Step::Rollback(..)
                 | Step::CloneFor(..)
         )
@@ -200,6 +203,10 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
         Step::Repack(p) => {
             let ino = resolve(fs, p)?;
             fs.repack(ino, u64::MAX)?;
+        }
+        Step::Compress => {
+            let r = fs.compress_old(u64::MAX, 3)?;
+            assert!(r.candidates == 0 || r.compressed + r.incompressible > 0, "{r:?}");
         }
         Step::CloneFor(src, dst, uid) => {
             let s = resolve(fs, src)?;
@@ -734,6 +741,37 @@ fn repacked(rng: &mut StdRng) -> Vec<Step> {
     s
 }
 
+/// Blocks only a snapshot holds compressed and relocated, then brought back into a live tree
+/// by a rollback and overwritten, and the snapshot destroyed: a cut anywhere in a pass must
+/// find each block at its old place or its compressed one (the relocation committed), and a
+/// rollback's files read the compressed blocks right.
+fn compressed(rng: &mut StdRng) -> Vec<Step> {
+    let mut s = vec![
+        Step::Mkdir("src".into()),
+        Step::Clone("src".into(), "c".into()),
+        Step::Create("c/a".into()),
+        Step::Create("c/b".into()),
+        Step::Write("c/a".into(), 0, bytes(rng, 3 * 65536)),
+        Step::Write("c/b".into(), 0, bytes(rng, 100_000)),
+        Step::Fsync,
+        Step::Snapshot("c".into(), "s1".into()),
+        Step::Write("c/a".into(), 0, bytes(rng, 3 * 65536)),
+        Step::Write("c/b".into(), 65536, bytes(rng, 40_000)),
+        Step::Fsync,
+        Step::Compress,
+        Step::Rollback("c".into(), "s1".into()),
+        Step::Write("c/b".into(), 0, bytes(rng, 65536)),
+        Step::Fsync,
+    ];
+    s.push(Step::Snapshot("c".into(), "s2".into()));
+    s.push(Step::Write("c/a".into(), 65536, bytes(rng, 65536)));
+    s.push(Step::Fsync);
+    s.push(Step::Compress);
+    s.push(Step::Destroy("c/.snapshot/s1".into()));
+    s.push(Step::Checkpoint);
+    s
+}
+
 /// Files unlinked while open (their data in the packs, never journaled), a clone destroyed
 /// while a file and a directory in it are held (every change through them refused), and
 /// writes attempted inside snapshots and inside a clone nested in one.
@@ -833,7 +871,7 @@ fn every_crash_state_recovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let mixes = if full { 24 } else { 3 };
-    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 9] = [
+    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 10] = [
         ("overwrite + fsync", overwrite),
         ("rename over", rename_over),
         ("directory trees", dir_tree),
@@ -841,6 +879,7 @@ fn every_crash_state_recovers() {
         ("deletes freeing space", free_space),
         ("small writes to clones", small_writes),
         ("repack", repacked),
+        ("compressed old versions", compressed),
         ("held, unlinked, refused", held_and_refused),
         ("direct runs", direct_runs),
     ];

@@ -135,6 +135,37 @@ pub fn pack_block(data: &[u8]) {
     f.write_all_at(&bytes, 0).unwrap();
     let _ = store.read(&ptr);
     let _ = store.read_run(&[ptr, ptr]);
+    // The same bytes as the compressed form of a relocated data block (format 8): its
+    // pointer names a place that holds nothing, its relocation the bytes above.
+    if bytes.len() >= 16 {
+        let mut framed = bytes.clone();
+        let stored = (framed.len() - 16) as u32;
+        if fix_up(data) {
+            framed[..4].copy_from_slice(b"SCBK");
+            framed[4] = BlockKind::Data as u8;
+            framed[5] = scion_store::relocate::CODEC_ZSTD;
+            framed[8..12].copy_from_slice(&stored.to_le_bytes());
+            let crc = crc32c::crc32c_append(crc32c::crc32c(&framed[..12]), &framed[16..]);
+            framed[12..16].copy_from_slice(&crc.to_le_bytes());
+        }
+        f.write_all_at(&framed, 0).unwrap();
+        let moved = BlockPtr {
+            addr: BlockPtr::make_addr(1, 1 << 30),
+            kind: BlockKind::Data,
+            len: ptr.len.min(1 << 20),
+            ..ptr
+        };
+        store.install_relocation(
+            &moved,
+            scion_store::Relocation {
+                addr: BlockPtr::make_addr(1, 0),
+                stored,
+            },
+        );
+        let _ = store.read(&moved);
+        let _ = store.read_pages(&moved, &vec![0; (moved.len as usize).div_ceil(4096)], 0, 1);
+        let _ = store.read_run(&[moved, ptr]);
+    }
 }
 
 /// An inode record as a directory entry or the link table stores it (with two pointers
@@ -307,4 +338,8 @@ pub fn schedules_file(data: &[u8]) {
 pub fn checkpoint_record(data: &[u8]) {
     let _ = scion_fs::records::checkpoint::decode_head(data, &"fuzz");
     let _ = scion_fs::records::checkpoint::decode_lists(data);
+    // A relocation tree's value (the tree's nodes are the tree target's).
+    if let Ok(r) = scion_store::Relocation::decode(data) {
+        assert_eq!(scion_store::Relocation::decode(&r.encode()).ok(), Some(r));
+    }
 }

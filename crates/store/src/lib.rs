@@ -13,6 +13,7 @@ pub mod host;
 mod lock;
 mod pack;
 mod ptr;
+pub mod relocate;
 pub mod sim;
 mod superblock;
 
@@ -22,5 +23,6 @@ pub use lock::StoreLock;
 pub use pack::{
     pack_path, page_sums, verify as verify_block, BlockStore, BLOCK_ALIGN, BLOCK_HEADER_LEN, MAX_BLOCK_LEN, PAGE,
 };
+pub use relocate::{Relocation, RELOCATION_LEN};
 pub use ptr::{BlockKind, BlockPtr, HASH_LEN, PTR_LEN};
 pub use superblock::{Superblock, FORMAT_VERSION, SUPERBLOCK_FILE, SUPERBLOCK_SLOT};

@@ -7,6 +7,7 @@
 
 use crate::host::{Host, HostFile, OpenMode};
 use crate::ptr::{BlockKind, BlockPtr};
+use crate::relocate::{self, Relocation, Relocations};
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ pub const BLOCK_HEADER_LEN: usize = 16;
 /// Largest payload a block may carry. Bounds every allocation made from a pointer read off
 /// disk.
 pub const MAX_BLOCK_LEN: usize = 16 << 20;
-const BLOCK_MAGIC: &[u8; 4] = b"SCBK";
+pub(crate) const BLOCK_MAGIC: &[u8; 4] = b"SCBK";
 /// Packs are rolled over when they reach this size.
 const PACK_ROLL_BYTES: u64 = 4 << 30;
 /// Blocks `read_shared` keeps after verifying them (64 KiB each at most: 4 MiB).
@@ -144,6 +145,8 @@ pub struct BlockStore {
     /// Held while a sync runs, so syncs run one at a time; holds why one failed, after which
     /// every later one fails too (see `sync_then`).
     sync_io: Mutex<Option<String>>,
+    /// Data blocks recompressed elsewhere (`relocate.rs`); every read looks here first.
+    moved: Relocations,
 }
 
 impl BlockStore {
@@ -164,6 +167,7 @@ impl BlockStore {
             random_readers: Default::default(),
             direct_readers: Default::default(),
             sync_io: Mutex::new(None),
+            moved: Relocations::default(),
             active: Mutex::new(Active {
                 id: pack,
                 file,
@@ -252,23 +256,80 @@ impl BlockStore {
             &framed
         };
 
+        Ok(BlockPtr {
+            addr: self.append(bytes)?,
+            len: payload.len() as u32,
+            kind,
+            hash,
+        })
+    }
+
+    /// Appends framed, padded bytes at the append position; their address.
+    fn append(&self, bytes: &[u8]) -> Result<u64> {
+        debug_assert!(bytes.len() as u64 % BLOCK_ALIGN == 0);
         let mut a = self.active.lock().unwrap();
-        if a.end + fp as u64 > PACK_ROLL_BYTES && a.end > 0 {
+        if a.end + bytes.len() as u64 > PACK_ROLL_BYTES && a.end > 0 {
             self.roll(&mut a)?;
         }
         let off = a.end;
         a.file
             .write_all_at(bytes, off)
             .map_err(|e| Error::io(format!("write to pack {}", a.id), e))?;
-        a.end += fp as u64;
+        a.end += bytes.len() as u64;
         let f = a.file.clone();
         a.to_sync(f);
-        Ok(BlockPtr {
-            addr: BlockPtr::make_addr(a.id, off),
-            len: payload.len() as u32,
-            kind,
-            hash,
+        Ok(BlockPtr::make_addr(a.id, off))
+    }
+
+    /// Appends the compressed form of data block `ptr` (`relocate::compress`) and returns
+    /// where it lies. Nothing reads it until `install_relocation`; not durable until `sync`.
+    pub fn write_relocated(&self, ptr: &BlockPtr, compressed: &[u8]) -> Result<Relocation> {
+        assert!(ptr.kind == BlockKind::Data, "only data blocks are relocated: {ptr}");
+        assert!(compressed.len() < ptr.len as usize, "a compressed form longer than {ptr}");
+        Ok(Relocation {
+            addr: self.append(&relocate::frame(compressed))?,
+            stored: compressed.len() as u32,
         })
+    }
+
+    /// From now on `ptr` is read from `r`. Its old place is the caller's to punch, once a
+    /// committed checkpoint holds the relocation (`punch_original`).
+    pub fn install_relocation(&self, ptr: &BlockPtr, r: Relocation) {
+        assert!(ptr.kind == BlockKind::Data, "only data blocks are relocated: {ptr}");
+        self.moved.install(ptr.addr, r);
+    }
+
+    /// Punches the place `ptr` had before it was relocated. A read that planned to read it
+    /// there and finds it gone reads the relocated form (`reread_if_moved`).
+    pub fn punch_original(&self, ptr: &BlockPtr) -> Result<()> {
+        assert!(self.moved.get(ptr.addr).is_some(), "{ptr} is not relocated");
+        self.punch_run(ptr.pack(), ptr.offset(), ptr.footprint())
+    }
+
+    /// Where `ptr` was relocated, if it was.
+    pub fn relocation(&self, ptr: &BlockPtr) -> Option<Relocation> {
+        self.moved.get(ptr.addr)
+    }
+
+    /// Sets the relocation map, as the committed checkpoint records it (at open).
+    pub fn load_relocations(&self, entries: Vec<(u64, Relocation)>) {
+        self.moved.load(entries);
+    }
+
+    /// Relocations made and dropped since the last call, in order, for the checkpoint that
+    /// persists them.
+    pub fn take_relocation_changes(&self) -> Vec<(u64, Option<Relocation>)> {
+        self.moved.take_changes()
+    }
+
+    /// How many blocks are relocated, and the bytes their compressed forms occupy.
+    pub fn relocation_stats(&self) -> (u64, u64) {
+        self.moved.stats()
+    }
+
+    /// Bytes block `ptr` occupies in the packs: its compressed form's, if relocated.
+    pub fn stored_footprint(&self, ptr: &BlockPtr) -> u64 {
+        self.moved.get(ptr.addr).map_or(ptr.footprint(), |r| r.footprint())
     }
 
     /// Appends blocks of any length back to back with one write, each framed and padded as
@@ -481,6 +542,35 @@ impl BlockStore {
 
     /// Reads a block and verifies its header, checksum and content hash.
     pub fn read(&self, ptr: &BlockPtr) -> Result<Vec<u8>> {
+        if let Some(r) = self.moved.get(ptr.addr) {
+            return self.read_moved(ptr, &r);
+        }
+        self.read_in_place(ptr).or_else(|e| self.reread_if_moved(ptr, e))
+    }
+
+    /// After a read of `ptr` where it was written failed with `e`: if the block has been
+    /// relocated meanwhile (and its old place punched), its relocated form; else `e`.
+    fn reread_if_moved<T: From<Vec<u8>>>(&self, ptr: &BlockPtr, e: Error) -> Result<T> {
+        match self.moved.get(ptr.addr) {
+            Some(r) => self.read_moved(ptr, &r).map(T::from),
+            None => Err(e),
+        }
+    }
+
+    /// Reads relocated block `ptr` from `r`: checked, decompressed, its hash verified.
+    fn read_moved(&self, ptr: &BlockPtr, r: &Relocation) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; BLOCK_HEADER_LEN + r.stored as usize];
+        self.reader(r.pack())?.read_exact_at(&mut buf, r.offset()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::corrupt("compressed block", ptr, "lies past the end of its pack (truncated pack?)")
+            } else {
+                Error::io(format!("read of compressed {ptr}"), e)
+            }
+        })?;
+        relocate::open(ptr, r, &buf)
+    }
+
+    fn read_in_place(&self, ptr: &BlockPtr) -> Result<Vec<u8>> {
         let f = self.reader(ptr.pack())?;
         let mut buf = vec![0u8; header_len(ptr.kind) + ptr.len as usize];
         f.read_exact_at(&mut buf, ptr.offset()).map_err(|e| {
@@ -530,6 +620,21 @@ impl BlockStore {
                 format!("{} sums for {len} bytes, pages {first}+{count} asked", sums.len()),
             ));
         }
+        let whole = |b: &[u8]| b[first * PAGE..((first + count) * PAGE).min(len)].to_vec();
+        if self.moved.get(ptr.addr).is_some() {
+            // A compressed block is read and verified whole; its page sums describe the
+            // logical bytes, not what lies in the pack.
+            return self.read_shared(ptr, true).map(|b| whole(&b));
+        }
+        match self.read_pages_in_place(ptr, sums, first, count) {
+            Err(_) if self.moved.get(ptr.addr).is_some() => self.read(ptr).map(|b| whole(&b)),
+            r => r,
+        }
+    }
+
+    /// `read_pages` of a block where it was written (arguments checked by the caller).
+    fn read_pages_in_place(&self, ptr: &BlockPtr, sums: &[u32], first: usize, count: usize) -> Result<Vec<u8>> {
+        let len = ptr.len as usize;
         if let Some((_, data)) = self.recent.lock().unwrap().iter().rev().find(|(p, _)| p == ptr) {
             return Ok(data[first * PAGE..((first + count) * PAGE).min(len)].to_vec());
         }
@@ -584,7 +689,7 @@ impl BlockStore {
     /// Sequential reads keep the host's readahead, which a cold `grep -r` of many files
     /// needs. `None`: not a data block, or no such handle; the caller reads the usual way.
     fn read_random(&self, ptr: &BlockPtr) -> Option<Result<Vec<u8>>> {
-        if header_len(ptr.kind) != 0 {
+        if header_len(ptr.kind) != 0 || self.moved.get(ptr.addr).is_some() {
             return None;
         }
         let f = self.random_reader(ptr.pack())?;
@@ -649,7 +754,7 @@ impl BlockStore {
             }
             Ok(())
         };
-        if !contiguous || ptrs.len() == 1 {
+        if !contiguous || ptrs.len() == 1 || ptrs.iter().any(|p| self.moved.get(p.addr).is_some()) {
             return one_by_one(f);
         }
         let last = ptrs.last().unwrap();
@@ -666,7 +771,11 @@ impl BlockStore {
             }
             for (i, p) in ptrs.iter().enumerate() {
                 let at = (p.offset() - first.offset()) as usize;
-                f(i, verify(p, &buf[at..at + header_len(p.kind) + p.len as usize])?);
+                match verify(p, &buf[at..at + header_len(p.kind) + p.len as usize]) {
+                    Ok(payload) => f(i, payload),
+                    // Relocated (and punched) since the check above.
+                    Err(e) => f(i, &self.reread_if_moved::<Vec<u8>>(p, e)?),
+                }
             }
             // A thread that once read a huge run does not keep the buffer for ever.
             if buf.capacity() > RUN_BUF_KEEP {
@@ -689,7 +798,10 @@ impl BlockStore {
             && ptrs
                 .windows(2)
                 .all(|w| w[1].pack() == w[0].pack() && w[1].offset() == w[0].offset() + w[0].len as u64);
-        if !adjacent || ptrs.iter().map(|p| p.len as usize).sum::<usize>() != out.len() {
+        if !adjacent
+            || ptrs.iter().map(|p| p.len as usize).sum::<usize>() != out.len()
+            || ptrs.iter().any(|p| self.moved.get(p.addr).is_some())
+        {
             return Ok(false);
         }
         // The body of a long stream goes past the host's page cache when the buffer allows:
@@ -721,7 +833,11 @@ impl BlockStore {
         }
         let mut at = 0;
         for p in ptrs {
-            verify(p, &out[at..at + p.len as usize])?;
+            let place = &mut out[at..at + p.len as usize];
+            if let Err(e) = verify(p, place) {
+                // Relocated (and punched) since the check above.
+                place.copy_from_slice(&self.reread_if_moved::<Vec<u8>>(p, e)?);
+            }
             at += p.len as usize;
         }
         Ok(true)
@@ -730,7 +846,7 @@ impl BlockStore {
     /// Returns a freed block's space to the host filesystem. Only called once no committed
     /// checkpoint can reach the block any more.
     pub fn punch(&self, ptr: &BlockPtr) -> Result<()> {
-        self.punch_run(ptr.pack(), ptr.offset(), ptr.footprint())
+        self.punch_all(std::slice::from_ref(ptr))
     }
 
     /// Punches freed blocks, one host call per run of blocks lying back to back in a pack
@@ -738,6 +854,13 @@ impl BlockStore {
     /// each call may wait for the device). Every run is tried; the first failure is returned.
     pub fn punch_all(&self, ptrs: &[BlockPtr]) -> Result<()> {
         let mut spans: Vec<(u32, u64, u64)> = ptrs.iter().map(|p| (p.pack(), p.offset(), p.footprint())).collect();
+        // A relocated block goes with its compressed form (its old place may be punched
+        // already: punching a hole twice is harmless).
+        for p in ptrs {
+            if let Some(r) = self.moved.get(p.addr).and_then(|_| self.moved.remove(p.addr)) {
+                spans.push((r.pack(), r.offset(), r.footprint()));
+            }
+        }
         spans.sort_unstable();
         let mut first_error = None;
         let mut i = 0;

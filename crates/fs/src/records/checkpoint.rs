@@ -1,14 +1,16 @@
 //! The checkpoint record (block kind 3, `docs/format.md` "Checkpoint record"): what a
 //! superblock names. The record block holds the generation, the namespace table's root, the
-//! next namespace id and the pointers of its pages; the pages hold the reference table, the
-//! orphan references and the freed list.
+//! next namespace id, the relocation tree's root (version 2) and the pointers of its pages;
+//! the pages hold the reference table, the orphan references and the freed list.
 
 use scion_store::codec::{Reader, Writer};
 use scion_store::{BlockKind, BlockPtr, BlockStore, Error, Result};
 use scion_tree::RefTable;
 
 const RECORD_MAGIC: &[u8; 4] = b"SCCK";
-const RECORD_VERSION: u32 = 1;
+/// Version 2 added the relocation tree's root (compressed blocks); version 1 is read as
+/// having none.
+const RECORD_VERSION: u32 = 2;
 /// Bytes of the lists per meta page.
 const PAGE: usize = 4 << 20;
 
@@ -17,6 +19,8 @@ pub struct CheckpointRecord {
     pub generation: u64,
     pub ns_root: Option<BlockPtr>,
     pub next_ns: u32,
+    /// The relocation tree (`compress.rs`): where recompressed data blocks lie now.
+    pub relocations: Option<BlockPtr>,
     pub refs: RefTable,
     /// Content references held by files that were unlinked while open.
     pub orphans: Vec<BlockPtr>,
@@ -65,7 +69,13 @@ fn get_ptrs(r: &mut Reader<'_>) -> Result<Vec<BlockPtr>> {
 /// Reads the checkpoint record a superblock names.
 pub fn read_record(store: &BlockStore, ptr: &BlockPtr) -> Result<CheckpointRecord> {
     let bytes = store.read(ptr)?;
-    let (generation, ns_root, next_ns, pages) = decode_head(&bytes, ptr)?;
+    let Head {
+        generation,
+        ns_root,
+        next_ns,
+        relocations,
+        pages,
+    } = decode_head(&bytes, ptr)?;
     let mut body = Vec::new();
     for p in &pages {
         body.extend_from_slice(&store.read(p)?);
@@ -77,6 +87,7 @@ pub fn read_record(store: &BlockStore, ptr: &BlockPtr) -> Result<CheckpointRecor
         generation,
         ns_root,
         next_ns,
+        relocations,
         refs,
         orphans,
         freed,
@@ -84,22 +95,39 @@ pub fn read_record(store: &BlockStore, ptr: &BlockPtr) -> Result<CheckpointRecor
     })
 }
 
-/// The record block: generation, namespace table root, next namespace id, page pointers.
-pub fn decode_head(bytes: &[u8], at: &dyn std::fmt::Display) -> Result<(u64, Option<BlockPtr>, u32, Vec<BlockPtr>)> {
+/// What the record block holds.
+pub struct Head {
+    pub generation: u64,
+    pub ns_root: Option<BlockPtr>,
+    pub next_ns: u32,
+    pub relocations: Option<BlockPtr>,
+    pub pages: Vec<BlockPtr>,
+}
+
+/// The record block: generation, namespace table root, next namespace id, relocation tree
+/// root (version 2), page pointers.
+pub fn decode_head(bytes: &[u8], at: &dyn std::fmt::Display) -> Result<Head> {
     let mut r = Reader::new(bytes, "checkpoint record");
     if r.raw(4)? != RECORD_MAGIC {
         return Err(Error::corrupt("checkpoint record", at, "bad magic"));
     }
     let v = r.u32()?;
-    if v != RECORD_VERSION {
+    if !(1..=RECORD_VERSION).contains(&v) {
         return Err(Error::Format(format!("checkpoint record version {v} is not supported")));
     }
     let generation = r.u64()?;
     let ns_root = get_opt_ptr(&mut r)?;
     let next_ns = r.u32()?;
+    let relocations = if v >= 2 { get_opt_ptr(&mut r)? } else { None };
     let pages = get_ptrs(&mut r)?;
     r.expect_end()?;
-    Ok((generation, ns_root, next_ns, pages))
+    Ok(Head {
+        generation,
+        ns_root,
+        next_ns,
+        relocations,
+        pages,
+    })
 }
 
 /// The lists the pages hold: reference table, orphan references, freed blocks.
@@ -120,6 +148,7 @@ pub fn write(
     generation: u64,
     ns_root: Option<&BlockPtr>,
     next_ns: u32,
+    relocations: Option<&BlockPtr>,
     refs: &RefTable,
     orphans: &[BlockPtr],
     freed: &[BlockPtr],
@@ -137,6 +166,7 @@ pub fn write(
     w.raw(RECORD_MAGIC).u32(RECORD_VERSION).u64(generation);
     put_opt_ptr(&mut w, &ns_root.copied());
     w.u32(next_ns);
+    put_opt_ptr(&mut w, &relocations.copied());
     put_ptrs(&mut w, &pages);
     let record = store.write(BlockKind::Meta, &w.finish())?;
     Ok((record, pages))

@@ -1,0 +1,215 @@
+//! Compression of old versions: blocks only snapshots hold are compressed and relocated;
+//! snapshots and live files read the same bytes before and after, across a reopen and a
+//! crash; blocks the live tree shares and incompressible blocks stay; the space comes back
+//! to the host; destroying the snapshot frees the compressed forms; a flipped bit in a
+//! compressed block is an error, never wrong bytes.
+
+use scion_fs::{Fs, Ino, Kind};
+use std::path::Path;
+
+mod common;
+use common::{committed, mkfile, new_store, open, read_all};
+
+const CHUNK: usize = 64 << 10;
+
+/// Text-like bytes that zstd shrinks several times over.
+fn text(seed: usize, len: usize) -> Vec<u8> {
+    let words = ["scion ", "snapshot ", "block ", "tree ", "clone ", "version ", "old ", "\n"];
+    let mut out = Vec::with_capacity(len);
+    let mut i = seed;
+    while out.len() < len {
+        out.extend_from_slice(words[(i * 7 + i / 3) % words.len()].as_bytes());
+        i += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+/// Bytes zstd cannot shrink (a simple xorshift stream).
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn allocated(store: &Path) -> u64 {
+    let host = scion_store::os_host();
+    let sb = scion_store::Superblock::read(&host, store).unwrap();
+    scion_store::BlockStore::open(&host, store, sb.pack, sb.pack_end, false)
+        .unwrap()
+        .allocated_bytes()
+        .unwrap()
+}
+
+fn file(fs: &mut Fs, path: &str) -> Ino {
+    fs.resolve_path(path.as_bytes()).unwrap()
+}
+
+struct Setup {
+    old: Vec<(String, Vec<u8>)>,
+    new: Vec<(String, Vec<u8>)>,
+}
+
+/// `/d` with a text file rewritten after a snapshot (its old blocks are the snapshot's
+/// alone), a text file left as it was (shared with the live tree), a file of noise rewritten
+/// (old blocks incompressible) and a small file.
+fn setup(fs: &mut Fs) -> Setup {
+    let root = fs.root();
+    let d = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let old = vec![
+        ("rewritten".to_string(), text(1, 5 * CHUNK)),
+        ("kept".to_string(), text(2, 3 * CHUNK)),
+        ("noise".to_string(), noise(3, 2 * CHUNK)),
+        ("small".to_string(), text(4, 700)),
+    ];
+    for (n, data) in &old {
+        mkfile(fs, d, n, data);
+    }
+    fs.checkpoint().unwrap();
+    fs.snapshot(d, b"s1", b"/d").unwrap();
+    let new = vec![
+        ("rewritten".to_string(), text(5, 5 * CHUNK)),
+        ("kept".to_string(), old[1].1.clone()),
+        ("noise".to_string(), noise(6, 2 * CHUNK)),
+        ("small".to_string(), old[3].1.clone()),
+    ];
+    for (n, data) in [&new[0], &new[2]] {
+        let f = file(fs, &format!("/d/{n}"));
+        fs.write(f, 0, data).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    Setup { old, new }
+}
+
+fn verify(fs: &mut Fs, s: &Setup) {
+    for (n, data) in &s.old {
+        let f = file(fs, &format!("/d/.snapshot/s1/{n}"));
+        assert!(read_all(fs, f) == *data, "snapshot's {n} differs");
+    }
+    for (n, data) in &s.new {
+        let f = file(fs, &format!("/d/{n}"));
+        assert!(read_all(fs, f) == *data, "live {n} differs");
+    }
+}
+
+#[test]
+fn blocks_only_snapshots_hold_are_compressed_and_read_back() {
+    let (_tmp, store, mut fs) = new_store();
+    let s = setup(&mut fs);
+    let before = allocated(&store);
+
+    let r = fs.compress_old(u64::MAX, 3).unwrap();
+    // The rewritten text file's 5 old blocks and the noise file's 2; not the kept file's,
+    // which the live tree shares, nor the small file (inline, no block).
+    assert_eq!((r.candidates, r.compressed, r.incompressible, r.left), (7, 5, 2, 0), "{r:?}");
+    assert!(r.bytes_after * 4 < r.bytes_before, "{r:?}");
+    verify(&mut fs, &s);
+    let rep = committed(&store);
+    assert_eq!(rep.relocated_blocks, 5, "{rep}");
+    let after = allocated(&store);
+    assert!(
+        before - after >= r.bytes_before - r.bytes_after - 64 * 1024,
+        "space given back: {before} -> {after}, {r:?}"
+    );
+
+    // Nothing left to do; the noise is not tried again.
+    let r2 = fs.compress_old(u64::MAX, 3).unwrap();
+    assert_eq!((r2.candidates, r2.compressed), (0, 0), "{r2:?}");
+
+    // Kept across a clean reopen and a crash (no close).
+    fs.close().unwrap();
+    let mut fs = open(&store);
+    verify(&mut fs, &s);
+    drop(fs);
+    let mut fs = open(&store);
+    verify(&mut fs, &s);
+    assert_eq!(committed(&store).relocated_blocks, 5);
+
+    // Destroying the snapshot frees the compressed forms with the blocks.
+    let snap = file(&mut fs, "/d/.snapshot/s1");
+    fs.destroy(snap).unwrap();
+    fs.checkpoint().unwrap();
+    fs.checkpoint().unwrap();
+    let rep = committed(&store);
+    assert_eq!(rep.relocated_blocks, 0, "{rep}");
+    fs.close().unwrap();
+    assert!(allocated(&store) < after, "the snapshot's space came back");
+}
+
+#[test]
+fn budget_limits_a_pass_and_the_next_one_goes_on() {
+    let (_tmp, store, mut fs) = new_store();
+    let s = setup(&mut fs);
+    let r = fs.compress_old(CHUNK as u64, 3).unwrap();
+    assert_eq!((r.candidates, r.compressed + r.incompressible, r.left), (7, 1, 6), "{r:?}");
+    let mut total = r.compressed;
+    for _ in 0..10 {
+        let r = fs.compress_old(2 * CHUNK as u64, 3).unwrap();
+        total += r.compressed;
+        if r.left == 0 {
+            break;
+        }
+    }
+    assert_eq!(total, 5);
+    verify(&mut fs, &s);
+    committed(&store);
+    fs.close().unwrap();
+}
+
+#[test]
+fn a_flipped_bit_in_a_compressed_block_is_an_error_not_wrong_bytes() {
+    let (_tmp, store, mut fs) = new_store();
+    let s = setup(&mut fs);
+    let f = file(&mut fs, "/d/.snapshot/s1/rewritten");
+    let chunks = fs.stored_chunks(f).unwrap();
+    fs.compress_old(u64::MAX, 3).unwrap();
+    let r = fs.relocation(&chunks[2].1.block).expect("relocated");
+    fs.close().unwrap();
+
+    let pack = scion_store::pack_path(&store, r.pack());
+    let mut bytes = std::fs::read(&pack).unwrap();
+    bytes[r.offset() as usize + 16 + r.stored as usize / 2] ^= 0x10;
+    std::fs::write(&pack, &bytes).unwrap();
+
+    let mut fs = open(&store);
+    let f = file(&mut fs, "/d/.snapshot/s1/rewritten");
+    let e = fs.read(f, 2 * CHUNK as u64, 100).unwrap_err();
+    assert_eq!(e, scion_fs::errno::EIO);
+    // The other blocks still read right.
+    assert!(fs.read(f, 0, CHUNK as u32).unwrap() == s.old[0].1[..CHUNK]);
+    let rep = scion_fs::check::check_committed(&scion_store::os_host(), &store).unwrap();
+    assert!(!rep.is_clean() && format!("{rep}").contains("compressed block"), "{rep}");
+    fs.close().unwrap();
+}
+
+#[test]
+fn the_background_pass_waits_for_quiet_and_goes_on_after_its_budget() {
+    use std::time::Duration;
+    let (_tmp, store, mut fs) = new_store();
+    let s = setup(&mut fs);
+    let (idle, every) = (Duration::from_millis(300), Duration::from_secs(3600));
+    // Just changed: not quiet yet.
+    assert!(fs.compress_begin_if_due(idle, every).unwrap().is_none());
+    std::thread::sleep(idle);
+    let plan = fs.compress_begin_if_due(idle, every).unwrap().expect("due");
+    let r = fs.compress_end(plan.run(2 * CHUNK as u64, 3, 2)).unwrap();
+    assert_eq!((r.compressed + r.incompressible, r.left), (2, 5), "{r:?}");
+    // Blocks were left: the next pass comes after `idle`, not `every`.
+    assert!(fs.compress_begin_if_due(idle, every).unwrap().is_none());
+    std::thread::sleep(idle);
+    let plan = fs.compress_begin_if_due(idle, every).unwrap().expect("due again");
+    let r = fs.compress_end(plan.run(u64::MAX, 3, 2)).unwrap();
+    assert_eq!(r.left, 0, "{r:?}");
+    // Done: the next one waits `every`.
+    std::thread::sleep(idle);
+    assert!(fs.compress_begin_if_due(idle, every).unwrap().is_none());
+    assert_eq!(committed(&store).relocated_blocks, 5);
+    verify(&mut fs, &s);
+    fs.close().unwrap();
+}
