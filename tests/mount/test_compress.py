@@ -58,8 +58,9 @@ def test_old_versions_compress_and_read_back(scion_mount):
     r = m.run("compress", "--json", "--level", "3", m.mnt)
     assert r.returncode == 0, r.describe()
     rep = json.loads(r.stdout)
-    # The four rewritten files' old blocks (5 + 6 + 7 + 8 chunks), not the shared file's.
-    assert rep["compressed"] == 26 and rep["left"] == 0, rep
+    # The four rewritten files' old blocks (5 + 6 + 7 + 8 chunks) and a few tree nodes, not
+    # the shared file's 8 blocks.
+    assert 26 <= rep["compressed"] < 34 and rep["left"] == 0, rep
     assert rep["bytes_after"] * 4 < rep["bytes_before"], rep
     for n, data in old.items():
         assert read(f"{d}/.snapshot/s1/{n}") == data, n

@@ -1,11 +1,12 @@
-//! Compression of old versions (CCFS' idle-time recompression): data blocks that only
-//! snapshots hold are recompressed with zstd at a high level and relocated
+//! Compression of old versions (CCFS' idle-time recompression): blocks that only snapshots
+//! hold (file data, and the tree nodes of their directories and files, where small files'
+//! bytes live inline) are recompressed with zstd at a high level and relocated
 //! (`scion_store::relocate`), without touching any tree.
 //!
 //! A pass has three steps, like a repack. `compress_begin`, under the engine lock, takes a
 //! checkpoint and pins the committed state. `CompressPlan::run`, without the lock, walks
 //! every live tree (the main tree and clones), then every snapshot, skipping what the live
-//! trees reach: the data blocks left are held by snapshots alone. Those not relocated yet
+//! trees reach: the blocks left are held by snapshots alone. Those not relocated yet
 //! are read (verified), compressed, and kept if they shrink by an eighth and by a page.
 //! `compress_end`, under the lock, appends the compressed forms, installs their
 //! relocations, commits them with a checkpoint and only then punches the blocks' old places.
@@ -21,7 +22,7 @@ use crate::clone::walk_blocks;
 use crate::fs::*;
 use crate::pinned::Pinned;
 use scion_store::relocate::{self, relocation_key, Relocation};
-use scion_store::{BlockKind, BlockPtr, BlockStore, Error, Result};
+use scion_store::{BlockPtr, BlockStore, Error, Result};
 use scion_tree::{Forest, RefTable, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -254,7 +255,7 @@ impl CompressPlan {
                     let store = &store;
                     s.spawn(move || {
                         part.iter()
-                            .map(|p| (*p, store.read(p).map(|b| relocate::compress(&b, level))))
+                            .map(|p| (*p, store.read(p).map(|b| relocate::compress(p, &b, level))))
                             .collect()
                     })
                 })
@@ -285,7 +286,7 @@ impl CompressPlan {
         }
     }
 
-    /// Data blocks reachable from snapshots and not from live trees, not relocated yet and
+    /// Blocks (data and tree nodes) reachable from snapshots and not from live trees, not relocated yet and
     /// not known incompressible, in address order (so compressed forms keep a file's order).
     fn candidates(&self, store: &BlockStore) -> (Vec<BlockPtr>, Option<Error>) {
         let refs = RefTable::default();
@@ -300,7 +301,7 @@ impl CompressPlan {
         let mut out = Vec::new();
         for r in &self.snapshots {
             let r = walk_blocks(&self.forest, &refs, r, false, &mut seen, &mut |p| {
-                if p.kind == BlockKind::Data && !self.skip.contains(&p.addr) && store.relocation(p).is_none() {
+                if relocate::relocatable(p.kind) && !self.skip.contains(&p.addr) && store.relocation(p).is_none() {
                     out.push(*p);
                 }
             });

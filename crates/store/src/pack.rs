@@ -284,10 +284,10 @@ impl BlockStore {
     /// Appends the compressed form of data block `ptr` (`relocate::compress`) and returns
     /// where it lies. Nothing reads it until `install_relocation`; not durable until `sync`.
     pub fn write_relocated(&self, ptr: &BlockPtr, compressed: &[u8]) -> Result<Relocation> {
-        assert!(ptr.kind == BlockKind::Data, "only data blocks are relocated: {ptr}");
+        assert!(relocate::relocatable(ptr.kind), "{ptr} may not be relocated");
         assert!(compressed.len() < ptr.len as usize, "a compressed form longer than {ptr}");
         Ok(Relocation {
-            addr: self.append(&relocate::frame(compressed))?,
+            addr: self.append(&relocate::frame(ptr.kind, compressed))?,
             stored: compressed.len() as u32,
         })
     }
@@ -295,7 +295,7 @@ impl BlockStore {
     /// From now on `ptr` is read from `r`. Its old place is the caller's to punch, once a
     /// committed checkpoint holds the relocation (`punch_original`).
     pub fn install_relocation(&self, ptr: &BlockPtr, r: Relocation) {
-        assert!(ptr.kind == BlockKind::Data, "only data blocks are relocated: {ptr}");
+        assert!(relocate::relocatable(ptr.kind), "{ptr} may not be relocated");
         self.moved.install(ptr.addr, r);
     }
 

@@ -1,14 +1,16 @@
-//! Relocated blocks: data blocks recompressed (zstd) and written again elsewhere.
+//! Relocated blocks: data blocks and tree nodes recompressed (zstd) and written again
+//! elsewhere.
 //!
-//! A pointer names a data block by address and by the BLAKE3 hash of its logical bytes, and
+//! A pointer names a block by address and by the BLAKE3 hash of its logical bytes, and
 //! neither changes when the block is recompressed: the store keeps a map from the block's
 //! address to where its compressed form lies, and every read looks there first (the
 //! indirect mapping ZFS keeps after a device removal). No tree above is rewritten, so a
 //! snapshot stays exactly what it was, Merkle hashes included, and diff, scan and send see
 //! the same pointers; choosing which blocks to relocate is a matter of space, never of
-//! correctness (`scion_fs::compress` chooses blocks only snapshots hold).
+//! correctness (`scion_fs::compress` chooses blocks only snapshots hold). Checkpoint metadata
+//! (kind 3) is never relocated: the checkpoint record is read before the map is loaded.
 //!
-//! The compressed form is a block with the usual 16-byte header (kind 2, codec 1 = zstd,
+//! The compressed form is a block with the usual 16-byte header (the block's kind, codec 1 = zstd,
 //! the compressed length, crc32c over header and compressed bytes); a read checks it,
 //! decompresses to exactly the pointer's length and checks the pointer's hash, so a flipped
 //! bit gives an error, never wrong bytes. The map is persisted by the layer above (a tree
@@ -119,21 +121,30 @@ impl Relocations {
     }
 }
 
-/// The compressed form of a data block's payload at zstd `level`, if it is worth keeping:
-/// at least an eighth smaller, and at least one 4 KiB page less in its pack.
-pub fn compress(payload: &[u8], level: i32) -> Option<Vec<u8>> {
+/// The compressed form of block `ptr`'s payload at zstd `level`, if it is worth keeping: at
+/// least an eighth smaller, and at least one 4 KiB page less in its pack.
+pub fn compress(ptr: &BlockPtr, payload: &[u8], level: i32) -> Option<Vec<u8>> {
+    if !relocatable(ptr.kind) {
+        return None;
+    }
     let c = zstd::bulk::compress(payload, level).ok()?;
-    let before = (payload.len() as u64).div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
+    let before = ptr.footprint();
     let after = ((BLOCK_HEADER_LEN + c.len()) as u64).div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
     (c.len() * 8 <= payload.len() * 7 && after < before).then_some(c)
 }
 
-/// The framed compressed block (header, compressed bytes, zero padding to a page).
-pub(crate) fn frame(compressed: &[u8]) -> Vec<u8> {
+/// Whether blocks of this kind may be relocated: data and tree nodes, not checkpoint metadata.
+pub fn relocatable(kind: BlockKind) -> bool {
+    kind != BlockKind::Meta
+}
+
+/// The framed compressed form of a block of `kind` (header, compressed bytes, zero padding to
+/// a page).
+pub(crate) fn frame(kind: BlockKind, compressed: &[u8]) -> Vec<u8> {
     let fp = ((BLOCK_HEADER_LEN + compressed.len()) as u64).div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
     let mut buf = Vec::with_capacity(fp as usize);
     buf.extend_from_slice(BLOCK_MAGIC);
-    buf.push(BlockKind::Data as u8);
+    buf.push(kind as u8);
     buf.push(CODEC_ZSTD);
     buf.extend_from_slice(&[0, 0]);
     buf.extend_from_slice(&(compressed.len() as u32).to_le_bytes());
@@ -149,7 +160,7 @@ pub(crate) fn frame(compressed: &[u8]) -> Vec<u8> {
 pub(crate) fn open(ptr: &BlockPtr, r: &Relocation, raw: &[u8]) -> Result<Vec<u8>> {
     let bad = |what: String| Error::corrupt("compressed block", ptr, what);
     let h = &raw[..BLOCK_HEADER_LEN];
-    if &h[..4] != BLOCK_MAGIC || h[4] != BlockKind::Data as u8 || h[5] != CODEC_ZSTD {
+    if &h[..4] != BLOCK_MAGIC || h[4] != ptr.kind as u8 || h[5] != CODEC_ZSTD {
         return Err(bad(format!("bad header at pack {} offset {}", r.pack(), r.offset())));
     }
     let len = u32::from_le_bytes(h[8..12].try_into().unwrap());
