@@ -143,16 +143,16 @@ impl Fs {
         self.incompressible.extend(batch.incompressible);
         let mut report = batch.report;
         let mut installed = Vec::new();
-        for (ptr, c) in batch.items {
-            if store.relocation(&ptr).is_some() {
-                continue; // another pass got there first
-            }
-            let r = store.write_relocated(&ptr, &c).map_err(eio)?;
-            store.install_relocation(&ptr, r);
+        // (Another pass may have got there first.)
+        let forms: Vec<(BlockPtr, Vec<u8>)> =
+            batch.items.into_iter().filter(|(p, _)| store.relocation(p).is_none()).collect();
+        let places = store.write_relocated(&forms).map_err(eio)?;
+        for ((ptr, _), r) in forms.iter().zip(places) {
+            store.install_relocation(ptr, r);
             report.compressed += 1;
             report.bytes_before += ptr.footprint();
             report.bytes_after += r.footprint();
-            installed.push(ptr);
+            installed.push(*ptr);
         }
         if !installed.is_empty() {
             // Commits the relocations (the packs are synced first): from here the compressed

@@ -159,6 +159,7 @@ pub fn pack_block(data: &[u8]) {
             &moved,
             scion_store::Relocation {
                 addr: BlockPtr::make_addr(1, 0),
+                at: 0,
                 stored,
             },
         );

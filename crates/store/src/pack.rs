@@ -281,15 +281,29 @@ impl BlockStore {
         Ok(BlockPtr::make_addr(a.id, off))
     }
 
-    /// Appends the compressed form of data block `ptr` (`relocate::compress`) and returns
-    /// where it lies. Nothing reads it until `install_relocation`; not durable until `sync`.
-    pub fn write_relocated(&self, ptr: &BlockPtr, compressed: &[u8]) -> Result<Relocation> {
-        assert!(relocate::relocatable(ptr.kind), "{ptr} may not be relocated");
-        assert!(compressed.len() < ptr.len as usize, "a compressed form longer than {ptr}");
-        Ok(Relocation {
-            addr: self.append(&relocate::frame(ptr.kind, compressed))?,
-            stored: compressed.len() as u32,
-        })
+    /// Appends the compressed forms of blocks (`relocate::compress`), packed into frames, and
+    /// returns where each lies. Nothing reads them until `install_relocation`; not durable
+    /// until `sync`.
+    pub fn write_relocated(&self, forms: &[(BlockPtr, Vec<u8>)]) -> Result<Vec<Relocation>> {
+        for (ptr, c) in forms {
+            assert!(relocate::relocatable(ptr.kind), "{ptr} may not be relocated");
+            assert!(c.len() < ptr.len as usize, "a compressed form longer than {ptr}");
+        }
+        let list: Vec<(BlockKind, &[u8])> = forms.iter().map(|(p, c)| (p.kind, c.as_slice())).collect();
+        let mut out = Vec::with_capacity(forms.len());
+        let mut sizes = forms.iter().map(|(_, c)| c.len() as u32);
+        for (bytes, offsets) in relocate::frames(&list) {
+            let addr = self.append(&bytes)?;
+            for at in offsets {
+                out.push(Relocation {
+                    addr,
+                    at,
+                    stored: sizes.next().expect("one offset per form"),
+                });
+            }
+        }
+        assert_eq!(out.len(), forms.len());
+        Ok(out)
     }
 
     /// From now on `ptr` is read from `r`. Its old place is the caller's to punch, once a
@@ -854,11 +868,11 @@ impl BlockStore {
     /// each call may wait for the device). Every run is tried; the first failure is returned.
     pub fn punch_all(&self, ptrs: &[BlockPtr]) -> Result<()> {
         let mut spans: Vec<(u32, u64, u64)> = ptrs.iter().map(|p| (p.pack(), p.offset(), p.footprint())).collect();
-        // A relocated block goes with its compressed form (its old place may be punched
-        // already: punching a hole twice is harmless).
+        // A relocated block takes its compressed form's frame with it when it is the frame's
+        // last member (its old place may be punched already: a second punch is harmless).
         for p in ptrs {
-            if let Some(r) = self.moved.get(p.addr).and_then(|_| self.moved.remove(p.addr)) {
-                spans.push((r.pack(), r.offset(), r.footprint()));
+            if let Some(frame) = self.moved.get(p.addr).and_then(|_| self.moved.remove(p.addr)) {
+                spans.push(frame);
             }
         }
         spans.sort_unstable();
