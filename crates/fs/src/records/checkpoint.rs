@@ -171,3 +171,45 @@ pub fn write(
     let record = store.write(BlockKind::Meta, &w.finish())?;
     Ok((record, pages))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(version: u32, relocations: Option<Option<BlockPtr>>) -> Vec<u8> {
+        let ns = BlockPtr {
+            addr: BlockPtr::make_addr(1, 4096),
+            len: 100,
+            kind: BlockKind::Node,
+            hash: [7; 32],
+        };
+        let mut w = Writer::new();
+        w.raw(RECORD_MAGIC).u32(version).u64(9);
+        put_opt_ptr(&mut w, &Some(ns));
+        w.u32(12);
+        if let Some(r) = relocations {
+            put_opt_ptr(&mut w, &r);
+        }
+        put_ptrs(&mut w, &[ns]);
+        w.finish()
+    }
+
+    #[test]
+    fn version_1_records_have_no_relocation_tree_and_version_2_names_one() {
+        let h = decode_head(&head(1, None), &"test").unwrap();
+        assert_eq!((h.generation, h.next_ns, h.relocations, h.pages.len()), (9, 12, None, 1));
+        let tree = BlockPtr {
+            addr: BlockPtr::make_addr(2, 8192),
+            len: 50,
+            kind: BlockKind::Node,
+            hash: [1; 32],
+        };
+        let h = decode_head(&head(2, Some(Some(tree))), &"test").unwrap();
+        assert_eq!(h.relocations, Some(tree));
+        assert_eq!(decode_head(&head(2, Some(None)), &"test").unwrap().relocations, None);
+        // A version 1 record read as version 2 (or the reverse) does not decode.
+        assert!(decode_head(&head(2, None), &"test").is_err());
+        assert!(decode_head(&head(1, Some(Some(tree))), &"test").is_err());
+        assert!(decode_head(&head(3, Some(None)), &"test").is_err());
+    }
+}
