@@ -3,6 +3,7 @@
 mod control;
 mod mount;
 mod meta;
+mod mirror_cmd;
 mod receive_cmd;
 mod run_cmd;
 mod scan_cmd;
@@ -356,6 +357,14 @@ enum Cmd {
         #[arg(long)]
         abort: bool,
     },
+    /// Send a directory's snapshots to a second store as they are taken (by hand or by a
+    /// schedule), each as an increment on the one before; the daemon does it, resuming after
+    /// interruptions and restarts. Exit 0: done; 1: --remove of a mirror that is not there;
+    /// 2: bad usage or failure.
+    Mirror {
+        #[command(subcommand)]
+        cmd: MirrorCmd,
+    },
     /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
     List {
         /// Any path in the mount (default: the current directory).
@@ -366,6 +375,57 @@ enum Cmd {
         /// JSON Lines: {"kind", "id", "path", "origin", "created", "scheduled", "refer", "used"}.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum MirrorCmd {
+    /// Mirror DIR's snapshots to TARGET, a directory in another mounted scion store, where
+    /// snapshot NAME arrives as TARGET/NAME (with TARGET/NAME/.snapshot/NAME). It starts with
+    /// DIR's newest snapshot, sent whole, then sends each later one as an increment.
+    Add {
+        /// A directory in a scion mount (or a store path with --store).
+        dir: PathBuf,
+        /// The directory that receives them, in another mounted scion store.
+        #[arg(long)]
+        to: PathBuf,
+        /// Retention (of DIR's schedule) keeps the snapshots not mirrored yet.
+        #[arg(long)]
+        keep_unmirrored: bool,
+        /// Work on the unmounted store in this directory (the mirror runs at its next mount).
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
+    /// Stop mirroring DIR (to TARGET only, with --to); what was sent stays.
+    Remove {
+        dir: PathBuf,
+        #[arg(long)]
+        to: Option<PathBuf>,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
+    /// Every mirror: directory, target, the newest snapshot sent and when, what is behind,
+    /// what it is doing.
+    Status {
+        /// Any path in the mount (default: the current directory).
+        path: Option<PathBuf>,
+        /// JSON Lines: {"dir", "target", "last", "last_time", "behind", "next",
+        /// "keep_unmirrored", "state"}.
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
+    /// One transfer, as the daemon runs it: `scion send SNAPSHOT [--base BASE]` into
+    /// `scion receive TARGET/NAME --resumable`, going on from a transfer that stopped short,
+    /// and checking the content hash of what arrived.
+    #[command(hide = true)]
+    SendOne {
+        snapshot: PathBuf,
+        #[arg(long)]
+        to: PathBuf,
+        #[arg(long)]
+        base: Option<PathBuf>,
     },
 }
 
@@ -634,6 +694,19 @@ fn main() -> ExitCode {
             }
         },
         Cmd::List { path, store, json } => tree_cmds::list(path, store, json),
+        Cmd::Mirror { cmd } => match cmd {
+            MirrorCmd::Add { dir, to, keep_unmirrored, store } => mirror_cmd::add(dir, to, keep_unmirrored, store),
+            MirrorCmd::Remove { dir, to, store } => match mirror_cmd::remove(dir, to, store) {
+                Ok(true) => Ok(()),
+                Ok(false) => {
+                    eprintln!("scion mirror: no such mirror");
+                    return ExitCode::from(1);
+                }
+                Err(e) => Err(e),
+            },
+            MirrorCmd::Status { path, json, store } => mirror_cmd::status(path, json, store),
+            MirrorCmd::SendOne { snapshot, to, base } => mirror_cmd::send_one(snapshot, base, to),
+        },
         Cmd::Scrub { path, store } => match tree_cmds::scrub(path, store) {
             Ok(()) => Ok(()),
             Err(e) if e.contains("damaged") => {

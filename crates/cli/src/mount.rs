@@ -234,6 +234,12 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         let opts = BackgroundOptions {
             repack: background_repack,
             compress_old,
+            // Transfers run `scion mirror send-one` (this binary) on paths of this mount.
+            mirrors: std::env::current_exe().ok().map(|exe| scion_daemon::mirror::MirrorOptions {
+                mountpoint: mnt.clone(),
+                store: store.clone(),
+                exe,
+            }),
             checkpoint_after: CHECKPOINT_AFTER,
             ..Default::default()
         };

@@ -322,7 +322,7 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
 
 /// An optional path: inside the store given with --store (taken as is), or in a mount
 /// (default: the current directory).
-fn optional_path(path: Option<PathBuf>, store: &Option<PathBuf>) -> Result<Located, String> {
+pub(crate) fn optional_path(path: Option<PathBuf>, store: &Option<PathBuf>) -> Result<Located, String> {
     match (store, path) {
         (Some(s), p) => Ok(Located {
             store: s.clone(),

@@ -24,6 +24,8 @@ pub struct BackgroundOptions {
     /// Compress blocks only snapshots hold when the store is idle (mount option
     /// `compress_old=idle`).
     pub compress_old: bool,
+    /// Run the store's mirrors (a mounted store: transfers need its mount point).
+    pub mirrors: Option<crate::mirror::MirrorOptions>,
 }
 
 impl Default for BackgroundOptions {
@@ -34,6 +36,7 @@ impl Default for BackgroundOptions {
             repack: true,
             schedules: true,
             compress_old: true,
+            mirrors: None,
         }
     }
 }
@@ -45,12 +48,14 @@ pub type Invalidator = Box<dyn Fn(&[Inval]) + Send>;
 pub struct Background {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    engine: Engine,
 }
 
 impl Background {
     pub fn start(engine: Engine, opts: BackgroundOptions, invalidate: Invalidator) -> Background {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let kept = engine.clone();
         let thread = std::thread::spawn(move || {
             let mut first = true;
             while !flag.load(Ordering::Relaxed) {
@@ -72,6 +77,7 @@ impl Background {
         Background {
             stop,
             thread: Some(thread),
+            engine: kept,
         }
     }
 
@@ -81,6 +87,7 @@ impl Background {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        self.engine.mirror_jobs().stop();
     }
 }
 
@@ -117,6 +124,9 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, fir
         if let Err(e) = engine.background_compress() {
             log::error!("background compression of old versions: {e}");
         }
+    }
+    if let Some(m) = &opts.mirrors {
+        crate::mirror::tick(engine, m);
     }
     // Snapshots that are due, then retention (for every schedule in the first round: at
     // mount). Each step takes the lock on its own; counting space walks without it.

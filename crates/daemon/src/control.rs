@@ -13,6 +13,17 @@ use scion_fs::scan::ScanListing;
 use scion_fs::treehash::ChunkChange;
 use scion_fs::{Fs, FsError, Inval, Listing};
 
+/// A mirror as `scion mirror status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MirrorRow {
+    pub mirror: scion_fs::records::mirrors::Mirror,
+    /// The snapshot it sends next, and how many wait (that one included).
+    pub next: Option<Vec<u8>>,
+    pub behind: u32,
+    /// What it is doing: `idle`, `sending NAME`, `failed: ... (retrying)`, `not mounted`.
+    pub state: String,
+}
+
 /// An operation. Paths are from the mount root, names separated by `/`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -37,6 +48,13 @@ pub enum Op {
     /// Compresses blocks only snapshots hold, up to `budget` bytes of them, at zstd `level`
     /// (0: the default).
     Compress { budget: u64, level: u8 },
+    /// Adds the mirror of directory `dir` to `target` (an absolute path in another scion
+    /// mount), or changes its `keep_unmirrored`.
+    MirrorSet { dir: Vec<u8>, target: Vec<u8>, keep_unmirrored: bool },
+    /// Removes the mirrors of `dir` (to `target` only, if given).
+    MirrorRemove { dir: Vec<u8>, target: Option<Vec<u8>> },
+    /// Every mirror, with what it must send and how it is doing.
+    MirrorStatus,
     /// Adds the snapshot schedule of a directory, or replaces it.
     ScheduleSet(Schedule),
     /// Removes the schedule of directory `dir` (its snapshots stay).
@@ -121,6 +139,10 @@ pub enum Reply {
     Scrubbed(ScrubReport),
     Repacked(RepackReport),
     Compressed(scion_fs::compress::CompressReport),
+    MirrorSet,
+    /// How many mirrors were removed.
+    MirrorRemoved(u32),
+    Mirrors(Vec<MirrorRow>),
     ScheduleSet,
     /// Whether there was a schedule to remove.
     ScheduleRemoved(bool),
@@ -364,6 +386,22 @@ fn rollback_failure(e: scion_fs::FsError, dir: &[u8], to: &[u8]) -> Failure {
 }
 
 /// `/a/b` for the path `a/b`, as messages show paths.
+/// Every mirror of the store with what it sends next; `state` says what its worker is doing.
+pub fn mirror_rows(fs: &mut Fs, state: &dyn Fn(&scion_fs::records::mirrors::Mirror) -> String) -> Vec<MirrorRow> {
+    let Ok(list) = fs.mirror_list() else { return Vec::new() };
+    list.into_iter()
+        .map(|m| {
+            let (next, behind, gone) = match fs.mirror_next(&m) {
+                Ok(Some(n)) => (Some(n.name), n.behind as u32, false),
+                Ok(None) => (None, 0, false),
+                Err(_) => (None, 0, true),
+            };
+            let state = if gone { format!("/{} is gone", show(&m.dir)) } else { state(&m) };
+            MirrorRow { mirror: m, next, behind, state }
+        })
+        .collect()
+}
+
 pub fn show(p: &[u8]) -> String {
     format!("/{}", String::from_utf8_lossy(p).trim_start_matches('/'))
 }
@@ -438,6 +476,21 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
                 .map_err(Failure::from_fs("compression of old versions".into()))?;
             (Reply::Compressed(r), Vec::new())
         }
+        Op::MirrorSet { dir, target, keep_unmirrored } => {
+            fs.set_mirror(dir, target, *keep_unmirrored)
+                .map_err(Failure::from_fs(format!("mirror of {}", show(dir))))?;
+            (Reply::MirrorSet, Vec::new())
+        }
+        Op::MirrorRemove { dir, target } => {
+            let n = fs
+                .remove_mirror(dir, target.as_deref())
+                .map_err(Failure::from_fs(format!("mirror of {}", show(dir))))?;
+            (Reply::MirrorRemoved(n as u32), Vec::new())
+        }
+        Op::MirrorStatus => (
+            Reply::Mirrors(mirror_rows(fs, &|_| "not mounted: it runs while the store is mounted".into())),
+            Vec::new(),
+        ),
         Op::ScheduleSet(s) => {
             fs.set_schedule(s.clone())
                 .map_err(Failure::from_fs(format!("schedule of {}", show(&s.dir))))?;

@@ -9,13 +9,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 #[derive(Clone)]
 pub struct Engine {
     fs: Arc<Mutex<Fs>>,
+    /// The mirrors' transfers (`mirror.rs`).
+    mirrors: Arc<crate::mirror::Jobs>,
 }
 
 impl Engine {
     pub fn new(fs: Fs) -> Engine {
         Engine {
             fs: Arc::new(Mutex::new(fs)),
+            mirrors: Default::default(),
         }
+    }
+
+    /// The mirrors' transfers under way or failed.
+    pub fn mirror_jobs(&self) -> &crate::mirror::Jobs {
+        &self.mirrors
     }
 
     /// The engine, locked: for operations that need nothing done outside the lock.

@@ -7,6 +7,7 @@
 mod background;
 pub mod control;
 mod engine;
+pub mod mirror;
 pub mod rights;
 pub mod scan_cache;
 pub mod router;

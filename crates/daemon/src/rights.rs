@@ -122,6 +122,10 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             libc::EPERM,
             "send and receive are root's and the store owner's for now",
         )),
+        Op::MirrorSet { .. } | Op::MirrorRemove { .. } | Op::MirrorStatus => Err(Failure::new(
+            libc::EPERM,
+            "mirrors send the store's snapshots to another store as root: root's or the store owner's",
+        )),
         Op::Scrub | Op::Repack { .. } | Op::Compress { .. } => Err(Failure::new(
             libc::EPERM,
             "scrub, repack and compress work on the whole store: root's or the store owner's",

@@ -115,7 +115,17 @@ fn retain(engine: &Engine, s: &Schedule, inval: &mut Vec<Inval>) -> FsResult<()>
         })
         .collect();
     let names: HashMap<u32, &[u8]> = snaps.iter().map(|x| (x.id, x.name.as_slice())).collect();
-    let plan = retention::plan(&input, &s.keep, s.limits, space);
+    let mut plan = retention::plan(&input, &s.keep, s.limits, space);
+    // A mirror's base (the newest snapshot it holds) stays, and with `--keep-unmirrored`
+    // what it has not been sent yet.
+    let protected = engine.lock().mirror_protected(&s.dir).unwrap_or_default();
+    plan.retain(|(id, reason)| {
+        let keep = protected.contains(names[id]);
+        if keep {
+            log::info!("schedule of /{}: snapshot {} kept for its mirror ({reason} otherwise)", show(&s.dir), show(names[id]));
+        }
+        !keep
+    });
     // What stays only because space is plentiful is space the host can have back.
     let kept = retention::kept(&input, &s.keep);
     let reclaimable: u64 = input

@@ -203,6 +203,11 @@ fn run(
             let what = format!("repack of {}", crate::control::show(path));
             Ok(Reply::Repacked(engine.repack(path, *budget).map_err(Failure::from_fs(what))?))
         }
+        // With what the worker is doing.
+        Op::MirrorStatus => {
+            let mut fs = engine.lock();
+            Ok(Reply::Mirrors(crate::control::mirror_rows(&mut fs, &|m| engine.mirror_jobs().state(m))))
+        }
         // Compresses without the engine lock.
         Op::Compress { budget, level } => Ok(Reply::Compressed(
             engine

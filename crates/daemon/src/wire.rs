@@ -29,7 +29,7 @@ use crate::scan_cache::{ScanResult, MAX_COMMAND};
 use scion_fs::diff::{Change, Difference};
 use scion_fs::scan::{ContentKey, ScanListing};
 use scion_fs::treehash::ChunkChange;
-use scion_fs::records::schedules;
+use scion_fs::records::{mirrors, schedules};
 use scion_fs::repack::RepackReport;
 use scion_fs::restore::RestoreReport;
 use scion_fs::schedule::ScheduleRow;
@@ -123,6 +123,15 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         }
         Op::Compress { budget, level } => {
             w.u8(23).u64(*budget).u8(*level);
+        }
+        Op::MirrorSet { dir, target, keep_unmirrored } => {
+            w.u8(24).bytes(dir).bytes(target).u8(*keep_unmirrored as u8);
+        }
+        Op::MirrorRemove { dir, target } => {
+            w.u8(25).bytes(dir).u8(target.is_some() as u8).bytes(target.as_deref().unwrap_or_default());
+        }
+        Op::MirrorStatus => {
+            w.u8(26);
         }
         Op::ScheduleSet(s) => {
             w.u8(8).bytes(&schedules::encode_payload(std::slice::from_ref(s)));
@@ -254,6 +263,21 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             budget: r.u64().map_err(bad)?,
             level: r.u8().map_err(bad)?,
         },
+        24 => Op::MirrorSet {
+            dir: r.bytes().map_err(bad)?.to_vec(),
+            target: r.bytes().map_err(bad)?.to_vec(),
+            keep_unmirrored: r.u8().map_err(bad)? != 0,
+        },
+        25 => {
+            let dir = r.bytes().map_err(bad)?.to_vec();
+            let has = r.u8().map_err(bad)? != 0;
+            let target = r.bytes().map_err(bad)?.to_vec();
+            Op::MirrorRemove {
+                dir,
+                target: has.then_some(target),
+            }
+        }
+        26 => Op::MirrorStatus,
         8 => match schedules::decode_payload(r.bytes().map_err(bad)?)
             .map_err(bad)?
             .as_slice()
@@ -635,6 +659,22 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             }
             w.u32(n).raw(&body.finish());
         }
+        Reply::MirrorSet => {
+            w.u8(23);
+        }
+        Reply::MirrorRemoved(n) => {
+            w.u8(24).u32(*n);
+        }
+        Reply::Mirrors(rows) => {
+            w.u8(25).u32(rows.len() as u32);
+            for row in rows {
+                w.bytes(&mirrors::encode_payload(std::slice::from_ref(&row.mirror)))
+                    .u32(row.behind)
+                    .u8(row.next.is_some() as u8)
+                    .bytes(row.next.as_deref().unwrap_or_default())
+                    .bytes(row.state.as_bytes());
+            }
+        }
         Reply::Compressed(r) => {
             w.u8(22)
                 .u64(r.candidates)
@@ -842,6 +882,27 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     s.damage.push((p, e));
                 }
                 Reply::Scrubbed(s)
+            }
+            23 => Reply::MirrorSet,
+            24 => Reply::MirrorRemoved(r.u32().map_err(bad)?),
+            25 => {
+                let n = r.count(4 + 4 + 1 + 4 + 4).map_err(bad)?;
+                let mut rows = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let [mirror] = <[_; 1]>::try_from(mirrors::decode_payload(r.bytes().map_err(bad)?).map_err(bad)?)
+                        .map_err(|_| "a mirror row holds one mirror".to_string())?;
+                    let behind = r.u32().map_err(bad)?;
+                    let has = r.u8().map_err(bad)? != 0;
+                    let next = r.bytes().map_err(bad)?.to_vec();
+                    let state = String::from_utf8_lossy(r.bytes().map_err(bad)?).into_owned();
+                    rows.push(crate::control::MirrorRow {
+                        mirror,
+                        next: has.then_some(next),
+                        behind,
+                        state,
+                    });
+                }
+                Reply::Mirrors(rows)
             }
             22 => Reply::Compressed(scion_fs::compress::CompressReport {
                 candidates: r.u64().map_err(bad)?,

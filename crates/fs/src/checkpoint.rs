@@ -252,6 +252,10 @@ impl Fs {
             log::error!("snapshot schedules not run: {e}");
             e.to_string()
         });
+        fs.vol.mirrors = crate::records::mirrors::load(&fs.vol.host, &fs.vol.dir).map_err(|e| {
+            log::error!("mirrors not run: {e}");
+            e.to_string()
+        });
         // Everything into the trees: the nodes are dropped below.
         fs.checkpoint_with(Fold::All)?;
         // The store is format 4 now: files of the one-per-generation journals (format 3 and

@@ -22,6 +22,7 @@ pub mod delta;
 pub mod diff;
 mod error;
 pub mod failpoint;
+pub mod mirror;
 mod flush;
 mod fs;
 pub mod journal;

@@ -47,6 +47,9 @@ pub(crate) struct Volume {
     /// The store's snapshot schedules (`STORE/schedules`), or why they could not be read:
     /// then none run and none may be changed, so nothing overwrites what is there.
     pub(crate) schedules: Result<crate::records::schedules::Stored, String>,
+    /// The store's mirrors (`STORE/mirrors`), or why they could not be read (then none runs
+    /// and none may be changed).
+    pub(crate) mirrors: Result<crate::records::mirrors::Stored, String>,
     /// Page sums of data blocks written (or taken up by an overlay) since the last
     /// checkpoint, by block address: what the checkpoint stores beside each block it puts in
     /// a content tree, and what reads of a few pages of such a block verify. Lost in a crash
@@ -80,6 +83,7 @@ impl Volume {
             pins: Default::default(),
             failed: None,
             schedules: Ok(Default::default()),
+            mirrors: Ok(Default::default()),
             fresh_sums: Default::default(),
         }
     }

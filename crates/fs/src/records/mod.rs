@@ -10,6 +10,7 @@
 //! | journal file: header, frames, MORE flag | `crate::journal` | `journal_file` |
 //! | patch list of a chunk (copy-on-abundant-write) | `crate::delta` | `chunk_patches` |
 //! | schedules file (`STORE/schedules`) | `records::schedules` | `schedules_file` |
+//! | mirrors file (`STORE/mirrors`) | `records::mirrors` | `schedules_file` (its second half) |
 //!
 //! (Block framing, superblock and tree nodes are the lower layers': `scion-store` and
 //! `scion-tree`, fuzzed as `pack_block`, `superblock`, `tree_node` and `ref_table`.)
@@ -18,4 +19,6 @@ pub mod checkpoint;
 pub mod inode;
 pub mod journal;
 pub mod namespace;
+pub mod mirrors;
 pub mod schedules;
+pub mod slots;
