@@ -48,7 +48,8 @@ pub fn add(dir: PathBuf, to: PathBuf, keep_unmirrored: bool, store: Option<PathB
 }
 
 pub fn remove(dir: PathBuf, to: Option<PathBuf>, store: Option<PathBuf>) -> Result<bool, String> {
-    let at = locate(&dir, false, &store)?;
+    // The directory may be gone (its mirror then has nothing to send, but stays listed).
+    let at = locate(&dir, store.is_some() || dir.symlink_metadata().is_ok(), &store)?;
     let target = to.map(|t| target_path(&t, false)).transpose()?;
     let Reply::MirrorRemoved(n) = call(&at, &Op::MirrorRemove { dir: store_path(&at), target })? else {
         return Err("the daemon answered something else".into());
@@ -152,8 +153,12 @@ pub fn send_one(snapshot: PathBuf, base: Option<PathBuf>, to: PathBuf) -> Result
     }
     let mut sender = send.stdout(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
     let pipe = sender.stdout.take().expect("piped");
-    let received = receive.stdin(Stdio::from(pipe)).status().map_err(|e| e.to_string())?;
+    let received = receive.stdin(Stdio::from(pipe)).status().map_err(|e| e.to_string());
+    // Our end of the pipe goes with the command: a sender whose receiver died then gets
+    // EPIPE instead of waiting for ever on a full pipe.
+    drop(receive);
     let sent = sender.wait().map_err(|e| e.to_string())?;
+    let received = received?;
     if !received.success() {
         return Err(format!("receive of {} failed ({received}; send: {sent})", dst.display()));
     }

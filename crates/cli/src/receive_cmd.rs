@@ -161,6 +161,16 @@ fn open_stream(input: &Option<PathBuf>) -> Result<StreamReader<Box<dyn Read>>, S
 
 /// `--abort`: removes a kept partial tree; `--resume`: goes on building it.
 fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: PathBuf, rel: Vec<u8>) -> Result<(), String> {
+    if a.abort && path.symlink_metadata().is_ok() && !has_kept_mark(&path) {
+        // A receive that died without saying where it stopped (its daemon went away): the
+        // tree is a clone of its base, or a plain directory for a full stream.
+        let clone = call(&at, &Op::Destroy(Target::Path(rel.clone()))).is_ok();
+        if !clone {
+            std::fs::remove_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        eprintln!("scion receive: removed {}", path.display());
+        return Ok(());
+    }
     let kept = crate::meta::xattrs(&path)
         .map_err(|e| format!("{}: {e} (no receive of {} stopped short here)", path.display(), a.dir.display()))?
         .into_iter()
@@ -188,6 +198,10 @@ fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: 
     let _ = mnt;
     let base = (!base_rel.is_empty()).then(|| base_rel.clone());
     build(&a, &staging, base, frames, root, (name, base_rel), &dst)
+}
+
+fn has_kept_mark(path: &Path) -> bool {
+    crate::meta::xattrs(path).is_ok_and(|x| x.iter().any(|(k, _)| k == KEPT))
 }
 
 /// Applies the frames, checks the end and the tree, puts it in place and snapshots it. What
