@@ -181,3 +181,45 @@ fn space_thresholds_on_a_host_running_short() {
     assert_eq!(left[0].1, T0 + 6 * 60);
     engine.close().unwrap();
 }
+
+#[test]
+fn retention_keeps_a_mirrors_base_and_with_keep_unmirrored_what_it_has_not_sent() {
+    let sim = new_store();
+    let engine = open(&sim);
+    {
+        let mut fs = engine.lock();
+        let root = fs.root();
+        fs.mknod(root, b"w", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap();
+        fs.set_schedule(schedule(b"w", 60, "last=2", Thresholds::default())).unwrap();
+        // No transfer runs here (no mount): the mirror stays where the test puts it.
+        fs.set_mirror(b"w", b"/backup/w", false).unwrap();
+    }
+    for m in 0..3 {
+        scheduler::run(&engine, T0 + m * 60, m == 0);
+    }
+    // The oldest still here is what the mirror holds.
+    let first = scheduled(&engine, b"w")[0].0.clone();
+    engine.lock().mirror_arrived(b"w", b"/backup/w", &first, T0 + 60).unwrap();
+    for m in 3..8 {
+        scheduler::run(&engine, T0 + m * 60, false);
+    }
+    // last=2 keeps the newest two; the mirror's base stays too.
+    let s: Vec<Vec<u8>> = scheduled(&engine, b"w").into_iter().map(|x| x.0).collect();
+    assert_eq!(s.len(), 3, "{s:?}");
+    assert_eq!(s[0], first);
+
+    // With --keep-unmirrored, nothing after the base goes until it is sent.
+    engine.lock().set_mirror(b"w", b"/backup/w", true).unwrap();
+    for m in 8..12 {
+        scheduler::run(&engine, T0 + m * 60, false);
+    }
+    assert_eq!(scheduled(&engine, b"w").len(), 3 + 4);
+    // Sent up to the newest: the policy applies again (the base stays).
+    let newest = scheduled(&engine, b"w").last().unwrap().0.clone();
+    engine.lock().mirror_arrived(b"w", b"/backup/w", &newest, T0 + 11 * 60).unwrap();
+    scheduler::run(&engine, T0 + 12 * 60, false);
+    let s: Vec<Vec<u8>> = scheduled(&engine, b"w").into_iter().map(|x| x.0).collect();
+    assert_eq!(s.len(), 2, "{s:?}");
+    assert!(s.contains(&newest));
+    engine.close().unwrap();
+}

@@ -32,6 +32,20 @@ fn ops() -> Vec<Op> {
         },
         Op::Scrub,
         Op::Compress { budget: 1 << 30, level: 19 },
+        Op::MirrorSet {
+            dir: b"home/ann".to_vec(),
+            target: b"/mnt/backup/ann".to_vec(),
+            keep_unmirrored: true,
+        },
+        Op::MirrorRemove {
+            dir: b"home/ann".to_vec(),
+            target: None,
+        },
+        Op::MirrorRemove {
+            dir: Vec::new(),
+            target: Some(b"/b".to_vec()),
+        },
+        Op::MirrorStatus,
         Op::Repack {
             path: b"r".to_vec(),
             budget: 1 << 30,
@@ -156,6 +170,20 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         wire::encode_reply(&Reply::Listing(vec![listing.clone(), listing])),
         wire::encode_reply(&Reply::Scrubbed(scrub)),
         wire::encode_reply(&Reply::Repacked(repack)),
+        wire::encode_reply(&Reply::MirrorSet),
+        wire::encode_reply(&Reply::MirrorRemoved(2)),
+        wire::encode_reply(&Reply::Mirrors(vec![scion_daemon::control::MirrorRow {
+            mirror: scion_fs::records::mirrors::Mirror {
+                dir: b"home/ann".to_vec(),
+                target: b"/mnt/backup/ann".to_vec(),
+                keep_unmirrored: false,
+                last: Some(b"2026-11-24T201502Z".to_vec()),
+                last_time: 1_795_551_302,
+            },
+            next: Some(b"2026-11-24T203002Z".to_vec()),
+            behind: 3,
+            state: "sending 2026-11-24T203002Z (an increment)".into(),
+        }])),
         wire::encode_reply(&Reply::Compressed(scion_fs::compress::CompressReport {
             candidates: 9,
             compressed: 5,

@@ -32,6 +32,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("schedules_file", schedules_file),
     ("scan_cache", scan_cache),
     ("send_stream", send_stream),
+    ("mirrors_file", mirrors_file),
 ];
 
 fn fix_up(data: &[u8]) -> bool {
@@ -332,6 +333,19 @@ pub fn schedules_file(data: &[u8]) {
             schedules::decode_payload(&schedules::encode_payload(&list)).ok(),
             Some(list)
         );
+    }
+}
+
+/// The mirrors file (`STORE/mirrors`): what decodes re-encodes to the same mirrors, as a
+/// file and as a payload.
+pub fn mirrors_file(data: &[u8]) {
+    use scion_fs::records::mirrors;
+    if let Ok(stored) = mirrors::decode_file(data) {
+        let again = mirrors::decode_payload(&mirrors::encode_payload(&stored.mirrors)).expect("re-encoded mirrors decode");
+        assert_eq!(again, stored.mirrors, "the mirrors change through encoding");
+    }
+    if let Ok(list) = mirrors::decode_payload(data) {
+        assert_eq!(mirrors::decode_payload(&mirrors::encode_payload(&list)).ok(), Some(list));
     }
 }
 
