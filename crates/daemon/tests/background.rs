@@ -20,6 +20,7 @@ fn the_worker_syncs_and_checkpoints_on_its_own() {
         repack: false,
         schedules: false,
         compress_old: false,
+        mirrors: None,
     };
     let bg = Background::start(engine.clone(), opts, Box::new(|_| {}));
     // Four writers at once, whole chunks and partial ones, through the write-ahead protocol.

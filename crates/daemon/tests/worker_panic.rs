@@ -18,6 +18,7 @@ fn a_panic_in_the_worker_fails_the_volume() {
         repack: false,
         schedules: false,
         compress_old: false,
+        mirrors: None,
     };
     {
         let mut fs = engine.lock();
