@@ -6,7 +6,6 @@ transfer goes on (or starts again) and arrives; status (table and --json), remov
 
 import json
 import os
-import time
 
 import pytest
 
@@ -38,15 +37,6 @@ def status(m):
     return [json.loads(x) for x in r.stdout.splitlines()]
 
 
-def wait_for(cond, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def big(path, mib, seed):
     with open(path, "wb") as h:
         for i in range(mib):
@@ -69,7 +59,7 @@ def test_mirror_sends_snapshots_and_survives_sigkill_of_either_daemon(scion_moun
     r = a.run("mirror", "add", d, "--to", t)
     assert r.returncode == 0, r.describe()
     # The newest snapshot, whole; not the older one.
-    wait_for(lambda: status(a)[0]["last"] == "s1", "s1 on the mirror")
+    a._wait(lambda: status(a)[0]["last"] == "s1", 60, "s1 on the mirror")
     assert sorted(os.listdir(t)) == ["s1"]
     assert tree(f"{t}/s1") == tree(f"{d}/.snapshot/s1")
     assert os.listdir(f"{t}/s1/.snapshot") == ["s1"]
@@ -77,10 +67,10 @@ def test_mirror_sends_snapshots_and_survives_sigkill_of_either_daemon(scion_moun
     # The source's daemon killed while s2 is on its way.
     big(f"{d}/big", 192, 1)
     assert a.run("snapshot", "--name", "s2", d).returncode == 0
-    wait_for(lambda: os.path.exists(f"{t}/.s2.scion-receive") or os.path.exists(f"{t}/s2"), "s2 under way")
+    a._wait(lambda: os.path.exists(f"{t}/.s2.scion-receive") or os.path.exists(f"{t}/s2"), 60, "s2 under way")
     a.kill9()
     a.mount()
-    wait_for(lambda: status(a)[0]["last"] == "s2", "s2 on the mirror after a remount")
+    a._wait(lambda: status(a)[0]["last"] == "s2", 60, "s2 on the mirror after a remount")
     assert tree(f"{t}/s2") == tree(f"{d}/.snapshot/s2")
     # (Whether it went on from where it stopped or started again depends on where the kill
     # fell; either way it arrived whole. Shown for the record.)
@@ -93,10 +83,10 @@ def test_mirror_sends_snapshots_and_survives_sigkill_of_either_daemon(scion_moun
     big(f"{d}/big2", 192, 2)
     os.unlink(f"{d}/sub/f5")
     assert a.run("snapshot", "--name", "s3", d).returncode == 0
-    wait_for(lambda: os.path.exists(f"{t}/.s3.scion-receive") or os.path.exists(f"{t}/s3"), "s3 under way")
+    a._wait(lambda: os.path.exists(f"{t}/.s3.scion-receive") or os.path.exists(f"{t}/s3"), 60, "s3 under way")
     b.kill9()
     b.mount()
-    wait_for(lambda: status(a)[0]["last"] == "s3", "s3 on the mirror after the target's remount", 90)
+    a._wait(lambda: status(a)[0]["last"] == "s3", 90, "s3 on the mirror after the target's remount")
     assert tree(f"{t}/s3") == tree(f"{d}/.snapshot/s3")
     assert not [n for n in os.listdir(t) if n.startswith(".")], os.listdir(t)
     row = status(a)[0]

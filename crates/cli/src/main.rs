@@ -1,6 +1,7 @@
 //! The `scion` command line: thin wrappers over scion-fs and scion-fuse.
 
 mod control;
+mod fstab;
 mod mount;
 mod meta;
 mod mirror_cmd;
@@ -474,7 +475,7 @@ enum SnapshotCmd {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(fstab::args(std::env::args_os().collect()));
     let default_log = if matches!(cli.cmd, Cmd::Mount { .. }) {
         "info"
     } else {
