@@ -37,8 +37,10 @@ const MAX_DEPTH: usize = 2048;
 /// Work kept between hashes (clones and snapshots share most of it).
 #[derive(Default)]
 pub struct HashMemo {
-    /// A directory's tree hash (and namespace, when links or clones lie below) -> its hash.
-    dirs: HashMap<([u8; 32], u32), TreeHash>,
+    /// A directory's content tree hash and the hash of its own metadata (which lives in its
+    /// parent's entry, not in its content tree: two directories with the same entries may
+    /// differ in mode or mtime) -> its hash.
+    dirs: HashMap<([u8; 32], [u8; 32]), TreeHash>,
     /// A content tree's root hash and the file's size -> the file's chunk-list hash.
     contents: HashMap<([u8; 32], u64), TreeHash>,
 }
@@ -163,7 +165,7 @@ impl Fs {
         };
         let mut h = blake3::Hasher::new();
         match i.kind {
-            Kind::Dir => return self.dir_hash(ino, &i, ns, overlays, path, w, depth),
+            Kind::Dir => return self.dir_hash(ino, &i, overlays, path, w, depth),
             Kind::File => {
                 if i.nlink > 1 {
                     w.links.entry((ns, i.oid)).or_default().push(path.clone());
@@ -195,21 +197,22 @@ impl Fs {
         &mut self,
         d: Ino,
         i: &Inode,
-        ns: u32,
         overlays: bool,
         path: &mut Vec<u8>,
         w: &mut Walk,
         depth: usize,
     ) -> FsResult<TreeHash> {
         // A directory with no hard links or clones below hashes the same wherever its tree
-        // is (its files' paths do not enter its hash).
+        // is (its files' paths do not enter its hash), given the same metadata of its own.
         let key = match (&i.content, overlays) {
-            (Some(c), false) if !self.shares_below(i)? => Some((c.hash, 0)),
-            (Some(c), false) => Some((c.hash, ns)),
+            (Some(c), false) if !self.shares_below(i)? => {
+                let mut m = blake3::Hasher::new();
+                meta(&mut m, i);
+                Some((c.hash, *m.finalize().as_bytes()))
+            }
             _ => None,
         };
-        let memo_ok = key.is_some_and(|(_, n)| n == 0);
-        if let Some(h) = key.filter(|_| memo_ok).and_then(|k| w.memo.dirs.get(&k)) {
+        if let Some(h) = key.and_then(|k| w.memo.dirs.get(&k)) {
             return Ok(*h);
         }
         let mut h = blake3::Hasher::new();
@@ -233,7 +236,7 @@ impl Fs {
             h.update(&r?);
         }
         let out = *h.finalize().as_bytes();
-        if let Some(k) = key.filter(|_| memo_ok) {
+        if let Some(k) = key {
             w.memo.dirs.insert(k, out);
         }
         Ok(out)

@@ -193,3 +193,33 @@ fn inode_of(fs: &mut Fs, dir: Ino, name: &str) -> scion_fs::inode::Inode {
     let f = lookup(fs, dir, name).unwrap();
     fs.file_record(f).unwrap()
 }
+
+/// The engine's memo is shared by every hash it computes (a send hashes the new tree, then
+/// its base). Two directories with the same entries but their own mode or mtime differing
+/// (the live `tmp` after `rsync -a`, and a snapshot's) must not share a memo entry: the
+/// snapshot hashed after the live tree once got the live directory's hash, and a receiver
+/// holding an identical copy of the base refused the increment.
+#[test]
+fn a_shared_memo_keeps_directories_apart_that_differ_only_in_their_own_metadata() {
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let top = fs.mknod(root, b"top", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let sub = fs.mknod(top, b"tmp", Kind::Dir, 0o1777, 0, 0, 0, 0, &[]).unwrap().ino;
+    fs.mknod(sub, b"inner", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap();
+    file(&mut fs, top, "f", b"bytes", 0);
+    for d in [sub, top] {
+        fs.setattr(d, SetAttr { mtime: ts(1), ..Default::default() }).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    fs.snapshot(top, b"s", b"/top").unwrap();
+    let snap = fs.resolve_path(b"top/.snapshot/s").unwrap();
+    let fresh = hash(&mut fs, snap);
+    // Only the live tmp's own mtime changes (its entries, hence its content tree, do not).
+    fs.setattr(sub, SetAttr { mtime: ts(2), ..Default::default() }).unwrap();
+    fs.checkpoint().unwrap();
+    let live = fs.content_hash_of(top).unwrap();
+    let memoized = fs.content_hash_of(snap).unwrap();
+    assert_eq!(memoized, fresh, "the snapshot's hash depends on what was hashed before");
+    assert_ne!(live, memoized);
+    fs.close().unwrap();
+}
