@@ -366,6 +366,16 @@ enum Cmd {
         #[command(subcommand)]
         cmd: MirrorCmd,
     },
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell) for
+    /// scion: `scion completions bash > /etc/bash_completion.d/scion`.
+    Completions {
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages of scion and of each of its commands (scion.1, scion-mount.1, ...)
+    /// into DIR, made from the same definitions as --help.
+    Man {
+        dir: PathBuf,
+    },
     /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
     List {
         /// Any path in the mount (default: the current directory).
@@ -472,6 +482,29 @@ enum SnapshotCmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
+}
+
+/// `scion man DIR`: a page per command, named as git's are (`scion-snapshot-schedule.1`).
+fn man_pages(dir: &std::path::Path) -> Result<(), String> {
+    fn write(cmd: clap::Command, name: String, dir: &std::path::Path, n: &mut usize) -> Result<(), String> {
+        let cmd = cmd.name(name.clone());
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(cmd.clone()).render(&mut out).map_err(|e| e.to_string())?;
+        std::fs::write(&path, out).map_err(|e| format!("{}: {e}", path.display()))?;
+        *n += 1;
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            write(sub.clone(), format!("{name}-{}", sub.get_name()), dir, n)?;
+        }
+        Ok(())
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut n = 0;
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    cmd.build();
+    write(cmd, "scion".into(), dir, &mut n)?;
+    println!("{n} man pages in {}", dir.display());
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -695,6 +728,11 @@ fn main() -> ExitCode {
             }
         },
         Cmd::List { path, store, json } => tree_cmds::list(path, store, json),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "scion", &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Man { dir } => man_pages(&dir),
         Cmd::Mirror { cmd } => match cmd {
             MirrorCmd::Add { dir, to, keep_unmirrored, store } => mirror_cmd::add(dir, to, keep_unmirrored, store),
             MirrorCmd::Remove { dir, to, store } => match mirror_cmd::remove(dir, to, store) {
