@@ -80,7 +80,15 @@ def test_old_versions_compress_and_read_back(scion_mount):
     m.check()
     r = m.run("check", m.store)
     assert "blocks of old versions kept compressed" in r.stdout, r.stdout
+    r = m.run("check", "--json", m.store)
+    rep = json.loads(r.stdout)
+    assert r.returncode == 0 and rep["clean"] and rep["compressed_blocks"] >= 26, r.describe()
+    # Five files live and five in the snapshot.
+    assert rep["problems"] == [] and rep["files"] == 10, rep
     m.mount()
+    r = m.run("scrub", "--json", m.mnt)
+    rep = json.loads(r.stdout)
+    assert r.returncode == 0 and rep["damaged_total"] == 0 and rep["blocks"] > 26, r.describe()
     for n, data in old.items():
         assert read(f"{d}/.snapshot/s1/{n}") == data, n
     # The live tree takes the snapshot's (compressed) blocks back: still the same bytes.

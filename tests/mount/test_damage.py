@@ -4,6 +4,7 @@ itemises it and `scion scrub` names the damaged file, mounted or not. A dead dae
 
 import errno
 import glob
+import json
 import os
 
 import pytest
@@ -42,6 +43,10 @@ def test_rotten_block_gives_eio_not_a_crash(scion_mount):
     # ... and through the daemon of a mounted one.
     r = m.run("scrub", m.mnt)
     assert r.returncode == 1 and "/victim" in r.stderr, r.describe()
+    r = m.run("scrub", "--json", m.mnt)
+    rep = json.loads(r.stdout)
+    assert r.returncode == 1 and rep["damaged_total"] >= 1, r.describe()
+    assert {d["path"] for d in rep["damage"]} == {"/victim"}, rep
     with open(good, "rb") as f:
         assert f.read() == b"still fine"
     with pytest.raises(OSError) as e:

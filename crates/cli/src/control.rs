@@ -112,6 +112,34 @@ fn kind_name(l: &scion_fs::Listing) -> &'static str {
     }
 }
 
+/// `scion check --json`: the report as one object.
+pub fn check_json(r: &scion_fs::check::Report) -> serde_json::Value {
+    serde_json::json!({
+        "clean": r.is_clean(),
+        "generation": r.generation,
+        "namespaces": r.namespaces,
+        "dirs": r.dirs,
+        "files": r.files,
+        "symlinks": r.symlinks,
+        "specials": r.specials,
+        "hardlinked": r.hardlinked,
+        "file_bytes": r.file_bytes,
+        "blocks": r.blocks,
+        "block_bytes": r.block_bytes,
+        "shared_blocks": r.shared_blocks,
+        "patched_chunks": r.patched_chunks,
+        "patch_bytes": r.patch_bytes,
+        "inline_files": r.inline_files,
+        "inline_bytes": r.inline_bytes,
+        "compressed_blocks": r.relocated_blocks,
+        "compressed_bytes": r.relocated_bytes,
+        "journal_records": r.journal_records,
+        "journal_tail": r.journal_tail,
+        "unnamed_tail_bytes": r.unnamed_tail_bytes,
+        "problems": r.problems,
+    })
+}
+
 /// RFC 3339 UTC, as `--json` prints times.
 pub fn rfc3339(sec: i64) -> String {
     utc_with(sec, |y, mo, d, h, mi, s| {

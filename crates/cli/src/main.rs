@@ -61,6 +61,9 @@ enum Cmd {
     Check {
         /// The store's directory (not mounted: check takes the store's lock).
         store: PathBuf,
+        /// The report as one JSON object (documented in the README).
+        #[arg(long)]
+        json: bool,
     },
     /// Clone a directory: a writable copy, as if by `cp -a`, made in constant time.
     Clone {
@@ -110,6 +113,10 @@ enum Cmd {
         /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
+        /// The report as one JSON object: {"blocks", "bytes", "damaged_total", "damage":
+        /// [{"path", "error"}]}.
+        #[arg(long)]
+        json: bool,
     },
     /// Rewrite scattered files below a directory back to back (blocks shared with clones and
     /// snapshots stay where they are); the daemon also does it by itself when idle.
@@ -746,17 +753,22 @@ fn main() -> ExitCode {
             MirrorCmd::Status { path, json, store } => mirror_cmd::status(path, json, store),
             MirrorCmd::SendOne { snapshot, to, base } => mirror_cmd::send_one(snapshot, base, to),
         },
-        Cmd::Scrub { path, store } => match tree_cmds::scrub(path, store) {
-            Ok(()) => Ok(()),
+        Cmd::Scrub { path, store, json } => match tree_cmds::scrub(path, store, json) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
             Err(e) if e.contains("damaged") => {
                 eprint!("{e}");
                 return ExitCode::from(1);
             }
             Err(e) => Err(e),
         },
-        Cmd::Check { store } => match scion_fs::check::check(&scion_store::os_host(), &store) {
+        Cmd::Check { store, json } => match scion_fs::check::check(&scion_store::os_host(), &store) {
             Ok(rep) => {
-                print!("{rep}");
+                if json {
+                    println!("{}", control::check_json(&rep));
+                } else {
+                    print!("{rep}");
+                }
                 if rep.is_clean() {
                     Ok(())
                 } else {

@@ -348,7 +348,8 @@ pub fn list(path: Option<PathBuf>, store: Option<PathBuf>, json: bool) -> Result
     Ok(())
 }
 
-pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
+/// `scion scrub`: true if nothing was damaged (the text report of damage is an `Err`).
+pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>, json: bool) -> Result<bool, String> {
     let at = match (&store, path) {
         (Some(s), _) => Located {
             store: s.clone(),
@@ -358,7 +359,20 @@ pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String
         },
         (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
     };
-    run(&at, Op::Scrub)
+    if !json {
+        return run(&at, Op::Scrub).map(|()| true);
+    }
+    let scion_daemon::control::Reply::Scrubbed(rep) = call(&at, &Op::Scrub)? else {
+        return Err("the daemon answered something else".into());
+    };
+    let v = serde_json::json!({
+        "blocks": rep.blocks,
+        "bytes": rep.bytes,
+        "damaged_total": rep.damaged_total,
+        "damage": rep.damage.iter().map(|(p, e)| serde_json::json!({"path": p, "error": e})).collect::<Vec<_>>(),
+    });
+    println!("{v}");
+    Ok(rep.damaged_total == 0)
 }
 
 pub fn repack(path: Option<PathBuf>, store: Option<PathBuf>, budget: u64) -> Result<(), String> {
