@@ -9,6 +9,7 @@ mod receive_cmd;
 mod run_cmd;
 mod scan_cmd;
 mod send_cmd;
+mod status_cmd;
 mod tree_cmds;
 
 use clap::{Parser, Subcommand};
@@ -373,6 +374,23 @@ enum Cmd {
         #[command(subcommand)]
         cmd: MirrorCmd,
     },
+    /// The state of each scion mount (or of the one PATH is in, or of an unmounted store):
+    /// store, daemon pid and uptime, space (host free, packs, what only snapshots hold, old
+    /// versions compressed), clones, snapshots, schedules, mirrors, the last checkpoint, the
+    /// journal, background work, and whether the store failed. Exit 0; 2 if one could not be
+    /// asked.
+    Status {
+        path: Option<PathBuf>,
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// One JSON object per store: {"mountpoint", "store", "pid", "uptime_s", "host_total",
+        /// "host_free", "pack_bytes", "snapshots_only_bytes", "compressed_blocks",
+        /// "compressed_bytes", "clones", "snapshots", "schedules", "mirrors",
+        /// "mirrors_failing", "generation", "checkpoint_age_s", "journal_bytes",
+        /// "dirty_bytes", "unpunched_blocks", "repack_age_s", "compress_age_s", "failed"}.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell) for
     /// scion: `scion completions bash > /etc/bash_completion.d/scion`.
     Completions {
@@ -735,6 +753,7 @@ fn main() -> ExitCode {
             }
         },
         Cmd::List { path, store, json } => tree_cmds::list(path, store, json),
+        Cmd::Status { path, store, json } => status_cmd::status(path, store, json),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "scion", &mut std::io::stdout());
             Ok(())

@@ -22,7 +22,7 @@ pub(crate) struct Located {
 /// Scion mounts: (mount point, store, device), from the kernel's mount table. The store is
 /// what the mount *claims* (any FUSE filesystem may call itself `scion:STORE`): `run` asks
 /// the store's daemon to confirm the device before trusting it.
-fn scion_mounts() -> Vec<(PathBuf, PathBuf, String)> {
+pub(crate) fn scion_mounts() -> Vec<(PathBuf, PathBuf, String)> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let unescape = |s: &str| s.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\");
     let mut out = Vec::new();
@@ -87,6 +87,17 @@ pub(crate) fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Resu
         mnt: Some(mp),
         device,
     })
+}
+
+impl Located {
+    /// An unmounted store (what --store names).
+    pub(crate) fn unmounted(store: PathBuf) -> Located {
+        Located { store, rel: Vec::new(), mnt: None, device: String::new() }
+    }
+    /// The root of a mount from the mount table.
+    pub(crate) fn mount_root(mnt: PathBuf, store: PathBuf, device: String) -> Located {
+        Located { store, rel: Vec::new(), mnt: Some(mnt), device }
+    }
 }
 
 fn run(at: &Located, op: Op) -> Result<(), String> {

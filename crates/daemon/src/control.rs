@@ -13,6 +13,43 @@ use scion_fs::scan::ScanListing;
 use scion_fs::treehash::ChunkChange;
 use scion_fs::{Fs, FsError, Inval, Listing};
 
+/// What `scion status` shows of a store.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    pub facts: scion_fs::status::StatusFacts,
+    pub store: Vec<u8>,
+    /// The daemon serving the mount, and seconds since it mounted (0 and 0: not mounted).
+    pub pid: u32,
+    pub uptime_s: u64,
+    /// The host filesystem under the store, as `df` on the mount shows it.
+    pub host_total: u64,
+    pub host_free: u64,
+    pub clones: u64,
+    pub snapshots: u64,
+    /// Bytes only snapshots hold: what destroying every snapshot would give back.
+    pub snapshots_only: u64,
+    /// Mirrors whose last transfer failed.
+    pub mirrors_failing: u64,
+}
+
+/// `Status` from the engine, and its listing (which counts space without the engine lock
+/// when the daemon asks).
+pub fn status(fs: &Fs, rows: &[Listing]) -> Status {
+    let st = fs.statfs();
+    let bs = u64::from(st.bsize);
+    let snaps = rows.iter().filter(|l| l.kind == scion_fs::NsKind::Snapshot);
+    Status {
+        facts: fs.status_facts(),
+        store: fs.store_dir().as_os_str().as_encoded_bytes().to_vec(),
+        host_total: st.blocks * bs,
+        host_free: st.bavail * bs,
+        clones: rows.iter().filter(|l| l.kind == scion_fs::NsKind::Clone).count() as u64,
+        snapshots: snaps.clone().count() as u64,
+        snapshots_only: snaps.map(|l| l.exclusive).sum(),
+        ..Default::default()
+    }
+}
+
 /// A mirror as `scion mirror status` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MirrorRow {
@@ -55,6 +92,8 @@ pub enum Op {
     MirrorRemove { dir: Vec<u8>, target: Option<Vec<u8>> },
     /// Every mirror, with what it must send and how it is doing.
     MirrorStatus,
+    /// The store's state: daemon, space, commit state, background work, failures.
+    Status,
     /// Adds the snapshot schedule of a directory, or replaces it.
     ScheduleSet(Schedule),
     /// Removes the schedule of directory `dir` (its snapshots stay).
@@ -143,6 +182,7 @@ pub enum Reply {
     /// How many mirrors were removed.
     MirrorRemoved(u32),
     Mirrors(Vec<MirrorRow>),
+    Status(Box<Status>),
     ScheduleSet,
     /// Whether there was a schedule to remove.
     ScheduleRemoved(bool),
@@ -486,6 +526,10 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
                 .remove_mirror(dir, target.as_deref())
                 .map_err(Failure::from_fs(format!("mirror of {}", show(dir))))?;
             (Reply::MirrorRemoved(n as u32), Vec::new())
+        }
+        Op::Status => {
+            let rows = fs.list().map_err(Failure::from_fs("status".into()))?;
+            (Reply::Status(Box::new(status(fs, &rows))), Vec::new())
         }
         Op::MirrorStatus => (
             Reply::Mirrors(mirror_rows(fs, &|_| "not mounted: it runs while the store is mounted".into())),

@@ -11,6 +11,7 @@ pub struct Engine {
     fs: Arc<Mutex<Fs>>,
     /// The mirrors' transfers (`mirror.rs`).
     mirrors: Arc<crate::mirror::Jobs>,
+    started: std::time::Instant,
 }
 
 impl Engine {
@@ -18,7 +19,13 @@ impl Engine {
         Engine {
             fs: Arc::new(Mutex::new(fs)),
             mirrors: Default::default(),
+            started: std::time::Instant::now(),
         }
+    }
+
+    /// When the engine was made (the mount's uptime).
+    pub fn started(&self) -> std::time::Instant {
+        self.started
     }
 
     /// The mirrors' transfers under way or failed.

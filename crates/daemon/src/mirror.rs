@@ -77,6 +77,11 @@ impl Jobs {
         }
     }
 
+    /// How many mirrors' last transfer failed.
+    pub fn failing(&self) -> u64 {
+        self.jobs.lock().unwrap().values().filter(|j| matches!(j, Job::Failed { .. })).count() as u64
+    }
+
     /// Ends the transfers under way (the store is being unmounted): each stops where it is,
     /// and the next mount goes on from there.
     pub fn stop(&self) {

@@ -203,6 +203,15 @@ fn run(
             let what = format!("repack of {}", crate::control::show(path));
             Ok(Reply::Repacked(engine.repack(path, *budget).map_err(Failure::from_fs(what))?))
         }
+        // Space counted over a pinned state without the engine lock, as `list` does.
+        Op::Status => {
+            let rows = engine.list().map_err(Failure::from_fs("status".into()))?;
+            let mut st = crate::control::status(&engine.lock(), &rows);
+            st.pid = std::process::id();
+            st.uptime_s = engine.started().elapsed().as_secs();
+            st.mirrors_failing = engine.mirror_jobs().failing();
+            Ok(Reply::Status(Box::new(st)))
+        }
         // With what the worker is doing.
         Op::MirrorStatus => {
             let mut fs = engine.lock();

@@ -133,6 +133,9 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::MirrorStatus => {
             w.u8(26);
         }
+        Op::Status => {
+            w.u8(27);
+        }
         Op::ScheduleSet(s) => {
             w.u8(8).bytes(&schedules::encode_payload(std::slice::from_ref(s)));
         }
@@ -278,6 +281,7 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             }
         }
         26 => Op::MirrorStatus,
+        27 => Op::Status,
         8 => match schedules::decode_payload(r.bytes().map_err(bad)?)
             .map_err(bad)?
             .as_slice()
@@ -662,6 +666,21 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         Reply::MirrorSet => {
             w.u8(23);
         }
+        Reply::Status(st) => {
+            let f = &st.facts;
+            w.u8(26).bytes(&st.store).u32(st.pid);
+            for v in [
+                st.uptime_s, st.host_total, st.host_free, st.clones, st.snapshots, st.snapshots_only,
+                st.mirrors_failing, f.generation, f.checkpoint_age_s, f.journal_bytes, f.dirty_bytes,
+                f.unpunched_blocks, f.compressed_blocks, f.compressed_bytes, f.pack_bytes, f.schedules, f.mirrors,
+            ] {
+                w.u64(v);
+            }
+            for v in [f.repack_age_s, f.compress_age_s] {
+                w.u8(v.is_some() as u8).u64(v.unwrap_or(0));
+            }
+            w.u8(f.failed.is_some() as u8).bytes(f.failed.as_deref().unwrap_or_default().as_bytes());
+        }
         Reply::MirrorRemoved(n) => {
             w.u8(24).u32(*n);
         }
@@ -884,6 +903,49 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 Reply::Scrubbed(s)
             }
             23 => Reply::MirrorSet,
+            26 => {
+                let store = r.bytes().map_err(bad)?.to_vec();
+                let pid = r.u32().map_err(bad)?;
+                let mut v = [0u64; 17];
+                for x in v.iter_mut() {
+                    *x = r.u64().map_err(bad)?;
+                }
+                let mut ages = [None; 2];
+                for a in ages.iter_mut() {
+                    let has = r.u8().map_err(bad)? != 0;
+                    let x = r.u64().map_err(bad)?;
+                    *a = has.then_some(x);
+                }
+                let has = r.u8().map_err(bad)? != 0;
+                let failed = String::from_utf8_lossy(r.bytes().map_err(bad)?).into_owned();
+                let facts = scion_fs::status::StatusFacts {
+                    generation: v[7],
+                    checkpoint_age_s: v[8],
+                    journal_bytes: v[9],
+                    dirty_bytes: v[10],
+                    unpunched_blocks: v[11],
+                    compressed_blocks: v[12],
+                    compressed_bytes: v[13],
+                    pack_bytes: v[14],
+                    schedules: v[15],
+                    mirrors: v[16],
+                    repack_age_s: ages[0],
+                    compress_age_s: ages[1],
+                    failed: has.then_some(failed),
+                };
+                Reply::Status(Box::new(crate::control::Status {
+                    facts,
+                    store,
+                    pid,
+                    uptime_s: v[0],
+                    host_total: v[1],
+                    host_free: v[2],
+                    clones: v[3],
+                    snapshots: v[4],
+                    snapshots_only: v[5],
+                    mirrors_failing: v[6],
+                }))
+            }
             24 => Reply::MirrorRemoved(r.u32().map_err(bad)?),
             25 => {
                 let n = r.count(4 + 4 + 1 + 4 + 4).map_err(bad)?;

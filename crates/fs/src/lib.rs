@@ -39,6 +39,7 @@ pub mod scan;
 pub mod stream;
 pub mod treehash;
 pub mod scrub;
+pub mod status;
 pub mod versions;
 mod volume;
 

@@ -1,0 +1,109 @@
+//! `scion status [MOUNTPOINT] [--json]` (issue 22 item 5): for each scion mount (or the one
+//! given, or an unmounted store with --store), its store, daemon, space, commit state,
+//! background work and failures, asked of the daemon (`Op::Status`).
+
+use crate::control::human;
+use crate::tree_cmds::{call, locate, scion_mounts, Located};
+use scion_daemon::control::{Op, Reply, Status};
+use std::path::PathBuf;
+
+pub fn status(path: Option<PathBuf>, store: Option<PathBuf>, json: bool) -> Result<(), String> {
+    let places: Vec<Located> = match (&store, path) {
+        (Some(s), _) => vec![Located::unmounted(s.clone())],
+        (None, Some(p)) => vec![locate(&p, true, &None)?],
+        (None, None) => {
+            let mounts = scion_mounts();
+            if mounts.is_empty() {
+                return Err("no scion mount here (for an unmounted store: --store STORE)".into());
+            }
+            mounts.into_iter().map(|(mnt, store, device)| Located::mount_root(mnt, store, device)).collect()
+        }
+    };
+    let mut first_error = None;
+    for at in &places {
+        match call(at, &Op::Status) {
+            Ok(Reply::Status(st)) => print!("{}", render(at, &st, json)),
+            Ok(_) => return Err("the daemon answered something else".into()),
+            Err(e) => {
+                let where_ = at.mnt.as_ref().unwrap_or(&at.store).display().to_string();
+                eprintln!("scion status: {where_}: {e}");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+fn ago(s: Option<u64>) -> String {
+    match s {
+        None => "not yet".into(),
+        Some(s) if s < 120 => format!("{s} s ago"),
+        Some(s) if s < 7200 => format!("{} min ago", s / 60),
+        Some(s) => format!("{} h ago", s / 3600),
+    }
+}
+
+fn render(at: &Located, st: &Status, json: bool) -> String {
+    let f = &st.facts;
+    let mnt = at.mnt.as_ref().map(|m| m.display().to_string());
+    let store = String::from_utf8_lossy(&st.store).into_owned();
+    if json {
+        let v = serde_json::json!({
+            "mountpoint": mnt,
+            "store": store,
+            "pid": (st.pid != 0).then_some(st.pid),
+            "uptime_s": (st.pid != 0).then_some(st.uptime_s),
+            "host_total": st.host_total,
+            "host_free": st.host_free,
+            "pack_bytes": f.pack_bytes,
+            "snapshots_only_bytes": st.snapshots_only,
+            "compressed_blocks": f.compressed_blocks,
+            "compressed_bytes": f.compressed_bytes,
+            "clones": st.clones,
+            "snapshots": st.snapshots,
+            "schedules": f.schedules,
+            "mirrors": f.mirrors,
+            "mirrors_failing": st.mirrors_failing,
+            "generation": f.generation,
+            "checkpoint_age_s": f.checkpoint_age_s,
+            "journal_bytes": f.journal_bytes,
+            "dirty_bytes": f.dirty_bytes,
+            "unpunched_blocks": f.unpunched_blocks,
+            "repack_age_s": f.repack_age_s,
+            "compress_age_s": f.compress_age_s,
+            "failed": f.failed,
+        });
+        return format!("{v}\n");
+    }
+    let mut out = match &mnt {
+        Some(m) => format!("{m}: store {store}, daemon pid {}, up {}\n", st.pid, ago(Some(st.uptime_s)).trim_end_matches(" ago")),
+        None => format!("{store}: not mounted\n"),
+    };
+    out += &format!(
+        "  space: host {} free of {}; packs {} ({} held only by snapshots; {} blocks of old versions compressed into {})\n",
+        human(st.host_free),
+        human(st.host_total),
+        human(f.pack_bytes),
+        human(st.snapshots_only),
+        f.compressed_blocks,
+        human(f.compressed_bytes)
+    );
+    out += &format!(
+        "  {} clones, {} snapshots, {} schedules, {} mirrors ({} failing: see scion mirror status)\n",
+        st.clones, st.snapshots, f.schedules, f.mirrors, st.mirrors_failing
+    );
+    out += &format!(
+        "  checkpoint {} taken {}; journal {}; {} buffered; {} freed blocks waiting to be given back\n",
+        f.generation,
+        ago(Some(f.checkpoint_age_s)),
+        human(f.journal_bytes),
+        human(f.dirty_bytes),
+        f.unpunched_blocks
+    );
+    out += &format!("  background: repack {}, compression of old versions {}\n", ago(f.repack_age_s), ago(f.compress_age_s));
+    out += &match &f.failed {
+        None => "  state: ok\n".to_string(),
+        Some(why) => format!("  state: FAILED, changes refused until it is mounted again: {why}\n"),
+    };
+    out
+}

@@ -1,0 +1,54 @@
+//! What `scion status` reports of a store's engine: its commit state, what waits to be
+//! written or given back, background work and failures. Space per clone and snapshot comes
+//! from `list` (`clone.rs`), the daemon's own facts (pid, uptime) from the daemon.
+
+use crate::Fs;
+use std::time::Instant;
+
+/// The engine's side of `scion status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatusFacts {
+    /// The committed checkpoint, and seconds since the last one.
+    pub generation: u64,
+    pub checkpoint_age_s: u64,
+    /// Journal bytes since it (replayed after a crash), and buffered bytes not yet folded.
+    pub journal_bytes: u64,
+    pub dirty_bytes: u64,
+    /// Freed blocks not punched yet.
+    pub unpunched_blocks: u64,
+    /// Blocks of old versions kept compressed, and the bytes their frames take.
+    pub compressed_blocks: u64,
+    pub compressed_bytes: u64,
+    /// Bytes the packs take on the host.
+    pub pack_bytes: u64,
+    /// Seconds since the last background repack and compression pass (none yet: `None`).
+    pub repack_age_s: Option<u64>,
+    pub compress_age_s: Option<u64>,
+    pub schedules: u64,
+    pub mirrors: u64,
+    /// Why the store refuses changes until it is mounted again, if it does.
+    pub failed: Option<String>,
+}
+
+impl Fs {
+    pub fn status_facts(&self) -> StatusFacts {
+        let store = &self.vol.forest.store;
+        let (compressed_blocks, compressed_bytes) = store.relocation_stats();
+        let age = |t: Instant| t.elapsed().as_secs();
+        StatusFacts {
+            generation: self.vol.generation,
+            checkpoint_age_s: age(self.last_checkpoint),
+            journal_bytes: self.vol.journal.as_ref().map_or(0, |j| j.len),
+            dirty_bytes: self.dirty_bytes,
+            unpunched_blocks: self.vol.unpunched.len() as u64,
+            compressed_blocks,
+            compressed_bytes,
+            pack_bytes: store.allocated_bytes().unwrap_or(0),
+            repack_age_s: self.last_repack.map(|(t, _)| age(t)),
+            compress_age_s: self.last_compress.map(|(t, _)| age(t)),
+            schedules: self.schedule_list().map_or(0, |l| l.len() as u64),
+            mirrors: self.mirror_list().map_or(0, |l| l.len() as u64),
+            failed: self.vol.failed.clone(),
+        }
+    }
+}
