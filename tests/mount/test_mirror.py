@@ -64,30 +64,26 @@ def test_mirror_sends_snapshots_and_survives_sigkill_of_either_daemon(scion_moun
     assert tree(f"{t}/s1") == tree(f"{d}/.snapshot/s1")
     assert os.listdir(f"{t}/s1/.snapshot") == ["s1"]
 
-    # The source's daemon killed while s2 is on its way.
-    big(f"{d}/big", 192, 1)
-    assert a.run("snapshot", "--name", "s2", d).returncode == 0
-    a._wait(lambda: os.path.exists(f"{t}/.s2.scion-receive") or os.path.exists(f"{t}/s2"), 60, "s2 under way")
-    a.kill9()
-    a.mount()
-    a._wait(lambda: status(a)[0]["last"] == "s2", 60, "s2 on the mirror after a remount")
-    assert tree(f"{t}/s2") == tree(f"{d}/.snapshot/s2")
+    def through_a_kill(name, victim, seed, what):
+        """Snapshot `name` with 192 MiB more; `victim`'s daemon SIGKILLed while it is on its
+        way; remounted: it arrives, equal."""
+        big(f"{d}/big{seed}", 192, seed)
+        assert a.run("snapshot", "--name", name, d).returncode == 0
+        under_way = lambda: os.path.exists(f"{t}/.{name}.scion-receive") or os.path.exists(f"{t}/{name}")
+        a._wait(under_way, 60, f"{name} under way")
+        victim.kill9()
+        victim.mount()
+        a._wait(lambda: status(a)[0]["last"] == name, 90, f"{name} on the mirror after {what}'s remount")
+        assert tree(f"{t}/{name}") == tree(f"{d}/.snapshot/{name}")
+
+    through_a_kill("s2", a, 1, "the source")
     # (Whether it went on from where it stopped or started again depends on where the kill
     # fell; either way it arrived whole. Shown for the record.)
-    logs = [f for f in os.listdir(a.store) if f.startswith("mirror-")]
-    for f in logs:
+    for f in [f for f in os.listdir(a.store) if f.startswith("mirror-")]:
         with open(os.path.join(a.store, f)) as h:
             print(f"{f}: {h.read().strip()}")
-
-    # The target's daemon killed while s3 is on its way.
-    big(f"{d}/big2", 192, 2)
     os.unlink(f"{d}/sub/f5")
-    assert a.run("snapshot", "--name", "s3", d).returncode == 0
-    a._wait(lambda: os.path.exists(f"{t}/.s3.scion-receive") or os.path.exists(f"{t}/s3"), 60, "s3 under way")
-    b.kill9()
-    b.mount()
-    a._wait(lambda: status(a)[0]["last"] == "s3", 90, "s3 on the mirror after the target's remount")
-    assert tree(f"{t}/s3") == tree(f"{d}/.snapshot/s3")
+    through_a_kill("s3", b, 2, "the target")
     assert not [n for n in os.listdir(t) if n.startswith(".")], os.listdir(t)
     row = status(a)[0]
     assert (row["behind"], row["next"], row["state"], row["dir"]) == (0, None, "idle", "/d"), row

@@ -281,12 +281,7 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
     // `@ID` names a clone or snapshot by the id `scion list` shows.
     if let Some(id) = path.to_str().filter(|p| p.starts_with('@')) {
         let at = match &store {
-            Some(s) => Located {
-                store: s.clone(),
-                rel: Vec::new(),
-                mnt: None,
-                device: String::new(),
-            },
+            Some(s) => Located::unmounted(s.clone()),
             None => locate(Path::new("."), true, &store)?,
         };
         let id: u32 = id[1..]
@@ -362,12 +357,7 @@ pub fn list(path: Option<PathBuf>, store: Option<PathBuf>, json: bool) -> Result
 /// `scion scrub`: true if nothing was damaged (the text report of damage is an `Err`).
 pub fn scrub(path: Option<PathBuf>, store: Option<PathBuf>, json: bool) -> Result<bool, String> {
     let at = match (&store, path) {
-        (Some(s), _) => Located {
-            store: s.clone(),
-            rel: Vec::new(),
-            mnt: None,
-            device: String::new(),
-        },
+        (Some(s), _) => Located::unmounted(s.clone()),
         (None, p) => locate(&p.unwrap_or_else(|| PathBuf::from(".")), true, &store)?,
     };
     if !json {
