@@ -269,6 +269,13 @@ def test_list_shows_clones_made_from_a_snapshot_and_destroy_says_they_stay(scion
     by_path = {ln.split()[2]: ln.split() for ln in table[1:]}
     assert set(by_path) == {"/d/.snapshot/s1", "/c"}, table
     assert by_path["/d/.snapshot/s1"][-1] == "1" and by_path["/c"][-1] == "-", table
+    # -H -p: for scripts, no header, tabs, exact numbers (as `zfs list -Hp`).
+    rows = {f[2]: f for f in (ln.split("\t") for ln in m.run("list", "-Hp", m.mnt).stdout.splitlines())}
+    js = {x["path"]: x for x in map(json.loads, m.run("list", "--json", m.mnt).stdout.splitlines())}
+    assert set(rows) == {"/d/.snapshot/s1", "/c"}, rows
+    for p, f in rows.items():
+        assert len(f) == 9 and f[0] == js[p]["kind"] and int(f[1]) == js[p]["id"], (f, js[p])
+        assert (int(f[5]), int(f[6]), int(f[7])) == (js[p]["refer"], js[p]["used"], js[p]["stored"]), (f, js[p])
     r = m.run("destroy", f"{d}/.snapshot/s1")
     assert r.returncode == 0 and "keep their files" in r.stdout and "/c" in r.stdout, r.describe()
     with open(f"{m.mnt}/c/f") as h:

@@ -60,38 +60,52 @@ pub fn render(op: &Op, reply: &Reply) -> Result<String, String> {
             }
             text
         }
-        (_, Reply::Listing(rows)) => {
-            // One row per line and nothing else, so `awk`/`cut` scripts can read it; a
-            // snapshot's CLONES counts the clones made from it (`--json` names them). STORED
-            // is REFER as it lies in the packs, after compression of old versions.
-            let mut out = format!(
-                "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12} {:>12} {:>6}\n",
-                "KIND", "ID", "PATH", "ORIGIN", "CREATED (UTC)", "REFER", "USED", "STORED", "CLONES"
-            );
-            for l in rows {
-                let kind = kind_name(l);
-                let path = l.path.as_ref().map(|p| show(p)).unwrap_or_else(|| "(directory gone)".into());
-                let clones = match l.kind {
-                    NsKind::Snapshot => clones_of(rows, l).len().to_string(),
-                    _ => "-".into(),
-                };
-                out += &format!(
-                    "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12} {:>12} {:>6}\n",
-                    kind,
-                    l.ns,
-                    path,
-                    String::from_utf8_lossy(&l.origin),
-                    utc(l.created.sec),
-                    human(l.referenced),
-                    human(l.exclusive),
-                    human(l.stored),
-                    clones
-                );
-            }
-            out
-        }
+        (_, Reply::Listing(rows)) => listing_table(rows, false, false),
         (_, r) => format!("{r:?}"),
     })
+}
+
+/// `scion list` as a table: one row per line and nothing else, so `awk`/`cut` scripts can
+/// read it; a snapshot's CLONES counts the clones made from it (`--json` names them); STORED
+/// is REFER as it lies in the packs, after compression of old versions. `scripted` (-H): no
+/// header, fields separated by one tab; `exact` (-p): bytes and times (seconds since the
+/// epoch) as exact numbers.
+pub fn listing_table(rows: &[scion_fs::Listing], scripted: bool, exact: bool) -> String {
+    let size = |b: u64| if exact { b.to_string() } else { human(b) };
+    let mut lines: Vec<[String; 9]> = Vec::new();
+    if !scripted {
+        lines.push(["KIND", "ID", "PATH", "ORIGIN", "CREATED (UTC)", "REFER", "USED", "STORED", "CLONES"].map(String::from));
+    }
+    for l in rows {
+        let clones = match l.kind {
+            NsKind::Snapshot => clones_of(rows, l).len().to_string(),
+            _ => "-".into(),
+        };
+        lines.push([
+            kind_name(l).to_string(),
+            l.ns.to_string(),
+            l.path.as_ref().map(|p| show(p)).unwrap_or_else(|| "(directory gone)".into()),
+            String::from_utf8_lossy(&l.origin).into_owned(),
+            if exact { l.created.sec.to_string() } else { utc(l.created.sec) },
+            size(l.referenced),
+            size(l.exclusive),
+            size(l.stored),
+            clones,
+        ]);
+    }
+    let mut out = String::new();
+    for f in lines {
+        if scripted {
+            out += &f.join("\t");
+        } else {
+            out += &format!(
+                "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12} {:>12} {:>6}",
+                f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]
+            );
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The clones made from snapshot `l` (their origin is its path). A clone shares its origin's

@@ -408,9 +408,16 @@ enum Cmd {
         /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
-        /// JSON Lines: {"kind", "id", "path", "origin", "created", "scheduled", "refer", "used"}.
+        /// JSON Lines: {"kind", "id", "path", "origin", "created", "scheduled", "refer",
+        /// "used", "stored", "clones"}.
         #[arg(long)]
         json: bool,
+        /// For scripts: no header, fields separated by one tab.
+        #[arg(short = 'H')]
+        scripted: bool,
+        /// Exact numbers: bytes, and times in seconds since the epoch.
+        #[arg(short = 'p')]
+        exact: bool,
     },
 }
 
@@ -752,7 +759,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         },
-        Cmd::List { path, store, json } => tree_cmds::list(path, store, json),
+        Cmd::List { path, store, json, scripted, exact } => tree_cmds::list(path, store, json, scripted, exact),
         Cmd::Status { path, store, json } => status_cmd::status(path, store, json),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "scion", &mut std::io::stdout());

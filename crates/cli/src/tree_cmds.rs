@@ -341,16 +341,17 @@ pub(crate) fn optional_path(path: Option<PathBuf>, store: &Option<PathBuf>) -> R
 }
 
 /// `scion list`: a table, or JSON Lines with `json`.
-pub fn list(path: Option<PathBuf>, store: Option<PathBuf>, json: bool) -> Result<(), String> {
+pub fn list(path: Option<PathBuf>, store: Option<PathBuf>, json: bool, scripted: bool, exact: bool) -> Result<(), String> {
     let at = optional_path(path, &store)?;
     let under = (!at.rel.is_empty()).then(|| at.rel.clone());
-    if !json {
-        return run(&at, Op::List { under });
-    }
     let scion_daemon::control::Reply::Listing(rows) = call(&at, &Op::List { under })? else {
         return Err("the daemon answered something else".into());
     };
-    print!("{}", control::render_listing_json(&rows));
+    if json {
+        print!("{}", control::render_listing_json(&rows));
+    } else {
+        print!("{}", control::listing_table(&rows, scripted, exact));
+    }
     Ok(())
 }
 
