@@ -1863,7 +1863,7 @@ class Soak:
                     drop_cache=True)
         if it.kind == "snapshot":
             self.check_erofs(it, random.Random(f"{self.seed}/{it.spath}"))
-        self.cli_ok("destroy", it.path)
+        self.cli_ok("destroy", "-r", it.path)
         if os.path.lexists(it.path):
             raise SoakFailure(f"{it.path} still there after `scion destroy` returned")
         parent = os.path.dirname(it.path)

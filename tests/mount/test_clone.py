@@ -226,7 +226,8 @@ class Trees:
         if writable and self.rng.random() < 0.5:
             shutil.rmtree(mnt)           # rm -rf of a clone works too
         else:
-            scion_ok(self.m, "destroy", mnt)
+            # (It may hold snapshots of its directories: they go with it.)
+            scion_ok(self.m, "destroy", "-r", mnt)
         assert not os.path.exists(mnt)
         shutil.rmtree(ref)
 
@@ -499,3 +500,35 @@ def test_refused_clone_changes_nothing(scion_mount):
     assert open(f"{mnt}/src/f").read() == "after"
     m.umount()
     m.check()
+
+
+def test_destroy_of_what_holds_others_needs_r_and_at_id_works_from_anywhere(scion_mount, tmp_path):
+    """Issue 22: a destroy that would take nested clones and snapshots with it is refused,
+    naming them, as `zfs destroy` is without -r; `-r` takes them; `@ID --mount` works from
+    outside the mount."""
+    m = scion_mount
+    os.makedirs(f"{m.mnt}/src/sub")
+    scion_ok(m, "clone", f"{m.mnt}/src", f"{m.mnt}/c")
+    scion_ok(m, "snapshot", "--name", "inner", f"{m.mnt}/c/sub")
+    scion_ok(m, "clone", f"{m.mnt}/src", f"{m.mnt}/c/nested")
+    r = m.run("destroy", f"{m.mnt}/c")
+    assert r.returncode != 0 and "-r" in r.stderr, r.describe()
+    assert "/c/sub/.snapshot/inner" in r.stderr and "/c/nested" in r.stderr, r.describe()
+    assert os.path.isdir(f"{m.mnt}/c/sub/.snapshot/inner")
+    scion_ok(m, "destroy", "-r", f"{m.mnt}/c")
+    assert not os.path.exists(f"{m.mnt}/c")
+    listed = m.run("list", "-H", m.mnt).stdout
+    assert "/c" not in listed, listed
+    # A snapshot holds nothing: no -r needed; and @ID from outside the mount with --mount.
+    scion_ok(m, "snapshot", "--name", "s", f"{m.mnt}/src")
+    ids = [ln.split("\t")[1] for ln in m.run("list", "-H", m.mnt).stdout.splitlines()]
+    assert len(ids) == 1, ids
+    here = os.getcwd()
+    os.chdir(str(tmp_path))
+    try:
+        r = m.run("destroy", f"@{ids[0]}")
+    finally:
+        os.chdir(here)
+    assert r.returncode != 0 and "not inside a scion mount" in r.stderr, r.describe()
+    scion_ok(m, "destroy", f"@{ids[0]}", "--mount", m.mnt)
+    assert m.run("list", "-H", m.mnt).stdout == ""

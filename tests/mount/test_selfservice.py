@@ -134,8 +134,19 @@ def test_users_help_themselves_and_reach_nothing_else(scion_mount):
     r = as_user(MALLORY, exe, "rollback", f"{M}/home/mallory/c", "--to", "cs")
     assert r.returncode == 0, r.stdout + r.stderr
     assert os.stat(f"{M}/home/mallory/c/su-like").st_mode & 0o7777 == 0o755
-    r = as_user(MALLORY, exe, "destroy", f"{M}/home/mallory/c")
+    # It holds her snapshot cs: refused without -r, taken with it.
+    refused(as_user(MALLORY, exe, "destroy", f"{M}/home/mallory/c"), "destroy -r")
+    r = as_user(MALLORY, exe, "destroy", "-r", f"{M}/home/mallory/c")
     assert r.returncode == 0, r.stdout + r.stderr
+    # -r takes only what is hers: a clone of root's that root put inside her clone stays, and
+    # so does her clone.
+    r = as_user(MALLORY, exe, "clone", f"{M}/srv/shared", f"{M}/home/mallory/c3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    os.chmod(f"{M}/home/mallory/c3", 0o755)
+    assert m.run("clone", f"{M}/srv/shared", f"{M}/home/mallory/c3/roots").returncode == 0
+    refused(as_user(MALLORY, exe, "destroy", "-r", f"{M}/home/mallory/c3"), "which it holds")
+    assert os.path.isdir(f"{M}/home/mallory/c3/roots")
+    assert m.run("destroy", "-r", f"{M}/home/mallory/c3").returncode == 0
     refused(as_user(MALLORY, exe, "scrub", M), "whole store")
     refused(as_user(MALLORY, exe, "repack", M), "whole store")
     refused(as_user(MALLORY, exe, "compress", M), "whole store")

@@ -37,8 +37,8 @@ pub fn render(op: &Op, reply: &Reply) -> Result<String, String> {
             show(path).trim_end_matches('/'),
             String::from_utf8_lossy(name)
         ),
-        (Op::Destroy(Target::Id(id)), _) => format!("destroyed @{id}"),
-        (Op::Destroy(Target::Path(p)), _) => format!("destroyed {}", show(p)),
+        (Op::Destroy { target: Target::Id(id), .. }, _) => format!("destroyed @{id}"),
+        (Op::Destroy { target: Target::Path(p), .. }, _) => format!("destroyed {}", show(p)),
         (_, Reply::Repacked(r)) => format!(
             "repacked {}: {} files looked at, {} moved ({} MiB), {} already contiguous, {} left (blocks shared with a clone or snapshot), {} left (changes pending, patches or hard links){}",
             match op {

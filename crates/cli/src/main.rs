@@ -101,10 +101,18 @@ enum Cmd {
     },
     /// Destroy a clone or snapshot (a path, or @ID as `scion list` shows), freeing what only it held.
     Destroy {
+        /// The clone's directory, `DIR/.snapshot/NAME`, or `@ID` as `scion list` shows it.
         path: PathBuf,
         /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
+        /// Also destroy the clones and snapshots it holds (clones inside it, snapshots of its
+        /// directories); without it such a destroy is refused, naming them.
+        #[arg(short = 'r', long)]
+        recursive: bool,
+        /// With `@ID`: the mount it is in (any path in it; default: the current directory).
+        #[arg(long, value_name = "PATH")]
+        mount: Option<PathBuf>,
     },
     /// Read every live block (mounted: through the daemon; or an unmounted STORE) and name
     /// damaged files by path; exits 1 on damage.
@@ -618,7 +626,7 @@ fn main() -> ExitCode {
             name,
             store,
         } => tree_cmds::snapshot(path.expect("clap requires a path"), name, store),
-        Cmd::Destroy { path, store } => tree_cmds::destroy(path, store),
+        Cmd::Destroy { path, store, recursive, mount } => tree_cmds::destroy(path, store, recursive, mount),
         Cmd::Repack {
             path,
             store,

@@ -277,17 +277,20 @@ pub fn snapshot(path: PathBuf, name: Option<String>, store: Option<PathBuf>) -> 
     )
 }
 
-pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
+pub fn destroy(path: PathBuf, store: Option<PathBuf>, recursive: bool, mount: Option<PathBuf>) -> Result<(), String> {
     // `@ID` names a clone or snapshot by the id `scion list` shows.
     if let Some(id) = path.to_str().filter(|p| p.starts_with('@')) {
         let at = match &store {
             Some(s) => Located::unmounted(s.clone()),
-            None => locate(Path::new("."), true, &store)?,
+            None => locate(mount.as_deref().unwrap_or(Path::new(".")), true, &store)?,
         };
         let id: u32 = id[1..]
             .parse()
             .map_err(|_| "a clone id is @ and a number, as `scion list` shows it".to_string())?;
-        return run(&at, Op::Destroy(Target::Id(id)));
+        return run(&at, Op::Destroy { target: Target::Id(id), recursive });
+    }
+    if mount.is_some() {
+        return Err("--mount goes with @ID; a path names its mount itself".into());
     }
     // Not canonicalised: the last name is the clone itself, not what a symlink points at.
     let at = if store.is_some() {
@@ -316,7 +319,7 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>) -> Result<(), String> {
         }
         _ => Vec::new(),
     };
-    run(&at, Op::Destroy(Target::Path(at.rel.clone())))?;
+    run(&at, Op::Destroy { target: Target::Path(at.rel.clone()), recursive })?;
     if !made.is_empty() {
         println!(
             "clones made from it keep their files (they share its blocks; none depends on it): {}",

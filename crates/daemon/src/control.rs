@@ -74,8 +74,9 @@ pub enum Op {
     /// A read-only snapshot `name` of directory `path`.
     Snapshot { path: Vec<u8>, name: Vec<u8> },
     /// Destroys a clone or snapshot, by path (`D/.snapshot/NAME` for a snapshot) or by the
-    /// id `scion list` shows.
-    Destroy(Target),
+    /// id `scion list` shows; one that holds others (clones inside it, snapshots of its
+    /// directories) only with `recursive`, which destroys them too (`zfs destroy -r`).
+    Destroy { target: Target, recursive: bool },
     /// Clones and snapshots at or below `under` (all of them without it).
     List { under: Option<Vec<u8>> },
     /// Reads and verifies every block of the committed state.
@@ -426,6 +427,33 @@ fn rollback_failure(e: scion_fs::FsError, dir: &[u8], to: &[u8]) -> Failure {
 }
 
 /// `/a/b` for the path `a/b`, as messages show paths.
+/// Without `recursive`, refuses to destroy the clone or snapshot at `ino` if it holds others,
+/// naming them (as `zfs destroy` does without -r).
+fn refuse_nested(fs: &mut Fs, ino: scion_fs::Ino, what: &str, recursive: bool) -> Result<(), Failure> {
+    let Some(id) = fs.ns_at(ino) else { return Ok(()) };
+    let nested = fs.nested_namespaces(id);
+    if recursive || nested.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = nested
+        .iter()
+        .take(8)
+        .map(|n| match fs.ns_root(*n).and_then(|r| fs.path_of_dir(r).ok()) {
+            Some(p) => show(&p),
+            None => format!("@{n}"),
+        })
+        .collect();
+    Err(Failure::new(
+        libc::EBUSY,
+        format!(
+            "{what} holds {} clone(s) or snapshot(s) that would go with it ({}{}): `scion destroy -r` destroys them too",
+            nested.len(),
+            names.join(", "),
+            if nested.len() > names.len() { ", ..." } else { "" }
+        ),
+    ))
+}
+
 /// Every mirror of the store with what it sends next; `state` says what its worker is doing.
 pub fn mirror_rows(fs: &mut Fs, state: &dyn Fn(&scion_fs::records::mirrors::Mirror) -> String) -> Vec<MirrorRow> {
     let Ok(list) = fs.mirror_list() else { return Vec::new() };
@@ -467,7 +495,10 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
     let (reply, mut inval) = match op {
         Op::Clone { src, dst, excludes } => clone(fs, src, dst, excludes, uid)?,
         Op::Snapshot { path, name } => snapshot(fs, path, name, uid)?,
-        Op::Destroy(Target::Id(id)) => {
+        Op::Destroy { target: Target::Id(id), recursive } => {
+            if let Some(ino) = fs.ns_root(*id) {
+                refuse_nested(fs, ino, &format!("@{id}"), *recursive)?;
+            }
             fs.destroy_id(*id).map_err(|e| {
                 if e == libc::EINVAL || e == libc::ENOENT {
                     Failure::new(libc::ENOENT, format!("no clone or snapshot with id {id}"))
@@ -477,7 +508,7 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             })?;
             (Reply::Destroyed, Vec::new())
         }
-        Op::Destroy(Target::Path(path)) => {
+        Op::Destroy { target: Target::Path(path), recursive } => {
             if path.rsplit(|&c| c == b'/').next() == Some(scion_fs::clone::SNAPDIR_NAME) {
                 return Err(Failure::new(
                     libc::EINVAL,
@@ -486,6 +517,7 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             }
             let (p, name) = fs.resolve_parent(path).map_err(Failure::from_fs(show(path)))?;
             let ino = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
+            refuse_nested(fs, ino, &show(path), *recursive)?;
             fs.destroy(ino).map_err(|e| {
                 if e == libc::EINVAL {
                     Failure::new(e.errno(), format!("{} is not a clone or snapshot", show(path)))

@@ -52,12 +52,25 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Op::Destroy(Target::Path(p)) => owned(fs, who, p).map(drop),
-        Op::Destroy(Target::Id(id)) => {
-            let root = fs
-                .ns_root(*id)
-                .ok_or_else(|| Failure::new(libc::ENOENT, format!("no clone or snapshot with id {id}")))?;
-            owner_is(fs, who, root, &format!("@{id}")).map(drop)
+        Op::Destroy { target, recursive } => {
+            let root = match target {
+                Target::Path(p) => owned(fs, who, p)?,
+                Target::Id(id) => {
+                    let root = fs
+                        .ns_root(*id)
+                        .ok_or_else(|| Failure::new(libc::ENOENT, format!("no clone or snapshot with id {id}")))?;
+                    owner_is(fs, who, root, &format!("@{id}"))?
+                }
+            };
+            // What goes with it must be theirs too.
+            if *recursive {
+                for n in fs.ns_at(root).map(|id| fs.nested_namespaces(id)).unwrap_or_default() {
+                    if let Some(r) = fs.ns_root(n) {
+                        owner_is(fs, who, r, &format!("@{n}, which it holds,"))?;
+                    }
+                }
+            }
+            Ok(())
         }
         Op::ScheduleSet(s) => {
             owned(fs, who, &s.dir)?;

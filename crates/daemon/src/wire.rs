@@ -104,11 +104,11 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::Snapshot { path, name } => {
             w.u8(2).bytes(path).bytes(name);
         }
-        Op::Destroy(Target::Path(p)) => {
-            w.u8(3).bytes(p);
+        Op::Destroy { target: Target::Path(p), recursive } => {
+            w.u8(3).bytes(p).u8(*recursive as u8);
         }
-        Op::Destroy(Target::Id(id)) => {
-            w.u8(4).u32(*id);
+        Op::Destroy { target: Target::Id(id), recursive } => {
+            w.u8(4).u32(*id).u8(*recursive as u8);
         }
         Op::List { under } => {
             w.u8(5)
@@ -248,8 +248,14 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             path: r.bytes().map_err(bad)?.to_vec(),
             name: r.bytes().map_err(bad)?.to_vec(),
         },
-        3 => Op::Destroy(Target::Path(r.bytes().map_err(bad)?.to_vec())),
-        4 => Op::Destroy(Target::Id(r.u32().map_err(bad)?)),
+        3 => Op::Destroy {
+            target: Target::Path(r.bytes().map_err(bad)?.to_vec()),
+            recursive: r.u8().map_err(bad)? != 0,
+        },
+        4 => Op::Destroy {
+            target: Target::Id(r.u32().map_err(bad)?),
+            recursive: r.u8().map_err(bad)? != 0,
+        },
         5 => {
             let has = r.u8().map_err(bad)?;
             let p = r.bytes().map_err(bad)?.to_vec();

@@ -24,8 +24,8 @@ fn ops() -> Vec<Op> {
             path: b"d".to_vec(),
             name: b"2026-11-25T173000Z".to_vec(),
         },
-        Op::Destroy(Target::Path(b"d/.snapshot/s".to_vec())),
-        Op::Destroy(Target::Id(42)),
+        Op::Destroy { target: Target::Path(b"d/.snapshot/s".to_vec()), recursive: false },
+        Op::Destroy { target: Target::Id(42), recursive: false },
         Op::List { under: None },
         Op::List {
             under: Some(b"sub".to_vec()),

@@ -610,6 +610,33 @@ impl Fs {
             .count()
     }
 
+    /// The clones and snapshots a destroy of namespace `id` takes with it: clones mounted in
+    /// its tree and snapshots of its directories, and theirs, and so on.
+    pub fn nested_namespaces(&self, id: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut todo = vec![id];
+        while let Some(p) = todo.pop() {
+            let Some(n) = self.namespaces.get(&p) else { continue };
+            let snaps = self
+                .namespaces
+                .iter()
+                .filter(|(_, s)| s.info.kind == NsKind::Snapshot && s.info.parent == p)
+                .map(|(i, _)| *i);
+            let below: Vec<u32> = n.mounts.values().copied().chain(snaps).collect();
+            out.extend(&below);
+            todo.extend(below);
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The namespace whose root `ino` is, if it is one (a clone's or snapshot's top).
+    pub fn ns_at(&mut self, ino: Ino) -> Option<u32> {
+        let n = self.node(ino).ok()?;
+        (n.loc == Loc::Root && n.ns != 1).then_some(n.ns)
+    }
+
     /// Destroys a clone or snapshot by namespace id.
     pub fn destroy_id(&mut self, id: u32) -> FsResult<()> {
         if id == 1 {
