@@ -46,7 +46,7 @@ struct Staging {
 impl Staging {
     fn remove(&self) {
         let r = if self.clone {
-            call(&self.at, &Op::Destroy { target: Target::Path(self.rel.clone()), recursive: false }).map(drop)
+            call(&self.at, &Op::Destroy { target: Target::Path(self.rel.clone()), recursive: true }).map(drop)
         } else {
             std::fs::remove_dir_all(&self.path).map_err(|e| e.to_string())
         };
@@ -164,7 +164,7 @@ fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: 
     if a.abort && path.symlink_metadata().is_ok() && !has_kept_mark(&path) {
         // A receive that died without saying where it stopped (its daemon went away): the
         // tree is a clone of its base, or a plain directory for a full stream.
-        let clone = call(&at, &Op::Destroy { target: Target::Path(rel.clone()), recursive: false }).is_ok();
+        let clone = call(&at, &Op::Destroy { target: Target::Path(rel.clone()), recursive: true }).is_ok();
         if !clone {
             std::fs::remove_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         }

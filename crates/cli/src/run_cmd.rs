@@ -148,7 +148,7 @@ fn finish(t: &Trial, keep: bool, apply: bool, src_rel: &[u8]) -> Result<bool, St
         eprintln!("scion run: kept {}", t.clone.display());
         return Ok(true);
     }
-    call(&t.at, &Op::Destroy { target: Target::Path(t.clone_rel.clone()), recursive: false }).map(|_| true)
+    call(&t.at, &Op::Destroy { target: Target::Path(t.clone_rel.clone()), recursive: true }).map(|_| true)
 }
 
 fn diff(at: &Located, a: &[u8], b: &[u8]) -> Result<Vec<Difference>, String> {
@@ -167,7 +167,7 @@ fn diff(at: &Located, a: &[u8], b: &[u8]) -> Result<Vec<Difference>, String> {
 
 fn drop_base(t: &Trial) {
     if let Some(b) = &t.base {
-        if let Err(e) = call(&t.at, &Op::Destroy { target: Target::Path(b.clone()), recursive: false }) {
+        if let Err(e) = call(&t.at, &Op::Destroy { target: Target::Path(b.clone()), recursive: true }) {
             eprintln!("scion run: the snapshot {} stays: {e}", String::from_utf8_lossy(b));
         }
     }

@@ -40,7 +40,7 @@ pub fn send(a: SendArgs) -> Result<(), String> {
     let _ = mnt;
     let r = send_snapshot(&a, &at, &snap);
     if temp {
-        if let Err(e) = call(&at, &Op::Destroy { target: Target::Path(snap.clone()), recursive: false }) {
+        if let Err(e) = call(&at, &Op::Destroy { target: Target::Path(snap.clone()), recursive: true }) {
             eprintln!("scion send: the snapshot {} stays: {e}", String::from_utf8_lossy(&snap));
         }
     }
