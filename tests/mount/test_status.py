@@ -5,6 +5,7 @@ store with --store."""
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -46,3 +47,30 @@ def test_status_of_a_live_mount_and_of_an_unmounted_store(scion_mount):
     r = m.run("status", "--store", os.path.join(m.root, "nowhere"))
     assert r.returncode == 2, r.describe()
     m.mount()
+
+
+def test_snapshots_of_a_removed_directory_are_found_counted_and_freed(scion_mount):
+    """Issue 22: `rm -rf` of a directory with snapshots leaves them holding space; `scion
+    status` counts them, `scion list --orphaned` names them, `scion destroy @ID` frees them."""
+    m = scion_mount
+    d = os.path.join(m.mnt, "gone")
+    os.makedirs(d)
+    with open(f"{d}/f", "wb") as h:
+        h.write(os.urandom(200_000))
+    assert m.run("snapshot", "--name", "s", d).returncode == 0
+    os.makedirs(os.path.join(m.mnt, "kept"))
+    assert m.run("snapshot", "--name", "k", os.path.join(m.mnt, "kept")).returncode == 0
+    r = m.run("status", "--json", m.mnt)
+    assert json.loads(r.stdout)["orphaned"] == 0, r.stdout
+    r = m.run("list", "--orphaned", "--json", m.mnt)
+    assert r.returncode == 0 and r.stdout == "", r.describe()
+    shutil.rmtree(d)
+    st = json.loads(m.run("status", "--json", m.mnt).stdout)
+    assert st["orphaned"] == 1 and st["orphaned_bytes"] >= 200_000, st
+    assert "list --orphaned" in m.run("status", m.mnt).stdout
+    rows = [json.loads(x) for x in m.run("list", "--orphaned", "--json", m.mnt).stdout.splitlines()]
+    assert len(rows) == 1 and rows[0]["path"] is None and rows[0]["origin"] == "/gone", rows
+    r = m.run("destroy", f"@{rows[0]['id']}", "--mount", m.mnt)
+    assert r.returncode == 0, r.describe()
+    st = json.loads(m.run("status", "--json", m.mnt).stdout)
+    assert st["orphaned"] == 0 and st["snapshots"] == 1, st

@@ -423,6 +423,10 @@ enum Cmd {
         /// For scripts: no header, fields separated by one tab.
         #[arg(short = 'H')]
         scripted: bool,
+        /// Only snapshots whose directory is gone (removed with `rm -rf`): they still hold
+        /// their space until `scion destroy @ID`.
+        #[arg(long)]
+        orphaned: bool,
         /// Exact numbers: bytes, and times in seconds since the epoch.
         #[arg(short = 'p')]
         exact: bool,
@@ -767,7 +771,9 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         },
-        Cmd::List { path, store, json, scripted, exact } => tree_cmds::list(path, store, json, scripted, exact),
+        Cmd::List { path, store, json, scripted, exact, orphaned } => {
+            tree_cmds::list(path, store, json, scripted, exact, orphaned)
+        }
         Cmd::Status { path, store, json } => status_cmd::status(path, store, json),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "scion", &mut std::io::stdout());

@@ -64,6 +64,8 @@ fn render(at: &Located, st: &Status, json: bool) -> String {
             "schedules": f.schedules,
             "mirrors": f.mirrors,
             "mirrors_failing": st.mirrors_failing,
+            "orphaned": st.orphaned,
+            "orphaned_bytes": st.orphaned_bytes,
             "generation": f.generation,
             "checkpoint_age_s": f.checkpoint_age_s,
             "journal_bytes": f.journal_bytes,
@@ -100,6 +102,13 @@ fn render(at: &Located, st: &Status, json: bool) -> String {
         human(f.dirty_bytes),
         f.unpunched_blocks
     );
+    if st.orphaned > 0 {
+        out += &format!(
+            "  {} snapshots of directories that are gone hold {}: scion list --orphaned names them, scion destroy @ID frees them\n",
+            st.orphaned,
+            human(st.orphaned_bytes)
+        );
+    }
     out += &format!("  background: repack {}, compression of old versions {}\n", ago(f.repack_age_s), ago(f.compress_age_s));
     out += &match &f.failed {
         None => "  state: ok\n".to_string(),

@@ -344,12 +344,15 @@ pub(crate) fn optional_path(path: Option<PathBuf>, store: &Option<PathBuf>) -> R
 }
 
 /// `scion list`: a table, or JSON Lines with `json`.
-pub fn list(path: Option<PathBuf>, store: Option<PathBuf>, json: bool, scripted: bool, exact: bool) -> Result<(), String> {
+pub fn list(path: Option<PathBuf>, store: Option<PathBuf>, json: bool, scripted: bool, exact: bool, orphaned: bool) -> Result<(), String> {
     let at = optional_path(path, &store)?;
     let under = (!at.rel.is_empty()).then(|| at.rel.clone());
-    let scion_daemon::control::Reply::Listing(rows) = call(&at, &Op::List { under })? else {
+    let scion_daemon::control::Reply::Listing(mut rows) = call(&at, &Op::List { under })? else {
         return Err("the daemon answered something else".into());
     };
+    if orphaned {
+        rows.retain(|l| l.path.is_none());
+    }
     if json {
         print!("{}", control::render_listing_json(&rows));
     } else {

@@ -30,6 +30,10 @@ pub struct Status {
     pub snapshots_only: u64,
     /// Mirrors whose last transfer failed.
     pub mirrors_failing: u64,
+    /// Snapshots whose directory is gone (removed by `rm -rf`), and the bytes only they hold:
+    /// `scion list --orphaned` names them, `scion destroy @ID` frees them.
+    pub orphaned: u64,
+    pub orphaned_bytes: u64,
 }
 
 /// `Status` from the engine, and its listing (which counts space without the engine lock
@@ -46,6 +50,8 @@ pub fn status(fs: &Fs, rows: &[Listing]) -> Status {
         clones: rows.iter().filter(|l| l.kind == scion_fs::NsKind::Clone).count() as u64,
         snapshots: snaps.clone().count() as u64,
         snapshots_only: snaps.map(|l| l.exclusive).sum(),
+        orphaned: rows.iter().filter(|l| l.path.is_none()).count() as u64,
+        orphaned_bytes: rows.iter().filter(|l| l.path.is_none()).map(|l| l.exclusive).sum(),
         ..Default::default()
     }
 }

@@ -677,7 +677,7 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             w.u8(26).bytes(&st.store).u32(st.pid);
             for v in [
                 st.uptime_s, st.host_total, st.host_free, st.clones, st.snapshots, st.snapshots_only,
-                st.mirrors_failing, f.generation, f.checkpoint_age_s, f.journal_bytes, f.dirty_bytes,
+                st.mirrors_failing, st.orphaned, st.orphaned_bytes, f.generation, f.checkpoint_age_s, f.journal_bytes, f.dirty_bytes,
                 f.unpunched_blocks, f.compressed_blocks, f.compressed_bytes, f.pack_bytes, f.schedules, f.mirrors,
             ] {
                 w.u64(v);
@@ -912,7 +912,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             26 => {
                 let store = r.bytes().map_err(bad)?.to_vec();
                 let pid = r.u32().map_err(bad)?;
-                let mut v = [0u64; 17];
+                let mut v = [0u64; 19];
                 for x in v.iter_mut() {
                     *x = r.u64().map_err(bad)?;
                 }
@@ -925,16 +925,16 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 let has = r.u8().map_err(bad)? != 0;
                 let failed = String::from_utf8_lossy(r.bytes().map_err(bad)?).into_owned();
                 let facts = scion_fs::status::StatusFacts {
-                    generation: v[7],
-                    checkpoint_age_s: v[8],
-                    journal_bytes: v[9],
-                    dirty_bytes: v[10],
-                    unpunched_blocks: v[11],
-                    compressed_blocks: v[12],
-                    compressed_bytes: v[13],
-                    pack_bytes: v[14],
-                    schedules: v[15],
-                    mirrors: v[16],
+                    generation: v[9],
+                    checkpoint_age_s: v[10],
+                    journal_bytes: v[11],
+                    dirty_bytes: v[12],
+                    unpunched_blocks: v[13],
+                    compressed_blocks: v[14],
+                    compressed_bytes: v[15],
+                    pack_bytes: v[16],
+                    schedules: v[17],
+                    mirrors: v[18],
                     repack_age_s: ages[0],
                     compress_age_s: ages[1],
                     failed: has.then_some(failed),
@@ -950,6 +950,8 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     snapshots: v[4],
                     snapshots_only: v[5],
                     mirrors_failing: v[6],
+                    orphaned: v[7],
+                    orphaned_bytes: v[8],
                 }))
             }
             24 => Reply::MirrorRemoved(r.u32().map_err(bad)?),

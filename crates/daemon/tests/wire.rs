@@ -197,6 +197,8 @@ fn replies_round_trip_and_cut_ones_are_refused() {
             snapshots: 12,
             snapshots_only: 1 << 20,
             mirrors_failing: 1,
+            orphaned: 2,
+            orphaned_bytes: 8192,
         }))),
         wire::encode_reply(&Reply::MirrorRemoved(2)),
         wire::encode_reply(&Reply::Mirrors(vec![scion_daemon::control::MirrorRow {
