@@ -31,6 +31,22 @@ def tree(root):
     return out
 
 
+def transfers(mnt):
+    """Processes of a mirror transfer from the mount at `mnt`."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as h:
+                argv = h.read().split(b"\0")
+            with open(f"/proc/{pid}/stat") as h:
+                zombie = h.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if not zombie and b"send-one" in argv and any(a.startswith(mnt.encode()) for a in argv):
+            out.append(pid)
+    return out
+
+
 def status(m):
     r = m.run("mirror", "status", "--json", m.mnt)
     assert r.returncode == 0, r.describe()
@@ -84,11 +100,30 @@ def test_mirror_sends_snapshots_and_survives_sigkill_of_either_daemon(scion_moun
             print(f"{f}: {h.read().strip()}")
     os.unlink(f"{d}/sub/f5")
     through_a_kill("s3", b, 2, "the target")
+
+    # An unmount while a transfer is under way ends it (no process left), and the next mount
+    # goes on. The transfer does not inherit the signals the daemon blocks for its signal
+    # thread (it would ignore the SIGTERM an unmount sends it).
+    big(f"{d}/big4", 192, 4)
+    assert a.run("snapshot", "--name", "s4", d).returncode == 0
+    a._wait(lambda: os.path.exists(f"{t}/.s4.scion-receive") or os.path.exists(f"{t}/s4"), 60, "s4 under way")
+    for pid in transfers(a.mnt):
+        try:
+            with open(f"/proc/{pid}/status") as h:
+                blocked = next(ln for ln in h if ln.startswith("SigBlk:")).split()[1]
+        except OSError:
+            continue  # it ended meanwhile
+        assert int(blocked, 16) & (1 << (15 - 1)) == 0, f"transfer {pid} blocks SIGTERM: {blocked}"
+    a.umount()
+    a._wait(lambda: not transfers(a.mnt), 10, "no transfer left after the unmount")
+    a.mount()
+    a._wait(lambda: status(a)[0]["last"] == "s4", 90, "s4 on the mirror after the remount")
+    assert tree(f"{t}/s4") == tree(f"{d}/.snapshot/s4")
     assert not [n for n in os.listdir(t) if n.startswith(".")], os.listdir(t)
     row = status(a)[0]
     assert (row["behind"], row["next"], row["state"], row["dir"]) == (0, None, "idle", "/d"), row
     table = a.run("mirror", "status", a.mnt).stdout
-    assert "LAST SENT" in table and "s3" in table, table
+    assert "LAST SENT" in table and "s4" in table, table
 
     # Refusals; remove.
     r = a.run("mirror", "add", d, "--to", os.path.join(a.mnt, "elsewhere"))

@@ -177,6 +177,16 @@ fn start(opts: &MirrorOptions, m: &Mirror, name: &[u8], base: Option<&[u8]>) -> 
         .stdout(Stdio::null())
         .stderr(Stdio::from(err))
         .process_group(0);
+    // The daemon blocks the signals its signal thread takes, and a child inherits the mask:
+    // unblocked, so that SIGTERM at unmount (`Jobs::stop`) and a user's kill end a transfer.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            Ok(())
+        });
+    }
     let child = cmd.spawn().map_err(|e| format!("{}: {e}", opts.exe.display()))?;
     Ok((child, log))
 }
