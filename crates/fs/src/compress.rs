@@ -70,6 +70,8 @@ pub struct CompressPlan {
 pub struct CompressBatch {
     items: Vec<(BlockPtr, Vec<u8>)>,
     incompressible: Vec<u64>,
+    /// The plan's `skip`, handed back to the engine with what this pass added.
+    skip: HashSet<u64>,
     report: CompressReport,
     error: Option<Error>,
     background: bool,
@@ -127,7 +129,7 @@ impl Fs {
             forest: self.vol.forest.view(),
             live,
             snapshots,
-            skip: self.incompressible.clone(),
+            skip: std::mem::take(&mut self.incompressible),
             background: false,
             _pinned: pinned,
         })
@@ -137,6 +139,7 @@ impl Fs {
     /// old places.
     pub fn compress_end(&mut self, batch: CompressBatch) -> FsResult<CompressReport> {
         let store = self.vol.forest.store.clone();
+        self.incompressible = batch.skip;
         if self.incompressible.len() + batch.incompressible.len() > INCOMPRESSIBLE_MAX {
             self.incompressible.clear();
         }
@@ -282,6 +285,7 @@ impl CompressPlan {
             report,
             error,
             background: self.background,
+            skip: self.skip,
             _pinned: self._pinned,
         }
     }

@@ -104,13 +104,8 @@ impl Fs {
     /// the snapshots taken from when it was added on, starting from the latest state).
     pub fn mirror_next(&mut self, m: &Mirror) -> FsResult<Option<Next>> {
         let snaps = self.mirror_snapshots(m)?;
-        let last = m.last.as_ref().and_then(|l| snaps.iter().position(|s| &s.name == l));
-        let pending: Vec<&DirSnapshot> = match (&m.last, last) {
-            (None, _) => snaps.last().into_iter().collect(),
-            (Some(_), Some(i)) => snaps[i + 1..].iter().collect(),
-            // The last one sent is gone here: everything taken after it was sent.
-            (Some(_), None) => snaps.iter().filter(|s| s.created > m.last_time).collect(),
-        };
+        let (last, unsent) = unsent(m, &snaps);
+        let pending = if m.last.is_none() { &unsent[unsent.len().saturating_sub(1)..] } else { unsent };
         Ok(pending.first().map(|s| Next {
             name: s.name.clone(),
             base: last.map(|i| snaps[i].name.clone()),
@@ -127,15 +122,22 @@ impl Fs {
             keep.extend(m.last.clone());
             if m.keep_unmirrored {
                 let snaps = self.mirror_snapshots(&m)?;
-                let from = m.last.as_ref().and_then(|l| snaps.iter().position(|s| &s.name == l));
-                let unsent = match (&m.last, from) {
-                    (None, _) => &snaps[..],
-                    (Some(_), Some(i)) => &snaps[i + 1..],
-                    (Some(_), None) => &snaps[snaps.partition_point(|s| s.created <= m.last_time)..],
-                };
-                keep.extend(unsent.iter().map(|s| s.name.clone()));
+                keep.extend(unsent(&m, &snaps).1.iter().map(|s| s.name.clone()));
             }
         }
         Ok(keep)
     }
+}
+
+/// Where mirror `m`'s last sent snapshot is among `snaps` (oldest first), and the snapshots
+/// not sent yet: all of them before the first send; those after the last one sent, or, if
+/// that one is gone here, those taken after it arrived.
+fn unsent<'a>(m: &Mirror, snaps: &'a [DirSnapshot]) -> (Option<usize>, &'a [DirSnapshot]) {
+    let last = m.last.as_ref().and_then(|l| snaps.iter().position(|s| &s.name == l));
+    let from = match (&m.last, last) {
+        (None, _) => 0,
+        (Some(_), Some(i)) => i + 1,
+        (Some(_), None) => snaps.partition_point(|s| s.created <= m.last_time),
+    };
+    (last, &snaps[from..])
 }

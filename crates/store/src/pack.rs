@@ -768,7 +768,7 @@ impl BlockStore {
             }
             Ok(())
         };
-        if !contiguous || ptrs.len() == 1 || ptrs.iter().any(|p| self.moved.get(p.addr).is_some()) {
+        if !contiguous || ptrs.len() == 1 || self.moved.any(ptrs) {
             return one_by_one(f);
         }
         let last = ptrs.last().unwrap();
@@ -814,7 +814,7 @@ impl BlockStore {
                 .all(|w| w[1].pack() == w[0].pack() && w[1].offset() == w[0].offset() + w[0].len as u64);
         if !adjacent
             || ptrs.iter().map(|p| p.len as usize).sum::<usize>() != out.len()
-            || ptrs.iter().any(|p| self.moved.get(p.addr).is_some())
+            || self.moved.any(ptrs)
         {
             return Ok(false);
         }
@@ -871,7 +871,7 @@ impl BlockStore {
         // A relocated block takes its compressed form's frame with it when it is the frame's
         // last member (its old place may be punched already: a second punch is harmless).
         for p in ptrs {
-            if let Some(frame) = self.moved.get(p.addr).and_then(|_| self.moved.remove(p.addr)) {
+            if let Some(frame) = self.moved.remove(p.addr) {
                 spans.push(frame);
             }
         }

@@ -131,6 +131,12 @@ impl Relocations {
         map.moved.get(&addr).copied()
     }
 
+    /// Whether any of `ptrs` is relocated: one look at the map for a whole run of blocks.
+    pub(crate) fn any(&self, ptrs: &[BlockPtr]) -> bool {
+        let map = self.map.read().unwrap();
+        !map.moved.is_empty() && ptrs.iter().any(|p| map.moved.contains_key(&p.addr))
+    }
+
     pub(crate) fn load(&self, entries: Vec<(u64, Relocation)>) {
         let mut map = self.map.write().unwrap();
         *map = Map::default();
@@ -147,6 +153,10 @@ impl Relocations {
     /// Forgets `orig` (its block was freed); the span of its frame `(pack, offset, bytes)`
     /// when it was the frame's last member, to be punched.
     pub(crate) fn remove(&self, orig: u64) -> Option<(u32, u64, u64)> {
+        // Most punches are of blocks never relocated: no write lock for them.
+        if !self.map.read().unwrap().moved.contains_key(&orig) {
+            return None;
+        }
         let mut map = self.map.write().unwrap();
         let r = map.moved.remove(&orig)?;
         self.changes.lock().unwrap().push((orig, None));
