@@ -138,3 +138,41 @@ def test_mirror_sends_snapshots_and_survives_sigkill_of_either_daemon(scion_moun
     a.check()
     b.umount()
     b.check()
+
+
+def test_mirror_to_a_store_that_is_not_mounted(scion_mount, scion_store):
+    """`--to STORE`: the store's root receives the snapshots; each transfer mounts it at a
+    private directory when it is not mounted (and unmounts it, flushed), or goes through its
+    mount when it is."""
+    a, b = scion_mount, scion_store
+    d = os.path.join(a.mnt, "d")
+    os.makedirs(d)
+    for i in range(10):
+        with open(f"{d}/f{i}", "wb") as h:
+            h.write(os.urandom(i * 5000))
+    assert a.run("snapshot", "--name", "s1", d).returncode == 0
+    r = a.run("mirror", "add", d, "--to", b.store)
+    assert r.returncode == 0, r.describe()
+    r = a.run("mirror", "add", d, "--to", a.store)
+    assert r.returncode == 2 and "same store" in r.stderr, r.describe()
+    a._wait(lambda: status(a)[0]["last"] == "s1", 60, "s1 in the unmounted store")
+    transient = lambda: [ln for ln in open("/proc/self/mountinfo") if "scion-transient-" in ln]
+    a._wait(lambda: not transient(), 10, "the target unmounted after the transfer")
+    with open(f"{d}/f3", "ab") as h:
+        h.write(b"more")
+    assert a.run("snapshot", "--name", "s2", d).returncode == 0
+    a._wait(lambda: status(a)[0]["last"] == "s2", 60, "s2 in the unmounted store")
+    a._wait(lambda: not transient(), 10, "the target unmounted after the transfer")
+    b.mount()
+    assert sorted(os.listdir(b.mnt)) == ["s1", "s2"]
+    assert tree(f"{b.mnt}/s2") == tree(f"{d}/.snapshot/s2")
+    # Mounted by its user now: the transfer goes through that mount.
+    os.unlink(f"{d}/f1")
+    assert a.run("snapshot", "--name", "s3", d).returncode == 0
+    a._wait(lambda: status(a)[0]["last"] == "s3", 60, "s3 through the target's mount")
+    assert tree(f"{b.mnt}/s3") == tree(f"{d}/.snapshot/s3")
+    assert not transient()
+    a.umount()
+    a.check()
+    b.umount()
+    b.check()

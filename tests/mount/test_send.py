@@ -280,3 +280,58 @@ def test_list_shows_clones_made_from_a_snapshot_and_destroy_says_they_stay(scion
     assert r.returncode == 0 and "keep their files" in r.stdout and "/c" in r.stdout, r.describe()
     with open(f"{m.mnt}/c/f") as h:
         assert h.read() == "kept\n"
+
+
+def transient_mounts():
+    with open("/proc/self/mountinfo") as h:
+        return [ln for ln in h if "scion-transient-" in ln]
+
+
+def test_receive_into_an_unmounted_store(scion_mount, scion_store, tmp_path):
+    """`receive --store`: the store is mounted for the receive at a private directory and
+    unmounted, flushed, after it, also when the receiver is killed (its daemon gets SIGTERM
+    when the receiver dies); a refused increment leaves nothing there."""
+    m, s = scion_mount, scion_store
+    rng = random.Random(3)
+    a = os.path.join(m.mnt, "a")
+    os.makedirs(a)
+    build(a, rng)
+    assert m.run("snapshot", "--name", "s1", a).returncode == 0
+    change(a, rng)
+    assert m.run("snapshot", "--name", "s2", a).returncode == 0
+    full, inc = str(tmp_path / "full"), str(tmp_path / "inc")
+    assert m.run("send", f"{a}/.snapshot/s1", "-o", full).returncode == 0
+    assert m.run("send", f"{a}/.snapshot/s2", "--base", f"{a}/.snapshot/s1", "-o", inc).returncode == 0
+    # The increment first: no base in the store, refused, nothing left, not mounted after.
+    r = s.run("receive", "--store", s.store, "/x", "-i", inc)
+    assert r.returncode == 1 and "base" in r.stderr, r.describe()
+    assert not transient_mounts(), r.describe()
+    r = s.run("receive", "--store", s.store, "/x", "-i", full)
+    assert r.returncode == 0, r.describe()
+    assert f"{s.store}:/x" in r.stderr, r.describe()
+    r = s.run("receive", "--store", s.store, "y", "-i", inc)
+    assert r.returncode == 0, r.describe()
+    assert not transient_mounts()
+    assert "clean" in s.check()
+    # A receiver killed in the middle: its store is unmounted and flushed all the same.
+    p = subprocess.Popen(f"sleep 30 | exec {SCION_BIN} receive --store {s.store} /z", shell=True,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    m._wait(lambda: transient_mounts(), 10, "the store mounted for the receive")
+    receiver = int(subprocess.run(["pgrep", "-f", f"^{SCION_BIN} receive --store {s.store} /z"],
+                                  capture_output=True, text=True).stdout.split()[0])
+    os.kill(receiver, 9)
+    m._wait(lambda: not transient_mounts(), 10, "the store unmounted after the receiver died")
+    os.killpg(p.pid, 9)
+    p.wait()
+    s._wait(lambda: subprocess.run([SCION_BIN, "check", s.store], capture_output=True).returncode == 0,
+            10, "the store's lock released and the store clean")
+    s.mount()
+    assert tree(f"{s.mnt}/x") == tree(f"{a}/.snapshot/s1")
+    assert tree(f"{s.mnt}/y") == tree(f"{a}/.snapshot/s2")
+    assert os.listdir(f"{s.mnt}/y/.snapshot") == ["s2"]
+    assert "z" not in os.listdir(s.mnt)
+    # Mounted, the store's own mount is used.
+    r = s.run("receive", "--store", s.store, "/w", "-i", full)
+    assert r.returncode == 0, r.describe()
+    assert tree(f"{s.mnt}/w") == tree(f"{a}/.snapshot/s1")
+    assert not transient_mounts()

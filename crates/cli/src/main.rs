@@ -373,6 +373,10 @@ enum Cmd {
         /// Remove what a receive of DIR that stopped short kept.
         #[arg(long)]
         abort: bool,
+        /// Receive into this store; DIR is a path in it. A store that is not mounted is
+        /// mounted for the receive (at a private directory) and unmounted, flushed, after it.
+        #[arg(long)]
+        store: Option<PathBuf>,
     },
     /// Send a directory's snapshots to a second store as they are taken (by hand or by a
     /// schedule), each as an increment on the one before; the daemon does it, resuming after
@@ -441,7 +445,9 @@ enum MirrorCmd {
     Add {
         /// A directory in a scion mount (or a store path with --store).
         dir: PathBuf,
-        /// The directory that receives them, in another mounted scion store.
+        /// The directory that receives them, in another mounted scion store; or another
+        /// store's own directory (its root receives them; each transfer mounts it at a
+        /// private directory if it is not mounted, and waits while another process holds it).
         #[arg(long)]
         to: PathBuf,
         /// Retention (of DIR's schedule) keeps the snapshots not mirrored yet.
@@ -757,6 +763,7 @@ fn main() -> ExitCode {
             resumable,
             resume,
             abort,
+            store,
         } => match receive_cmd::receive(receive_cmd::ReceiveArgs {
             dir,
             input,
@@ -764,6 +771,8 @@ fn main() -> ExitCode {
             resumable,
             resume,
             abort,
+            store,
+            shown: None,
         }) {
             Ok(()) => Ok(()),
             Err(e) => {

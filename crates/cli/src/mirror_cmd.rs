@@ -9,14 +9,24 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// Whether `p` is a store's directory (its superblock reads), not a directory in a mount.
+fn is_store(p: &Path) -> bool {
+    scion_store::Superblock::read(&scion_store::os_host(), p).is_ok()
+}
+
 /// The target as the mirror records it: absolute, and a directory now (it may be on a
-/// store that is not mounted yet, when the source is given with --store).
+/// store that is not mounted yet, when the source is given with --store). A store's own
+/// directory names its root: the store is mounted for each transfer if it is not mounted.
 fn target_path(to: &Path, must_exist: bool) -> Result<Vec<u8>, String> {
     let abs = if to.is_absolute() {
         to.to_path_buf()
     } else {
         std::env::current_dir().map_err(|e| e.to_string())?.join(to)
     };
+    if is_store(&abs) {
+        let abs = abs.canonicalize().map_err(|e| format!("{}: {e}", abs.display()))?;
+        return Ok(abs.as_os_str().as_bytes().to_vec());
+    }
     if must_exist && !abs.is_dir() {
         return Err(format!("{}: not a directory (the mirror's target is a directory in a mounted scion store)", abs.display()));
     }
@@ -36,6 +46,10 @@ pub fn add(dir: PathBuf, to: PathBuf, keep_unmirrored: bool, store: Option<PathB
         if target.starts_with(mnt.as_os_str().as_bytes()) {
             return Err("the target is in the same store: a mirror goes to another store (another device, ideally)".into());
         }
+    }
+    let same = |s: &Path| s.canonicalize().ok() == Path::new(std::ffi::OsStr::from_bytes(&target)).canonicalize().ok();
+    if same(&at.store) {
+        return Err("the target is the same store: a mirror goes to another store (another device, ideally)".into());
     }
     call(&at, &Op::MirrorSet { dir: store_path(&at), target: target.clone(), keep_unmirrored })?;
     println!(
@@ -109,6 +123,13 @@ fn render(rows: &[MirrorRow], json: bool) -> String {
 /// that stopped short; checking the content hash of what arrived.
 pub fn send_one(snapshot: PathBuf, base: Option<PathBuf>, to: PathBuf) -> Result<(), String> {
     let name = snapshot.file_name().ok_or("the snapshot has no name")?.to_os_string();
+    // A store's directory: its root, through its mount, or one made for this transfer
+    // (refused while another process holds the store, and tried again later).
+    let (to, _mounted) = if is_store(&to) {
+        crate::mount::Transient::mount(&to).map_err(|e| format!("the mirror's store {}: {e}", to.display()))?
+    } else {
+        (to, None)
+    };
     if !to.is_dir() {
         return Err(format!("{}: not a directory (is the mirror's store mounted?)", to.display()));
     }

@@ -331,6 +331,59 @@ fn require_store(store: &Path) -> Result<(), String> {
 }
 
 pub fn background(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
+    let (store, mnt, pid) = spawn_daemon(store, mountpoint, options, false)?;
+    println!("mounted {} at {} (daemon pid {pid})", store.display(), mnt.display());
+    Ok(())
+}
+
+/// A store mounted for one command that works through a mount (`receive --store`, a
+/// mirror's transfer to a store that is not mounted): at a private directory, by a daemon
+/// that unmounts (flushing, as `scion umount` does) when this process ends, however it
+/// ends: the kernel sends the daemon SIGTERM when its parent dies (`PR_SET_PDEATHSIG`).
+pub struct Transient {
+    mnt: PathBuf,
+}
+
+impl Transient {
+    /// Mounts `store`, or `None` and its mount point if it is mounted already.
+    pub fn mount(store: &Path) -> Result<(PathBuf, Option<Transient>), String> {
+        let store = canonical(store)?;
+        if let Some((mnt, _, _)) = crate::tree_cmds::scion_mounts().into_iter().find(|(_, s, _)| *s == store) {
+            return Ok((mnt, None));
+        }
+        let dir = std::env::temp_dir().join(format!("scion-transient-{}-{}", std::process::id(), unique()));
+        std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        // Only this user may reach into the store through it.
+        let _ = std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700));
+        match spawn_daemon(&store, &dir, &["compress_old=off".to_string()], true) {
+            Ok((_, mnt, _)) => Ok((mnt.clone(), Some(Transient { mnt }))),
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Transient {
+    fn drop(&mut self) {
+        if let Err(e) = umount_quiet(&self.mnt) {
+            eprintln!("scion: {e}");
+        }
+        let _ = std::fs::remove_dir(&self.mnt);
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Starts a daemon serving `store` at `mountpoint` and waits until it serves (or failed):
+/// the store and mount point made absolute, and the daemon's pid. A `transient` daemon
+/// unmounts when this process dies.
+fn spawn_daemon(store: &Path, mountpoint: &Path, options: &[String], transient: bool) -> Result<(PathBuf, PathBuf, u32), String> {
     let store = canonical(store)?;
     require_store(&store)?;
     scion_options(options)?;
@@ -369,6 +422,9 @@ pub fn background(store: &Path, mountpoint: &Path, options: &[String]) -> Result
         cmd.pre_exec(move || {
             libc::close(rfd);
             libc::setsid();
+            if transient {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            }
             Ok(())
         });
     }
@@ -378,13 +434,7 @@ pub fn background(store: &Path, mountpoint: &Path, options: &[String]) -> Result
     let _ = BufReader::new(unsafe { std::fs::File::from_raw_fd(rfd) }).read_line(&mut line);
     let line = line.trim();
     if line == "ok" {
-        println!(
-            "mounted {} at {} (daemon pid {})",
-            store.display(),
-            mnt.display(),
-            child.id()
-        );
-        return Ok(());
+        return Ok((store, mnt, child.id()));
     }
     let _ = child.wait();
     match line.strip_prefix("error: ") {
@@ -446,7 +496,15 @@ pub fn umount(mountpoint: &Path) -> Result<(), String> {
         );
         return Ok(());
     }
-    let mnt = canonical(&abs)?;
+    let (mnt, store) = umount_quiet(&abs)?;
+    println!("unmounted {}; store {} flushed", mnt.display(), store.display());
+    Ok(())
+}
+
+/// Unmounts the scion mount at `abs` and waits until its daemon flushed the store: the
+/// mount point and the store.
+fn umount_quiet(abs: &Path) -> Result<(PathBuf, PathBuf), String> {
+    let mnt = canonical(abs)?;
     let store = store_of(&mnt).ok_or_else(|| format!("{} is not a scion mount", mnt.display()))?;
     unmount_path(&mnt, false)?;
     // The daemon holds the store's lock until its final checkpoint is durable.
@@ -460,6 +518,5 @@ pub fn umount(mountpoint: &Path) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    println!("unmounted {}; store {} flushed", mnt.display(), store.display());
-    Ok(())
+    Ok((mnt, store))
 }

@@ -29,6 +29,11 @@ pub struct ReceiveArgs {
     pub resume: bool,
     /// Remove what a receive that stopped short kept.
     pub abort: bool,
+    /// The store DIR is in (DIR is then a path in the store), mounted for the receive if it
+    /// is not mounted.
+    pub store: Option<PathBuf>,
+    /// How DIR is named in messages, when it is not the path the receive works on.
+    pub shown: Option<String>,
 }
 
 /// The extended attribute on a kept partial tree's top naming where it stopped.
@@ -70,7 +75,23 @@ struct Kept {
     base: Vec<u8>,
 }
 
-pub fn receive(a: ReceiveArgs) -> Result<(), String> {
+pub fn receive(mut a: ReceiveArgs) -> Result<(), String> {
+    // Unmounted, the store is mounted for the receive and unmounted after it (flushed):
+    // the tree is built and checked through the mount as it would be in a mounted store.
+    let _mounted = match a.store.take() {
+        Some(store) => {
+            let (mnt, t) = crate::mount::Transient::mount(&store)?;
+            let rel = a.dir.strip_prefix("/").unwrap_or(&a.dir).to_path_buf();
+            a.shown = Some(format!("{}:/{}", store.display(), rel.display()));
+            a.dir = mnt.join(rel);
+            t
+        }
+        None => None,
+    };
+    receive_mounted(a)
+}
+
+fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
     let at = locate(&a.dir, false, &None)?;
     let Some(mnt) = at.mnt.clone() else {
         return Err(format!("{} is not in a mounted scion store", a.dir.display()));
@@ -303,7 +324,7 @@ fn build(
     }
     eprintln!(
         "scion receive: {} ({}, snapshot {})",
-        dst.display(),
+        a.shown.clone().unwrap_or_else(|| dst.display().to_string()),
         if staging.clone { "an increment on a base found here" } else { "a full tree" },
         String::from_utf8_lossy(&name)
     );
