@@ -1,6 +1,7 @@
 //! The `scion` command line: thin wrappers over scion-fs and scion-fuse.
 
 mod control;
+mod cube_cmd;
 mod fstab;
 mod mount;
 mod meta;
@@ -65,6 +66,10 @@ enum Cmd {
         /// The report as one JSON object (documented in the README).
         #[arg(long)]
         json: bool,
+        /// Check only this cube (its path from the store's root): its own store, in time
+        /// proportional to the cube.
+        #[arg(long)]
+        cube: Option<PathBuf>,
     },
     /// Clone a directory: a writable copy, as if by `cp -a`, made in constant time.
     Clone {
@@ -386,6 +391,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: MirrorCmd,
     },
+    /// Cubes: directories that are stores of their own (own packs, journal, checkpoints),
+    /// so that an fsync in one never waits for another's data and a failure in one leaves
+    /// the rest of the mount untouched. Exit 0: done; 2: bad usage or failure.
+    Cube {
+        #[command(subcommand)]
+        cmd: CubeCmd,
+    },
     /// The state of each scion mount (or of the one PATH is in, or of an unmounted store):
     /// store, daemon pid and uptime, space (host free, packs, what only snapshots hold, old
     /// versions compressed), clones, snapshots, schedules, mirrors, the last checkpoint, the
@@ -435,6 +447,44 @@ enum Cmd {
         #[arg(short = 'p')]
         exact: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum CubeCmd {
+    /// Make the new directory DIR (in a scion mount, its parent in the store's main tree) a
+    /// cube.
+    Create {
+        dir: PathBuf,
+        /// ordered (fsync makes everything before it durable; the default) or nofsync (fsync
+        /// returns at once: a crash may lose what came after the cube's last checkpoint,
+        /// never older data). data, writeback and nojournal are not built yet.
+        #[arg(long, default_value = "ordered")]
+        mode: String,
+        /// What a failure inside the cube (a bad checksum, a failed host I/O) does to it:
+        /// readonly (reads go on, changes get EROFS; the default) or fence (every access
+        /// gets EIO). The rest of the mount goes on either way.
+        #[arg(long, default_value = "readonly")]
+        on_error: String,
+    },
+    /// Change a cube's mode or failure policy, from the next request on.
+    Set {
+        dir: PathBuf,
+        #[arg(long)]
+        mode: Option<String>,
+        #[arg(long)]
+        on_error: Option<String>,
+    },
+    /// Every cube of the mount PATH is in: id, mode, policy, state (ok, read-only, fenced,
+    /// unavailable), space its store takes, path.
+    List {
+        path: Option<PathBuf>,
+        /// JSON Lines: {"path", "id", "mode", "on_error", "state", "why", "used"}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve a failed cube again, from its store as the disk holds it (after `scion check
+    /// --cube --repair` or once the failure has passed), without a remount.
+    Recover { dir: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -789,6 +839,12 @@ fn main() -> ExitCode {
             Ok(())
         }
         Cmd::Man { dir } => man_pages(&dir),
+        Cmd::Cube { cmd } => match cmd {
+            CubeCmd::Create { dir, mode, on_error } => cube_cmd::create(dir, mode, on_error),
+            CubeCmd::Set { dir, mode, on_error } => cube_cmd::set(dir, mode, on_error),
+            CubeCmd::List { path, json } => cube_cmd::list(path, json),
+            CubeCmd::Recover { dir } => cube_cmd::recover(dir),
+        },
         Cmd::Mirror { cmd } => match cmd {
             MirrorCmd::Add { dir, to, keep_unmirrored, store } => mirror_cmd::add(dir, to, keep_unmirrored, store),
             MirrorCmd::Remove { dir, to, store } => match mirror_cmd::remove(dir, to, store) {
@@ -811,7 +867,12 @@ fn main() -> ExitCode {
             }
             Err(e) => Err(e),
         },
-        Cmd::Check { store, json } => match scion_fs::check::check(&scion_store::os_host(), &store) {
+        Cmd::Check { store, json, cube } => match cube
+            .map(|c| cube_cmd::cube_store(&store, &c))
+            .transpose()
+            .map_err(scion_store::Error::Format)
+            .and_then(|c| scion_fs::check::check(&scion_store::os_host(), c.as_deref().unwrap_or(&store)))
+        {
             Ok(rep) => {
                 if json {
                     println!("{}", control::check_json(&rep));

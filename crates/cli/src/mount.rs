@@ -203,11 +203,11 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     } = ours;
     fs.show_snapdir = snapdir_visible;
     let engine = Engine::new(fs);
-    // One volume today (the store's main one); cubes will be more.
+    // The store's main volume; each cube is one more (opened below, before any request).
     let router = std::sync::Arc::new(Router::new(engine.clone()).map_err(|e| format!("{}: {e}", store.display()))?);
     let cfg = mount_options(&store, &options);
     let session = fuser::Session::new(
-        scion_fuse::ScionFuse::new(router)
+        scion_fuse::ScionFuse::new(router.clone())
             .with_uring(uring)
             .with_writeback(writeback),
         &mnt,
@@ -217,13 +217,29 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     // The mount's device number: read from the mount table, not by stat (the session does
     // not serve requests yet, so a stat would wait for itself).
     let device = mount_field(&mnt, 2).ok_or_else(|| format!("{} is not in the mount table", mnt.display()))?;
+    let cubes = {
+        let notifier = std::sync::Arc::new(std::sync::Mutex::new(session.notifier()));
+        let n2 = notifier.clone();
+        let invalidate: scion_daemon::cubes::GlobalInvalidator =
+            std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&n2.lock().unwrap(), inval));
+        let opts = BackgroundOptions {
+            repack: background_repack,
+            compress_old,
+            checkpoint_after: CHECKPOINT_AFTER,
+            ..Default::default()
+        };
+        let start: scion_daemon::cubes::StartBackground = Box::new(move |engine, inval| Background::start(engine, opts.clone(), inval));
+        std::sync::Arc::new(
+            scion_daemon::cubes::Cubes::open(&store, router.clone(), start, invalidate).map_err(|e| format!("{}: cubes: {e}", store.display()))?,
+        )
+    };
     {
         let notifier = session.notifier();
         let invalidate =
             std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&notifier, inval));
         // Root's mount for everyone: other users may help themselves (rights.rs).
         let for_users = is_root() && cfg.acl == SessionACL::All;
-        scion_daemon::server::serve(&store, engine.clone(), device, invalidate, for_users)?;
+        scion_daemon::server::serve(&store, engine.clone(), cubes.clone(), device, invalidate, for_users)?;
     }
     log::info!("mounted {} at {}", store.display(), mnt.display());
     tune_bdi(&mnt);
@@ -260,6 +276,9 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     }
     let r = session.run();
     background.stop();
+    if let Err(e) = cubes.close() {
+        log::error!("{e}");
+    }
     // Through the lock, not by taking the engine out of its Arc: a control command may hold
     // it at this moment, and the final checkpoint must happen all the same.
     let closed = engine.close();

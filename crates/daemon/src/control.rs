@@ -167,6 +167,15 @@ pub enum Op {
         open: Option<Vec<u8>>,
         frames: Vec<u8>,
     },
+    /// Makes the new directory `path` a cube (`cubes.rs`), with a mode and failure policy by
+    /// name.
+    CubeCreate { path: Vec<u8>, mode: String, on_error: String },
+    /// Changes a cube's mode or policy (empty: unchanged).
+    CubeSet { path: Vec<u8>, mode: String, on_error: String },
+    /// Every cube, with its state and space.
+    CubeList,
+    /// Serves a cube again from its store.
+    CubeRecover { path: Vec<u8> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -207,6 +216,9 @@ pub enum Reply {
     Found(Vec<Vec<u8>>),
     ChunkChanges(Vec<ChunkChange>),
     Applied,
+    /// The cube made, changed or recovered.
+    Cube(crate::cubes::CubeRow),
+    Cubes(Vec<crate::cubes::CubeRow>),
     /// The stream was sent (its bytes came in part frames); the tree's content hash.
     Sent([u8; 32]),
 }
@@ -650,6 +662,9 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
         Op::Send { .. } => {
             return Err(Failure::new(libc::EINVAL, "a stream is sent by a mounted store's daemon: mount the store"))
         }
+        Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } => {
+            return Err(Failure::new(libc::EINVAL, "cubes are served by a mounted store's daemon: mount the store"))
+        }
         Op::Apply { top, base, open, frames } => (apply(fs, top, base.as_deref(), open.as_deref(), frames)?, Vec::new()),
         Op::Rollback { dir, to } => {
             let d = fs.resolve_path(dir).map_err(Failure::from_fs(show(dir)))?;
@@ -660,4 +675,42 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
     };
     inval.extend(fs.take_invalidations());
     Ok((reply, inval))
+}
+
+/// The paths an operation names in the store (not a mirror's target, which is another
+/// store's), for the daemon to route it to the cube they lie in (`server::route`).
+pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
+    match op {
+        Op::Clone { src, dst, .. } => vec![src, dst],
+        Op::Snapshot { path, .. } | Op::Repack { path, .. } | Op::Versions { path } | Op::TreeHash { path } => vec![path],
+        Op::Destroy { target: Target::Path(p), .. } => vec![p],
+        Op::List { under: Some(p) } => vec![p],
+        Op::MirrorSet { dir, .. } | Op::MirrorRemove { dir, .. } | Op::ScheduleRemove { dir } | Op::Deleted { dir } => vec![dir],
+        Op::ScheduleSet(s) => vec![&mut s.dir],
+        Op::Restore { path, from, to, .. } => {
+            let mut v = vec![path];
+            if from.contains(&b'/') {
+                v.push(from);
+            }
+            v.extend(to.as_mut());
+            v
+        }
+        Op::Rollback { dir, .. } => vec![dir],
+        Op::Diff { a, b, .. } => vec![a, b],
+        Op::Scan { paths, since, .. } => paths.iter_mut().chain(since.as_mut()).collect(),
+        Op::ChunkChanges { old, new } => vec![old, new],
+        Op::Send { snap, base, .. } => std::iter::once(snap).chain(base.as_mut()).collect(),
+        Op::Apply { top, base, .. } => std::iter::once(top).chain(base.as_mut()).collect(),
+        Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } => vec![path],
+        Op::Destroy { target: Target::Id(_), .. }
+        | Op::List { under: None }
+        | Op::Scrub
+        | Op::Compress { .. }
+        | Op::MirrorStatus
+        | Op::Status
+        | Op::ScheduleList
+        | Op::ScanRecord { .. }
+        | Op::FindTree { .. }
+        | Op::CubeList => Vec::new(),
+    }
 }

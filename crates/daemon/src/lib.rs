@@ -6,6 +6,7 @@
 
 mod background;
 pub mod control;
+pub mod cubes;
 mod engine;
 pub mod mirror;
 pub mod rights;

@@ -1,4 +1,4 @@
-//! Routing by inode number. Each volume (the store's main one; later one per cube) is an
+//! Routing by inode number. Each volume (the store's main one, and one per cube) is an
 //! [`Engine`] with its own lock, journal and failure state, and a request goes to the
 //! volume its inode number names, so requests for different volumes never wait on one lock.
 //!
@@ -79,10 +79,36 @@ impl VolumeId {
     }
 }
 
+/// How a volume is served (a cube's mode and failure policy, `records::cubes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Serving {
+    /// `fsync` returns at once without syncing (mode `nofsync`).
+    pub nofsync: bool,
+    /// Once the volume failed, every request gets EIO (policy `fence`), not only changes.
+    pub fence: bool,
+}
+
+struct Served {
+    engine: Engine,
+    serving: Serving,
+}
+
+/// Where cubes hang in the tree: a directory of one volume (the graft) shows another
+/// volume's root, as a mount point shows a mounted filesystem's.
+#[derive(Default)]
+struct Grafts {
+    /// (volume, directory) -> the volume whose root it shows.
+    at: std::collections::HashMap<(VolumeId, Ino), VolumeId>,
+    /// Grafts and the directories above them, per cube: they may not be renamed or
+    /// removed (EBUSY, as a mount point and its parents).
+    pinned: std::collections::HashMap<VolumeId, Vec<(VolumeId, Ino)>>,
+}
+
 /// The volumes of one mount, by index. Looking one up takes a read lock on the table for
 /// the time of a clone of the engine's handle, never an engine's lock.
 pub struct Router {
-    volumes: RwLock<Vec<Option<Engine>>>,
+    volumes: RwLock<Vec<Option<Served>>>,
+    grafts: RwLock<Grafts>,
 }
 
 impl Router {
@@ -91,12 +117,18 @@ impl Router {
     pub fn new(main: Engine) -> FsResult<Router> {
         main.lock().limit_namespaces(MAIN_NS_LIMIT)?;
         Ok(Router {
-            volumes: RwLock::new(vec![Some(main)]),
+            volumes: RwLock::new(vec![Some(Served { engine: main, serving: Serving::default() })]),
+            grafts: RwLock::default(),
         })
     }
 
     /// Serves one more volume; its namespaces are limited to [`VOLUME_NS_LIMIT`].
     pub fn add(&self, engine: Engine) -> FsResult<VolumeId> {
+        self.add_serving(engine, Serving::default())
+    }
+
+    /// `add`, served as `serving` says.
+    pub fn add_serving(&self, engine: Engine, serving: Serving) -> FsResult<VolumeId> {
         engine.lock().limit_namespaces(VOLUME_NS_LIMIT)?;
         let mut v = self.volumes.write().unwrap();
         let slot = match v.iter().skip(1).position(Option::is_none) {
@@ -107,28 +139,94 @@ impl Router {
             }
             None => return Err(errno::ENOSPC.with(format!("a mount serves at most {MAX_VOLUMES} volumes"))),
         };
-        v[slot] = Some(engine);
+        v[slot] = Some(Served { engine, serving });
         Ok(VolumeId(slot as u16))
+    }
+
+    /// How volume `id` is served now.
+    pub fn serving(&self, id: VolumeId) -> Serving {
+        self.volumes.read().unwrap().get(id.index()).and_then(|s| s.as_ref().map(|s| s.serving)).unwrap_or_default()
+    }
+
+    /// Serves volume `id` as `serving` says from the next request on.
+    pub fn set_serving(&self, id: VolumeId, serving: Serving) {
+        if let Some(Some(s)) = self.volumes.write().unwrap().get_mut(id.index()) {
+            s.serving = serving;
+        }
+    }
+
+    /// Serves `engine` as volume `id` in place of the one there (a cube recovered: the same
+    /// store opened again, so its inode numbers are the same). Returns the old engine.
+    pub fn replace(&self, id: VolumeId, engine: Engine) -> Option<Engine> {
+        engine.lock().limit_namespaces(VOLUME_NS_LIMIT).ok()?;
+        let mut v = self.volumes.write().unwrap();
+        let s = v.get_mut(id.index())?.as_mut()?;
+        Some(std::mem::replace(&mut s.engine, engine))
+    }
+
+    /// Directory `dir` of volume `at` shows the root of volume `cube` from now on; `dir` and
+    /// `above` (the directories on its path, in `at`) may not be renamed or removed.
+    pub fn graft(&self, at: VolumeId, dir: Ino, above: Vec<Ino>, cube: VolumeId) {
+        let mut g = self.grafts.write().unwrap();
+        g.at.insert((at, dir), cube);
+        let mut pinned: Vec<(VolumeId, Ino)> = above.into_iter().map(|i| (at, i)).collect();
+        pinned.push((at, dir));
+        g.pinned.insert(cube, pinned);
+    }
+
+    /// Volume `cube` hangs nowhere any more.
+    pub fn ungraft(&self, cube: VolumeId) {
+        let mut g = self.grafts.write().unwrap();
+        g.at.retain(|_, c| *c != cube);
+        g.pinned.remove(&cube);
+    }
+
+    /// The volume whose root directory `dir` of volume `at` shows, if it is a graft.
+    pub fn grafted(&self, at: VolumeId, dir: Ino) -> Option<VolumeId> {
+        let g = self.grafts.read().unwrap();
+        if g.at.is_empty() {
+            return None;
+        }
+        g.at.get(&(at, dir)).copied()
+    }
+
+    /// Whether `ino` of volume `at` is a graft or a directory above one.
+    pub fn pinned(&self, at: VolumeId, ino: Ino) -> bool {
+        let g = self.grafts.read().unwrap();
+        g.pinned.values().any(|p| p.contains(&(at, ino)))
     }
 
     /// Stops serving a volume (not the main one): its inode numbers get ESTALE from now on.
     /// Returns its engine, for the caller to close.
     pub fn remove(&self, id: VolumeId) -> Option<Engine> {
         assert_ne!(id, VolumeId::MAIN, "the main volume is served for the mount's lifetime");
-        self.volumes.write().unwrap().get_mut(id.index()).and_then(Option::take)
+        self.ungraft(id);
+        self.volumes.write().unwrap().get_mut(id.index()).and_then(Option::take).map(|s| s.engine)
     }
 
-    /// The engine of volume `id`.
+    /// The engine of volume `id`. EIO for a fenced volume that failed.
     pub fn engine(&self, id: VolumeId) -> FsResult<Engine> {
-        match self.volumes.read().unwrap().get(id.index()) {
-            Some(Some(e)) => Ok(e.clone()),
-            _ => Err(errno::ESTALE),
+        let (engine, fence) = match self.volumes.read().unwrap().get(id.index()) {
+            Some(Some(s)) => (s.engine.clone(), s.serving.fence),
+            _ => return Err(errno::ESTALE),
+        };
+        if fence {
+            if let Some(why) = engine.lock().failure() {
+                log::debug!("volume {} fenced: {why}", id.0);
+                return Err(errno::EIO);
+            }
         }
+        Ok(engine)
     }
 
     /// The store's main volume.
     pub fn main(&self) -> Engine {
-        self.engine(VolumeId::MAIN).expect("the main volume is always served")
+        self.any_engine(VolumeId::MAIN).expect("the main volume is always served")
+    }
+
+    /// The engine of volume `id`, fenced or not (for the commands that check or recover it).
+    pub fn any_engine(&self, id: VolumeId) -> Option<Engine> {
+        self.volumes.read().unwrap().get(id.index()).and_then(|s| s.as_ref().map(|s| s.engine.clone()))
     }
 
     /// Where a request for the kernel's inode `ino` goes: its volume, that volume's engine
@@ -143,7 +241,7 @@ impl Router {
         let v = self.volumes.read().unwrap();
         v.iter()
             .enumerate()
-            .filter_map(|(i, e)| e.clone().map(|e| (VolumeId(i as u16), e)))
+            .filter_map(|(i, e)| e.as_ref().map(|s| (VolumeId(i as u16), s.engine.clone())))
             .collect()
     }
 }

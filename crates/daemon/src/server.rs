@@ -8,6 +8,9 @@
 //! scrub, repack's copy and list, which read a pinned committed state without it.
 
 use crate::control::{execute, Failure, Op, Reply};
+use crate::cubes::Cubes;
+use crate::router::VolumeId;
+use scion_fs::records::cubes::{Mode, OnError};
 use crate::rights::{self, Rights};
 use crate::wire::{self, read_frame, write_frame};
 use crate::Engine;
@@ -47,6 +50,7 @@ pub type SharedInvalidator = Arc<dyn Fn(&[Inval]) + Send + Sync>;
 pub fn serve(
     store: &Path,
     engine: Engine,
+    cubes: Arc<Cubes>,
     device: String,
     invalidate: SharedInvalidator,
     for_users: bool,
@@ -66,21 +70,21 @@ pub fn serve(
         ));
     }
     let busy = Arc::new(AtomicUsize::new(0));
-    accept(listener, engine.clone(), device.clone(), invalidate.clone(), busy.clone());
+    accept(listener, engine.clone(), cubes.clone(), device.clone(), invalidate.clone(), busy.clone());
     if for_users {
         let name = user_socket_name(&device);
         // Abstract: no file to leave behind or to protect; each caller's rights come from
         // the kernel's account of who connected. A name someone else bound first leaves the
         // mount without self-service, which is logged, not fatal.
         match SocketAddr::from_abstract_name(name.as_bytes()).and_then(|a| UnixListener::bind_addr(&a)) {
-            Ok(l) => accept(l, engine, device, invalidate, busy),
+            Ok(l) => accept(l, engine, cubes, device, invalidate, busy),
             Err(e) => log::warn!("users' control socket @{name}: {e}; other users cannot ask this daemon"),
         }
     }
     Ok(())
 }
 
-fn accept(listener: UnixListener, engine: Engine, device: String, invalidate: SharedInvalidator, busy: Arc<AtomicUsize>) {
+fn accept(listener: UnixListener, engine: Engine, cubes: Arc<Cubes>, device: String, invalidate: SharedInvalidator, busy: Arc<AtomicUsize>) {
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(s) = conn else { continue };
@@ -88,9 +92,10 @@ fn accept(listener: UnixListener, engine: Engine, device: String, invalidate: Sh
                 std::thread::sleep(Duration::from_millis(10));
             }
             busy.fetch_add(1, Ordering::AcqRel);
-            let (engine, device, busy, invalidate) = (engine.clone(), device.clone(), busy.clone(), invalidate.clone());
+            let (engine, cubes, device, busy, invalidate) =
+                (engine.clone(), cubes.clone(), device.clone(), busy.clone(), invalidate.clone());
             std::thread::spawn(move || {
-                serve_client(s, &engine, &device, &*invalidate);
+                serve_client(s, &engine, &cubes, &device, &*invalidate);
                 busy.fetch_sub(1, Ordering::AcqRel);
             });
         }
@@ -121,7 +126,7 @@ fn rights_of(s: &UnixStream) -> Option<Rights> {
     Some(Rights::User(scion_fs::access::Caller { uid: cred.uid, gid: cred.gid, groups }))
 }
 
-fn serve_client(mut s: UnixStream, engine: &Engine, device: &str, invalidate: &(dyn Fn(&[Inval]) + Send + Sync)) {
+fn serve_client(mut s: UnixStream, engine: &Engine, cubes: &Cubes, device: &str, invalidate: &(dyn Fn(&[Inval]) + Send + Sync)) {
     let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
     let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
     let Ok(body) = read_frame(&mut s) else { return };
@@ -142,7 +147,7 @@ fn serve_client(mut s: UnixStream, engine: &Engine, device: &str, invalidate: &(
         )),
         Ok((op, _)) => {
             let r = match rights_of(&s) {
-                Some(who) => run(&mut s, engine, invalidate, &op, &who),
+                Some(who) => run_routed(&mut s, engine, cubes, invalidate, &op, &who),
                 None => Err(Failure::new(libc::EACCES, "the kernel did not say who is asking")),
             };
             // (Test only: the command keeps the engine a while longer, as one finishing its
@@ -159,6 +164,105 @@ fn serve_client(mut s: UnixStream, engine: &Engine, device: &str, invalidate: &(
         if write_frame(&mut s, &f).is_err() {
             break;
         }
+    }
+}
+
+/// `run` on the volume the operation's paths lie in: a cube's (its paths made the cube's
+/// own), or the main one. Paths in two volumes: EXDEV, as between two filesystems. The
+/// cube commands themselves are answered here.
+fn run_routed(
+    s: &mut UnixStream,
+    main: &Engine,
+    cubes: &Cubes,
+    invalidate: &(dyn Fn(&[Inval]) + Send + Sync),
+    op: &Op,
+    who: &Rights,
+) -> Result<Reply, Failure> {
+    if matches!(op, Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. }) {
+        if let Rights::User(c) = who {
+            let mut fs = main.lock();
+            return Err(rights::authorize(&mut fs, c, op).err().unwrap_or_else(|| Failure::new(libc::EPERM, "cubes are root's")));
+        }
+        return cube_op(cubes, op);
+    }
+    let (vol, engine, op) = route(cubes, main, op)?;
+    if vol == VolumeId::MAIN {
+        return run(s, &engine, invalidate, &op, who);
+    }
+    let global = |i: &[Inval]| invalidate(&i.iter().cloned().map(|x| vol.global_inval(x)).collect::<Vec<_>>());
+    run(s, &engine, &global, &op, who)
+}
+
+/// The volume `op` runs on, and `op` with its paths made that volume's.
+fn route(cubes: &Cubes, main: &Engine, op: &Op) -> Result<(VolumeId, Engine, Op), Failure> {
+    let mut op = op.clone();
+    if let Op::Restore { path, to, .. } = &op {
+        for p in std::iter::once(path).chain(to.as_ref()) {
+            if cubes.route_path(p).map_err(Failure::from_fs("restore".into()))?.is_none() {
+                if let Some(c) = cubes.below(p).first() {
+                    return Err(Failure::new(libc::EBUSY, format!("/{} holds cube /{}: restore inside it, or below", crate::control::show(p), crate::control::show(c))));
+                }
+            }
+        }
+    }
+    let mut to: Option<(VolumeId, Engine)> = None;
+    let mut in_main = false;
+    for p in crate::control::op_paths(&mut op) {
+        let shown = crate::control::show(p);
+        match cubes.route_path(p).map_err(Failure::from_fs(format!("/{shown}")))? {
+            Some((vol, engine, rel)) => {
+                if in_main || to.as_ref().is_some_and(|(v, _)| *v != vol) {
+                    return Err(exdev());
+                }
+                *p = rel;
+                to = Some((vol, engine));
+            }
+            None if to.is_some() => return Err(exdev()),
+            None => in_main = true,
+        }
+    }
+    Ok(match to {
+        Some((vol, engine)) => (vol, engine, op),
+        None => (VolumeId::MAIN, main.clone(), op),
+    })
+}
+
+fn exdev() -> Failure {
+    Failure::new(
+        libc::EXDEV,
+        "the paths lie in different cubes (or a cube and the rest of the store), which keep their blocks apart: copy with cp -a",
+    )
+}
+
+fn cube_op(cubes: &Cubes, op: &Op) -> Result<Reply, Failure> {
+    let row = |path: &[u8]| -> Result<Reply, Failure> {
+        let path = path.strip_prefix(b"/").unwrap_or(path);
+        cubes.list().into_iter().find(|r| r.path == path).map(Reply::Cube).ok_or_else(|| Failure::new(libc::ENOENT, "the cube is gone"))
+    };
+    let parse = |m: &str, o: &str| -> Result<(Option<Mode>, Option<OnError>), Failure> {
+        let bad = |e: String| Failure::new(libc::EINVAL, e);
+        let mode = (!m.is_empty()).then(|| Mode::parse(m)).transpose().map_err(bad)?;
+        let on_error = (!o.is_empty()).then(|| OnError::parse(o)).transpose().map_err(bad)?;
+        Ok((mode, on_error))
+    };
+    match op {
+        Op::CubeCreate { path, mode, on_error } => {
+            let (m, o) = parse(mode, on_error)?;
+            let c = cubes
+                .create(path, m.unwrap_or(Mode::Ordered), o.unwrap_or(OnError::ReadOnly))
+                .map_err(Failure::from_fs(format!("cube /{}", crate::control::show(path))))?;
+            row(&c.path)
+        }
+        Op::CubeSet { path, mode, on_error } => {
+            let (m, o) = parse(mode, on_error)?;
+            let c = cubes.set(path, m, o).map_err(Failure::from_fs(format!("cube /{}", crate::control::show(path))))?;
+            row(&c.path)
+        }
+        Op::CubeRecover { path } => {
+            let c = cubes.recover(path).map_err(Failure::from_fs(format!("cube /{}", crate::control::show(path))))?;
+            row(&c.path)
+        }
+        _ => Ok(Reply::Cubes(cubes.list())),
     }
 }
 

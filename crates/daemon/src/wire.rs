@@ -40,7 +40,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 5;
+pub const VERSION: u8 = 6;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -136,6 +136,18 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::Status => {
             w.u8(27);
         }
+        Op::CubeCreate { path, mode, on_error } => {
+            w.u8(28).bytes(path).bytes(mode.as_bytes()).bytes(on_error.as_bytes());
+        }
+        Op::CubeSet { path, mode, on_error } => {
+            w.u8(29).bytes(path).bytes(mode.as_bytes()).bytes(on_error.as_bytes());
+        }
+        Op::CubeList => {
+            w.u8(30);
+        }
+        Op::CubeRecover { path } => {
+            w.u8(31).bytes(path);
+        }
         Op::ScheduleSet(s) => {
             w.u8(8).bytes(&schedules::encode_payload(std::slice::from_ref(s)));
         }
@@ -222,7 +234,8 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
         ));
     }
     let device = text(r.bytes().map_err(bad)?);
-    let op = match r.u8().map_err(bad)? {
+    let code = r.u8().map_err(bad)?;
+    let op = match code {
         1 => {
             let src = r.bytes().map_err(bad)?.to_vec();
             let dst = r.bytes().map_err(bad)?.to_vec();
@@ -288,6 +301,18 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
         }
         26 => Op::MirrorStatus,
         27 => Op::Status,
+        28 | 29 => {
+            let path = r.bytes().map_err(bad)?.to_vec();
+            let mode = text(r.bytes().map_err(bad)?);
+            let on_error = text(r.bytes().map_err(bad)?);
+            if code == 28 {
+                Op::CubeCreate { path, mode, on_error }
+            } else {
+                Op::CubeSet { path, mode, on_error }
+            }
+        }
+        30 => Op::CubeList,
+        31 => Op::CubeRecover { path: r.bytes().map_err(bad)?.to_vec() },
         8 => match schedules::decode_payload(r.bytes().map_err(bad)?)
             .map_err(bad)?
             .as_slice()
@@ -562,6 +587,23 @@ fn part_frames<T>(frames: &mut Vec<Vec<u8>>, what: u8, items: &[T], enc: impl Fn
     }
 }
 
+fn encode_cube(w: &mut Writer, c: &crate::cubes::CubeRow) {
+    w.u32(c.id).bytes(&c.path).bytes(c.mode.as_bytes()).bytes(c.on_error.as_bytes());
+    w.bytes(c.state.as_bytes()).bytes(c.why.as_bytes()).u64(c.used);
+}
+
+fn decode_cube(r: &mut Reader) -> Result<crate::cubes::CubeRow, String> {
+    Ok(crate::cubes::CubeRow {
+        id: r.u32().map_err(bad)?,
+        path: r.bytes().map_err(bad)?.to_vec(),
+        mode: text(r.bytes().map_err(bad)?),
+        on_error: text(r.bytes().map_err(bad)?),
+        state: text(r.bytes().map_err(bad)?),
+        why: text(r.bytes().map_err(bad)?),
+        used: r.u64().map_err(bad)?,
+    })
+}
+
 fn encode_change(w: &mut Writer, d: &Difference) {
     w.u8(d.change as u8).u8(d.kind as u8).u64(d.old_size).u64(d.new_size).bytes(&d.path);
     w.bytes(d.old_path.as_deref().unwrap_or_default());
@@ -671,6 +713,16 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         }
         Reply::MirrorSet => {
             w.u8(23);
+        }
+        Reply::Cube(row) => {
+            w.u8(27);
+            encode_cube(&mut w, row);
+        }
+        Reply::Cubes(rows) => {
+            w.u8(28).u32(rows.len() as u32);
+            for row in rows {
+                encode_cube(&mut w, row);
+            }
         }
         Reply::Status(st) => {
             let f = &st.facts;
@@ -909,6 +961,11 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 Reply::Scrubbed(s)
             }
             23 => Reply::MirrorSet,
+            27 => Reply::Cube(decode_cube(&mut r)?),
+            28 => {
+                let n = r.count(4 + 4 * 5 + 8).map_err(bad)?;
+                Reply::Cubes((0..n).map(|_| decode_cube(&mut r)).collect::<Result<_, _>>()?)
+            }
             26 => {
                 let store = r.bytes().map_err(bad)?.to_vec();
                 let pid = r.u32().map_err(bad)?;

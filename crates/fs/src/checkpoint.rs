@@ -169,6 +169,7 @@ impl Fs {
             dropped_ns: Vec::new(),
             replaced_ns: Default::default(),
             show_snapdir: false,
+            failed_errno: crate::error::errno::EIO,
             hash_memo: Default::default(),
             reclaimable: Default::default(),
             dirty: Default::default(),

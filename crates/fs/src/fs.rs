@@ -349,6 +349,9 @@ pub struct Fs {
     pub(crate) replaced_ns: HashSet<u32>,
     /// List `.snapshot` in directory listings (mount option `snapdir=visible`).
     pub show_snapdir: bool,
+    /// What a change gets once the volume failed: EIO (the store's main volume), or EROFS
+    /// (a cube whose failure policy is `readonly`).
+    pub failed_errno: FsError,
     /// Tree and content hashes computed so far (`treehash`), keyed by what they hash: valid
     /// for as long as the store lives.
     pub(crate) hash_memo: crate::treehash::HashMemo,
@@ -820,7 +823,7 @@ impl Fs {
     pub(crate) fn writable(&self) -> FsResult<()> {
         if let Some(why) = &self.vol.failed {
             log::warn!("refusing a change: {why}");
-            return Err(errno::EIO);
+            return Err(self.failed_errno.clone());
         }
         Ok(())
     }

@@ -140,8 +140,25 @@ impl At {
     fn entry(&self, r: FsResult<Attr>, reply: ReplyEntry) {
         match r {
             Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &entry_ttl(&a), &self.attr(&a), Generation(0)),
-            Err(e) => reply.error(err(e)),
+            Err(e) => reply.error(err(self.localize(e))),
         }
+    }
+
+    /// A failure of a cube's store underneath (a bad checksum, a failed host I/O: EIO with
+    /// a context) fails that cube's volume, which its policy then turns read-only or fenced;
+    /// the main volume's own read errors stay the file's (scrub names them). Called without
+    /// the engine lock.
+    fn localize(&self, e: FsError) -> FsError {
+        if self.vol != VolumeId::MAIN && e.errno() == libc::EIO {
+            if let Some(c) = e.context() {
+                let mut fs = self.fs();
+                if fs.failure().is_none() {
+                    log::error!("cube volume {}: {c}; the cube stops taking changes", self.vol.index());
+                    fs.fail(c);
+                }
+            }
+        }
+        e
     }
 
     /// The volume's own number of a second inode of the same request (a rename's or link's
@@ -183,6 +200,25 @@ impl ScionFuse {
     pub fn with_writeback(mut self, on: bool) -> ScionFuse {
         self.writeback = on;
         self
+    }
+
+    /// The cube whose root a directory shows, with its attributes, if `child` of `at`'s
+    /// volume is a cube's directory.
+    fn graft_attr(&self, at: &At, child: u64) -> Option<(VolumeId, FsResult<Attr>)> {
+        let cube = self.router.grafted(at.vol, child)?;
+        Some((cube, self.router.engine(cube).and_then(|e| e.lock().getattr(scion_fs::ROOT_INO))))
+    }
+
+    /// EBUSY if `name` in `at` is a cube's directory or one above it (they stay where they
+    /// are while the cube is served, as mount points and their parents do).
+    fn not_pinned(&self, at: &At, name: &[u8]) -> FsResult<()> {
+        let mut fs = at.fs();
+        let Ok(a) = fs.lookup(at.ino, name) else { return Ok(()) };
+        fs.forget(a.ino, 1);
+        if self.router.pinned(at.vol, a.ino) {
+            return Err(scion_fs::errno::EBUSY);
+        }
+        Ok(())
     }
 
     /// Serve requests through io_uring if the kernel offers it (Linux 6.14+, with the fuse
@@ -324,8 +360,23 @@ impl Filesystem for ScionFuse {
             };
         }
         let r = at.fs().lookup(at.ino, name.as_bytes());
+        if let Ok(a) = &r {
+            if let Some(cube) = self.router.grafted(at.vol, a.ino) {
+                // A cube's directory shows the cube's root, as a mount point shows the
+                // mounted filesystem's: the kernel's reference is the root's.
+                at.fs().forget(a.ino, 1);
+                let engine = match self.router.engine(cube) {
+                    Ok(e) => e,
+                    Err(e) => return reply.error(err(e)),
+                };
+                let root = At { vol: cube, engine, ino: scion_fs::ROOT_INO };
+                let r = root.fs().remember(scion_fs::ROOT_INO);
+                return root.entry(r, reply);
+            }
+        }
         at.entry(r, reply)
     }
+
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         // A volume no longer served has nothing left to forget.
@@ -450,7 +501,7 @@ impl Filesystem for ScionFuse {
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let at = route!(self, parent, reply);
-        let r = at.fs().rmdir(at.ino, name.as_bytes());
+        let r = self.not_pinned(&at, name.as_bytes()).and_then(|()| at.fs().rmdir(at.ino, name.as_bytes()));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -485,6 +536,9 @@ impl Filesystem for ScionFuse {
     ) {
         let at = route!(self, parent, reply);
         let r = at.same_volume(newparent).and_then(|to| {
+            self.not_pinned(&at, name.as_bytes())?;
+            let dst = At { vol: at.vol, engine: at.engine.clone(), ino: to };
+            self.not_pinned(&dst, newname.as_bytes())?;
             at.fs()
                 .rename(at.ino, name.as_bytes(), to, newname.as_bytes(), flags.bits())
         });
@@ -533,8 +587,8 @@ impl Filesystem for ScionFuse {
         let at = route!(self, ino, reply);
         let plan = at.fs().read_plan(at.ino, offset, size);
         match plan {
-            Ok(p) => reply.data_with(p.len(), |buf| p.fill(buf).map_err(err)),
-            Err(e) => reply.error(err(e)),
+            Ok(p) => reply.data_with(p.len(), |buf| p.fill(buf).map_err(|e| err(at.localize(e)))),
+            Err(e) => reply.error(err(at.localize(e))),
         }
     }
 
@@ -559,7 +613,7 @@ impl Filesystem for ScionFuse {
         });
         match r {
             Ok(n) => reply.written(n),
-            Err(e) => reply.error(err(e)),
+            Err(e) => reply.error(err(at.localize(e))),
         }
     }
 
@@ -588,9 +642,12 @@ impl Filesystem for ScionFuse {
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         // Syncs the file's volume only: an fsync in one volume never waits for another's.
         let at = route!(self, ino, reply);
+        if self.router.serving(at.vol).nofsync {
+            return reply.ok();
+        }
         match at.engine.fsync() {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
+            Err(e) => reply.error(err(at.localize(e))),
         }
     }
 
@@ -624,8 +681,12 @@ impl Filesystem for ScionFuse {
         };
         let vol = VolumeId::of(ino.0);
         for (i, (name, child, k)) in list.iter().enumerate().skip(offset as usize) {
+            let shown = match self.router.grafted(vol, *child) {
+                Some(cube) if i >= 2 => cube.global(scion_fs::ROOT_INO),
+                _ => vol.global(*child),
+            };
             if reply.add(
-                INodeNo(vol.global(*child)),
+                INodeNo(shown),
                 i as u64 + 1,
                 kind(*k),
                 OsStr::from_bytes(name),
@@ -666,6 +727,17 @@ impl Filesystem for ScionFuse {
                 }
                 continue;
             }
+            if !dots {
+                if let Some((cube, a)) = self.graft_attr(&at, *child) {
+                    // A cube's directory: its root's attributes, name only (node id 0), so
+                    // that the kernel looks it up, through `lookup`, before using it.
+                    let Ok(a) = a else { continue };
+                    if reply.add(INodeNo(0), i as u64 + 1, OsStr::from_bytes(name), &Duration::ZERO, &file_attr(&a, cube), Generation(0)) {
+                        break;
+                    }
+                    continue;
+                }
+            }
             let a = if dots || known {
                 fs.getattr(*child)
             } else {
@@ -698,6 +770,9 @@ impl Filesystem for ScionFuse {
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let at = route!(self, ino, reply);
+        if self.router.serving(at.vol).nofsync {
+            return reply.ok();
+        }
         match at.engine.fsync() {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),

@@ -33,6 +33,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("scan_cache", scan_cache),
     ("send_stream", send_stream),
     ("mirrors_file", mirrors_file),
+    ("cubes_file", cubes_file),
 ];
 
 fn fix_up(data: &[u8]) -> bool {
@@ -346,6 +347,19 @@ pub fn mirrors_file(data: &[u8]) {
     }
     if let Ok(list) = mirrors::decode_payload(data) {
         assert_eq!(mirrors::decode_payload(&mirrors::encode_payload(&list)).ok(), Some(list));
+    }
+}
+
+/// The cube table (`STORE/cubes`): what decodes re-encodes to the same cubes, as a file and
+/// as a payload.
+pub fn cubes_file(data: &[u8]) {
+    use scion_fs::records::cubes;
+    if let Ok(stored) = cubes::decode_file(data) {
+        let again = cubes::decode_payload(&cubes::encode_payload(&stored.cubes)).expect("re-encoded cubes decode");
+        assert_eq!(again, stored.cubes, "the cubes change through encoding");
+    }
+    if let Ok(list) = cubes::decode_payload(data) {
+        assert_eq!(cubes::decode_payload(&cubes::encode_payload(&list)).ok(), Some(list));
     }
 }
 

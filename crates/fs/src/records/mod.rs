@@ -10,12 +10,14 @@
 //! | journal file: header, frames, MORE flag | `crate::journal` | `journal_file` |
 //! | patch list of a chunk (copy-on-abundant-write) | `crate::delta` | `chunk_patches` |
 //! | schedules file (`STORE/schedules`) | `records::schedules` | `schedules_file` |
-//! | mirrors file (`STORE/mirrors`) | `records::mirrors` | `schedules_file` (its second half) |
+//! | mirrors file (`STORE/mirrors`) | `records::mirrors` | `mirrors_file` |
+//! | cube table (`STORE/cubes`) | `records::cubes` | `cubes_file` |
 //!
 //! (Block framing, superblock and tree nodes are the lower layers': `scion-store` and
 //! `scion-tree`, fuzzed as `pack_block`, `superblock`, `tree_node` and `ref_table`.)
 
 pub mod checkpoint;
+pub mod cubes;
 pub mod inode;
 pub mod journal;
 pub mod namespace;

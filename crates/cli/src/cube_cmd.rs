@@ -1,0 +1,111 @@
+//! `scion cube create|set|list|recover` (issue 21): directories that are stores of their
+//! own, served by the mount's daemon (`scion_daemon::cubes`), and `scion check --cube`.
+
+use crate::control::human;
+use crate::tree_cmds::{call, locate, optional_path, store_path};
+use scion_daemon::control::{Op, Reply};
+use scion_daemon::cubes::CubeRow;
+use scion_fs::records::cubes;
+use std::path::{Path, PathBuf};
+
+fn one(reply: Reply) -> Result<CubeRow, String> {
+    match reply {
+        Reply::Cube(r) => Ok(r),
+        _ => Err("the daemon answered something else".into()),
+    }
+}
+
+fn mounted(dir: &Path, exists: bool) -> Result<crate::tree_cmds::Located, String> {
+    let at = locate(dir, exists, &None)?;
+    if at.mnt.is_none() {
+        return Err(format!("{}: cubes are served by a mounted store's daemon: mount the store", dir.display()));
+    }
+    Ok(at)
+}
+
+pub fn create(dir: PathBuf, mode: String, on_error: String) -> Result<(), String> {
+    cubes::Mode::parse(&mode)?;
+    cubes::OnError::parse(&on_error)?;
+    if dir.symlink_metadata().is_ok() {
+        return Err(format!("{} exists: a cube is a new directory", dir.display()));
+    }
+    let at = mounted(&dir, false)?;
+    let r = one(call(&at, &Op::CubeCreate { path: store_path(&at), mode, on_error })?)?;
+    println!("cube {} at {} ({}, on error {})", r.id, dir.display(), r.mode, r.on_error);
+    Ok(())
+}
+
+pub fn set(dir: PathBuf, mode: Option<String>, on_error: Option<String>) -> Result<(), String> {
+    if mode.is_none() && on_error.is_none() {
+        return Err("nothing to change: give --mode or --on-error".into());
+    }
+    if let Some(m) = &mode {
+        cubes::Mode::parse(m)?;
+    }
+    if let Some(o) = &on_error {
+        cubes::OnError::parse(o)?;
+    }
+    let at = mounted(&dir, true)?;
+    let op = Op::CubeSet { path: store_path(&at), mode: mode.unwrap_or_default(), on_error: on_error.unwrap_or_default() };
+    let r = one(call(&at, &op)?)?;
+    println!("cube {} at {}: {}, on error {}", r.id, dir.display(), r.mode, r.on_error);
+    Ok(())
+}
+
+pub fn recover(dir: PathBuf) -> Result<(), String> {
+    let at = mounted(&dir, true)?;
+    let r = one(call(&at, &Op::CubeRecover { path: store_path(&at) })?)?;
+    println!("cube {} at {} served again: {}", r.id, dir.display(), r.state);
+    Ok(())
+}
+
+pub fn list(path: Option<PathBuf>, json: bool) -> Result<(), String> {
+    let at = optional_path(path, &None)?;
+    let mnt = at.mnt.clone().ok_or("cubes are listed by a mounted store's daemon: mount the store")?;
+    let Reply::Cubes(rows) = call(&at, &Op::CubeList)? else {
+        return Err("the daemon answered something else".into());
+    };
+    print!("{}", render(&rows, &mnt, json));
+    Ok(())
+}
+
+fn render(rows: &[CubeRow], mnt: &Path, json: bool) -> String {
+    let path = |r: &CubeRow| mnt.join(String::from_utf8_lossy(&r.path).as_ref()).display().to_string();
+    let mut out = String::new();
+    if json {
+        for r in rows {
+            let v = serde_json::json!({
+                "path": path(r),
+                "id": r.id,
+                "mode": r.mode,
+                "on_error": r.on_error,
+                "state": r.state,
+                "why": (!r.why.is_empty()).then_some(&r.why),
+                "used": r.used,
+            });
+            out.push_str(&format!("{v}\n"));
+        }
+        return out;
+    }
+    out.push_str(&format!("{:<4} {:<9} {:<9} {:<11} {:>9}  {}\n", "ID", "MODE", "ON ERROR", "STATE", "USED", "PATH"));
+    for r in rows {
+        out.push_str(&format!("{:<4} {:<9} {:<9} {:<11} {:>9}  {}\n", r.id, r.mode, r.on_error, r.state, human(r.used), path(r)));
+        if !r.why.is_empty() {
+            out.push_str(&format!("     why: {}\n", r.why));
+        }
+    }
+    out
+}
+
+/// The store of cube `path` (a path from the root of the unmounted `store`).
+pub fn cube_store(store: &Path, path: &Path) -> Result<PathBuf, String> {
+    let table = cubes::load(&scion_store::os_host(), store).map_err(|e| e.to_string())?;
+    let want = path.to_string_lossy();
+    let want = want.trim_matches('/');
+    table
+        .cubes
+        .iter()
+        .find(|c| c.path == want.as_bytes())
+        .map(|c| c.store_dir(store))
+        .ok_or_else(|| format!("/{want} is not a cube of {}", store.display()))
+}

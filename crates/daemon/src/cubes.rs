@@ -1,0 +1,363 @@
+//! Cubes (issue 21, after IceFS): directories that are stores of their own. A cube's blocks,
+//! journal, reference counts, superblock and checkpoints live in `STORE/cubes.d/ID`, a store
+//! like any other; the mount serves it as one more volume (`router.rs`: its own engine and
+//! lock, its own background worker and checkpoints), shown at its directory as a mounted
+//! filesystem is shown at its mount point (a graft). So an fsync in one cube syncs that
+//! cube's journal only, requests to different cubes never wait on one lock, and a failure
+//! inside a cube fails that volume alone: by its policy it turns read-only (EROFS) or fenced
+//! (EIO for everything), and the rest of the mount goes on.
+//!
+//! The cube table (`records::cubes`, two checksummed copies) names each cube's directory and
+//! id. Order of a creation, so a crash leaves nothing half made that is visible: the
+//! directory in the main volume (journaled and synced), the cube's store, then the table;
+//! an empty directory or a store directory no table names is what a crash can leave, and a
+//! later creation reuses the id's directory.
+
+use crate::router::{Router, Serving, VolumeId};
+use crate::{Background, Engine};
+use scion_fs::records::cubes::{self, Cube, Mode, OnError, Stored};
+use scion_fs::{errno, Fs, FsError, FsResult, Ino, Inval, Kind, MountOptions, SetAttr, ROOT_INO};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Starts a served cube's background worker (checkpoints, write-behind, punching, its own
+/// schedules); the invalidations it asks for are in the kernel's inode numbers already.
+pub type StartBackground = Box<dyn Fn(Engine, Box<dyn Fn(&[Inval]) + Send>) -> Background + Send + Sync>;
+/// Tells the kernel what to forget, in its own inode numbers.
+pub type GlobalInvalidator = Arc<dyn Fn(&[Inval]) + Send + Sync>;
+
+/// A cube as `scion cube list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CubeRow {
+    pub id: u32,
+    pub path: Vec<u8>,
+    pub mode: String,
+    pub on_error: String,
+    /// `ok`, `read-only`, `fenced`, or `unavailable` (its store could not be opened).
+    pub state: String,
+    /// Why it is not `ok`.
+    pub why: String,
+    /// Bytes its store takes on the host.
+    pub used: u64,
+}
+
+struct ServedCube {
+    cube: Cube,
+    /// `None`: its store could not be opened (`why`).
+    vol: Option<VolumeId>,
+    why: String,
+    background: Option<Background>,
+}
+
+/// The cubes of one mount.
+pub struct Cubes {
+    store: PathBuf,
+    router: Arc<Router>,
+    start_background: StartBackground,
+    invalidate: GlobalInvalidator,
+    state: Mutex<(Stored, Vec<ServedCube>)>,
+}
+
+fn fail(e: impl std::fmt::Display) -> FsError {
+    errno::EIO.with(e.to_string())
+}
+
+impl Cubes {
+    /// Serves every cube of the table of `store` (one that cannot be opened is listed as
+    /// unavailable, and its directory stays empty).
+    pub fn open(store: &Path, router: Arc<Router>, start_background: StartBackground, invalidate: GlobalInvalidator) -> FsResult<Cubes> {
+        let table = cubes::load(&scion_store::os_host(), store).map_err(fail)?;
+        let cubes = Cubes {
+            store: store.to_path_buf(),
+            router,
+            start_background,
+            invalidate,
+            state: Mutex::new((table.clone(), Vec::new())),
+        };
+        for c in table.cubes {
+            let served = cubes.serve(c);
+            cubes.state.lock().unwrap().1.push(served);
+        }
+        Ok(cubes)
+    }
+
+    /// Opens a cube's store and serves it at its directory.
+    fn serve(&self, cube: Cube) -> ServedCube {
+        match self.serve_volume(&cube) {
+            Ok((vol, background)) => ServedCube { cube, vol: Some(vol), why: String::new(), background: Some(background) },
+            Err(e) => {
+                log::error!("cube /{}: not served: {e}", show(&cube.path));
+                ServedCube { cube, vol: None, why: e.to_string(), background: None }
+            }
+        }
+    }
+
+    fn serve_volume(&self, cube: &Cube) -> FsResult<(VolumeId, Background)> {
+        let main = self.router.main();
+        let chain = resolve_chain(&mut main.lock(), &cube.path)?;
+        let (dir, above) = chain.split_last().expect("a cube's path is not empty");
+        let mut fs = Fs::open(&cube.store_dir(&self.store), MountOptions::new(format!("cube /{}", show(&cube.path)))).map_err(fail)?;
+        fs.set_punch_later(true);
+        fs.failed_errno = match cube.on_error {
+            OnError::ReadOnly => errno::EROFS,
+            OnError::Fence => errno::EIO,
+        };
+        let engine = Engine::new(fs);
+        let vol = self.router.add_serving(engine.clone(), serving(cube))?;
+        self.router.graft(VolumeId::MAIN, *dir, above.to_vec(), vol);
+        let inval = self.invalidate.clone();
+        let background = (self.start_background)(
+            engine,
+            Box::new(move |i: &[Inval]| inval(&i.iter().cloned().map(|x| vol.global_inval(x)).collect::<Vec<_>>())),
+        );
+        log::info!("cube /{} served ({}, on error {})", show(&cube.path), cube.mode.name(), cube.on_error.name());
+        Ok((vol, background))
+    }
+
+    /// Makes the new directory `path` (its parent in the store's main tree, not in a clone
+    /// or snapshot) a cube, owned as its parent is.
+    pub fn create(&self, path: &[u8], mode: Mode, on_error: OnError) -> FsResult<Cube> {
+        let path = trim(path);
+        let mut st = self.state.lock().unwrap();
+        if path.is_empty() || path.split(|b| *b == b'/').any(|n| n == b".." || n == b"." || n == b".snapshot") {
+            return Err(errno::EINVAL.with("a cube is a new directory below the mount root, named without . or .. or .snapshot"));
+        }
+        if let Some(o) = st.0.cubes.iter().find(|o| cubes::nested(&o.path, path) || cubes::nested(path, &o.path)) {
+            return Err(errno::EBUSY.with(format!("/{} is a cube; cubes do not nest", show(&o.path))));
+        }
+        if st.0.cubes.len() >= cubes::MAX_CUBES as usize {
+            return Err(errno::ENOSPC.with(format!("a store holds at most {} cubes", cubes::MAX_CUBES)));
+        }
+        let id = (1..=cubes::MAX_CUBES).find(|i| !st.0.cubes.iter().any(|c| c.id == *i)).expect("fewer than the most");
+        let cube = Cube { id, mode, on_error, path: path.to_vec() };
+        let (parent_path, name) = match path.iter().rposition(|b| *b == b'/') {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => (&b""[..], path),
+        };
+        let main = self.router.main();
+        let (uid, gid);
+        {
+            let mut fs = main.lock();
+            let parent = fs.resolve_path(parent_path)?;
+            let pa = fs.getattr(parent)?;
+            (uid, gid) = (pa.uid, pa.gid);
+            if parent >> 40 != 0 || parent & scion_fs::clone::SNAPDIR_BIT != 0 {
+                return Err(errno::EXDEV.with("a cube is made in the store's main tree, not in a clone or snapshot"));
+            }
+            let a = fs.mknod(parent, name, Kind::Dir, 0o755, 0, uid, gid, 0, b"")?;
+            fs.forget(a.ino, 1);
+        }
+        main.fsync()?;
+        let dir = cube.store_dir(&self.store);
+        let host = scion_store::os_host();
+        let _ = std::fs::remove_dir_all(&dir); // what a crashed creation left
+        std::fs::create_dir_all(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+        Fs::create(&host, &dir).map_err(fail)?;
+        {
+            let mut fs = Fs::open(&dir, MountOptions::new("cube creation")).map_err(fail)?;
+            fs.setattr(ROOT_INO, SetAttr { uid: Some(uid), gid: Some(gid), ..Default::default() })?;
+            fs.close().map_err(fail)?;
+        }
+        let mut list = st.0.cubes.clone();
+        list.push(cube.clone());
+        st.0 = cubes::save(&host, &self.store, &st.0, list).map_err(fail)?;
+        let served = self.serve(cube.clone());
+        if served.vol.is_none() {
+            let why = served.why.clone();
+            st.1.push(served);
+            return Err(fail(format!("cube made, but not served: {why}")));
+        }
+        st.1.push(served);
+        drop(st);
+        self.forget_entry(path);
+        Ok(cube)
+    }
+
+    /// Changes a cube's mode or failure policy, from the next request on.
+    pub fn set(&self, path: &[u8], mode: Option<Mode>, on_error: Option<OnError>) -> FsResult<Cube> {
+        let path = trim(path);
+        let mut st = self.state.lock().unwrap();
+        let mut list = st.0.cubes.clone();
+        let c = list.iter_mut().find(|c| c.path == path).ok_or_else(|| errno::ENOENT.with(format!("/{} is not a cube", show(path))))?;
+        c.mode = mode.unwrap_or(c.mode);
+        c.on_error = on_error.unwrap_or(c.on_error);
+        let cube = c.clone();
+        st.0 = cubes::save(&scion_store::os_host(), &self.store, &st.0, list).map_err(fail)?;
+        if let Some(s) = st.1.iter_mut().find(|s| s.cube.path == path) {
+            s.cube = cube.clone();
+            if let Some(vol) = s.vol {
+                self.router.set_serving(vol, serving(&cube));
+                if let Some(e) = self.router.any_engine(vol) {
+                    e.lock().failed_errno = match cube.on_error {
+                        OnError::ReadOnly => errno::EROFS,
+                        OnError::Fence => errno::EIO,
+                    };
+                }
+            }
+        }
+        Ok(cube)
+    }
+
+    /// Serves a cube again from its store as the disk holds it (after `scion check --cube
+    /// --repair`, or a failure that has passed): its engine is closed (no checkpoint if it
+    /// failed), opened again (the journal replayed) and put in the old one's place. Files
+    /// the cube had open get ESTALE; paths walked again find it.
+    pub fn recover(&self, path: &[u8]) -> FsResult<Cube> {
+        let path = trim(path);
+        let mut st = self.state.lock().unwrap();
+        let i = st.1.iter().position(|s| s.cube.path == path).ok_or_else(|| errno::ENOENT.with(format!("/{} is not a cube", show(path))))?;
+        let cube = st.1[i].cube.clone();
+        let old = std::mem::replace(&mut st.1[i], ServedCube { cube, vol: None, why: "recovering".into(), background: None });
+        if let Some(b) = old.background {
+            b.stop();
+        }
+        if let Some(vol) = old.vol {
+            if let Some(e) = self.router.remove(vol) {
+                if let Err(e) = e.close() {
+                    log::warn!("cube /{}: closed without its final checkpoint: {e}", show(path));
+                }
+            }
+        }
+        let served = self.serve(old.cube.clone());
+        let why = served.why.clone();
+        let ok = served.vol.is_some();
+        st.1[i] = served;
+        drop(st);
+        self.forget_entry(path);
+        if ok {
+            Ok(old.cube)
+        } else {
+            Err(fail(format!("/{} could not be served again: {why}", show(path))))
+        }
+    }
+
+    /// The kernel forgets the directory's entry, so the next walk looks it up again (and
+    /// finds the cube's root).
+    fn forget_entry(&self, path: &[u8]) {
+        let (parent_path, name) = match path.iter().rposition(|b| *b == b'/') {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => (&b""[..], path),
+        };
+        if let Ok(parent) = self.router.main().lock().resolve_path(parent_path) {
+            (self.invalidate)(&[Inval::Entry(parent, name.to_vec())]);
+        }
+    }
+
+    /// Every cube, with its state and space.
+    pub fn list(&self) -> Vec<CubeRow> {
+        let st = self.state.lock().unwrap();
+        st.1
+            .iter()
+            .map(|s| {
+                let failure = s.vol.and_then(|v| self.router.any_engine(v)).and_then(|e| e.lock().failure().map(str::to_string));
+                let (state, why) = match (&s.vol, failure) {
+                    (None, _) => ("unavailable", s.why.clone()),
+                    (Some(_), None) => ("ok", String::new()),
+                    (Some(_), Some(w)) if s.cube.on_error == OnError::Fence => ("fenced", w),
+                    (Some(_), Some(w)) => ("read-only", w),
+                };
+                CubeRow {
+                    id: s.cube.id,
+                    path: s.cube.path.clone(),
+                    mode: s.cube.mode.name().into(),
+                    on_error: s.cube.on_error.name().into(),
+                    state: state.into(),
+                    why,
+                    used: disk_usage(&s.cube.store_dir(&self.store)),
+                }
+            })
+            .collect()
+    }
+
+    /// The cube `path` (a path from the mount root) lies in, if any: its volume, engine and
+    /// the path inside it. A path that holds a cube without being in one is the main
+    /// volume's; `holds` says whether it does.
+    pub fn route_path(&self, path: &[u8]) -> FsResult<Option<(VolumeId, Engine, Vec<u8>)>> {
+        let path = trim(path);
+        let st = self.state.lock().unwrap();
+        let Some(s) = st.1.iter().find(|s| cubes::nested(&s.cube.path, path)) else {
+            return Ok(None);
+        };
+        let vol = s.vol.ok_or_else(|| errno::EIO.with(format!("cube /{} is unavailable: {}", show(&s.cube.path), s.why)))?;
+        let rel = trim(&path[s.cube.path.len()..]).to_vec();
+        Ok(Some((vol, self.router.engine(vol)?, rel)))
+    }
+
+    /// The cubes at or below `path`.
+    pub fn below(&self, path: &[u8]) -> Vec<Vec<u8>> {
+        let path = trim(path);
+        let st = self.state.lock().unwrap();
+        st.0.cubes.iter().filter(|c| path.is_empty() || cubes::nested(path, &c.path)).map(|c| c.path.clone()).collect()
+    }
+
+    /// Stops every cube's worker and closes its engine (its final checkpoint).
+    pub fn close(&self) -> Result<(), String> {
+        let mut st = self.state.lock().unwrap();
+        let mut errors = Vec::new();
+        for s in st.1.drain(..) {
+            if let Some(b) = s.background {
+                b.stop();
+            }
+            if let Some(e) = s.vol.and_then(|v| self.router.any_engine(v)) {
+                if let Err(e) = e.close() {
+                    errors.push(format!("cube /{}: {e}", show(&s.cube.path)));
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+fn serving(c: &Cube) -> Serving {
+    Serving { nofsync: c.mode == Mode::NoFsync, fence: c.on_error == OnError::Fence }
+}
+
+fn trim(p: &[u8]) -> &[u8] {
+    let mut p = p;
+    while let [b'/', rest @ ..] = p {
+        p = rest;
+    }
+    while let [rest @ .., b'/'] = p {
+        p = rest;
+    }
+    p
+}
+
+fn show(p: &[u8]) -> String {
+    String::from_utf8_lossy(p).into_owned()
+}
+
+/// The inodes of the directories on `path` from the root's child down to `path` itself.
+fn resolve_chain(fs: &mut Fs, path: &[u8]) -> FsResult<Vec<Ino>> {
+    let mut out = Vec::new();
+    for (i, b) in path.iter().enumerate() {
+        if *b == b'/' {
+            out.push(fs.resolve_path(&path[..i])?);
+        }
+    }
+    out.push(fs.resolve_path(path)?);
+    Ok(out)
+}
+
+/// Bytes the files below `dir` take on the host.
+fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                total += m.blocks() * 512;
+            }
+        }
+    }
+    total
+}

@@ -1,0 +1,156 @@
+"""Cubes (issue 21, in part): `scion cube create|set|list|recover` and `check --cube`
+through the mount. A cube is a store of its own shown at its directory: moves across its
+edge are EXDEV (mv copies), it and the directories above it cannot be removed or renamed
+(EBUSY), commands on paths inside it run on the cube (snapshots there), a snapshot of a
+directory above it holds its directory empty (as btrfs does with nested subvolumes), fsynced
+data in it survives a SIGKILL of the daemon, and a damaged block in one cube makes that cube
+read-only (EROFS) or fenced (EIO) by its policy while the rest of the mount and the other
+cube go on; `cube recover` serves it again without a remount."""
+
+import errno
+import json
+import os
+
+import pytest
+
+from conftest import PLAIN
+
+pytestmark = pytest.mark.skipif(PLAIN, reason="cubes need a scion mount")
+
+
+def cubes(m):
+    r = m.run("cube", "list", "--json", m.mnt)
+    assert r.returncode == 0, r.describe()
+    return {os.path.relpath(c["path"], m.mnt): c for c in map(json.loads, r.stdout.splitlines())}
+
+
+def damage(store_dir):
+    """Overwrite 64 KiB in the middle of the largest pack of a store."""
+    packs = os.path.join(store_dir, "packs")
+    big = max((os.path.join(packs, f) for f in os.listdir(packs)), key=os.path.getsize)
+    size = os.path.getsize(big)
+    with open(big, "r+b") as h:
+        h.seek(size // 2)
+        h.write(os.urandom(64 << 10))
+
+
+def test_cubes_through_the_mount(scion_mount):
+    m = scion_mount
+    c1, c2 = os.path.join(m.mnt, "c1"), os.path.join(m.mnt, "sub", "c2")
+    os.makedirs(os.path.join(m.mnt, "sub"))
+    assert m.run("cube", "create", c1).returncode == 0
+    r = m.run("cube", "create", c2, "--mode", "nofsync", "--on-error", "fence")
+    assert r.returncode == 0, r.describe()
+    # Refusals: an existing directory, a cube in a cube, modes not built, unknown words.
+    for args, why in [
+        ((c1,), "exists"),
+        ((os.path.join(c1, "inner"),), "do not nest"),
+        ((os.path.join(m.mnt, "x"), "--mode", "data"), "not built"),
+        ((os.path.join(m.mnt, "x"), "--on-error", "panic"), "unknown"),
+    ]:
+        r = m.run("cube", "create", *args)
+        assert r.returncode == 2 and why in r.stderr, (args, r.describe())
+    rows = cubes(m)
+    assert set(rows) == {"c1", "sub/c2"}
+    assert set(rows["c1"]) == {"path", "id", "mode", "on_error", "state", "why", "used"}
+    assert (rows["c1"]["mode"], rows["c1"]["on_error"], rows["c1"]["state"]) == ("ordered", "readonly", "ok")
+    assert (rows["sub/c2"]["mode"], rows["sub/c2"]["on_error"]) == ("nofsync", "fence")
+    assert "ID" in m.run("cube", "list", m.mnt).stdout
+
+    # Files in each; the cube's root is its own (another device-less volume: other inodes).
+    for d in (c1, c2):
+        with open(os.path.join(d, "small"), "w") as h:
+            h.write(d)
+        os.makedirs(os.path.join(d, "dir"))
+    big = os.urandom(4 << 20)
+    for d in (c1, c2):
+        with open(os.path.join(d, "big"), "wb") as h:
+            h.write(big)
+            os.fsync(h.fileno())
+    assert os.stat(c1).st_ino != os.stat(m.mnt).st_ino
+    assert sorted(os.listdir(c1)) == ["big", "dir", "small"] == sorted(os.listdir(c2))
+    assert "c1" in os.listdir(m.mnt)
+    # Across the edge: EXDEV for rename(2) and link(2); mv copies.
+    with pytest.raises(OSError) as e:
+        os.rename(os.path.join(c1, "small"), os.path.join(m.mnt, "moved"))
+    assert e.value.errno == errno.EXDEV
+    with pytest.raises(OSError) as e:
+        os.link(os.path.join(c1, "small"), os.path.join(c2, "linked"))
+    assert e.value.errno == errno.EXDEV
+    # The cube and the directories above it stay where they are.
+    for f, args in [(os.rmdir, (c2,)), (os.rename, (os.path.join(m.mnt, "sub"), os.path.join(m.mnt, "sub2"))),
+                    (os.rename, (c1, os.path.join(m.mnt, "c9")))]:
+        with pytest.raises(OSError) as e:
+            f(*args)
+        assert e.value.errno == errno.EBUSY, f
+    # Commands inside a cube run on it; across volumes they are refused.
+    r = m.run("snapshot", "--name", "s1", c1)
+    assert r.returncode == 0, r.describe()
+    assert os.listdir(os.path.join(c1, ".snapshot")) == ["s1"]
+    assert sorted(os.listdir(os.path.join(c1, ".snapshot", "s1"))) == ["big", "dir", "small"]
+    r = m.run("clone", os.path.join(c1, "dir"), os.path.join(c1, "dir2"))
+    assert r.returncode == 0, r.describe()
+    r = m.run("clone", c1, os.path.join(m.mnt, "copy"))
+    assert r.returncode == 2 and "cubes" in r.stderr, r.describe()
+    # A snapshot of the root holds the cubes' directories empty.
+    assert m.run("snapshot", "--name", "root", m.mnt).returncode == 0
+    assert os.listdir(os.path.join(m.mnt, ".snapshot", "root", "c1")) == []
+
+    # fsynced data in the cube survives a SIGKILL of the daemon.
+    m.kill9()
+    m.mount()
+    with open(os.path.join(c1, "big"), "rb") as h:
+        assert h.read() == big
+    # (c2's fsync returned at once, mode nofsync: its big file may be lost; written again.)
+    with open(os.path.join(c2, "big"), "wb") as h:
+        h.write(big)
+    assert cubes(m)["c1"]["state"] == "ok"
+    m.umount()
+    for c in ("c1", "sub/c2"):
+        r = m.run("check", m.store, "--cube", c)
+        assert r.returncode == 0 and "clean" in r.stdout, r.describe()
+    assert m.run("check", m.store, "--cube", "nope").returncode == 2
+
+    # A damaged block in c1 (policy readonly): reads of it fail, changes get EROFS, the
+    # undamaged file still reads; the root and c2 go on.
+    damage(os.path.join(m.store, "cubes.d", "1"))
+    m.mount()
+    with pytest.raises(OSError) as e:
+        with open(os.path.join(c1, "big"), "rb") as h:
+            h.read()
+    assert e.value.errno == errno.EIO
+    rows = cubes(m)
+    assert rows["c1"]["state"] == "read-only" and rows["c1"]["why"], rows["c1"]
+    with pytest.raises(OSError) as e:
+        open(os.path.join(c1, "new"), "w").close()
+    assert e.value.errno == errno.EROFS
+    with open(os.path.join(c1, "small")) as h:
+        assert h.read() == c1
+    with open(os.path.join(m.mnt, "root-file"), "w") as h:
+        h.write("fine")
+    with open(os.path.join(c2, "more"), "w") as h:
+        h.write("fine")
+    assert rows["sub/c2"]["state"] == "ok"
+    # Recovered without a remount: served again from its store (the damage is still
+    # there, so only what is undamaged reads).
+    r = m.run("cube", "recover", c1)
+    assert r.returncode == 0, r.describe()
+    assert cubes(m)["c1"]["state"] == "ok"
+    with open(os.path.join(c1, "after"), "w") as h:
+        h.write("writable again")
+
+    # A cube with policy fence: after a failure every access gets EIO.
+    m.umount()
+    damage(os.path.join(m.store, "cubes.d", "2"))
+    m.mount()
+    with pytest.raises(OSError) as e:
+        with open(os.path.join(c2, "big"), "rb") as h:
+            h.read()
+    assert e.value.errno == errno.EIO
+    assert cubes(m)["sub/c2"]["state"] == "fenced"
+    with pytest.raises(OSError) as e:
+        os.listdir(c2)
+    assert e.value.errno == errno.EIO
+    with open(os.path.join(m.mnt, "root-file")) as h:
+        assert h.read() == "fine"
+    m.umount()
