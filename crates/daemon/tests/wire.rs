@@ -47,6 +47,18 @@ fn ops() -> Vec<Op> {
         },
         Op::MirrorStatus,
         Op::Status,
+        Op::CubeCreate {
+            path: b"srv/db".to_vec(),
+            mode: "nofsync".into(),
+            on_error: "fence".into(),
+        },
+        Op::CubeSet {
+            path: b"srv/db".to_vec(),
+            mode: String::new(),
+            on_error: "readonly".into(),
+        },
+        Op::CubeList,
+        Op::CubeRecover { path: b"srv/db".to_vec() },
         Op::Repack {
             path: b"r".to_vec(),
             budget: 1 << 30,
@@ -172,6 +184,8 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         wire::encode_reply(&Reply::Scrubbed(scrub)),
         wire::encode_reply(&Reply::Repacked(repack)),
         wire::encode_reply(&Reply::MirrorSet),
+        wire::encode_reply(&Reply::Cube(cube_row())),
+        wire::encode_reply(&Reply::Cubes(vec![cube_row(), cube_row()])),
         wire::encode_reply(&Reply::Status(Box::new(scion_daemon::control::Status {
             facts: scion_fs::status::StatusFacts {
                 generation: 7,
@@ -387,4 +401,16 @@ fn replies_in_parts_arrive_whole() {
     };
     let frames = wire::encode_reply_frames(&Reply::Scan { listing: bad, cached: vec![] });
     assert!(gather(&frames).is_err());
+}
+
+fn cube_row() -> scion_daemon::cubes::CubeRow {
+    scion_daemon::cubes::CubeRow {
+        id: 7,
+        path: b"srv/db".to_vec(),
+        mode: "ordered".into(),
+        on_error: "fence".into(),
+        state: "fenced".into(),
+        why: "read of file oid 2: corrupt block".into(),
+        used: 1 << 20,
+    }
 }
