@@ -15,8 +15,13 @@ fn one(reply: Reply) -> Result<CubeRow, String> {
     }
 }
 
+/// DIR in its mount. A cube that exists may give EIO when walked (failed, unavailable):
+/// then its parent is walked instead.
 fn mounted(dir: &Path, exists: bool) -> Result<crate::tree_cmds::Located, String> {
-    let at = locate(dir, exists, &None)?;
+    let at = match locate(dir, exists, &None) {
+        Err(_) if exists && dir.symlink_metadata().is_err() => locate(dir, false, &None)?,
+        r => r?,
+    };
     if at.mnt.is_none() {
         return Err(format!("{}: cubes are served by a mounted store's daemon: mount the store", dir.display()));
     }
@@ -57,6 +62,20 @@ pub fn recover(dir: PathBuf) -> Result<(), String> {
     let r = one(call(&at, &Op::CubeRecover { path: store_path(&at) })?)?;
     println!("cube {} at {} served again: {}", r.id, dir.display(), r.state);
     Ok(())
+}
+
+/// Whether the cube's store is clean.
+pub fn check(dir: PathBuf, json: bool) -> Result<bool, String> {
+    let at = mounted(&dir, true)?;
+    let Reply::Checked(rep) = call(&at, &Op::CubeCheck { path: store_path(&at) })? else {
+        return Err("the daemon answered something else".into());
+    };
+    if json {
+        println!("{}", crate::control::check_json(&rep));
+    } else {
+        print!("{rep}");
+    }
+    Ok(rep.is_clean())
 }
 
 pub fn list(path: Option<PathBuf>, json: bool) -> Result<(), String> {

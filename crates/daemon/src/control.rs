@@ -176,6 +176,8 @@ pub enum Op {
     CubeList,
     /// Serves a cube again from its store.
     CubeRecover { path: Vec<u8> },
+    /// Checks a cube's store while the rest of the mount serves (the cube fenced meanwhile).
+    CubeCheck { path: Vec<u8> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -219,6 +221,8 @@ pub enum Reply {
     /// The cube made, changed or recovered.
     Cube(crate::cubes::CubeRow),
     Cubes(Vec<crate::cubes::CubeRow>),
+    /// A cube's check report.
+    Checked(Box<scion_fs::check::Report>),
     /// The stream was sent (its bytes came in part frames); the tree's content hash.
     Sent([u8; 32]),
 }
@@ -662,7 +666,7 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
         Op::Send { .. } => {
             return Err(Failure::new(libc::EINVAL, "a stream is sent by a mounted store's daemon: mount the store"))
         }
-        Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } => {
+        Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } | Op::CubeCheck { .. } => {
             return Err(Failure::new(libc::EINVAL, "cubes are served by a mounted store's daemon: mount the store"))
         }
         Op::Apply { top, base, open, frames } => (apply(fs, top, base.as_deref(), open.as_deref(), frames)?, Vec::new()),
@@ -701,7 +705,7 @@ pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
         Op::ChunkChanges { old, new } => vec![old, new],
         Op::Send { snap, base, .. } => std::iter::once(snap).chain(base.as_mut()).collect(),
         Op::Apply { top, base, .. } => std::iter::once(top).chain(base.as_mut()).collect(),
-        Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } => vec![path],
+        Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } | Op::CubeCheck { path } => vec![path],
         Op::Destroy { target: Target::Id(_), .. }
         | Op::List { under: None }
         | Op::Scrub

@@ -45,6 +45,9 @@ struct ServedCube {
     cube: Cube,
     /// `None`: its store could not be opened (`why`).
     vol: Option<VolumeId>,
+    /// Then, the slot its directory is grafted to, so that it gives EIO, not an empty
+    /// directory.
+    dead: Option<VolumeId>,
     why: String,
     background: Option<Background>,
 }
@@ -84,10 +87,18 @@ impl Cubes {
     /// Opens a cube's store and serves it at its directory.
     fn serve(&self, cube: Cube) -> ServedCube {
         match self.serve_volume(&cube) {
-            Ok((vol, background)) => ServedCube { cube, vol: Some(vol), why: String::new(), background: Some(background) },
+            Ok((vol, background)) => ServedCube { cube, vol: Some(vol), dead: None, why: String::new(), background: Some(background) },
             Err(e) => {
                 log::error!("cube /{}: not served: {e}", show(&cube.path));
-                ServedCube { cube, vol: None, why: e.to_string(), background: None }
+                let main = self.router.main();
+                let chain = resolve_chain(&mut main.lock(), &cube.path);
+                let dead = chain.ok().and_then(|chain| {
+                    let dead = self.router.add_unavailable().ok()?;
+                    let (dir, above) = chain.split_last().expect("a cube's path is not empty");
+                    self.router.graft(VolumeId::MAIN, *dir, above.to_vec(), dead);
+                    Some(dead)
+                });
+                ServedCube { cube, vol: None, dead, why: e.to_string(), background: None }
             }
         }
     }
@@ -96,22 +107,31 @@ impl Cubes {
         let main = self.router.main();
         let chain = resolve_chain(&mut main.lock(), &cube.path)?;
         let (dir, above) = chain.split_last().expect("a cube's path is not empty");
+        let engine = self.open_engine(cube)?;
+        let vol = self.router.add_serving(engine.clone(), serving(cube))?;
+        self.router.graft(VolumeId::MAIN, *dir, above.to_vec(), vol);
+        log::info!("cube /{} served ({}, on error {})", show(&cube.path), cube.mode.name(), cube.on_error.name());
+        Ok((vol, self.start(vol, engine)))
+    }
+
+    /// The cube's store, opened as its volume's engine.
+    fn open_engine(&self, cube: &Cube) -> FsResult<Engine> {
         let mut fs = Fs::open(&cube.store_dir(&self.store), MountOptions::new(format!("cube /{}", show(&cube.path)))).map_err(fail)?;
         fs.set_punch_later(true);
         fs.failed_errno = match cube.on_error {
             OnError::ReadOnly => errno::EROFS,
             OnError::Fence => errno::EIO,
         };
-        let engine = Engine::new(fs);
-        let vol = self.router.add_serving(engine.clone(), serving(cube))?;
-        self.router.graft(VolumeId::MAIN, *dir, above.to_vec(), vol);
+        Ok(Engine::new(fs))
+    }
+
+    /// Starts the background worker of volume `vol`, its invalidations made the kernel's.
+    fn start(&self, vol: VolumeId, engine: Engine) -> Background {
         let inval = self.invalidate.clone();
-        let background = (self.start_background)(
+        (self.start_background)(
             engine,
             Box::new(move |i: &[Inval]| inval(&i.iter().cloned().map(|x| vol.global_inval(x)).collect::<Vec<_>>())),
-        );
-        log::info!("cube /{} served ({}, on error {})", show(&cube.path), cube.mode.name(), cube.on_error.name());
-        Ok((vol, background))
+        )
     }
 
     /// Makes the new directory `path` (its parent in the store's main tree, not in a clone
@@ -130,10 +150,7 @@ impl Cubes {
         }
         let id = (1..=cubes::MAX_CUBES).find(|i| !st.0.cubes.iter().any(|c| c.id == *i)).expect("fewer than the most");
         let cube = Cube { id, mode, on_error, path: path.to_vec() };
-        let (parent_path, name) = match path.iter().rposition(|b| *b == b'/') {
-            Some(i) => (&path[..i], &path[i + 1..]),
-            None => (&b""[..], path),
-        };
+        let (parent_path, name) = split_last(path);
         let main = self.router.main();
         let (uid, gid);
         {
@@ -207,7 +224,10 @@ impl Cubes {
         let mut st = self.state.lock().unwrap();
         let i = st.1.iter().position(|s| s.cube.path == path).ok_or_else(|| errno::ENOENT.with(format!("/{} is not a cube", show(path))))?;
         let cube = st.1[i].cube.clone();
-        let old = std::mem::replace(&mut st.1[i], ServedCube { cube, vol: None, why: "recovering".into(), background: None });
+        let old = std::mem::replace(&mut st.1[i], ServedCube { cube, vol: None, dead: None, why: "recovering".into(), background: None });
+        if let Some(d) = old.dead {
+            self.router.release(d);
+        }
         if let Some(b) = old.background {
             b.stop();
         }
@@ -231,13 +251,58 @@ impl Cubes {
         }
     }
 
+    /// Checks a served cube's store while the rest of the mount goes on: the cube is taken
+    /// out (its requests get EIO, `scion cube list` says `checking`), closed (its final
+    /// checkpoint), checked as an unmounted store, and served again from what is on disk.
+    /// Files it had open get ESTALE afterwards.
+    pub fn check(&self, path: &[u8]) -> FsResult<scion_fs::check::Report> {
+        let path = trim(path);
+        let (vol, cube, background) = {
+            let mut st = self.state.lock().unwrap();
+            let s = st.1.iter_mut().find(|s| s.cube.path == path).ok_or_else(|| errno::ENOENT.with(format!("/{} is not a cube", show(path))))?;
+            let vol = s.vol.ok_or_else(|| errno::EIO.with(format!("/{} is unavailable: {}", show(path), s.why)))?;
+            if self.router.is_taken_out(vol) {
+                return Err(errno::EBUSY.with(format!("/{} is being checked", show(path))));
+            }
+            (vol, s.cube.clone(), s.background.take())
+        };
+        if let Some(b) = background {
+            b.stop();
+        }
+        let engine = self.router.take_out(vol).expect("a served cube's volume is in the router");
+        if let Err(e) = engine.close() {
+            log::warn!("cube /{}: closed without its final checkpoint: {e}", show(path));
+        }
+        // Requests that took the engine before it was taken out finish first.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !engine.is_last() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        drop(engine);
+        let report = scion_fs::check::check(&scion_store::os_host(), &cube.store_dir(&self.store)).map_err(fail);
+        let back = self.open_engine(&cube).and_then(|engine| {
+            self.router.put_back(vol, engine.clone(), serving(&cube))?;
+            Ok(self.start(vol, engine))
+        });
+        let mut st = self.state.lock().unwrap();
+        if let Some(s) = st.1.iter_mut().find(|s| s.cube.path == path) {
+            match back {
+                Ok(b) => s.background = Some(b),
+                Err(e) => {
+                    s.vol = None;
+                    s.why = format!("not served again after its check: {e}");
+                }
+            }
+        }
+        drop(st);
+        self.forget_entry(path);
+        report
+    }
+
     /// The kernel forgets the directory's entry, so the next walk looks it up again (and
     /// finds the cube's root).
     fn forget_entry(&self, path: &[u8]) {
-        let (parent_path, name) = match path.iter().rposition(|b| *b == b'/') {
-            Some(i) => (&path[..i], &path[i + 1..]),
-            None => (&b""[..], path),
-        };
+        let (parent_path, name) = split_last(path);
         if let Ok(parent) = self.router.main().lock().resolve_path(parent_path) {
             (self.invalidate)(&[Inval::Entry(parent, name.to_vec())]);
         }
@@ -251,6 +316,7 @@ impl Cubes {
             .map(|s| {
                 let failure = s.vol.and_then(|v| self.router.any_engine(v)).and_then(|e| e.lock().failure().map(str::to_string));
                 let (state, why) = match (&s.vol, failure) {
+                    (Some(v), _) if self.router.is_taken_out(*v) => ("checking", String::new()),
                     (None, _) => ("unavailable", s.why.clone()),
                     (Some(_), None) => ("ok", String::new()),
                     (Some(_), Some(w)) if s.cube.on_error == OnError::Fence => ("fenced", w),
@@ -325,6 +391,14 @@ fn trim(p: &[u8]) -> &[u8] {
         p = rest;
     }
     p
+}
+
+/// A path's directory and last name.
+fn split_last(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&b""[..], path),
+    }
 }
 
 fn show(p: &[u8]) -> String {

@@ -23,6 +23,11 @@ impl Engine {
         }
     }
 
+    /// Whether this handle is the engine's last (nothing else can reach it).
+    pub fn is_last(&self) -> bool {
+        Arc::strong_count(&self.fs) == 1
+    }
+
     /// When the engine was made (the mount's uptime).
     pub fn started(&self) -> std::time::Instant {
         self.started

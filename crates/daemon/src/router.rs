@@ -109,6 +109,9 @@ struct Grafts {
 pub struct Router {
     volumes: RwLock<Vec<Option<Served>>>,
     grafts: RwLock<Grafts>,
+    /// Volumes taken out to be checked (`cubes.rs`): their requests get EIO, not ESTALE,
+    /// and their slot stays theirs.
+    fenced: RwLock<std::collections::HashSet<VolumeId>>,
 }
 
 impl Router {
@@ -119,6 +122,7 @@ impl Router {
         Ok(Router {
             volumes: RwLock::new(vec![Some(Served { engine: main, serving: Serving::default() })]),
             grafts: RwLock::default(),
+            fenced: RwLock::default(),
         })
     }
 
@@ -131,8 +135,9 @@ impl Router {
     pub fn add_serving(&self, engine: Engine, serving: Serving) -> FsResult<VolumeId> {
         engine.lock().limit_namespaces(VOLUME_NS_LIMIT)?;
         let mut v = self.volumes.write().unwrap();
-        let slot = match v.iter().skip(1).position(Option::is_none) {
-            Some(i) => i + 1,
+        let free = v.iter().enumerate().skip(1).find(|(i, s)| s.is_none() && !self.is_taken_out(VolumeId(*i as u16))).map(|(i, _)| i);
+        let slot = match free {
+            Some(i) => i,
             None if v.len() < MAX_VOLUMES => {
                 v.push(None);
                 v.len() - 1
@@ -141,6 +146,51 @@ impl Router {
         };
         v[slot] = Some(Served { engine, serving });
         Ok(VolumeId(slot as u16))
+    }
+
+    /// Takes volume `id` out while it is checked: its requests get EIO until `put_back`.
+    /// Returns its engine.
+    pub fn take_out(&self, id: VolumeId) -> Option<Engine> {
+        assert_ne!(id, VolumeId::MAIN, "the main volume is served for the mount's lifetime");
+        self.fenced.write().unwrap().insert(id);
+        self.volumes.write().unwrap().get_mut(id.index()).and_then(Option::take).map(|s| s.engine)
+    }
+
+    /// Serves `engine` again as volume `id`, taken out before.
+    pub fn put_back(&self, id: VolumeId, engine: Engine, serving: Serving) -> FsResult<()> {
+        engine.lock().limit_namespaces(VOLUME_NS_LIMIT)?;
+        let mut v = self.volumes.write().unwrap();
+        assert!(v[id.index()].is_none(), "volume {} is served already", id.0);
+        v[id.index()] = Some(Served { engine, serving });
+        self.fenced.write().unwrap().remove(&id);
+        Ok(())
+    }
+
+    /// A slot for a volume that could not be opened (a cube whose store is damaged): its
+    /// requests get EIO until `release`, so its graft does not show an empty directory.
+    pub fn add_unavailable(&self) -> FsResult<VolumeId> {
+        let mut v = self.volumes.write().unwrap();
+        let slot = match v.iter().skip(1).position(Option::is_none).map(|i| i + 1).filter(|i| !self.is_taken_out(VolumeId(*i as u16))) {
+            Some(i) => i,
+            None if v.len() < MAX_VOLUMES => {
+                v.push(None);
+                v.len() - 1
+            }
+            None => return Err(errno::ENOSPC.with(format!("a mount serves at most {MAX_VOLUMES} volumes"))),
+        };
+        self.fenced.write().unwrap().insert(VolumeId(slot as u16));
+        Ok(VolumeId(slot as u16))
+    }
+
+    /// Gives back the slot of `add_unavailable`.
+    pub fn release(&self, id: VolumeId) {
+        self.ungraft(id);
+        self.fenced.write().unwrap().remove(&id);
+    }
+
+    /// Whether volume `id` is taken out to be checked.
+    pub fn is_taken_out(&self, id: VolumeId) -> bool {
+        self.fenced.read().unwrap().contains(&id)
     }
 
     /// How volume `id` is served now.
@@ -208,6 +258,7 @@ impl Router {
     pub fn engine(&self, id: VolumeId) -> FsResult<Engine> {
         let (engine, fence) = match self.volumes.read().unwrap().get(id.index()) {
             Some(Some(s)) => (s.engine.clone(), s.serving.fence),
+            _ if self.is_taken_out(id) => return Err(errno::EIO),
             _ => return Err(errno::ESTALE),
         };
         if fence {

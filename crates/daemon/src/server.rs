@@ -178,7 +178,7 @@ fn run_routed(
     op: &Op,
     who: &Rights,
 ) -> Result<Reply, Failure> {
-    if matches!(op, Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. }) {
+    if matches!(op, Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } | Op::CubeCheck { .. }) {
         if let Rights::User(c) = who {
             let mut fs = main.lock();
             return Err(rights::authorize(&mut fs, c, op).err().unwrap_or_else(|| Failure::new(libc::EPERM, "cubes are root's")));
@@ -187,10 +187,44 @@ fn run_routed(
     }
     let (vol, engine, op) = route(cubes, main, op)?;
     if vol == VolumeId::MAIN {
-        return run(s, &engine, invalidate, &op, who);
+        let reply = run(s, &engine, invalidate, &op, who)?;
+        if let Op::Snapshot { path, name } = &op {
+            snapshot_cubes(s, cubes, invalidate, path, name, who)?;
+        }
+        return Ok(reply);
     }
     let global = |i: &[Inval]| invalidate(&i.iter().cloned().map(|x| vol.global_inval(x)).collect::<Vec<_>>());
     run(s, &engine, &global, &op, who)
+}
+
+/// A snapshot of a directory that holds cubes holds their directories empty; each cube
+/// below it is snapshotted under the same name (atomic within each cube, not across them).
+fn snapshot_cubes(
+    s: &mut UnixStream,
+    cubes: &Cubes,
+    invalidate: &(dyn Fn(&[Inval]) + Send + Sync),
+    path: &[u8],
+    name: &[u8],
+    who: &Rights,
+) -> Result<(), Failure> {
+    let mut failed = Vec::new();
+    for c in cubes.below(path) {
+        let r = cubes.route_path(&c).map_err(Failure::from_fs(format!("cube /{}", crate::control::show(&c)))).and_then(|routed| {
+            let Some((vol, engine, _)) = routed else { return Ok(()) };
+            let global = |i: &[Inval]| invalidate(&i.iter().cloned().map(|x| vol.global_inval(x)).collect::<Vec<_>>());
+            run(s, &engine, &global, &Op::Snapshot { path: Vec::new(), name: name.to_vec() }, who).map(drop)
+        });
+        if let Err(f) = r {
+            failed.push(format!("/{}: {}", crate::control::show(&c), f.message));
+        }
+    }
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::new(
+        libc::EIO,
+        format!("snapshot {} of /{} taken, but not of its cubes {}", String::from_utf8_lossy(name), crate::control::show(path), failed.join("; ")),
+    ))
 }
 
 /// The volume `op` runs on, and `op` with its paths made that volume's.
@@ -261,6 +295,10 @@ fn cube_op(cubes: &Cubes, op: &Op) -> Result<Reply, Failure> {
         Op::CubeRecover { path } => {
             let c = cubes.recover(path).map_err(Failure::from_fs(format!("cube /{}", crate::control::show(path))))?;
             row(&c.path)
+        }
+        Op::CubeCheck { path } => {
+            let rep = cubes.check(path).map_err(Failure::from_fs(format!("check of cube /{}", crate::control::show(path))))?;
+            Ok(Reply::Checked(Box::new(rep)))
         }
         _ => Ok(Reply::Cubes(cubes.list())),
     }

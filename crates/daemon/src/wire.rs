@@ -148,6 +148,9 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::CubeRecover { path } => {
             w.u8(31).bytes(path);
         }
+        Op::CubeCheck { path } => {
+            w.u8(32).bytes(path);
+        }
         Op::ScheduleSet(s) => {
             w.u8(8).bytes(&schedules::encode_payload(std::slice::from_ref(s)));
         }
@@ -313,6 +316,7 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
         }
         30 => Op::CubeList,
         31 => Op::CubeRecover { path: r.bytes().map_err(bad)?.to_vec() },
+        32 => Op::CubeCheck { path: r.bytes().map_err(bad)?.to_vec() },
         8 => match schedules::decode_payload(r.bytes().map_err(bad)?)
             .map_err(bad)?
             .as_slice()
@@ -587,6 +591,15 @@ fn part_frames<T>(frames: &mut Vec<Vec<u8>>, what: u8, items: &[T], enc: impl Fn
     }
 }
 
+/// A check report's counts, in their order on the wire.
+fn check_counts(r: &scion_fs::check::Report) -> [u64; 21] {
+    [
+        r.generation, r.namespaces, r.dirs, r.files, r.symlinks, r.specials, r.hardlinked, r.file_bytes, r.blocks, r.block_bytes,
+        r.shared_blocks, r.patched_chunks, r.patch_bytes, r.page_summed_chunks, r.inline_files, r.inline_bytes,
+        r.direct_files, r.relocated_blocks, r.relocated_bytes, r.journal_records, r.unnamed_tail_bytes,
+    ]
+}
+
 fn encode_cube(w: &mut Writer, c: &crate::cubes::CubeRow) {
     w.u32(c.id).bytes(&c.path).bytes(c.mode.as_bytes()).bytes(c.on_error.as_bytes());
     w.bytes(c.state.as_bytes()).bytes(c.why.as_bytes()).u64(c.used);
@@ -723,6 +736,23 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             for row in rows {
                 encode_cube(&mut w, row);
             }
+        }
+        Reply::Checked(rep) => {
+            w.u8(29);
+            for v in check_counts(rep) {
+                w.u64(v);
+            }
+            w.u8(rep.journal_tail.is_some() as u8).bytes(rep.journal_tail.as_deref().unwrap_or_default().as_bytes());
+            let mut n = 0u32;
+            let mut body = Writer::new();
+            for p in &rep.problems {
+                if body.buf.len() + p.len() + 4 > MAX_MESSAGE / 2 {
+                    break;
+                }
+                body.bytes(p.as_bytes());
+                n += 1;
+            }
+            w.u32(n).raw(&body.finish());
         }
         Reply::Status(st) => {
             let f = &st.facts;
@@ -965,6 +995,24 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             28 => {
                 let n = r.count(4 + 4 * 5 + 8).map_err(bad)?;
                 Reply::Cubes((0..n).map(|_| decode_cube(&mut r)).collect::<Result<_, _>>()?)
+            }
+            29 => {
+                let mut v = [0u64; 21];
+                for x in v.iter_mut() {
+                    *x = r.u64().map_err(bad)?;
+                }
+                let has = r.u8().map_err(bad)? != 0;
+                let tail = text(r.bytes().map_err(bad)?);
+                let n = r.count(4).map_err(bad)?;
+                let problems = (0..n).map(|_| r.bytes().map(text).map_err(bad)).collect::<Result<_, _>>()?;
+                let [generation, namespaces, dirs, files, symlinks, specials, hardlinked, file_bytes, blocks, block_bytes, shared_blocks, patched_chunks, patch_bytes, page_summed_chunks, inline_files, inline_bytes, direct_files, relocated_blocks, relocated_bytes, journal_records, unnamed_tail_bytes] = v;
+                Reply::Checked(Box::new(scion_fs::check::Report {
+                    generation, namespaces, dirs, files, symlinks, specials, hardlinked, file_bytes, blocks, block_bytes,
+                    shared_blocks, patched_chunks, patch_bytes, page_summed_chunks, inline_files, inline_bytes,
+                    direct_files, relocated_blocks, relocated_bytes, journal_records, unnamed_tail_bytes,
+                    journal_tail: has.then_some(tail),
+                    problems,
+                }))
             }
             26 => {
                 let store = r.bytes().map_err(bad)?.to_vec();

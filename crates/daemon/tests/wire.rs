@@ -59,6 +59,7 @@ fn ops() -> Vec<Op> {
         },
         Op::CubeList,
         Op::CubeRecover { path: b"srv/db".to_vec() },
+        Op::CubeCheck { path: b"srv/db".to_vec() },
         Op::Repack {
             path: b"r".to_vec(),
             budget: 1 << 30,
@@ -186,6 +187,15 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         wire::encode_reply(&Reply::MirrorSet),
         wire::encode_reply(&Reply::Cube(cube_row())),
         wire::encode_reply(&Reply::Cubes(vec![cube_row(), cube_row()])),
+        wire::encode_reply(&Reply::Checked(Box::new(scion_fs::check::Report {
+            generation: 9,
+            files: 3,
+            relocated_bytes: 4096,
+            unnamed_tail_bytes: 7,
+            journal_tail: Some("torn record at 4096".into()),
+            problems: vec!["block 7: hash mismatch".into(), "refcount of 9: 2, counted 1".into()],
+            ..Default::default()
+        }))),
         wire::encode_reply(&Reply::Status(Box::new(scion_daemon::control::Status {
             facts: scion_fs::status::StatusFacts {
                 generation: 7,
