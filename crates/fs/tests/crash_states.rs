@@ -68,10 +68,23 @@ enum Step {
     Release(usize),
     /// The step must fail with this errno and change nothing.
     Refused(Box<Step>, i32),
+    /// The step, in store `n` of a workload over several stores (cubes: each a store of its
+    /// own in `STORE/cubes.d/N`); a step outside `In` is store 0's (the main one).
+    In(usize, Box<Step>),
+    /// An fsync a `nofsync` cube answers at once: nothing is synced, nothing acknowledged.
+    FsyncIgnored,
 }
 
 impl Step {
-    /// True if the step, once it returns, has made everything before it durable.
+    /// The store the step works on, and the step itself.
+    fn store(&self) -> (usize, &Step) {
+        match self {
+            Step::In(n, s) => (*n, s),
+            s => (0, s),
+        }
+    }
+
+    /// True if the step, once it returns, has made everything before it in its store durable.
     fn acks(&self) -> bool {
         matches!(
             self,
@@ -113,7 +126,19 @@ fn resolve(fs: &mut Fs, path: &str) -> scion_fs::FsResult<Ino> {
 /// Inodes held open by `Step::Open`, by handle number.
 type Held = HashMap<usize, Ino>;
 
+/// Where store `n` of a workload lives: the main store, or a cube's store inside it.
+fn store_dir(n: usize) -> std::path::PathBuf {
+    if n == 0 {
+        Path::new(STORE).to_path_buf()
+    } else {
+        Path::new(STORE).join(format!("cubes.d/{n}"))
+    }
+}
+
 fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
+    if let Step::FsyncIgnored = step {
+        return Ok(());
+    }
     let parent_of = |fs: &mut Fs, p: &str| -> scion_fs::FsResult<(Ino, Vec<u8>)> {
         let (d, n) = split(p);
         Ok((resolve(fs, d)?, n.as_bytes().to_vec()))
@@ -239,6 +264,8 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
             Err(e) => panic!("{inner:?}: errno {e}, expected {errno}"),
             Ok(()) => panic!("{inner:?} succeeded, expected errno {errno}"),
         },
+        Step::In(..) => panic!("a store's step inside another's: {step:?}"),
+        Step::FsyncIgnored => unreachable!("answered above"),
     }
     Ok(())
 }
@@ -330,41 +357,56 @@ fn digest(b: &[u8]) -> [u8; 32] {
     *blake3::hash(b).as_bytes()
 }
 
-/// Marks in the host log: step `i` begins; steps up to `i` are acknowledged durable.
+/// Marks in the host log: step `i` begins; store `n`'s steps up to `i` are acknowledged
+/// durable (`ACKED | n << 24 | i`).
 const BEGIN: u64 = 1 << 32;
 const ACKED: u64 = 2 << 32;
+const STORE_SHIFT: u32 = 24;
 
-/// A recorded run of a workload.
+/// A recorded run of a workload over one store or several (cubes).
 struct Recording {
     base: Image,
     log: Vec<HostOp>,
-    /// Tree after `j` steps, `j = 0..=steps` (as digests), and the dumps for messages.
-    states: Vec<[u8; 32]>,
-    dumps: Vec<Vec<u8>>,
+    /// Per store, its tree after `j` steps, `j = 0..=steps` (as digests), and the dumps for
+    /// messages.
+    states: Vec<Vec<[u8; 32]>>,
+    dumps: Vec<Vec<Vec<u8>>>,
+}
+
+/// The number of stores a workload's steps name.
+fn stores_of(steps: &[Step]) -> usize {
+    steps.iter().map(|s| s.store().0 + 1).max().unwrap_or(1)
 }
 
 fn record(steps: &[Step]) -> Recording {
+    let n = stores_of(steps);
     let host = SimHost::default();
-    Fs::create(&(Arc::new(host.clone()) as Host), Path::new(STORE)).unwrap();
+    for k in 0..n {
+        Fs::create(&(Arc::new(host.clone()) as Host), &store_dir(k)).unwrap();
+    }
     let base = host.image();
     host.record();
-    let mut fs = Fs::open(Path::new(STORE), opts(&host)).unwrap();
-    let d0 = dump(&mut fs).unwrap();
-    let mut states = vec![digest(&d0)];
-    let mut dumps = vec![d0];
-    host.mark(ACKED); // the open committed its recovery checkpoint: state 0 is durable
-    let mut held = Held::new();
+    let mut fss: Vec<Fs> = (0..n).map(|k| Fs::open(&store_dir(k), opts(&host)).unwrap()).collect();
+    let mut dumps: Vec<Vec<Vec<u8>>> = fss.iter_mut().map(|fs| vec![dump(fs).unwrap()]).collect();
+    let mut states: Vec<Vec<[u8; 32]>> = dumps.iter().map(|d| vec![digest(&d[0])]).collect();
+    for k in 0..n {
+        host.mark(ACKED | (k as u64) << STORE_SHIFT); // each open committed its recovery checkpoint
+    }
+    let mut held: Vec<Held> = (0..n).map(|_| Held::new()).collect();
     for (i, s) in steps.iter().enumerate() {
         host.mark(BEGIN | i as u64);
-        apply(&mut fs, &mut held, s).unwrap_or_else(|e| panic!("step {i} {s:?}: errno {e}"));
-        if s.acks() {
-            host.mark(ACKED | (i as u64 + 1));
+        let (k, inner) = s.store();
+        apply(&mut fss[k], &mut held[k], inner).unwrap_or_else(|e| panic!("step {i} {s:?}: errno {e}"));
+        if inner.acks() {
+            host.mark(ACKED | (k as u64) << STORE_SHIFT | (i as u64 + 1));
         }
-        let d = dump(&mut fs).unwrap();
-        states.push(digest(&d));
-        dumps.push(d);
+        for (k, fs) in fss.iter_mut().enumerate() {
+            let d = dump(fs).unwrap();
+            states[k].push(digest(&d));
+            dumps[k].push(d);
+        }
     }
-    drop(fs); // a crash at the very end: no closing checkpoint
+    drop(fss); // a crash at the very end: no closing checkpoint
     Recording {
         base,
         log: host.take_log(),
@@ -373,27 +415,30 @@ fn record(steps: &[Step]) -> Recording {
     }
 }
 
-/// Checks one crash state; `Err` says what is wrong.
-fn verify(img: Image, acceptable: &HashSet<[u8; 32]>) -> Result<(), String> {
+/// Checks one crash state, every store of it against what is acceptable for that store;
+/// `Err` says what is wrong.
+fn verify(img: Image, acceptable: &[HashSet<[u8; 32]>]) -> Result<(), String> {
     let host = SimHost::from_image(img);
     let h: Host = Arc::new(host.clone());
-    let dir = Path::new(STORE);
-    let rep = scion_fs::check::check(&h, dir).map_err(|e| format!("check before recovery: {e}"))?;
-    if !rep.is_clean() {
-        return Err(format!("check before recovery:\n{rep}"));
-    }
-    let mut fs = Fs::open(dir, opts(&host)).map_err(|e| format!("open: {e}"))?;
-    let d = dump(&mut fs)?;
-    if !acceptable.contains(&digest(&d)) {
-        return Err(format!(
-            "tree after recovery is no state since the last sync:\n{}",
-            String::from_utf8_lossy(&d)
-        ));
-    }
-    fs.close().map_err(|e| format!("close after recovery: {e}"))?;
-    let rep = scion_fs::check::check(&h, dir).map_err(|e| format!("check after recovery: {e}"))?;
-    if !rep.is_clean() {
-        return Err(format!("check after recovery:\n{rep}"));
+    for (k, acceptable) in acceptable.iter().enumerate() {
+        let dir = store_dir(k);
+        let rep = scion_fs::check::check(&h, &dir).map_err(|e| format!("store {k}: check before recovery: {e}"))?;
+        if !rep.is_clean() {
+            return Err(format!("store {k}: check before recovery:\n{rep}"));
+        }
+        let mut fs = Fs::open(&dir, opts(&host)).map_err(|e| format!("store {k}: open: {e}"))?;
+        let d = dump(&mut fs)?;
+        if !acceptable.contains(&digest(&d)) {
+            return Err(format!(
+                "store {k}: tree after recovery is no state since its last sync:\n{}",
+                String::from_utf8_lossy(&d)
+            ));
+        }
+        fs.close().map_err(|e| format!("store {k}: close after recovery: {e}"))?;
+        let rep = scion_fs::check::check(&h, &dir).map_err(|e| format!("store {k}: check after recovery: {e}"))?;
+        if !rep.is_clean() {
+            return Err(format!("store {k}: check after recovery:\n{rep}"));
+        }
     }
     Ok(())
 }
@@ -410,12 +455,15 @@ fn explore(rec: &Recording, mixes: usize, seed: u64) -> Tally {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut done: HashSet<[u8; 32]> = HashSet::new();
     let mut t = Tally::default();
-    let (mut step, mut acked) = (0usize, 0usize);
+    let mut step = 0usize;
+    let mut acked = vec![0usize; rec.states.len()];
     for upto in 0..=rec.log.len() {
         if upto > 0 {
             match rec.log[upto - 1] {
                 HostOp::Mark(m) if m & !0xffff_ffff == BEGIN => step = (m & 0xffff_ffff) as usize + 1,
-                HostOp::Mark(m) if m & !0xffff_ffff == ACKED => acked = (m & 0xffff_ffff) as usize,
+                HostOp::Mark(m) if m & !0xffff_ffff == ACKED => {
+                    acked[((m >> STORE_SHIFT) & 0xff) as usize] = (m & ((1 << STORE_SHIFT) - 1)) as usize
+                }
                 _ => {}
             }
         }
@@ -424,11 +472,14 @@ fn explore(rec: &Recording, mixes: usize, seed: u64) -> Tally {
             continue;
         }
         t.points += 1;
-        // Step `step` (1-based) is under way: any tree from the acknowledged one to the
-        // one it leaves is acceptable.
-        let acceptable: HashSet<[u8; 32]> = rec.states[acked..=step.min(rec.states.len() - 1)]
+        // Step `step` (1-based) is under way: in each store, any tree from the one its own
+        // last sync acknowledged to the one the step leaves is acceptable.
+        let last = rec.states[0].len() - 1;
+        let acceptable: Vec<HashSet<[u8; 32]>> = rec
+            .states
             .iter()
-            .copied()
+            .zip(&acked)
+            .map(|(states, &a)| states[a..=step.min(last)].iter().copied().collect())
             .collect();
         let uncovered = durable(&rec.log, upto).iter().filter(|d| !**d).count();
         let mut variants: Vec<Box<dyn FnMut(usize, &HostOp) -> Fate>> =
@@ -481,11 +532,11 @@ fn explore(rec: &Recording, mixes: usize, seed: u64) -> Tally {
                 Err(format!("panic: {msg}"))
             });
             if let Err(e) = r {
-                let expected: Vec<String> = (acked..=step.min(rec.states.len() - 1))
-                    .map(|j| format!("-- state after {j} steps:\n{}", String::from_utf8_lossy(&rec.dumps[j])))
+                let expected: Vec<String> = (acked[0]..=step.min(last))
+                    .map(|j| format!("-- store 0's state after {j} steps:\n{}", String::from_utf8_lossy(&rec.dumps[0][j])))
                     .collect();
                 t.failures.push(format!(
-                    "cut before host op {upto} of {} (step {step}, acknowledged through {acked}), variant {vi}: {e}\n{}",
+                    "cut before host op {upto} of {} (step {step}, acknowledged through {acked:?}), variant {vi}: {e}\n{}",
                     rec.log.len(),
                     expected.join("")
                 ));
@@ -863,6 +914,41 @@ fn direct_runs(rng: &mut StdRng) -> Vec<Step> {
     s
 }
 
+/// Two cubes and the main store written at once (each cube a store of its own on the same
+/// host, as `STORE/cubes.d/N`): cube 1 `ordered` (its fsyncs acknowledge it alone), cube 2
+/// `nofsync` (its fsyncs are answered without a sync; only its checkpoints acknowledge it).
+/// Each store's crash state must be one its own acknowledgements allow, whatever the others
+/// synced.
+fn cubes(rng: &mut StdRng) -> Vec<Step> {
+    let in1 = |s: Step| Step::In(1, Box::new(s));
+    let in2 = |s: Step| Step::In(2, Box::new(s));
+    vec![
+        in1(Step::Create("a".into())),
+        in2(Step::Create("b".into())),
+        Step::Create("r".into()),
+        in1(Step::Write("a".into(), 0, bytes(rng, 6000))),
+        in2(Step::Write("b".into(), 0, bytes(rng, 70_000))),
+        Step::Write("r".into(), 0, bytes(rng, 3000)),
+        in1(Step::Fsync),
+        in2(Step::FsyncIgnored),
+        in2(Step::Write("b".into(), 70_000, bytes(rng, 5000))),
+        in1(Step::Mkdir("d".into())),
+        in1(Step::Write("a".into(), 6000, bytes(rng, 8000))),
+        Step::Fsync,
+        in2(Step::Checkpoint),
+        in1(Step::Rename("a".into(), "d/a2".into())),
+        in2(Step::Unlink("b".into())),
+        in2(Step::Create("c".into())),
+        in2(Step::Write("c".into(), 0, bytes(rng, 2000))),
+        in2(Step::FsyncIgnored),
+        Step::Write("r".into(), 3000, bytes(rng, 3000)),
+        in1(Step::Snapshot("d".into(), "s".into())),
+        in1(Step::Write("d/a2".into(), 0, bytes(rng, 100))),
+        in1(Step::Fsync),
+        Step::Unlink("r".into()),
+    ]
+}
+
 #[test]
 fn every_crash_state_recovers() {
     let full = std::env::var("SCION_CRASH").is_ok_and(|v| v == "full");
@@ -871,7 +957,7 @@ fn every_crash_state_recovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let mixes = if full { 24 } else { 3 };
-    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 10] = [
+    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 11] = [
         ("overwrite + fsync", overwrite),
         ("rename over", rename_over),
         ("directory trees", dir_tree),
@@ -882,6 +968,7 @@ fn every_crash_state_recovers() {
         ("compressed old versions", compressed),
         ("held, unlinked, refused", held_and_refused),
         ("direct runs", direct_runs),
+        ("two cubes and the root", cubes),
     ];
     println!("crash states: seed {seed}, {mixes} random mixes per crash point");
     println!(
