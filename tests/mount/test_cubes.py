@@ -53,7 +53,7 @@ def test_cubes_through_the_mount(scion_mount):
     for args, why in [
         ((c1,), "exists"),
         ((os.path.join(c1, "inner"),), "do not nest"),
-        ((os.path.join(m.mnt, "x"), "--mode", "data"), "not built"),
+        ((os.path.join(m.mnt, "x"), "--mode", "writeback"), "not built"),
         ((os.path.join(m.mnt, "x"), "--on-error", "panic"), "unknown"),
     ]:
         r = m.run("cube", "create", *args)
@@ -100,9 +100,13 @@ def test_cubes_through_the_mount(scion_mount):
     assert r.returncode == 0, r.describe()
     r = m.run("clone", c1, os.path.join(m.mnt, "copy"))
     assert r.returncode == 2 and "cubes" in r.stderr, r.describe()
-    # A snapshot of the root holds the cubes' directories empty.
+    # A snapshot of the root holds the cubes' directories empty, and snapshots each cube
+    # under the same name.
     assert m.run("snapshot", "--name", "root", m.mnt).returncode == 0
     assert os.listdir(os.path.join(m.mnt, ".snapshot", "root", "c1")) == []
+    assert sorted(os.listdir(os.path.join(c1, ".snapshot"))) == ["root", "s1"]
+    assert os.listdir(os.path.join(c2, ".snapshot")) == ["root"]
+    assert sorted(os.listdir(os.path.join(c2, ".snapshot", "root"))) == ["big", "dir", "small"]
 
     # A cube checked online while another is written: the check is clean, the writer in the
     # other cube never fails, and the checked cube serves again after it.
@@ -130,17 +134,42 @@ def test_cubes_through_the_mount(scion_mount):
     with open(os.path.join(c1, "big"), "rb") as h:
         assert h.read() == big
 
+    with open(os.path.join(c1, "after-check"), "w") as h:
+        h.write("journaled")
+        os.fsync(h.fileno())
+
+    # A nojournal cube: nothing goes to its journal; an fsync takes a checkpoint, so what it
+    # covers survives the SIGKILL below.
+    c3 = os.path.join(m.mnt, "c3")
+    assert m.run("cube", "create", c3, "--mode", "nojournal").returncode == 0
+    with open(os.path.join(c3, "kept"), "wb") as h:
+        h.write(big[:100000])
+        os.fsync(h.fileno())
+    with open(os.path.join(c3, "later"), "wb") as h:
+        h.write(big[:200000])
+    os.sync()
+    import time
+    time.sleep(1.5)  # three rounds of the background sync, which an ordered cube journals in
+
     # fsynced data in the cube survives a SIGKILL of the daemon.
     m.kill9()
+    # Before the remount replays them: the ordered cube's journal holds its changes since
+    # its last checkpoint, the nojournal cube's none.
+    records = lambda c: int(m.run("check", m.store, "--cube", c).stdout.split("journal: ")[1].split()[0])
+    assert records("c1") > 0 and records("c3") == 0, (records("c1"), records("c3"))
     m.mount()
     with open(os.path.join(c1, "big"), "rb") as h:
         assert h.read() == big
+    with open(os.path.join(c3, "kept"), "rb") as h:
+        assert h.read() == big[:100000]
+    assert not os.path.exists(os.path.join(c3, "later"))  # after its last checkpoint: gone
+    assert cubes(m)["c3"]["mode"] == "nojournal"
     # (c2's fsync returned at once, mode nofsync: its big file may be lost; written again.)
     with open(os.path.join(c2, "big"), "wb") as h:
         h.write(big)
     assert cubes(m)["c1"]["state"] == "ok"
     m.umount()
-    for c in ("c1", "sub/c2"):
+    for c in ("c1", "sub/c2", "c3"):
         r = m.run("check", m.store, "--cube", c)
         assert r.returncode == 0 and "clean" in r.stdout, r.describe()
     assert m.run("check", m.store, "--cube", "nope").returncode == 2

@@ -455,9 +455,11 @@ enum CubeCmd {
     /// cube.
     Create {
         dir: PathBuf,
-        /// ordered (fsync makes everything before it durable; the default) or nofsync (fsync
-        /// returns at once: a crash may lose what came after the cube's last checkpoint,
-        /// never older data). data, writeback and nojournal are not built yet.
+        /// ordered (fsync makes everything before it durable; the default), nofsync (fsync
+        /// returns at once: a crash may lose what came after the cube's last sync or
+        /// checkpoint, never older data) or nojournal (nothing journaled: changes reach the
+        /// disk at the cube's checkpoints, and fsync takes one). data and writeback are not
+        /// built yet.
         #[arg(long, default_value = "ordered")]
         mode: String,
         /// What a failure inside the cube (a bad checksum, a failed host I/O) does to it:

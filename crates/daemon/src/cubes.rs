@@ -122,6 +122,7 @@ impl Cubes {
             OnError::ReadOnly => errno::EROFS,
             OnError::Fence => errno::EIO,
         };
+        fs.set_journaled(cube.mode != Mode::NoJournal)?;
         Ok(Engine::new(fs))
     }
 
@@ -205,10 +206,12 @@ impl Cubes {
             if let Some(vol) = s.vol {
                 self.router.set_serving(vol, serving(&cube));
                 if let Some(e) = self.router.any_engine(vol) {
-                    e.lock().failed_errno = match cube.on_error {
+                    let mut fs = e.lock();
+                    fs.failed_errno = match cube.on_error {
                         OnError::ReadOnly => errno::EROFS,
                         OnError::Fence => errno::EIO,
                     };
+                    fs.set_journaled(cube.mode != Mode::NoJournal)?;
                 }
             }
         }

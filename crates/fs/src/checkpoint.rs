@@ -170,6 +170,7 @@ impl Fs {
             replaced_ns: Default::default(),
             show_snapdir: false,
             failed_errno: crate::error::errno::EIO,
+            journaled: true,
             hash_memo: Default::default(),
             reclaimable: Default::default(),
             dirty: Default::default(),

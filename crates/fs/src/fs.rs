@@ -352,6 +352,9 @@ pub struct Fs {
     /// What a change gets once the volume failed: EIO (the store's main volume), or EROFS
     /// (a cube whose failure policy is `readonly`).
     pub failed_errno: FsError,
+    /// Changes are journaled (the default). Off (a cube of mode `nojournal`): they reach the
+    /// disk only at checkpoints, and `fsync` takes one.
+    pub(crate) journaled: bool,
     /// Tree and content hashes computed so far (`treehash`), keyed by what they hash: valid
     /// for as long as the store lives.
     pub(crate) hash_memo: crate::treehash::HashMemo,
@@ -788,7 +791,7 @@ impl Fs {
     /// Journals one record of an operation that needs several; `more`: others follow, and
     /// recovery replays them all or none.
     fn log_part(&mut self, more: bool, rec: impl FnOnce() -> Option<Record>) -> FsResult<()> {
-        if self.replaying {
+        if self.replaying || !self.journaled {
             return Ok(());
         }
         if let Some(r) = rec() {
@@ -2577,9 +2580,38 @@ impl Fs {
 
     /// Makes every acknowledged change durable (the journal is fsynced).
     pub fn fsync(&mut self) -> FsResult<()> {
+        if !self.journaled {
+            return self.checkpoint_for_sync();
+        }
         let t = self.sync_begin()?;
         let r = t.run();
         self.sync_end(t, r)
+    }
+
+    /// Stops (or starts again) journaling changes: without a journal, a crash goes back to
+    /// the last checkpoint, and `fsync` takes a checkpoint (`journaled` false: mode
+    /// `nojournal` of a cube). Turning it off takes a checkpoint first, so nothing journaled
+    /// before waits on a journal that is no longer written.
+    pub fn set_journaled(&mut self, on: bool) -> FsResult<()> {
+        if !on && self.journaled {
+            self.checkpoint_for_sync()?;
+        }
+        self.journaled = on;
+        Ok(())
+    }
+
+    /// Whether changes are journaled (see `set_journaled`).
+    pub fn journaled(&self) -> bool {
+        self.journaled
+    }
+
+    /// The fsync of a volume without a journal: a checkpoint, which makes everything durable.
+    pub fn checkpoint_for_sync(&mut self) -> FsResult<()> {
+        if let Some(why) = &self.vol.failed {
+            log::warn!("refusing fsync: {why}");
+            return Err(errno::EIO);
+        }
+        self.checkpoint().map_err(eio)
     }
 
     /// `fsync` in three steps, so that the engine lock need not be held while the disk

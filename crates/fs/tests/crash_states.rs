@@ -73,6 +73,9 @@ enum Step {
     In(usize, Box<Step>),
     /// An fsync a `nofsync` cube answers at once: nothing is synced, nothing acknowledged.
     FsyncIgnored,
+    /// The store stops journaling (a `nojournal` cube): only checkpoints make it durable,
+    /// and its fsync takes one.
+    NoJournal,
 }
 
 impl Step {
@@ -89,6 +92,7 @@ impl Step {
         matches!(
             self,
             Step::Fsync
+                | Step::NoJournal
                 | Step::Checkpoint
                 | Step::Clone(..)
                 | Step::Snapshot(..)
@@ -264,6 +268,7 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
             Err(e) => panic!("{inner:?}: errno {e}, expected {errno}"),
             Ok(()) => panic!("{inner:?} succeeded, expected errno {errno}"),
         },
+        Step::NoJournal => fs.set_journaled(false)?,
         Step::In(..) => panic!("a store's step inside another's: {step:?}"),
         Step::FsyncIgnored => unreachable!("answered above"),
     }
@@ -918,11 +923,17 @@ fn direct_runs(rng: &mut StdRng) -> Vec<Step> {
 /// host, as `STORE/cubes.d/N`): cube 1 `ordered` (its fsyncs acknowledge it alone), cube 2
 /// `nofsync` (its fsyncs are answered without a sync; only its checkpoints acknowledge it).
 /// Each store's crash state must be one its own acknowledgements allow, whatever the others
-/// synced.
+/// synced. Cube 3 is `nojournal`: nothing of it is written between its checkpoints (its
+/// fsync takes one).
 fn cubes(rng: &mut StdRng) -> Vec<Step> {
     let in1 = |s: Step| Step::In(1, Box::new(s));
     let in2 = |s: Step| Step::In(2, Box::new(s));
+    let in3 = |s: Step| Step::In(3, Box::new(s));
     vec![
+        in3(Step::NoJournal),
+        in3(Step::Create("n".into())),
+        in3(Step::Write("n".into(), 0, bytes(rng, 9000))),
+        in3(Step::Mkdir("nd".into())),
         in1(Step::Create("a".into())),
         in2(Step::Create("b".into())),
         Step::Create("r".into()),
@@ -944,8 +955,13 @@ fn cubes(rng: &mut StdRng) -> Vec<Step> {
         Step::Write("r".into(), 3000, bytes(rng, 3000)),
         in1(Step::Snapshot("d".into(), "s".into())),
         in1(Step::Write("d/a2".into(), 0, bytes(rng, 100))),
+        in3(Step::Fsync),
+        in3(Step::Rename("n".into(), "nd/n".into())),
+        in3(Step::Write("nd/n".into(), 9000, bytes(rng, 70_000))),
         in1(Step::Fsync),
         Step::Unlink("r".into()),
+        in3(Step::Checkpoint),
+        in3(Step::Unlink("nd/n".into())),
     ]
 }
 

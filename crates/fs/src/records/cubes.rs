@@ -30,6 +30,9 @@ pub enum Mode {
     /// As ordered, but fsync returns at once without syncing: a crash may lose what was
     /// written since the last checkpoint (never older data, never the tree's consistency).
     NoFsync,
+    /// Nothing is journaled: changes reach the disk only at checkpoints (taken on the
+    /// cube's own schedule, and by fsync); a crash goes back to the last one.
+    NoJournal,
 }
 
 /// What a failure inside a cube (a bad checksum, a failed host I/O, a broken invariant)
@@ -47,14 +50,16 @@ impl Mode {
         match self {
             Mode::Ordered => "ordered",
             Mode::NoFsync => "nofsync",
+            Mode::NoJournal => "nojournal",
         }
     }
     pub fn parse(s: &str) -> std::result::Result<Mode, String> {
         match s {
             "ordered" => Ok(Mode::Ordered),
             "nofsync" => Ok(Mode::NoFsync),
-            "data" | "writeback" | "nojournal" => Err(format!("mode {s} is not built yet (ordered and nofsync are)")),
-            _ => Err(format!("unknown mode {s:?} (ordered or nofsync)")),
+            "nojournal" => Ok(Mode::NoJournal),
+            "data" | "writeback" => Err(format!("mode {s} is not built yet (ordered, nofsync and nojournal are)")),
+            _ => Err(format!("unknown mode {s:?} (ordered, nofsync or nojournal)")),
         }
     }
 }
@@ -169,6 +174,7 @@ mod tests {
         vec![
             Cube { id: 1, mode: Mode::Ordered, on_error: OnError::ReadOnly, path: b"srv/db".to_vec() },
             Cube { id: 7, mode: Mode::NoFsync, on_error: OnError::Fence, path: b"ci cache".to_vec() },
+            Cube { id: 9, mode: Mode::NoJournal, on_error: OnError::ReadOnly, path: b"scratch".to_vec() },
         ]
     }
 
