@@ -261,6 +261,13 @@ def test_a_fault_in_one_cube_of_ten_stays_there(scion_mount):
                 h.write("ok")
     print(f"faults injected {len(hit)}, localized {len(failed & hit)}")
     m.umount()
+    # `scion check STORE` checks the store and every cube: exit 1, naming exactly those.
+    r = m.run("check", m.store, "--json")
+    assert r.returncode == 1, r.describe()
+    rep = json.loads(r.stdout)
+    assert rep["clean"] is False and rep["problems"] == []  # the main volume's own are fine
+    assert {c["path"] for c in rep["cubes"] if not c["report"]["clean"]} == {f"/cube{i}" for i in hit}
+    assert len(rep["cubes"]) == 10
 
 
 def test_a_cube_whose_store_cannot_be_opened(scion_mount):

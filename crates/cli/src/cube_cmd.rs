@@ -70,11 +70,7 @@ pub fn check(dir: PathBuf, json: bool) -> Result<bool, String> {
     let Reply::Checked(rep) = call(&at, &Op::CubeCheck { path: store_path(&at) })? else {
         return Err("the daemon answered something else".into());
     };
-    if json {
-        println!("{}", crate::control::check_json(&rep));
-    } else {
-        print!("{rep}");
-    }
+    print_report(&rep, json);
     Ok(rep.is_clean())
 }
 
@@ -127,4 +123,64 @@ pub fn cube_store(store: &Path, path: &Path) -> Result<PathBuf, String> {
         .find(|c| c.path == want.as_bytes())
         .map(|c| c.store_dir(store))
         .ok_or_else(|| format!("/{want} is not a cube of {}", store.display()))
+}
+
+/// `scion check STORE [--cube PATH]` of an unmounted store: the store and each of its cubes
+/// (each a store of its own), or the one cube. Whether all are clean.
+pub fn check_offline(store: &Path, cube: Option<&Path>, json: bool) -> Result<bool, String> {
+    let host = scion_store::os_host();
+    if let Some(c) = cube {
+        let rep = scion_fs::check::check(&host, &cube_store(store, c)?).map_err(|e| e.to_string())?;
+        print_report(&rep, json);
+        return Ok(rep.is_clean());
+    }
+    let main = scion_fs::check::check(&host, store).map_err(|e| e.to_string())?;
+    let table = cubes::load(&host, store).map_err(|e| e.to_string())?;
+    let mut clean = main.is_clean();
+    let mut rows = Vec::new();
+    for c in &table.cubes {
+        let shown = format!("/{}", String::from_utf8_lossy(&c.path));
+        match scion_fs::check::check(&host, &c.store_dir(store)) {
+            Ok(rep) => {
+                clean &= rep.is_clean();
+                rows.push((shown, Ok(rep)));
+            }
+            Err(e) => {
+                clean = false;
+                rows.push((shown, Err(e.to_string())));
+            }
+        }
+    }
+    if json {
+        let mut v = crate::control::check_json(&main);
+        // "clean" is the whole store's verdict, cubes included (the exit status's);
+        // "problems" are the main volume's own.
+        v["clean"] = clean.into();
+        v["cubes"] = rows
+            .iter()
+            .map(|(p, r)| match r {
+                Ok(rep) => serde_json::json!({"path": p, "report": crate::control::check_json(rep)}),
+                Err(e) => serde_json::json!({"path": p, "error": e}),
+            })
+            .collect();
+        println!("{v}");
+        return Ok(clean);
+    }
+    print!("{main}");
+    for (p, r) in &rows {
+        match r {
+            Ok(rep) if rep.is_clean() => println!("cube {p}: clean ({} files, {} blocks)", rep.files, rep.blocks),
+            Ok(rep) => print!("cube {p}:\n{rep}"),
+            Err(e) => println!("cube {p}: cannot be checked: {e}"),
+        }
+    }
+    Ok(clean)
+}
+
+fn print_report(rep: &scion_fs::check::Report, json: bool) {
+    if json {
+        println!("{}", crate::control::check_json(rep));
+    } else {
+        print!("{rep}");
+    }
 }

@@ -67,7 +67,7 @@ enum Cmd {
         #[arg(long)]
         json: bool,
         /// Check only this cube (its path from the store's root): its own store, in time
-        /// proportional to the cube.
+        /// proportional to the cube. Without it, the store and then each of its cubes.
         #[arg(long)]
         cube: Option<PathBuf>,
     },
@@ -884,25 +884,10 @@ fn main() -> ExitCode {
             }
             Err(e) => Err(e),
         },
-        Cmd::Check { store, json, cube } => match cube
-            .map(|c| cube_cmd::cube_store(&store, &c))
-            .transpose()
-            .map_err(scion_store::Error::Format)
-            .and_then(|c| scion_fs::check::check(&scion_store::os_host(), c.as_deref().unwrap_or(&store)))
-        {
-            Ok(rep) => {
-                if json {
-                    println!("{}", control::check_json(&rep));
-                } else {
-                    print!("{rep}");
-                }
-                if rep.is_clean() {
-                    Ok(())
-                } else {
-                    return ExitCode::from(1);
-                }
-            }
-            Err(e) => Err(e.to_string()),
+        Cmd::Check { store, json, cube } => match cube_cmd::check_offline(&store, cube.as_deref(), json) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
         },
     };
     match r {
