@@ -296,3 +296,48 @@ def test_a_cube_whose_store_cannot_be_opened(scion_mount):
     r = m.run("cube", "check", c)
     assert r.returncode == 0 and "clean" in r.stdout, r.describe()
     m.umount()
+
+
+def test_a_cube_below_a_damaged_directory_stays_reachable(scion_mount):
+    """The directory above a cube is damaged (its tree node overwritten while unmounted):
+    its path cannot be walked, but the cube is served (found by the inode number its table
+    entry records) and reached at MNT/.cubes/ID, whole; `cube list` and `scion check` say
+    so."""
+    m = scion_mount
+    os.makedirs(os.path.join(m.mnt, "top", "zzqqabove"))
+    c = os.path.join(m.mnt, "top", "zzqqabove", "c")
+    assert m.run("cube", "create", c).returncode == 0
+    data = os.urandom(300000)
+    with open(os.path.join(c, "f"), "wb") as h:
+        h.write(data)
+    assert os.listdir(os.path.join(m.mnt, ".cubes")) == ["1"]
+    m.umount()
+    packs = os.path.join(m.store, "packs")
+    hit = 0
+    for f in os.listdir(packs):
+        with open(os.path.join(packs, f), "r+b") as h:
+            blob = h.read()
+            at = blob.find(b"zzqqabove")
+            while at >= 0:
+                h.seek(max(0, at - 256))
+                h.write(os.urandom(512))
+                hit += 1
+                at = blob.find(b"zzqqabove", at + 1)
+    assert hit, "the directory's entry is in no pack"
+    m.mount()
+    with pytest.raises(OSError) as e:
+        os.listdir(os.path.join(m.mnt, "top", "zzqqabove"))
+    assert e.value.errno == errno.EIO
+    row = cubes(m)["top/zzqqabove/c"]
+    assert row["state"] == "ok" and ".cubes/1" in row["why"], row
+    with open(os.path.join(m.mnt, ".cubes", "1", "f"), "rb") as h:
+        assert h.read() == data
+    with open(os.path.join(m.mnt, ".cubes", "1", "g"), "w") as h:
+        h.write("still writable")
+    assert sorted(os.listdir(os.path.join(m.mnt, ".cubes", "1"))) == ["f", "g"]
+    assert ".cubes" not in os.listdir(m.mnt)
+    m.umount()
+    r = m.run("check", m.store)
+    assert r.returncode == 1, r.describe()
+    assert "cube /top/zzqqabove/c: clean" in r.stdout and ".cubes/1" in r.stdout, r.describe()
+    assert m.run("check", m.store, "--cube", "top/zzqqabove/c").returncode == 0

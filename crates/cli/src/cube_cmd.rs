@@ -167,8 +167,12 @@ pub fn check_offline(store: &Path, cube: Option<&Path>, json: bool) -> Result<bo
         return Ok(clean);
     }
     print!("{main}");
-    for (p, r) in &rows {
+    for ((p, r), c) in rows.iter().zip(&table.cubes) {
         match r {
+            Ok(rep) if rep.is_clean() && !main.is_clean() => println!(
+                "cube {p}: clean ({} files, {} blocks); its own store shares nothing with the damage above, and if its path cannot be walked the mount serves it at MNT/.cubes/{}",
+                rep.files, rep.blocks, c.id
+            ),
             Ok(rep) if rep.is_clean() => println!("cube {p}: clean ({} files, {} blocks)", rep.files, rep.blocks),
             Ok(rep) => print!("cube {p}:\n{rep}"),
             Err(e) => println!("cube {p}: cannot be checked: {e}"),

@@ -87,31 +87,51 @@ impl Cubes {
     /// Opens a cube's store and serves it at its directory.
     fn serve(&self, cube: Cube) -> ServedCube {
         match self.serve_volume(&cube) {
-            Ok((vol, background)) => ServedCube { cube, vol: Some(vol), dead: None, why: String::new(), background: Some(background) },
+            Ok((vol, background, note)) => ServedCube { cube, vol: Some(vol), dead: None, why: note, background: Some(background) },
             Err(e) => {
                 log::error!("cube /{}: not served: {e}", show(&cube.path));
                 let main = self.router.main();
                 let chain = resolve_chain(&mut main.lock(), &cube.path);
-                let dead = chain.ok().and_then(|chain| {
-                    let dead = self.router.add_unavailable().ok()?;
-                    let (dir, above) = chain.split_last().expect("a cube's path is not empty");
-                    self.router.graft(VolumeId::MAIN, *dir, above.to_vec(), dead);
-                    Some(dead)
-                });
+                let dead = self.router.add_unavailable().ok();
+                if let Some(dead) = dead {
+                    match chain {
+                        Ok(chain) => {
+                            let (dir, above) = chain.split_last().expect("a cube's path is not empty");
+                            self.router.graft(VolumeId::MAIN, *dir, above.to_vec(), dead);
+                        }
+                        Err(_) if cube.graft != 0 => self.router.graft(VolumeId::MAIN, cube.graft, Vec::new(), dead),
+                        Err(_) => {}
+                    }
+                    self.router.name_cube(cube.id, dead);
+                }
                 ServedCube { cube, vol: None, dead, why: e.to_string(), background: None }
             }
         }
     }
 
-    fn serve_volume(&self, cube: &Cube) -> FsResult<(VolumeId, Background)> {
+    /// The cube's volume, its worker, and a note if its path cannot be walked.
+    fn serve_volume(&self, cube: &Cube) -> FsResult<(VolumeId, Background, String)> {
         let main = self.router.main();
-        let chain = resolve_chain(&mut main.lock(), &cube.path)?;
-        let (dir, above) = chain.split_last().expect("a cube's path is not empty");
+        // The cube hangs at its directory, found by path; if a directory above it cannot be
+        // read, by the inode number the table recorded (it is reached at .cubes/ID then).
+        let (dir, above, note) = match resolve_chain(&mut main.lock(), &cube.path) {
+            Ok(chain) => {
+                let (dir, above) = chain.split_last().expect("a cube's path is not empty");
+                (*dir, above.to_vec(), String::new())
+            }
+            Err(e) if cube.graft != 0 => {
+                let note = format!("its path cannot be walked ({e}); reach it at .cubes/{}", cube.id);
+                log::error!("cube /{}: {note}", show(&cube.path));
+                (cube.graft, Vec::new(), note)
+            }
+            Err(e) => return Err(e),
+        };
         let engine = self.open_engine(cube)?;
         let vol = self.router.add_serving(engine.clone(), serving(cube))?;
-        self.router.graft(VolumeId::MAIN, *dir, above.to_vec(), vol);
+        self.router.graft(VolumeId::MAIN, dir, above, vol);
+        self.router.name_cube(cube.id, vol);
         log::info!("cube /{} served ({}, on error {})", show(&cube.path), cube.mode.name(), cube.on_error.name());
-        Ok((vol, self.start(vol, engine)))
+        Ok((vol, self.start(vol, engine), note))
     }
 
     /// The cube's store, opened as its volume's engine.
@@ -150,7 +170,7 @@ impl Cubes {
             return Err(errno::ENOSPC.with(format!("a store holds at most {} cubes", cubes::MAX_CUBES)));
         }
         let id = (1..=cubes::MAX_CUBES).find(|i| !st.0.cubes.iter().any(|c| c.id == *i)).expect("fewer than the most");
-        let cube = Cube { id, mode, on_error, path: path.to_vec() };
+        let mut cube = Cube { id, mode, on_error, graft: 0, path: path.to_vec() };
         let (parent_path, name) = split_last(path);
         let main = self.router.main();
         let (uid, gid);
@@ -164,6 +184,7 @@ impl Cubes {
             }
             let a = fs.mknod(parent, name, Kind::Dir, 0o755, 0, uid, gid, 0, b"")?;
             fs.forget(a.ino, 1);
+            cube.graft = a.ino;
         }
         main.fsync()?;
         let dir = cube.store_dir(&self.store);
@@ -321,7 +342,7 @@ impl Cubes {
                 let (state, why) = match (&s.vol, failure) {
                     (Some(v), _) if self.router.is_taken_out(*v) => ("checking", String::new()),
                     (None, _) => ("unavailable", s.why.clone()),
-                    (Some(_), None) => ("ok", String::new()),
+                    (Some(_), None) => ("ok", s.why.clone()),
                     (Some(_), Some(w)) if s.cube.on_error == OnError::Fence => ("fenced", w),
                     (Some(_), Some(w)) => ("read-only", w),
                 };

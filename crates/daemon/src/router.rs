@@ -112,7 +112,15 @@ pub struct Router {
     /// Volumes taken out to be checked (`cubes.rs`): their requests get EIO, not ESTALE,
     /// and their slot stays theirs.
     fenced: RwLock<std::collections::HashSet<VolumeId>>,
+    /// Cubes by id, as `MNT/.cubes/ID` shows them.
+    cube_ids: RwLock<std::collections::BTreeMap<u32, VolumeId>>,
 }
+
+/// The main volume's inode number of the `.cubes` directory at the mount root (above every
+/// number a main-volume namespace can give: those stay below 2^62 - 2^40).
+pub const CUBES_DIR_INO: Ino = (1 << 62) - 1;
+/// Its name.
+pub const CUBES_DIR_NAME: &[u8] = b".cubes";
 
 impl Router {
     /// A router serving `main` as volume 0. Refused if the volume has namespace ids that
@@ -123,6 +131,7 @@ impl Router {
             volumes: RwLock::new(vec![Some(Served { engine: main, serving: Serving::default() })]),
             grafts: RwLock::default(),
             fenced: RwLock::default(),
+            cube_ids: RwLock::default(),
         })
     }
 
@@ -188,6 +197,16 @@ impl Router {
         self.fenced.write().unwrap().remove(&id);
     }
 
+    /// Cube `id` is volume `vol` (shown at `.cubes/ID`).
+    pub fn name_cube(&self, id: u32, vol: VolumeId) {
+        self.cube_ids.write().unwrap().insert(id, vol);
+    }
+
+    /// The cubes served, by id.
+    pub fn cube_ids(&self) -> Vec<(u32, VolumeId)> {
+        self.cube_ids.read().unwrap().iter().map(|(i, v)| (*i, *v)).collect()
+    }
+
     /// Whether volume `id` is taken out to be checked.
     pub fn is_taken_out(&self, id: VolumeId) -> bool {
         self.fenced.read().unwrap().contains(&id)
@@ -229,6 +248,7 @@ impl Router {
         let mut g = self.grafts.write().unwrap();
         g.at.retain(|_, c| *c != cube);
         g.pinned.remove(&cube);
+        self.cube_ids.write().unwrap().retain(|_, v| *v != cube);
     }
 
     /// The volume whose root directory `dir` of volume `at` shows, if it is a graft.

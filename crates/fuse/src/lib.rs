@@ -13,7 +13,7 @@ use fuser::{
     ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use scion_daemon::router::{Router, VolumeId};
+use scion_daemon::router::{Router, VolumeId, CUBES_DIR_INO, CUBES_DIR_NAME};
 use scion_daemon::Engine;
 use scion_fs::clone::SNAPDIR_BIT;
 use scion_fs::{Attr, Fs, FsError, FsResult, Kind, SetAttr, Ts};
@@ -221,6 +221,44 @@ impl ScionFuse {
         Ok(())
     }
 
+    /// `MNT/.cubes`: each cube's root by id, reachable even when a directory above the cube
+    /// cannot be read. Not listed in the root, as `.snapshot` is not.
+    fn cubes_dir_attr() -> FileAttr {
+        let t = SystemTime::UNIX_EPOCH;
+        FileAttr {
+            ino: INodeNo(CUBES_DIR_INO),
+            size: 0,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            kind: FileType::Directory,
+            perm: 0o555,
+            nlink: 2,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 65536,
+            flags: 0,
+        }
+    }
+
+    /// A lookup in `.cubes`: the root of the cube named by id.
+    fn lookup_cube(&self, name: &[u8], reply: ReplyEntry) {
+        let id: Option<u32> = std::str::from_utf8(name).ok().and_then(|n| n.parse().ok());
+        let Some(vol) = id.and_then(|id| self.router.cube_ids().into_iter().find(|(i, _)| *i == id).map(|(_, v)| v)) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let engine = match self.router.engine(vol) {
+            Ok(e) => e,
+            Err(e) => return reply.error(err(e)),
+        };
+        let root = At { vol, engine, ino: scion_fs::ROOT_INO };
+        let r = root.fs().remember(scion_fs::ROOT_INO);
+        root.entry(r, reply)
+    }
+
     /// Serve requests through io_uring if the kernel offers it (Linux 6.14+, with the fuse
     /// module parameter enable_uring=Y); /dev/fuse otherwise.
     pub fn with_uring(mut self, on: bool) -> ScionFuse {
@@ -349,6 +387,12 @@ impl Filesystem for ScionFuse {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if parent.0 == CUBES_DIR_INO {
+            return self.lookup_cube(name.as_bytes(), reply);
+        }
+        if parent.0 == scion_fs::ROOT_INO && name.as_bytes() == CUBES_DIR_NAME {
+            return reply.entry_with_ttls(&Duration::from_secs(1), &Duration::ZERO, &Self::cubes_dir_attr(), Generation(0));
+        }
         let at = route!(self, parent, reply);
         if at.ino & SNAPDIR_BIT != 0 {
             // `D/.snapshot/NAME` depends on who asks (`Fs::lookup_as`): the kernel may not
@@ -386,6 +430,9 @@ impl Filesystem for ScionFuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if ino.0 == CUBES_DIR_INO {
+            return reply.attr(&Duration::from_secs(1), &Self::cubes_dir_attr());
+        }
         let at = route!(self, ino, reply);
         let r = at.fs().getattr(at.ino);
         match r {
@@ -652,6 +699,14 @@ impl Filesystem for ScionFuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if ino.0 == CUBES_DIR_INO {
+            // The kernel's numbers already: each cube's root.
+            let mut v = vec![(b".".to_vec(), CUBES_DIR_INO, Kind::Dir), (b"..".to_vec(), scion_fs::ROOT_INO, Kind::Dir)];
+            v.extend(self.router.cube_ids().into_iter().map(|(id, vol)| (id.to_string().into_bytes(), vol.global(scion_fs::ROOT_INO), Kind::Dir)));
+            let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+            self.dirs.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, Arc::new(v));
+            return reply.opened(FileHandle(fh), FopenFlags::empty());
+        }
         let at = route!(self, ino, reply);
         let mut fs = at.fs();
         let list = match fs.readdir(at.ino) {
@@ -682,6 +737,7 @@ impl Filesystem for ScionFuse {
         let vol = VolumeId::of(ino.0);
         for (i, (name, child, k)) in list.iter().enumerate().skip(offset as usize) {
             let shown = match self.router.grafted(vol, *child) {
+                _ if ino.0 == CUBES_DIR_INO => *child,
                 Some(cube) if i >= 2 => cube.global(scion_fs::ROOT_INO),
                 _ => vol.global(*child),
             };
@@ -701,6 +757,15 @@ impl Filesystem for ScionFuse {
         let Some(list) = self.dirs.lock().unwrap_or_else(|p| p.into_inner()).get(&fh.0).cloned() else {
             return reply.error(Errno::EBADF);
         };
+        if ino.0 == CUBES_DIR_INO {
+            // Names only (node id 0): each is looked up, through `lookup_cube`, before use.
+            for (i, (name, _, _)) in list.iter().enumerate().skip(offset as usize) {
+                if reply.add(INodeNo(0), i as u64 + 1, OsStr::from_bytes(name), &Duration::ZERO, &Self::cubes_dir_attr(), Generation(0)) {
+                    break;
+                }
+            }
+            return reply.ok();
+        }
         let at = route!(self, ino, reply);
         let mut fs = at.fs();
         for (i, (name, child, _)) in list.iter().enumerate().skip(offset as usize) {

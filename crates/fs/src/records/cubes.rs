@@ -2,9 +2,11 @@
 //! are cubes, each a store of its own (`STORE/cubes.d/ID`: its own packs, journal,
 //! superblock and checkpoints) served as its own volume. A two-slot file (`slots.rs`; magic
 //! "SCCB", version 1): two checksummed copies, so a torn write leaves the other. The payload
-//! is text, one cube per line: `ID MODE ON_ERROR PATH`: the id (1-255, its directory's name),
-//! the durability mode and failure policy by name, and the directory as a path from the
-//! mount root (escaped as in the schedules file).
+//! is text, one cube per line: `ID MODE ON_ERROR GRAFT PATH`: the id (1-255, its directory's
+//! name), the durability mode and failure policy by name, the inode number of its directory
+//! in the main volume (so the cube is served, and reachable at `MNT/.cubes/ID`, even when a
+//! directory above it cannot be read), and the directory as a path from the mount root
+//! (escaped as in the schedules file).
 
 use super::slots::{escape, unescape, SlotFile};
 use scion_store::{Error, Host, Result};
@@ -85,6 +87,8 @@ pub struct Cube {
     pub id: u32,
     pub mode: Mode,
     pub on_error: OnError,
+    /// Its directory's inode number in the main volume.
+    pub graft: u64,
     /// The directory, as a path from the mount root (never empty: the root is no cube).
     pub path: Vec<u8>,
 }
@@ -110,7 +114,7 @@ fn bad(why: impl std::fmt::Display) -> Error {
 pub fn encode_payload(list: &[Cube]) -> Vec<u8> {
     let mut out = String::new();
     for c in list {
-        out.push_str(&format!("{} {} {} {}\n", c.id, c.mode.name(), c.on_error.name(), escape(&c.path)));
+        out.push_str(&format!("{} {} {} {} {}\n", c.id, c.mode.name(), c.on_error.name(), c.graft, escape(&c.path)));
     }
     out.into_bytes()
 }
@@ -120,13 +124,14 @@ pub fn decode_payload(b: &[u8]) -> Result<Vec<Cube>> {
     let mut list: Vec<Cube> = Vec::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
-        let [id, mode, on_error, path] = f[..] else {
-            return Err(bad(format!("line {line:?} does not have four fields")));
+        let [id, mode, on_error, graft, path] = f[..] else {
+            return Err(bad(format!("line {line:?} does not have five fields")));
         };
         let c = Cube {
             id: id.parse().map_err(|_| bad(format!("id {id:?}")))?,
             mode: Mode::parse(mode).map_err(bad)?,
             on_error: OnError::parse(on_error).map_err(bad)?,
+            graft: graft.parse().map_err(|_| bad(format!("graft {graft:?}")))?,
             path: unescape(path)?,
         };
         if c.id == 0 || c.id > MAX_CUBES || c.path.is_empty() || c.path.starts_with(b"/") {
@@ -172,9 +177,9 @@ mod tests {
 
     fn sample() -> Vec<Cube> {
         vec![
-            Cube { id: 1, mode: Mode::Ordered, on_error: OnError::ReadOnly, path: b"srv/db".to_vec() },
-            Cube { id: 7, mode: Mode::NoFsync, on_error: OnError::Fence, path: b"ci cache".to_vec() },
-            Cube { id: 9, mode: Mode::NoJournal, on_error: OnError::ReadOnly, path: b"scratch".to_vec() },
+            Cube { id: 1, mode: Mode::Ordered, on_error: OnError::ReadOnly, graft: 12, path: b"srv/db".to_vec() },
+            Cube { id: 7, mode: Mode::NoFsync, on_error: OnError::Fence, graft: 1 << 40 | 3, path: b"ci cache".to_vec() },
+            Cube { id: 9, mode: Mode::NoJournal, on_error: OnError::ReadOnly, graft: 5, path: b"scratch".to_vec() },
         ]
     }
 
@@ -189,17 +194,18 @@ mod tests {
         assert_eq!(load(&host, tmp.path()).unwrap(), s2);
         assert_eq!(decode_payload(&encode_payload(&sample())).unwrap(), sample());
         for bad in [
-            "0 ordered readonly a\n",
-            "256 ordered readonly a\n",
-            "1 ordered readonly /a\n",
-            "1 fast readonly a\n",
-            "1 ordered never a\n",
-            "1 ordered readonly a\n2 ordered readonly a/b\n",
-            "1 ordered readonly a\n1 ordered readonly b\n",
-            "1 ordered readonly\n",
+            "0 ordered readonly 5 a\n",
+            "256 ordered readonly 5 a\n",
+            "1 ordered readonly 5 /a\n",
+            "1 fast readonly 5 a\n",
+            "1 ordered never 5 a\n",
+            "1 ordered readonly x a\n",
+            "1 ordered readonly 5 a\n2 ordered readonly 6 a/b\n",
+            "1 ordered readonly 5 a\n1 ordered readonly 6 b\n",
+            "1 ordered readonly a\n",
         ] {
             assert!(decode_payload(bad.as_bytes()).is_err(), "{bad:?}");
         }
-        assert!(decode_payload(b"1 ordered readonly a\n2 ordered readonly ab\n").is_ok());
+        assert!(decode_payload(b"1 ordered readonly 5 a\n2 ordered readonly 6 ab\n").is_ok());
     }
 }
