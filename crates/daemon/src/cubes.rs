@@ -186,20 +186,32 @@ impl Cubes {
             fs.forget(a.ino, 1);
             cube.graft = a.ino;
         }
-        main.fsync()?;
-        let dir = cube.store_dir(&self.store);
         let host = scion_store::os_host();
-        let _ = std::fs::remove_dir_all(&dir); // what a crashed creation left
-        std::fs::create_dir_all(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
-        Fs::create(&host, &dir).map_err(fail)?;
-        {
+        let made = main.fsync().and_then(|()| {
+            let dir = cube.store_dir(&self.store);
+            let _ = std::fs::remove_dir_all(&dir); // what a crashed creation left
+            std::fs::create_dir_all(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+            Fs::create(&host, &dir).map_err(fail)?;
             let mut fs = Fs::open(&dir, MountOptions::new("cube creation")).map_err(fail)?;
             fs.setattr(ROOT_INO, SetAttr { uid: Some(uid), gid: Some(gid), ..Default::default() })?;
             fs.close().map_err(fail)?;
-        }
-        let mut list = st.0.cubes.clone();
-        list.push(cube.clone());
-        st.0 = cubes::save(&host, &self.store, &st.0, list).map_err(fail)?;
+            let mut list = st.0.cubes.clone();
+            list.push(cube.clone());
+            cubes::save(&host, &self.store, &st.0, list).map_err(fail)
+        });
+        st.0 = match made {
+            Ok(table) => table,
+            Err(e) => {
+                // Not a cube: the directory made for it goes again.
+                let mut fs = main.lock();
+                if let Ok(parent) = fs.resolve_path(parent_path) {
+                    let _ = fs.rmdir(parent, name);
+                }
+                drop(fs);
+                self.forget_entry(path);
+                return Err(e);
+            }
+        };
         let served = self.serve(cube.clone());
         if served.vol.is_none() {
             let why = served.why.clone();
@@ -327,8 +339,9 @@ impl Cubes {
     /// finds the cube's root).
     fn forget_entry(&self, path: &[u8]) {
         let (parent_path, name) = split_last(path);
-        if let Ok(parent) = self.router.main().lock().resolve_path(parent_path) {
-            (self.invalidate)(&[Inval::Entry(parent, name.to_vec())]);
+        let parent = self.router.main().lock().resolve_path(parent_path);
+        if let Ok(parent) = parent {
+            (self.invalidate)(&[Inval::Entry(parent, name.to_vec()), Inval::Inode(parent)]);
         }
     }
 
