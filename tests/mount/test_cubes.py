@@ -98,7 +98,10 @@ def test_cubes_through_the_mount(scion_mount):
     assert sorted(os.listdir(os.path.join(c1, ".snapshot", "s1"))) == ["big", "dir", "small"]
     r = m.run("clone", os.path.join(c1, "dir"), os.path.join(c1, "dir2"))
     assert r.returncode == 0, r.describe()
-    r = m.run("clone", c1, os.path.join(m.mnt, "copy"))
+    r = m.run("clone", c1, os.path.join(m.mnt, "copy"))  # out of the cube: a copy
+    assert r.returncode == 0 and "copied" in r.stdout, r.describe()
+    assert sorted(os.listdir(os.path.join(m.mnt, "copy"))) == ["big", "dir", "dir2", "small"]
+    r = m.run("diff", c1, os.path.join(m.mnt, "copy"))  # commands naming two volumes: refused
     assert r.returncode == 2 and "cubes" in r.stderr, r.describe()
     # A snapshot of the root holds the cubes' directories empty, and snapshots each cube
     # under the same name.
@@ -341,3 +344,73 @@ def test_a_cube_below_a_damaged_directory_stays_reachable(scion_mount):
     assert r.returncode == 1, r.describe()
     assert "cube /top/zzqqabove/c: clean" in r.stdout and ".cubes/1" in r.stdout, r.describe()
     assert m.run("check", m.store, "--cube", "top/zzqqabove/c").returncode == 0
+
+
+def tree(root):
+    """Every path below root with its kind, mode, link count, mtime, xattrs and bytes."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if x != ".snapshot")
+        for n in sorted(files) + dirs:
+            p = os.path.join(d, n)
+            st = os.lstat(p)
+            data = None
+            if os.path.islink(p):
+                data = os.readlink(p)
+            elif os.path.isfile(p):
+                with open(p, "rb") as h:
+                    data = h.read()
+            xa = {} if os.path.islink(p) else {k: os.getxattr(p, k) for k in os.listxattr(p)}
+            out[os.path.relpath(p, root)] = (st.st_mode, st.st_nlink if not os.path.isdir(p) else 0,
+                                             st.st_mtime_ns if not os.path.isdir(p) else 0, xa, data)
+    return out
+
+
+def test_convert_copy_across_and_remove(scion_mount):
+    """`cube create --convert` makes an existing directory a cube with everything in it
+    (hard links, symlinks, a FIFO, xattrs, mtimes, a sparse file kept sparse); a clone into
+    or out of a cube is a copy; `cube remove` makes it an ordinary directory again with the
+    same tree; `check` is clean and no cube store is left."""
+    m = scion_mount
+    p = os.path.join(m.mnt, "proj")
+    os.makedirs(os.path.join(p, "sub", "deep"))
+    with open(os.path.join(p, "f"), "wb") as h:
+        h.write(os.urandom(200000))
+    os.link(os.path.join(p, "f"), os.path.join(p, "sub", "hard"))
+    os.symlink("../f", os.path.join(p, "sub", "sl"))
+    os.mkfifo(os.path.join(p, "fifo"))
+    os.setxattr(os.path.join(p, "f"), "user.k", b"v")
+    with open(os.path.join(p, "sparse"), "wb") as h:
+        h.truncate(8 << 20)
+        h.seek(4 << 20)
+        h.write(b"x" * 5000)
+    with open(os.path.join(p, "sub", "deep", "small"), "w") as h:
+        h.write("small")
+    os.utime(os.path.join(p, "sub", "deep", "small"), ns=(1, 1_500_000_000_000_000_000))
+    before = tree(p)
+    r = m.run("cube", "create", p, "--convert")
+    assert r.returncode == 0 and "entries" in r.stdout, r.describe()
+    assert tree(p) == before
+    assert cubes(m)["proj"]["state"] == "ok"
+    assert os.stat(os.path.join(p, "sparse")).st_blocks * 512 < 1 << 20  # still sparse
+    assert sorted(os.listdir(m.mnt)) == ["proj"]  # the original is gone
+    # A clone out of the cube, and into another cube: copies, equal.
+    r = m.run("clone", os.path.join(p, "sub"), os.path.join(m.mnt, "out"))
+    assert r.returncode == 0 and "copied" in r.stdout, r.describe()
+    # (sub/hard has a second name outside sub, which the copy of sub cannot hold.)
+    unlinked = lambda t: {k: (v[0], 0, *v[2:]) for k, v in t.items()}
+    assert unlinked(tree(os.path.join(m.mnt, "out"))) == unlinked(tree(os.path.join(p, "sub")))
+    assert m.run("cube", "create", os.path.join(m.mnt, "other")).returncode == 0
+    r = m.run("clone", os.path.join(p, "sub"), os.path.join(m.mnt, "other", "in"))
+    assert r.returncode == 0 and "copied" in r.stdout, r.describe()
+    assert unlinked(tree(os.path.join(m.mnt, "other", "in"))) == unlinked(tree(os.path.join(p, "sub")))
+    # Back to an ordinary directory, the same tree.
+    r = m.run("cube", "remove", p)
+    assert r.returncode == 0, r.describe()
+    assert tree(p) == before
+    assert set(cubes(m)) == {"other"}
+    assert m.run("cube", "remove", os.path.join(m.mnt, "out")).returncode == 2
+    os.rename(p, os.path.join(m.mnt, "proj2"))  # an ordinary directory: movable
+    m.umount()
+    assert "clean" in m.check()
+    assert os.listdir(os.path.join(m.store, "cubes.d")) == ["2"]

@@ -28,15 +28,102 @@ fn mounted(dir: &Path, exists: bool) -> Result<crate::tree_cmds::Located, String
     Ok(at)
 }
 
-pub fn create(dir: PathBuf, mode: String, on_error: String) -> Result<(), String> {
+pub fn create(dir: PathBuf, mode: String, on_error: String, convert: bool, progress: bool) -> Result<(), String> {
     cubes::Mode::parse(&mode)?;
     cubes::OnError::parse(&on_error)?;
+    if convert {
+        return convert_dir(dir, mode, on_error, progress);
+    }
     if dir.symlink_metadata().is_ok() {
-        return Err(format!("{} exists: a cube is a new directory", dir.display()));
+        return Err(format!("{} exists: a cube is a new directory (or give --convert)", dir.display()));
     }
     let at = mounted(&dir, false)?;
     let r = one(call(&at, &Op::CubeCreate { path: store_path(&at), mode, on_error })?)?;
     println!("cube {} at {} ({}, on error {})", r.id, dir.display(), r.mode, r.on_error);
+    Ok(())
+}
+
+/// A hidden sibling of `dir` for a copy on its way (`.NAME.scion-WHAT-PID`).
+fn beside(dir: &Path, what: &str) -> Result<PathBuf, String> {
+    let name = dir.file_name().ok_or_else(|| format!("{}: not a directory's name", dir.display()))?;
+    Ok(dir.with_file_name(format!(".{}.scion-{what}-{}", name.to_string_lossy(), std::process::id())))
+}
+
+/// `create --convert`: DIR set aside, a cube made in its place, what DIR held copied in,
+/// the original removed. A failure on the way puts DIR back as it was.
+fn convert_dir(dir: PathBuf, mode: String, on_error: String, progress: bool) -> Result<(), String> {
+    let m = dir.symlink_metadata().map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !m.is_dir() {
+        return Err(format!("{}: not a directory", dir.display()));
+    }
+    let old = beside(&dir, "convert")?;
+    std::fs::rename(&dir, &old).map_err(|e| format!("{}: {e} (a cube, or a directory holding one, is not converted)", dir.display()))?;
+    let back = |why: String| -> String {
+        match std::fs::rename(&old, &dir) {
+            Ok(()) => why,
+            Err(e) => format!("{why}; the original stays at {} ({e})", old.display()),
+        }
+    };
+    let at = match mounted(&dir, false) {
+        Ok(at) => at,
+        Err(e) => return Err(back(e)),
+    };
+    let r = match call(&at, &Op::CubeCreate { path: store_path(&at), mode, on_error }).and_then(one) {
+        Ok(r) => r,
+        Err(e) => return Err(back(e)),
+    };
+    let mut p = crate::send_cmd::Progress::new(progress);
+    match crate::copy::copy_contents(&old, &dir, &mut p) {
+        Ok(done) => {
+            p.done(done.bytes);
+            if let Err(e) = std::fs::remove_dir_all(&old) {
+                eprintln!("scion cube: the original stays at {}: {e}", old.display());
+            }
+            println!(
+                "cube {} at {} ({}, on error {}): {} entries, {} copied in",
+                r.id,
+                dir.display(),
+                r.mode,
+                r.on_error,
+                done.entries,
+                human(done.bytes)
+            );
+            Ok(())
+        }
+        Err(e) => {
+            let undone = call(&at, &Op::CubeRemove { path: store_path(&at) });
+            let e = format!("copying into the cube: {e}");
+            Err(match undone {
+                Ok(_) => back(e),
+                Err(u) => format!("{e}; the cube stays ({u}) and the original is at {}", old.display()),
+            })
+        }
+    }
+}
+
+/// `cube remove`: what the cube holds copied into a hidden sibling in the main tree, the
+/// cube ended, the copy renamed into its place.
+pub fn remove(dir: PathBuf, progress: bool) -> Result<(), String> {
+    let at = mounted(&dir, true)?;
+    let row = match call(&at, &Op::CubeList)? {
+        Reply::Cubes(rows) => rows.into_iter().find(|r| r.path == store_path(&at)),
+        _ => return Err("the daemon answered something else".into()),
+    };
+    let row = row.ok_or_else(|| format!("{} is not a cube", dir.display()))?;
+    let tmp = beside(&dir, "uncube")?;
+    std::fs::create_dir(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let mut p = crate::send_cmd::Progress::new(progress);
+    let done = match crate::copy::copy_contents(&dir, &tmp, &mut p) {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(format!("copying out of the cube (it stays as it was): {e}"));
+        }
+    };
+    p.done(done.bytes);
+    call(&at, &Op::CubeRemove { path: store_path(&at) }).map_err(|e| format!("{e}; the copy is at {}", tmp.display()))?;
+    std::fs::rename(&tmp, &dir).map_err(|e| format!("{}: {e}; the copy is at {}", dir.display(), tmp.display()))?;
+    println!("{} is an ordinary directory again (cube {} removed): {} entries, {} copied", dir.display(), row.id, done.entries, human(done.bytes));
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! The `scion` command line: thin wrappers over scion-fs and scion-fuse.
 
 mod control;
+mod copy;
 mod cube_cmd;
 mod fstab;
 mod mount;
@@ -467,6 +468,22 @@ enum CubeCmd {
         /// gets EIO). The rest of the mount goes on either way.
         #[arg(long, default_value = "readonly")]
         on_error: String,
+        /// DIR exists: make it a cube, copying what it holds into the cube (progress on
+        /// stderr); its snapshots stay in the store, orphaned (`scion list --orphaned`).
+        #[arg(long)]
+        convert: bool,
+        /// Progress on stderr even when it is not a terminal.
+        #[arg(long)]
+        progress: bool,
+    },
+    /// Make a cube an ordinary directory again: what it holds is copied back into the
+    /// store's main tree (progress on stderr), then the cube and its store go (its snapshots
+    /// with it: send them first to keep them).
+    Remove {
+        dir: PathBuf,
+        /// Progress on stderr even when it is not a terminal.
+        #[arg(long)]
+        progress: bool,
     },
     /// Change a cube's mode or failure policy, from the next request on.
     Set {
@@ -852,7 +869,8 @@ fn main() -> ExitCode {
         }
         Cmd::Man { dir } => man_pages(&dir),
         Cmd::Cube { cmd } => match cmd {
-            CubeCmd::Create { dir, mode, on_error } => cube_cmd::create(dir, mode, on_error),
+            CubeCmd::Create { dir, mode, on_error, convert, progress } => cube_cmd::create(dir, mode, on_error, convert, progress),
+            CubeCmd::Remove { dir, progress } => cube_cmd::remove(dir, progress),
             CubeCmd::Set { dir, mode, on_error } => cube_cmd::set(dir, mode, on_error),
             CubeCmd::List { path, json } => cube_cmd::list(path, json),
             CubeCmd::Recover { dir } => cube_cmd::recover(dir),

@@ -252,7 +252,43 @@ pub fn clone(
         dst: d.rel.clone(),
         excludes,
     };
-    run(&s, op)
+    match call_errno(&s, &op) {
+        Ok(reply) => {
+            let text = crate::control::render(&op, &reply)?;
+            print!("{text}");
+            if !text.ends_with('\n') {
+                println!();
+            }
+            Ok(())
+        }
+        // Across the edge of a cube: cubes keep their blocks apart, so the tree is copied.
+        Err((libc::EXDEV, _)) if s.mnt.is_some() && exclude.is_empty() => copy_across(&src, &dst),
+        Err((_, m)) => Err(m),
+    }
+}
+
+/// A clone from one cube into another (or between a cube and the rest of the store): a
+/// copy of the tree, with progress, since a cube's blocks are its own.
+fn copy_across(src: &Path, dst: &Path) -> Result<(), String> {
+    std::fs::create_dir(dst).map_err(|e| format!("{}: {e}", dst.display()))?;
+    let mut p = crate::send_cmd::Progress::new(false);
+    match crate::copy::copy_contents(src, dst, &mut p) {
+        Ok(done) => {
+            p.done(done.bytes);
+            println!(
+                "copied {} to {} ({} entries, {}): a cube's edge lies between them, and cubes keep their blocks apart",
+                src.display(),
+                dst.display(),
+                done.entries,
+                crate::control::human(done.bytes)
+            );
+            Ok(())
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(dst);
+            Err(format!("copying across cubes: {e} (nothing left at {})", dst.display()))
+        }
+    }
 }
 
 pub(crate) fn utc_now_name() -> String {

@@ -178,6 +178,8 @@ pub enum Op {
     CubeRecover { path: Vec<u8> },
     /// Checks a cube's store while the rest of the mount serves (the cube fenced meanwhile).
     CubeCheck { path: Vec<u8> },
+    /// Ends a cube, deleting what it holds (`scion cube remove` copies it out first).
+    CubeRemove { path: Vec<u8> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -666,7 +668,7 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
         Op::Send { .. } => {
             return Err(Failure::new(libc::EINVAL, "a stream is sent by a mounted store's daemon: mount the store"))
         }
-        Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } | Op::CubeCheck { .. } => {
+        Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } | Op::CubeCheck { .. } | Op::CubeRemove { .. } => {
             return Err(Failure::new(libc::EINVAL, "cubes are served by a mounted store's daemon: mount the store"))
         }
         Op::Apply { top, base, open, frames } => (apply(fs, top, base.as_deref(), open.as_deref(), frames)?, Vec::new()),
@@ -705,7 +707,7 @@ pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
         Op::ChunkChanges { old, new } => vec![old, new],
         Op::Send { snap, base, .. } => std::iter::once(snap).chain(base.as_mut()).collect(),
         Op::Apply { top, base, .. } => std::iter::once(top).chain(base.as_mut()).collect(),
-        Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } | Op::CubeCheck { path } => vec![path],
+        Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } | Op::CubeCheck { path } | Op::CubeRemove { path } => vec![path],
         Op::Destroy { target: Target::Id(_), .. }
         | Op::List { under: None }
         | Op::Scrub

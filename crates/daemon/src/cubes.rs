@@ -287,6 +287,52 @@ impl Cubes {
         }
     }
 
+    /// Ends a cube: its worker stopped, its engine closed, its entry gone from the table, its
+    /// store deleted and its (empty) directory in the main volume removed. What it held is
+    /// gone with it: `scion cube remove` copies it out first. Returns the cube as it was.
+    pub fn remove(&self, path: &[u8]) -> FsResult<Cube> {
+        let path = trim(path);
+        let mut st = self.state.lock().unwrap();
+        let i = st.1.iter().position(|s| s.cube.path == path).ok_or_else(|| errno::ENOENT.with(format!("/{} is not a cube", show(path))))?;
+        let mut list = st.0.cubes.clone();
+        list.retain(|c| c.path != path);
+        st.0 = cubes::save(&scion_store::os_host(), &self.store, &st.0, list).map_err(fail)?;
+        let old = st.1.remove(i);
+        drop(st);
+        if let Some(b) = old.background {
+            b.stop();
+        }
+        if let Some(d) = old.dead {
+            self.router.release(d);
+        }
+        if let Some(vol) = old.vol {
+            if let Some(engine) = self.router.remove(vol) {
+                let _ = engine.close();
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                while !engine.is_last() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+        }
+        let dir = old.cube.store_dir(&self.store);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            log::warn!("cube /{}: its store {} stays: {e}", show(path), dir.display());
+        }
+        let (parent_path, name) = split_last(path);
+        let main = self.router.main();
+        let r = (|| {
+            let mut fs = main.lock();
+            let parent = fs.resolve_path(parent_path)?;
+            fs.rmdir(parent, name)
+        })();
+        if let Err(e) = r {
+            log::warn!("cube /{}: its directory stays: {e}", show(path));
+        }
+        self.forget_entry(path);
+        log::info!("cube /{} removed", show(path));
+        Ok(old.cube)
+    }
+
     /// Checks a served cube's store while the rest of the mount goes on: the cube is taken
     /// out (its requests get EIO, `scion cube list` says `checking`), closed (its final
     /// checkpoint), checked as an unmounted store, and served again from what is on disk.

@@ -178,7 +178,10 @@ fn run_routed(
     op: &Op,
     who: &Rights,
 ) -> Result<Reply, Failure> {
-    if matches!(op, Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } | Op::CubeCheck { .. }) {
+    if matches!(
+        op,
+        Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } | Op::CubeCheck { .. } | Op::CubeRemove { .. }
+    ) {
         if let Rights::User(c) = who {
             let mut fs = main.lock();
             return Err(rights::authorize(&mut fs, c, op).err().unwrap_or_else(|| Failure::new(libc::EPERM, "cubes are root's")));
@@ -295,6 +298,11 @@ fn cube_op(cubes: &Cubes, op: &Op) -> Result<Reply, Failure> {
         Op::CubeRecover { path } => {
             let c = cubes.recover(path).map_err(Failure::from_fs(format!("cube /{}", crate::control::show(path))))?;
             row(&c.path)
+        }
+        Op::CubeRemove { path } => {
+            let before = row(path)?;
+            cubes.remove(path).map_err(Failure::from_fs(format!("cube /{}", crate::control::show(path))))?;
+            Ok(before)
         }
         Op::CubeCheck { path } => {
             let rep = cubes.check(path).map_err(Failure::from_fs(format!("check of cube /{}", crate::control::show(path))))?;

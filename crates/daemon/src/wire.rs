@@ -151,6 +151,9 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::CubeCheck { path } => {
             w.u8(32).bytes(path);
         }
+        Op::CubeRemove { path } => {
+            w.u8(33).bytes(path);
+        }
         Op::ScheduleSet(s) => {
             w.u8(8).bytes(&schedules::encode_payload(std::slice::from_ref(s)));
         }
@@ -317,6 +320,7 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
         30 => Op::CubeList,
         31 => Op::CubeRecover { path: r.bytes().map_err(bad)?.to_vec() },
         32 => Op::CubeCheck { path: r.bytes().map_err(bad)?.to_vec() },
+        33 => Op::CubeRemove { path: r.bytes().map_err(bad)?.to_vec() },
         8 => match schedules::decode_payload(r.bytes().map_err(bad)?)
             .map_err(bad)?
             .as_slice()

@@ -60,6 +60,7 @@ fn ops() -> Vec<Op> {
         Op::CubeList,
         Op::CubeRecover { path: b"srv/db".to_vec() },
         Op::CubeCheck { path: b"srv/db".to_vec() },
+        Op::CubeRemove { path: b"srv/db".to_vec() },
         Op::Repack {
             path: b"r".to_vec(),
             budget: 1 << 30,
