@@ -44,8 +44,12 @@ class Mismatch(AssertionError):
 
 
 class Differential:
-    def __init__(self, ref_root, mnt_root, seed):
+    def __init__(self, ref_root, mnt_root, seed, cubes=(), make_cube=None):
         self.rng = random.Random(seed)
+        # Top-level directories that are cubes on scion's side (plain on the reference's):
+        # renames and links across their edge get EXDEV there, and the cubes themselves
+        # stay where they are (EBUSY), as mount points do.
+        self.cubes = set(cubes)
         self.seed = seed
         self.roots = (os.path.join(ref_root, WORK), os.path.join(mnt_root, WORK))
         self.log = []
@@ -59,6 +63,9 @@ class Differential:
             # reference root its setgid bit and so every directory made below it;
             # chmod clears what mkdir inherited, so both roots start alike.
             os.chmod(r, 0o755)
+        for c in self.cubes:
+            os.mkdir(os.path.join(self.roots[0], c), 0o755)
+            make_cube(os.path.join(self.roots[1], c))
 
     # ------------------------------------------------------------ tree view (ref side)
     def entries(self):
@@ -104,6 +111,32 @@ class Differential:
         else:
             name = self.rng.choice(NAMES) + str(self.rng.randrange(6))
         return os.path.join(d, name) if d else name
+
+    # ------------------------------------------------------------ cubes
+    def volume(self, rel):
+        top = rel.split("/")[0]
+        return top if top in self.cubes else ""
+
+    def pinned(self, *rels):
+        return any(r in self.cubes for r in rels)
+
+    def across(self, desc, fn, a, b):
+        """An operation between `a` and `b`: if they lie on two sides of a cube's edge,
+        scion must refuse it (EXDEV, or what the kernel checks first: EEXIST, ENOENT...)
+        and change nothing (the next comparison shows it); the reference is left alone."""
+        if self.volume(a) == self.volume(b):
+            return False
+        self.nop += 1
+        try:
+            fn(self.roots[1])
+            got = "ok"
+        except OSError as e:
+            got = errname(e.errno)
+        self.log.append(f"#{self.nop} {desc} (across a cube's edge) -> scion={got}")
+        self.counts["across " + got] = self.counts.get("across " + got, 0) + 1
+        if got == "ok":
+            raise Mismatch(f"seed={self.seed}: {desc} across a cube's edge succeeded\n" + self.tail())
+        return True
 
     # ------------------------------------------------------------ applying an op
     def ref_ino(self, rel, follow=False):
@@ -269,10 +302,14 @@ class Differential:
         if kind == "d" and (dst_rel == src_rel or dst_rel.startswith(src_rel + "/")):
             if dst_rel != src_rel:
                 return      # would move a directory into its own subtree: skip
+        if self.pinned(src_rel, dst_rel):
+            return
         self.invalidate(src_rel, dst_rel)
 
         def fn(root):
             os.rename(os.path.join(root, src_rel), os.path.join(root, dst_rel))
+        if self.across(f"rename {src_rel!r} -> {dst_rel!r}", fn, src_rel, dst_rel):
+            return
         self.both(f"rename {src_rel!r} -> {dst_rel!r}", fn)
 
     def op_rename2(self, ents):
@@ -285,10 +322,14 @@ class Differential:
         a, b = src[0], dst_rel
         if b.startswith(a + "/") or a.startswith(b + "/"):
             return      # one inside the other: skip (as for plain rename)
+        if self.pinned(a, b):
+            return
         self.invalidate(a, b)
         name = "NOREPLACE" if flags == RENAME_NOREPLACE else "EXCHANGE"
-        self.both(f"renameat2 {a!r} <-> {b!r} {name}",
-                  lambda root: renameat2(os.path.join(root, a), os.path.join(root, b), flags))
+        fn = lambda root: renameat2(os.path.join(root, a), os.path.join(root, b), flags)
+        if self.across(f"renameat2 {a!r} <-> {b!r} {name}", fn, a, b):
+            return
+        self.both(f"renameat2 {a!r} <-> {b!r} {name}", fn)
 
     def op_link(self, ents):
         src = self.pick(ents, "flp" if self.rng.random() < 0.9 else None)
@@ -300,6 +341,8 @@ class Differential:
         def fn(root):
             os.link(os.path.join(root, src[0]), os.path.join(root, dst_rel),
                     follow_symlinks=False)
+        if src[1] != "d" and self.across(f"link {src[0]!r} -> {dst_rel!r}", fn, src[0], dst_rel):
+            return
         self.both(f"link {src[0]!r} -> {dst_rel!r}", fn)
 
     def op_unlink(self, ents):
@@ -317,7 +360,7 @@ class Differential:
 
     def op_rmdir(self, ents):
         e = self.pick(ents, "d" if self.rng.random() < 0.9 else None)
-        if not e:
+        if not e or self.pinned(e[0]):
             return
         self.invalidate(e[0])
         self.both(f"rmdir {e[0]!r}", lambda root: os.rmdir(os.path.join(root, e[0])))
@@ -566,10 +609,14 @@ def host_ancestors(path):
         p = os.path.dirname(p)
 
 
-def run_differential(m, seed, nops, remount_every=None):
+def run_differential(m, seed, nops, remount_every=None, cubes=()):
     old_umask = os.umask(0o022)
     outside = host_ancestors(m.ref)
-    d = Differential(m.ref, m.mnt, seed)
+
+    def make_cube(path):
+        r = m.run("cube", "create", path)
+        assert r.returncode == 0, r.describe()
+    d = Differential(m.ref, m.mnt, seed, cubes, make_cube)
     t0 = time.monotonic()
     nbatches = (nops + BATCH - 1) // BATCH
     try:
@@ -613,3 +660,12 @@ def test_differential_remount(scion_mount):
     print(f"seed={seed}")
     run_differential(scion_mount, seed, env_int("SCION_REMOUNT_OPS", 2000),
                      remount_every=env_int("SCION_REMOUNT_EVERY", 3))
+
+
+def test_differential_with_cubes(scion_mount):
+    """The same random operations with two cubes among the directories (plain directories
+    in the reference): everything inside and outside them behaves as on the host; renames and
+    links across their edges get EXDEV; remounts on the way."""
+    seed = get_seed()
+    print(f"seed={seed}")
+    run_differential(scion_mount, seed, env_int("SCION_CUBE_OPS", 1500), remount_every=3, cubes=("cubeA", "cubeB"))
