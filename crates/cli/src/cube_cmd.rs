@@ -275,3 +275,36 @@ fn print_report(rep: &scion_fs::check::Report, json: bool) {
         print!("{rep}");
     }
 }
+
+/// `scion check STORE [--cube PATH] --repair`: the files whose data cannot be read removed
+/// from the store (or the cube), then a check. Whether it is clean after.
+pub fn repair(store: &Path, cube: Option<&Path>, json: bool) -> Result<bool, String> {
+    let dir = match cube {
+        Some(c) => cube_store(store, c)?,
+        None => store.to_path_buf(),
+    };
+    let mut fs = scion_fs::Fs::open(&dir, scion_fs::MountOptions::new("scion check --repair")).map_err(|e| e.to_string())?;
+    let rep = fs.repair();
+    let closed = fs.close();
+    let rep = rep.map_err(|e| format!("repair of {}: {e}", dir.display()))?;
+    closed.map_err(|e| format!("repair of {}: {e}", dir.display()))?;
+    let after = scion_fs::check::check(&scion_store::os_host(), &dir).map_err(|e| e.to_string())?;
+    if json {
+        let v = serde_json::json!({
+            "lost": rep.lost,
+            "left": rep.left.iter().map(|(p, w)| serde_json::json!({"path": p, "what": w})).collect::<Vec<_>>(),
+            "report": crate::control::check_json(&after),
+        });
+        println!("{v}");
+    } else {
+        for p in &rep.lost {
+            println!("removed {p}: its data could not be read");
+        }
+        for (p, w) in &rep.left {
+            println!("left {p}: {w}");
+        }
+        println!("{} file(s) removed; then:", rep.lost.len());
+        print!("{after}");
+    }
+    Ok(after.is_clean())
+}

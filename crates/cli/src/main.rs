@@ -71,6 +71,11 @@ enum Cmd {
         /// proportional to the cube. Without it, the store and then each of its cubes.
         #[arg(long)]
         cube: Option<PathBuf>,
+        /// Remove the files whose data cannot be read (naming each), so the store (or the
+        /// cube, with --cube) is consistent again, then check it. Damage to directories or
+        /// tree nodes, and what snapshots hold, is named and left. Exit 0: clean after it.
+        #[arg(long)]
+        repair: bool,
     },
     /// Clone a directory: a writable copy, as if by `cp -a`, made in constant time.
     Clone {
@@ -902,7 +907,12 @@ fn main() -> ExitCode {
             }
             Err(e) => Err(e),
         },
-        Cmd::Check { store, json, cube } => match cube_cmd::check_offline(&store, cube.as_deref(), json) {
+        Cmd::Check { store, json, cube, repair: true } => match cube_cmd::repair(&store, cube.as_deref(), json) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
+        Cmd::Check { store, json, cube, repair: false } => match cube_cmd::check_offline(&store, cube.as_deref(), json) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),
             Err(e) => Err(e),

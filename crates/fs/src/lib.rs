@@ -32,6 +32,7 @@ pub mod records;
 /// Inode records, directory entries and keys (`records::inode`, under its old name).
 pub use records::inode;
 pub mod repack;
+pub mod repair;
 pub mod restore;
 pub mod rollback;
 pub mod schedule;
