@@ -148,6 +148,12 @@ def test_cubes_through_the_mount(scion_mount):
     with open(os.path.join(c3, "kept"), "wb") as h:
         h.write(big[:100000])
         os.fsync(h.fileno())
+    # A data cube: the fsynced 1 MiB is in its journal, not written ahead to its packs.
+    c4 = os.path.join(m.mnt, "c4")
+    assert m.run("cube", "create", c4, "--mode", "data").returncode == 0
+    with open(os.path.join(c4, "j"), "wb") as h:
+        h.write(big[:1 << 20])
+        os.fsync(h.fileno())
     with open(os.path.join(c3, "later"), "wb") as h:
         h.write(big[:200000])
     os.sync()
@@ -160,19 +166,25 @@ def test_cubes_through_the_mount(scion_mount):
     # its last checkpoint, the nojournal cube's none.
     records = lambda c: int(m.run("check", m.store, "--cube", c).stdout.split("journal: ")[1].split()[0])
     assert records("c1") > 0 and records("c3") == 0, (records("c1"), records("c3"))
+    j4 = os.path.join(m.store, "cubes.d", "4", "journal")
+    packs4 = os.path.join(m.store, "cubes.d", "4", "packs")
+    used = lambda d: sum(os.stat(os.path.join(d, f)).st_blocks * 512 for f in os.listdir(d))
+    assert records("c4") > 0 and used(packs4) < (1 << 20), used(packs4)
     m.mount()
     with open(os.path.join(c1, "big"), "rb") as h:
         assert h.read() == big
     with open(os.path.join(c3, "kept"), "rb") as h:
         assert h.read() == big[:100000]
     assert not os.path.exists(os.path.join(c3, "later"))  # after its last checkpoint: gone
+    with open(os.path.join(c4, "j"), "rb") as h:
+        assert h.read() == big[:1 << 20]
     assert cubes(m)["c3"]["mode"] == "nojournal"
     # (c2's fsync returned at once, mode nofsync: its big file may be lost; written again.)
     with open(os.path.join(c2, "big"), "wb") as h:
         h.write(big)
     assert cubes(m)["c1"]["state"] == "ok"
     m.umount()
-    for c in ("c1", "sub/c2", "c3"):
+    for c in ("c1", "sub/c2", "c3", "c4"):
         r = m.run("check", m.store, "--cube", c)
         assert r.returncode == 0 and "clean" in r.stdout, r.describe()
     assert m.run("check", m.store, "--cube", "nope").returncode == 2

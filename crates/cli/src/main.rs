@@ -461,11 +461,12 @@ enum CubeCmd {
     /// cube.
     Create {
         dir: PathBuf,
-        /// ordered (fsync makes everything before it durable; the default), nofsync (fsync
-        /// returns at once: a crash may lose what came after the cube's last sync or
-        /// checkpoint, never older data) or nojournal (nothing journaled: changes reach the
-        /// disk at the cube's checkpoints, and fsync takes one). data and writeback are not
-        /// built yet.
+        /// ordered (fsync makes everything before it durable; the default), data (as
+        /// ordered, file data journaled with the metadata instead of written ahead to the
+        /// packs), nofsync (fsync returns at once: a crash may lose what came after the
+        /// cube's last sync or checkpoint, never older data) or nojournal (nothing journaled:
+        /// changes reach the disk at the cube's checkpoints, and fsync takes one). writeback
+        /// is not built.
         #[arg(long, default_value = "ordered")]
         mode: String,
         /// What a failure inside the cube (a bad checksum, a failed host I/O) does to it:

@@ -143,6 +143,7 @@ impl Cubes {
             OnError::Fence => errno::EIO,
         };
         fs.set_journaled(cube.mode != Mode::NoJournal)?;
+        fs.set_journal_data(cube.mode == Mode::Data);
         Ok(Engine::new(fs))
     }
 
@@ -245,6 +246,7 @@ impl Cubes {
                         OnError::Fence => errno::EIO,
                     };
                     fs.set_journaled(cube.mode != Mode::NoJournal)?;
+                    fs.set_journal_data(cube.mode == Mode::Data);
                 }
             }
         }

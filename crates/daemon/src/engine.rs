@@ -53,8 +53,12 @@ impl Engine {
         data: &[u8],
         then: impl FnOnce(&mut Fs) -> FsResult<()>,
     ) -> FsResult<u32> {
-        let store = self.lock().store_for_write(ino)?;
-        let ahead = scion_fs::write_ahead(&store, offset, data)?;
+        let (store, journal_data) = {
+            let fs = self.lock();
+            (fs.store_for_write(ino)?, fs.journals_data())
+        };
+        // Mode `data`: the bytes go into the journal, nothing is written ahead.
+        let ahead = if journal_data { Default::default() } else { scion_fs::write_ahead(&store, offset, data)? };
         let mut fs = self.lock();
         // Takes the blocks written ahead (or frees them if the write is refused).
         let n = fs.write_with(ino, offset, data, ahead)?;

@@ -171,6 +171,7 @@ impl Fs {
             show_snapdir: false,
             failed_errno: crate::error::errno::EIO,
             journaled: true,
+            journal_data: false,
             hash_memo: Default::default(),
             reclaimable: Default::default(),
             dirty: Default::default(),

@@ -355,6 +355,10 @@ pub struct Fs {
     /// Changes are journaled (the default). Off (a cube of mode `nojournal`): they reach the
     /// disk only at checkpoints, and `fsync` takes one.
     pub(crate) journaled: bool,
+    /// File data goes into the journal with the metadata (a cube of mode `data`), whole
+    /// chunks included, instead of being written ahead to the packs; the packs get it at
+    /// write-behind and checkpoints.
+    pub(crate) journal_data: bool,
     /// Tree and content hashes computed so far (`treehash`), keyed by what they hash: valid
     /// for as long as the store lives.
     pub(crate) hash_memo: crate::treehash::HashMemo,
@@ -1889,7 +1893,7 @@ impl Fs {
     /// pointers, so large writes reach the disk once; partial chunks are journaled as bytes
     /// and folded into blocks at the checkpoint.
     pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
-        let ahead = if self.replaying {
+        let ahead = if self.replaying || self.journal_data {
             WrittenAhead::default()
         } else {
             write_ahead(&*self.store_for_write(ino)?, offset, data)?
@@ -2598,6 +2602,16 @@ impl Fs {
         }
         self.journaled = on;
         Ok(())
+    }
+
+    /// Journals file data with the metadata (mode `data`: see `journal_data`), or not.
+    pub fn set_journal_data(&mut self, on: bool) {
+        self.journal_data = on;
+    }
+
+    /// Whether file data is journaled (then nothing is written ahead to the packs).
+    pub fn journals_data(&self) -> bool {
+        self.journal_data
     }
 
     /// Whether changes are journaled (see `set_journaled`).

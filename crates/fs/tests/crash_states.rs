@@ -76,6 +76,9 @@ enum Step {
     /// The store stops journaling (a `nojournal` cube): only checkpoints make it durable,
     /// and its fsync takes one.
     NoJournal,
+    /// The store journals file data with the metadata (a `data` cube): nothing is written
+    /// ahead to the packs.
+    JournalData,
 }
 
 impl Step {
@@ -269,6 +272,7 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
             Ok(()) => panic!("{inner:?} succeeded, expected errno {errno}"),
         },
         Step::NoJournal => fs.set_journaled(false)?,
+        Step::JournalData => fs.set_journal_data(true),
         Step::In(..) => panic!("a store's step inside another's: {step:?}"),
         Step::FsyncIgnored => unreachable!("answered above"),
     }
@@ -924,12 +928,18 @@ fn direct_runs(rng: &mut StdRng) -> Vec<Step> {
 /// `nofsync` (its fsyncs are answered without a sync; only its checkpoints acknowledge it).
 /// Each store's crash state must be one its own acknowledgements allow, whatever the others
 /// synced. Cube 3 is `nojournal`: nothing of it is written between its checkpoints (its
-/// fsync takes one).
+/// fsync takes one). Cube 4 is `data`: whole chunks go into its journal, not ahead to packs.
 fn cubes(rng: &mut StdRng) -> Vec<Step> {
     let in1 = |s: Step| Step::In(1, Box::new(s));
     let in2 = |s: Step| Step::In(2, Box::new(s));
     let in3 = |s: Step| Step::In(3, Box::new(s));
+    let in4 = |s: Step| Step::In(4, Box::new(s));
     vec![
+        in4(Step::JournalData),
+        in4(Step::Create("j".into())),
+        in4(Step::Write("j".into(), 0, bytes(rng, 200_000))),
+        in4(Step::Fsync),
+        in4(Step::Write("j".into(), 65536, bytes(rng, 131_072))),
         in3(Step::NoJournal),
         in3(Step::Create("n".into())),
         in3(Step::Write("n".into(), 0, bytes(rng, 9000))),
@@ -962,6 +972,10 @@ fn cubes(rng: &mut StdRng) -> Vec<Step> {
         Step::Unlink("r".into()),
         in3(Step::Checkpoint),
         in3(Step::Unlink("nd/n".into())),
+        in4(Step::Fsync),
+        in4(Step::Truncate("j".into(), 70_000)),
+        in4(Step::Checkpoint),
+        in4(Step::Write("j".into(), 0, bytes(rng, 65536))),
     ]
 }
 

@@ -35,6 +35,9 @@ pub enum Mode {
     /// Nothing is journaled: changes reach the disk only at checkpoints (taken on the
     /// cube's own schedule, and by fsync); a crash goes back to the last one.
     NoJournal,
+    /// File data is journaled with the metadata (whole chunks too), not written ahead to
+    /// the packs: one sequential stream per fsync.
+    Data,
 }
 
 /// What a failure inside a cube (a bad checksum, a failed host I/O, a broken invariant)
@@ -53,6 +56,7 @@ impl Mode {
             Mode::Ordered => "ordered",
             Mode::NoFsync => "nofsync",
             Mode::NoJournal => "nojournal",
+            Mode::Data => "data",
         }
     }
     pub fn parse(s: &str) -> std::result::Result<Mode, String> {
@@ -60,8 +64,9 @@ impl Mode {
             "ordered" => Ok(Mode::Ordered),
             "nofsync" => Ok(Mode::NoFsync),
             "nojournal" => Ok(Mode::NoJournal),
-            "data" | "writeback" => Err(format!("mode {s} is not built yet (ordered, nofsync and nojournal are)")),
-            _ => Err(format!("unknown mode {s:?} (ordered, nofsync or nojournal)")),
+            "data" => Ok(Mode::Data),
+            "writeback" => Err(format!("mode {s} is not built yet (ordered, data, nofsync and nojournal are)")),
+            _ => Err(format!("unknown mode {s:?} (ordered, data, nofsync or nojournal)")),
         }
     }
 }
