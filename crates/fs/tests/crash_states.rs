@@ -923,7 +923,7 @@ fn direct_runs(rng: &mut StdRng) -> Vec<Step> {
     s
 }
 
-/// Two cubes and the main store written at once (each cube a store of its own on the same
+/// Cubes and the main store written in turn (each cube a store of its own on the same
 /// host, as `STORE/cubes.d/N`): cube 1 `ordered` (its fsyncs acknowledge it alone), cube 2
 /// `nofsync` (its fsyncs are answered without a sync; only its checkpoints acknowledge it).
 /// Each store's crash state must be one its own acknowledgements allow, whatever the others
@@ -998,7 +998,7 @@ fn every_crash_state_recovers() {
         ("compressed old versions", compressed),
         ("held, unlinked, refused", held_and_refused),
         ("direct runs", direct_runs),
-        ("two cubes and the root", cubes),
+        ("cubes and the root", cubes),
     ];
     println!("crash states: seed {seed}, {mixes} random mixes per crash point");
     println!(

@@ -1,6 +1,6 @@
 //! The journaling modes a cube can have, at the engine (`Fs::set_journal_data`,
 //! `Fs::set_journaled`): where a write's bytes go. Their crash guarantees are the
-//! crash-state harness's ("two cubes and the root").
+//! crash-state harness's ("cubes and the root").
 
 mod common;
 use common::*;
