@@ -98,6 +98,14 @@ def test_cubes_through_the_mount(scion_mount):
     assert sorted(os.listdir(os.path.join(c1, ".snapshot", "s1"))) == ["big", "dir", "small"]
     r = m.run("clone", os.path.join(c1, "dir"), os.path.join(c1, "dir2"))
     assert r.returncode == 0, r.describe()
+    # Listings of what lies in a cube name paths from the mount root.
+    r = m.run("list", "--json", c1)
+    assert r.returncode == 0, r.describe()
+    paths = sorted(json.loads(x)["path"] for x in r.stdout.splitlines())
+    assert paths == ["/c1/.snapshot/s1", "/c1/dir2"], paths  # (store paths, as list prints them)
+    r = m.run("versions", "--json", os.path.join(c1, "small"))
+    assert r.returncode == 0, r.describe()
+    assert "c1/.snapshot/s1" in r.stdout, r.stdout
     r = m.run("clone", c1, os.path.join(m.mnt, "copy"))  # out of the cube: a copy
     assert r.returncode == 0 and "copied" in r.stdout, r.describe()
     assert sorted(os.listdir(os.path.join(m.mnt, "copy"))) == ["big", "dir", "dir2", "small"]

@@ -434,6 +434,12 @@ impl Cubes {
         Ok(Some((vol, self.router.engine(vol)?, rel)))
     }
 
+    /// The path of the cube served as volume `vol`.
+    pub fn path_of(&self, vol: VolumeId) -> Option<Vec<u8>> {
+        let st = self.state.lock().unwrap();
+        st.1.iter().find(|s| s.vol == Some(vol)).map(|s| s.cube.path.clone())
+    }
+
     /// The cubes at or below `path`.
     pub fn below(&self, path: &[u8]) -> Vec<Vec<u8>> {
         let path = trim(path);

@@ -197,7 +197,58 @@ fn run_routed(
         return Ok(reply);
     }
     let global = |i: &[Inval]| invalidate(&i.iter().cloned().map(|x| vol.global_inval(x)).collect::<Vec<_>>());
-    run(s, &engine, &global, &op, who)
+    let reply = run(s, &engine, &global, &op, who)?;
+    Ok(match cubes.path_of(vol) {
+        Some(top) => from_cube(reply, &top),
+        None => reply,
+    })
+}
+
+/// A reply of an operation run in a cube, its paths (from the cube's root) made paths from
+/// the mount root again.
+fn from_cube(reply: Reply, top: &[u8]) -> Reply {
+    let up = |p: &mut Vec<u8>| {
+        let mut q = top.to_vec();
+        if !p.is_empty() {
+            q.push(b'/');
+            q.extend_from_slice(p);
+        }
+        *p = q;
+    };
+    match reply {
+        Reply::Listing(mut rows) => {
+            for r in &mut rows {
+                r.path.iter_mut().for_each(up);
+            }
+            Reply::Listing(rows)
+        }
+        Reply::Versions(mut vs) => {
+            for v in &mut vs {
+                v.snapshots.iter_mut().for_each(up);
+            }
+            Reply::Versions(vs)
+        }
+        Reply::Deleted(mut ds) => {
+            for d in &mut ds {
+                up(&mut d.snapshot);
+            }
+            Reply::Deleted(ds)
+        }
+        Reply::Restored(mut r) => {
+            r.kept_as.iter_mut().for_each(up);
+            Reply::Restored(r)
+        }
+        Reply::Scan { mut listing, cached } => {
+            listing.files.iter_mut().for_each(|(p, _)| up(p));
+            listing.denied.iter_mut().for_each(up);
+            Reply::Scan { listing, cached }
+        }
+        Reply::Found(mut ps) => {
+            ps.iter_mut().for_each(up);
+            Reply::Found(ps)
+        }
+        r => r,
+    }
 }
 
 /// A snapshot of a directory that holds cubes holds their directories empty; each cube
