@@ -64,6 +64,9 @@ def test_cubes_through_the_mount(scion_mount):
     assert (rows["c1"]["mode"], rows["c1"]["on_error"], rows["c1"]["state"]) == ("ordered", "readonly", "ok")
     assert (rows["sub/c2"]["mode"], rows["sub/c2"]["on_error"]) == ("nofsync", "fence")
     assert "ID" in m.run("cube", "list", m.mnt).stdout
+    lines = m.run("cube", "list", "-H", "-p", m.mnt).stdout.splitlines()
+    assert sorted(ln.split("\t")[5] for ln in lines) == [c1, c2]
+    assert all(ln.split("\t")[4].isdigit() for ln in lines), lines
 
     # Files in each; the cube's root is its own (another device-less volume: other inodes).
     for d in (c1, c2):

@@ -161,17 +161,17 @@ pub fn check(dir: PathBuf, json: bool) -> Result<bool, String> {
     Ok(rep.is_clean())
 }
 
-pub fn list(path: Option<PathBuf>, json: bool) -> Result<(), String> {
+pub fn list(path: Option<PathBuf>, json: bool, scripted: bool, exact: bool) -> Result<(), String> {
     let at = optional_path(path, &None)?;
     let mnt = at.mnt.clone().ok_or("cubes are listed by a mounted store's daemon: mount the store")?;
     let Reply::Cubes(rows) = call(&at, &Op::CubeList)? else {
         return Err("the daemon answered something else".into());
     };
-    print!("{}", render(&rows, &mnt, json));
+    print!("{}", render(&rows, &mnt, json, scripted, exact));
     Ok(())
 }
 
-fn render(rows: &[CubeRow], mnt: &Path, json: bool) -> String {
+fn render(rows: &[CubeRow], mnt: &Path, json: bool, scripted: bool, exact: bool) -> String {
     let path = |r: &CubeRow| mnt.join(String::from_utf8_lossy(&r.path).as_ref()).display().to_string();
     let mut out = String::new();
     if json {
@@ -189,9 +189,17 @@ fn render(rows: &[CubeRow], mnt: &Path, json: bool) -> String {
         }
         return out;
     }
+    let used = |b: u64| if exact { b.to_string() } else { human(b) };
+    if scripted {
+        for r in rows {
+            out.push_str(&[r.id.to_string(), r.mode.clone(), r.on_error.clone(), r.state.clone(), used(r.used), path(r)].join("\t"));
+            out.push('\n');
+        }
+        return out;
+    }
     out.push_str(&format!("{:<4} {:<9} {:<9} {:<11} {:>9}  {}\n", "ID", "MODE", "ON ERROR", "STATE", "USED", "PATH"));
     for r in rows {
-        out.push_str(&format!("{:<4} {:<9} {:<9} {:<11} {:>9}  {}\n", r.id, r.mode, r.on_error, r.state, human(r.used), path(r)));
+        out.push_str(&format!("{:<4} {:<9} {:<9} {:<11} {:>9}  {}\n", r.id, r.mode, r.on_error, r.state, used(r.used), path(r)));
         if !r.why.is_empty() {
             out.push_str(&format!("     why: {}\n", r.why));
         }

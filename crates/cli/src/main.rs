@@ -506,6 +506,12 @@ enum CubeCmd {
         /// JSON Lines: {"path", "id", "mode", "on_error", "state", "why", "used"}.
         #[arg(long)]
         json: bool,
+        /// For scripts: no header, fields separated by one tab (no "why" lines).
+        #[arg(short = 'H')]
+        scripted: bool,
+        /// Exact numbers: bytes.
+        #[arg(short = 'p')]
+        exact: bool,
     },
     /// Serve a failed cube again, from its store as the disk holds it (once the failure has
     /// passed, or after a repair), without a remount.
@@ -878,7 +884,7 @@ fn main() -> ExitCode {
             CubeCmd::Create { dir, mode, on_error, convert, progress } => cube_cmd::create(dir, mode, on_error, convert, progress),
             CubeCmd::Remove { dir, progress } => cube_cmd::remove(dir, progress),
             CubeCmd::Set { dir, mode, on_error } => cube_cmd::set(dir, mode, on_error),
-            CubeCmd::List { path, json } => cube_cmd::list(path, json),
+            CubeCmd::List { path, json, scripted, exact } => cube_cmd::list(path, json, scripted, exact),
             CubeCmd::Recover { dir } => cube_cmd::recover(dir),
             CubeCmd::Check { dir, json } => match cube_cmd::check(dir, json) {
                 Ok(true) => Ok(()),
