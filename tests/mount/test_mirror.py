@@ -124,6 +124,8 @@ def test_mirror_sends_snapshots_and_survives_sigkill_of_either_daemon(scion_moun
     assert (row["behind"], row["next"], row["state"], row["dir"]) == (0, None, "idle", "/d"), row
     table = a.run("mirror", "status", a.mnt).stdout
     assert "LAST SENT" in table and "s4" in table, table
+    f = a.run("mirror", "status", "-H", "-p", a.mnt).stdout.rstrip("\n").split("\t")
+    assert (f[0], f[2], f[4], f[5]) == ("/d", "s4", "0", "idle") and f[3].isdigit(), f
 
     # Refusals; remove.
     r = a.run("mirror", "add", d, "--to", os.path.join(a.mnt, "elsewhere"))

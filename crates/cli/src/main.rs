@@ -567,6 +567,13 @@ enum MirrorCmd {
         json: bool,
         #[arg(long)]
         store: Option<PathBuf>,
+        /// For scripts: no header, fields separated by one tab (dir, target, last sent, when
+        /// it arrived, behind, state).
+        #[arg(short = 'H')]
+        scripted: bool,
+        /// Exact times: seconds since the epoch (0: nothing sent yet).
+        #[arg(short = 'p')]
+        exact: bool,
     },
     /// One transfer, as the daemon runs it: `scion send SNAPSHOT [--base BASE]` into
     /// `scion receive TARGET/NAME --resumable`, going on from a transfer that stopped short,
@@ -902,7 +909,7 @@ fn main() -> ExitCode {
                 }
                 Err(e) => Err(e),
             },
-            MirrorCmd::Status { path, json, store } => mirror_cmd::status(path, json, store),
+            MirrorCmd::Status { path, json, store, scripted, exact } => mirror_cmd::status(path, json, store, scripted, exact),
             MirrorCmd::SendOne { snapshot, to, base } => mirror_cmd::send_one(snapshot, base, to),
         },
         Cmd::Scrub { path, store, json } => match tree_cmds::scrub(path, store, json) {

@@ -74,16 +74,16 @@ pub fn remove(dir: PathBuf, to: Option<PathBuf>, store: Option<PathBuf>) -> Resu
     Ok(n > 0)
 }
 
-pub fn status(path: Option<PathBuf>, json: bool, store: Option<PathBuf>) -> Result<(), String> {
+pub fn status(path: Option<PathBuf>, json: bool, store: Option<PathBuf>, scripted: bool, exact: bool) -> Result<(), String> {
     let at = optional_path(path, &store)?;
     let Reply::Mirrors(rows) = call(&at, &Op::MirrorStatus)? else {
         return Err("the daemon answered something else".into());
     };
-    print!("{}", render(&rows, json));
+    print!("{}", render(&rows, json, scripted, exact));
     Ok(())
 }
 
-fn render(rows: &[MirrorRow], json: bool) -> String {
+fn render(rows: &[MirrorRow], json: bool, scripted: bool, exact: bool) -> String {
     let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let mut out = String::new();
     if json {
@@ -100,6 +100,21 @@ fn render(rows: &[MirrorRow], json: bool) -> String {
                 "state": r.state,
             });
             out += &format!("{v}\n");
+        }
+        return out;
+    }
+    if scripted {
+        for r in rows {
+            let m = &r.mirror;
+            let when = match (&m.last, exact) {
+                (None, true) => "0".to_string(),
+                (None, false) => "-".to_string(),
+                (Some(_), true) => m.last_time.to_string(),
+                (Some(_), false) => rfc3339(m.last_time),
+            };
+            let last = m.last.as_deref().map(s).unwrap_or_else(|| "-".into());
+            out += &[format!("/{}", s(&m.dir)), s(&m.target), last, when, r.behind.to_string(), r.state.clone()].join("\t");
+            out.push('\n');
         }
         return out;
     }
