@@ -57,6 +57,8 @@ def test_schedule_takes_and_thins_snapshots_and_spares_hand_made_ones(scion_moun
     rows = schedules(m)
     assert len(rows) == 1 and rows[0]["dir"] == "/work" and rows[0]["every_s"] == 1, rows
     assert rows[0]["keep"] == "last=2" and rows[0]["kept"] >= 1 and rows[0]["next_run"], rows
+    f = m.run("snapshot", "schedule", "--list", "-H", "-p", m.mnt).stdout.rstrip("\n").split("\t")
+    assert (f[0], f[1], f[2]) == ("/work", "1", "last=2") and f[3].isdigit() and f[4].isdigit(), f
     kinds = {row["path"].rsplit("/", 1)[-1]: row["kind"] for row in listing(m)}
     assert kinds["by-hand"] == "snapshot" and all(kinds.get(n, "scheduled") == "scheduled" for n in sched)
     # Removing: the snapshots stay and none are taken any more; a second removal has

@@ -194,7 +194,7 @@ pub fn render_listing_json(rows: &[scion_fs::Listing]) -> String {
 
 /// `scion snapshot schedule --list`: a table, or JSON Lines with `--json`
 /// (`{"dir", "every_s", "keep", "keep_while_free", "min_free", "last_run", "next_run", "kept"}`).
-pub fn render_schedules(rows: &[scion_fs::schedule::ScheduleRow], json: bool) -> String {
+pub fn render_schedules(rows: &[scion_fs::schedule::ScheduleRow], json: bool, scripted: bool, exact: bool) -> String {
     let mut out = String::new();
     if json {
         for r in rows {
@@ -212,10 +212,18 @@ pub fn render_schedules(rows: &[scion_fs::schedule::ScheduleRow], json: bool) ->
         }
         return out;
     }
-    out += &format!(
-        "{:<32} {:>6} {:<44} {:>20} {:>20} {:>5}\n",
-        "DIRECTORY", "EVERY", "KEEP", "LAST RUN (UTC)", "NEXT RUN (UTC)", "KEPT"
-    );
+    if !scripted {
+        out += &format!(
+            "{:<32} {:>6} {:<44} {:>20} {:>20} {:>5}\n",
+            "DIRECTORY", "EVERY", "KEEP", "LAST RUN (UTC)", "NEXT RUN (UTC)", "KEPT"
+        );
+    }
+    let when = |t: Option<i64>, none: &str| match (t, exact) {
+        (Some(t), true) => t.to_string(),
+        (None, true) => "0".into(),
+        (Some(t), false) => utc(t),
+        (None, false) => none.into(),
+    };
     for r in rows {
         let mut keep = r.schedule.keep.to_string();
         if let Some(p) = r.schedule.limits.keep_while_free {
@@ -224,15 +232,14 @@ pub fn render_schedules(rows: &[scion_fs::schedule::ScheduleRow], json: bool) ->
         if let Some(p) = r.schedule.limits.min_free {
             keep += &format!(" min-free {p}%");
         }
-        out += &format!(
-            "{:<32} {:>6} {:<44} {:>20} {:>20} {:>5}\n",
-            show(&r.schedule.dir),
-            duration(r.schedule.every),
-            keep,
-            r.last_run.map_or("-".into(), utc),
-            r.next_run.map_or("(directory gone)".into(), utc),
-            r.kept
-        );
+        let every = if exact { r.schedule.every.to_string() } else { duration(r.schedule.every) };
+        let (last, next) = (when(r.last_run, "-"), when(r.next_run, "(directory gone)"));
+        if scripted {
+            out += &[show(&r.schedule.dir), every, keep, last, next, r.kept.to_string()].join("\t");
+            out.push('\n');
+        } else {
+            out += &format!("{:<32} {:>6} {:<44} {:>20} {:>20} {:>5}\n", show(&r.schedule.dir), every, keep, last, next, r.kept);
+        }
     }
     out
 }

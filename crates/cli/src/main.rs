@@ -623,6 +623,14 @@ enum SnapshotCmd {
         /// "min_free", "last_run", "next_run", "kept"}).
         #[arg(long)]
         json: bool,
+        /// With --list, for scripts: no header, fields separated by one tab (directory,
+        /// interval, policy, last run, next run, kept).
+        #[arg(short = 'H')]
+        scripted: bool,
+        /// With --list: exact numbers (the interval in seconds, times in seconds since the
+        /// epoch; 0: none).
+        #[arg(short = 'p')]
+        exact: bool,
         /// Remove the directory's schedule (its snapshots stay).
         #[arg(long)]
         remove: bool,
@@ -707,6 +715,8 @@ fn main() -> ExitCode {
                     min_free,
                     list,
                     json,
+                    scripted,
+                    exact,
                     remove,
                     store,
                 }),
@@ -721,6 +731,8 @@ fn main() -> ExitCode {
                 list,
                 remove,
                 json,
+                scripted,
+                exact,
                 store,
             };
             match tree_cmds::schedule(args) {

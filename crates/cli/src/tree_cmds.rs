@@ -519,6 +519,8 @@ pub struct ScheduleArgs {
     pub list: bool,
     pub remove: bool,
     pub json: bool,
+    pub scripted: bool,
+    pub exact: bool,
     pub store: Option<PathBuf>,
 }
 
@@ -537,13 +539,13 @@ pub fn schedule(a: ScheduleArgs) -> Result<std::process::ExitCode, String> {
     let setting = a.every.is_some() || a.keep.is_some() || a.keep_while_free.is_some() || a.min_free.is_some();
     if a.list {
         if a.remove || setting {
-            return Err("--list takes no other option but --json (and a path or --store)".into());
+            return Err("--list takes no other option but --json, -H, -p (and a path or --store)".into());
         }
         let at = optional_path(a.dir, &a.store)?;
         let Reply::Schedules(rows) = call(&at, &Op::ScheduleList)? else {
             return Err("the daemon answered something else".into());
         };
-        print!("{}", control::render_schedules(&rows, a.json));
+        print!("{}", control::render_schedules(&rows, a.json, a.scripted, a.exact));
         return Ok(std::process::ExitCode::SUCCESS);
     }
     let dir = a
