@@ -322,6 +322,19 @@ fn exdev() -> Failure {
     )
 }
 
+/// A cube command's refusal or failure, as its message says it (it names the cube).
+fn refused(e: scion_fs::FsError) -> Failure {
+    match e.context() {
+        Some(c) => {
+            if e.errno() == libc::EIO {
+                log::error!("{c}"); // a failure of the store underneath, logged once here
+            }
+            Failure::new(e.errno(), c.to_string())
+        }
+        None => Failure::new(e.errno(), e.to_string()),
+    }
+}
+
 fn cube_op(cubes: &Cubes, op: &Op) -> Result<Reply, Failure> {
     let row = |path: &[u8]| -> Result<Reply, Failure> {
         let path = path.strip_prefix(b"/").unwrap_or(path);
@@ -338,25 +351,25 @@ fn cube_op(cubes: &Cubes, op: &Op) -> Result<Reply, Failure> {
             let (m, o) = parse(mode, on_error)?;
             let c = cubes
                 .create(path, m.unwrap_or(Mode::Ordered), o.unwrap_or(OnError::ReadOnly))
-                .map_err(Failure::from_fs(format!("cube /{}", crate::control::show(path))))?;
+                .map_err(refused)?;
             row(&c.path)
         }
         Op::CubeSet { path, mode, on_error } => {
             let (m, o) = parse(mode, on_error)?;
-            let c = cubes.set(path, m, o).map_err(Failure::from_fs(format!("cube /{}", crate::control::show(path))))?;
+            let c = cubes.set(path, m, o).map_err(refused)?;
             row(&c.path)
         }
         Op::CubeRecover { path } => {
-            let c = cubes.recover(path).map_err(Failure::from_fs(format!("cube /{}", crate::control::show(path))))?;
+            let c = cubes.recover(path).map_err(refused)?;
             row(&c.path)
         }
         Op::CubeRemove { path } => {
             let before = row(path)?;
-            cubes.remove(path).map_err(Failure::from_fs(format!("cube /{}", crate::control::show(path))))?;
+            cubes.remove(path).map_err(refused)?;
             Ok(before)
         }
         Op::CubeCheck { path } => {
-            let rep = cubes.check(path).map_err(Failure::from_fs(format!("check of cube /{}", crate::control::show(path))))?;
+            let rep = cubes.check(path).map_err(refused)?;
             Ok(Reply::Checked(Box::new(rep)))
         }
         _ => Ok(Reply::Cubes(cubes.list())),
