@@ -24,10 +24,12 @@ def test_status_of_a_live_mount_and_of_an_unmounted_store(scion_mount):
     os.unlink(f"{d}/f")   # now only the snapshot holds its blocks
     assert m.run("clone", d, os.path.join(m.mnt, "c")).returncode == 0
     assert m.run("snapshot", "schedule", d, "--every", "1d").returncode == 0
+    assert m.run("cube", "create", os.path.join(m.mnt, "cube")).returncode == 0
     r = m.run("status", "--json", m.mnt)
     assert r.returncode == 0, r.describe()
     st = json.loads(r.stdout)
     assert st["pid"] == m.daemon_pid() and st["uptime_s"] >= 0, st
+    assert (st["cubes"], st["cubes_failing"]) == (1, 0), st
     assert os.path.samefile(st["store"], m.store) and os.path.samefile(st["mountpoint"], m.mnt), st
     # (The schedule takes its first snapshot at its first round: one or two snapshots.)
     assert (st["clones"], st["schedules"], st["mirrors"]) == (1, 1, 0) and st["snapshots"] in (1, 2), st
@@ -36,7 +38,7 @@ def test_status_of_a_live_mount_and_of_an_unmounted_store(scion_mount):
     # Without a path: every scion mount, this one among them (another test's leftover mount
     # of an older build could make the exit status 2).
     r = m.run("status")
-    assert f"{m.mnt}: store" in r.stdout and "state: ok" in r.stdout, r.describe()
+    assert f"{m.mnt}: store" in r.stdout and "state: ok" in r.stdout and "1 cubes, 0 of them not ok" in r.stdout, r.describe()
     m.umount()
     r = m.run("status", "--json", "--store", m.store)
     st = json.loads(r.stdout)

@@ -416,7 +416,7 @@ enum Cmd {
         /// One JSON object per store: {"mountpoint", "store", "pid", "uptime_s", "host_total",
         /// "host_free", "pack_bytes", "snapshots_only_bytes", "compressed_blocks",
         /// "compressed_bytes", "clones", "snapshots", "schedules", "mirrors",
-        /// "mirrors_failing", "generation", "checkpoint_age_s", "journal_bytes",
+        /// "mirrors_failing", "cubes", "cubes_failing", "generation", "checkpoint_age_s", "journal_bytes",
         /// "dirty_bytes", "unpunched_blocks", "repack_age_s", "compress_age_s", "failed"}.
         #[arg(long)]
         json: bool,

@@ -22,7 +22,14 @@ pub fn status(path: Option<PathBuf>, store: Option<PathBuf>, json: bool) -> Resu
     let mut first_error = None;
     for at in &places {
         match call(at, &Op::Status) {
-            Ok(Reply::Status(st)) => print!("{}", render(at, &st, json)),
+            Ok(Reply::Status(st)) => {
+                // A mounted store's cubes (their states), from the daemon that serves them.
+                let cubes = match (&at.mnt, call(at, &Op::CubeList)) {
+                    (Some(_), Ok(Reply::Cubes(rows))) => rows,
+                    _ => Vec::new(),
+                };
+                print!("{}", render(at, &st, &cubes, json))
+            }
             Ok(_) => return Err("the daemon answered something else".into()),
             Err(e) => {
                 let where_ = at.mnt.as_ref().unwrap_or(&at.store).display().to_string();
@@ -43,7 +50,8 @@ fn ago(s: Option<u64>) -> String {
     }
 }
 
-fn render(at: &Located, st: &Status, json: bool) -> String {
+fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], json: bool) -> String {
+    let failing = cubes.iter().filter(|c| c.state != "ok").count();
     let f = &st.facts;
     let mnt = at.mnt.as_ref().map(|m| m.display().to_string());
     let store = String::from_utf8_lossy(&st.store).into_owned();
@@ -64,6 +72,8 @@ fn render(at: &Located, st: &Status, json: bool) -> String {
             "schedules": f.schedules,
             "mirrors": f.mirrors,
             "mirrors_failing": st.mirrors_failing,
+            "cubes": cubes.len(),
+            "cubes_failing": failing,
             "orphaned": st.orphaned,
             "orphaned_bytes": st.orphaned_bytes,
             "generation": f.generation,
@@ -102,6 +112,14 @@ fn render(at: &Located, st: &Status, json: bool) -> String {
         human(f.dirty_bytes),
         f.unpunched_blocks
     );
+    if !cubes.is_empty() {
+        out += &format!(
+            "  {} cubes, {} of them not ok{}\n",
+            cubes.len(),
+            failing,
+            if failing > 0 { ": see scion cube list" } else { "" }
+        );
+    }
     if st.orphaned > 0 {
         out += &format!(
             "  {} snapshots of directories that are gone hold {}: scion list --orphaned names them, scion destroy @ID frees them\n",
