@@ -40,6 +40,18 @@ def test_snapshot_names_are_refused_in_words(scion_mount):
     assert r.returncode == 2 and "already has a snapshot named s" in r.stderr and "os error" not in r.stderr, r.describe()
 
 
+def test_a_missing_path_is_said_in_words(scion_mount):
+    # It said "m/nope: No such file or directory (os error 2)": the system's errno tail is
+    # dropped where the words say the same.
+    m = scion_mount
+    for args in (("clone", os.path.join(m.mnt, "nope"), os.path.join(m.mnt, "x")),
+                 ("snapshot", os.path.join(m.mnt, "nope")),
+                 ("diff", m.mnt, os.path.join(m.mnt, "nope"))):
+        r = m.run(*args)
+        assert r.returncode == 2 and "nope: No such file or directory" in r.stderr, r.describe()
+        assert "os error" not in r.stderr, r.describe()
+
+
 def test_scion_options_are_checked_before_mounting(tmp_path):
     # `-o snapdir=bogus` was taken as hidden; every value of scion's own options is checked,
     # by name, before anything is opened or written.
