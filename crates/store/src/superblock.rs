@@ -17,10 +17,12 @@ pub const SUPERBLOCK_SLOT: usize = 4096;
 /// schedule (namespace records of version 3, journal record 15); version 7 marks clones made
 /// for ordinary users, whose copies hide others' privileges (namespace records of version 4,
 /// journal record 16); version 8 lets data blocks of old versions be recompressed and
-/// relocated (checkpoint records of version 2 name the relocation tree). An older store is read as
+/// relocated (checkpoint records of version 2 name the relocation tree); version 9 may hold
+/// cubes (`STORE/cubes`, `STORE/cubes.d/ID`), which an older build would show as empty
+/// directories it lets be removed. An older store is read as
 /// is and becomes the current version at its next checkpoint (every open makes one), after
 /// which older builds refuse it.
-pub const FORMAT_VERSION: u32 = 8;
+pub const FORMAT_VERSION: u32 = 9;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SCIONSB\0";
