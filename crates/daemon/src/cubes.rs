@@ -138,12 +138,7 @@ impl Cubes {
     fn open_engine(&self, cube: &Cube) -> FsResult<Engine> {
         let mut fs = Fs::open(&cube.store_dir(&self.store), MountOptions::new(format!("cube /{}", show(&cube.path)))).map_err(fail)?;
         fs.set_punch_later(true);
-        fs.failed_errno = match cube.on_error {
-            OnError::ReadOnly => errno::EROFS,
-            OnError::Fence => errno::EIO,
-        };
-        fs.set_journaled(cube.mode != Mode::NoJournal)?;
-        fs.set_journal_data(cube.mode == Mode::Data);
+        configure(&mut fs, cube)?;
         Ok(Engine::new(fs))
     }
 
@@ -152,7 +147,7 @@ impl Cubes {
         let inval = self.invalidate.clone();
         (self.start_background)(
             engine,
-            Box::new(move |i: &[Inval]| inval(&i.iter().cloned().map(|x| vol.global_inval(x)).collect::<Vec<_>>())),
+            Box::new(move |i: &[Inval]| inval(&vol.global_invals(i))),
         )
     }
 
@@ -230,7 +225,7 @@ impl Cubes {
         let path = trim(path);
         let mut st = self.state.lock().unwrap();
         let mut list = st.0.cubes.clone();
-        let c = list.iter_mut().find(|c| c.path == path).ok_or_else(|| errno::ENOENT.with(format!("/{} is not a cube", show(path))))?;
+        let c = list.iter_mut().find(|c| c.path == path).ok_or_else(|| not_a_cube(path))?;
         c.mode = mode.unwrap_or(c.mode);
         c.on_error = on_error.unwrap_or(c.on_error);
         let cube = c.clone();
@@ -240,13 +235,7 @@ impl Cubes {
             if let Some(vol) = s.vol {
                 self.router.set_serving(vol, serving(&cube));
                 if let Some(e) = self.router.any_engine(vol) {
-                    let mut fs = e.lock();
-                    fs.failed_errno = match cube.on_error {
-                        OnError::ReadOnly => errno::EROFS,
-                        OnError::Fence => errno::EIO,
-                    };
-                    fs.set_journaled(cube.mode != Mode::NoJournal)?;
-                    fs.set_journal_data(cube.mode == Mode::Data);
+                    configure(&mut e.lock(), &cube)?;
                 }
             }
         }
@@ -260,7 +249,7 @@ impl Cubes {
     pub fn recover(&self, path: &[u8]) -> FsResult<Cube> {
         let path = trim(path);
         let mut st = self.state.lock().unwrap();
-        let i = st.1.iter().position(|s| s.cube.path == path).ok_or_else(|| errno::ENOENT.with(format!("/{} is not a cube", show(path))))?;
+        let i = st.1.iter().position(|s| s.cube.path == path).ok_or_else(|| not_a_cube(path))?;
         let cube = st.1[i].cube.clone();
         let old = std::mem::replace(&mut st.1[i], ServedCube { cube, vol: None, dead: None, why: "recovering".into(), background: None });
         if let Some(d) = old.dead {
@@ -269,12 +258,8 @@ impl Cubes {
         if let Some(b) = old.background {
             b.stop();
         }
-        if let Some(vol) = old.vol {
-            if let Some(e) = self.router.remove(vol) {
-                if let Err(e) = e.close() {
-                    log::warn!("cube /{}: closed without its final checkpoint: {e}", show(path));
-                }
-            }
+        if let Some(e) = old.vol.and_then(|vol| self.router.remove(vol)) {
+            retire(path, e);
         }
         let served = self.serve(old.cube.clone());
         let why = served.why.clone();
@@ -295,7 +280,7 @@ impl Cubes {
     pub fn remove(&self, path: &[u8]) -> FsResult<Cube> {
         let path = trim(path);
         let mut st = self.state.lock().unwrap();
-        let i = st.1.iter().position(|s| s.cube.path == path).ok_or_else(|| errno::ENOENT.with(format!("/{} is not a cube", show(path))))?;
+        let i = st.1.iter().position(|s| s.cube.path == path).ok_or_else(|| not_a_cube(path))?;
         let mut list = st.0.cubes.clone();
         list.retain(|c| c.path != path);
         st.0 = cubes::save(&scion_store::os_host(), &self.store, &st.0, list).map_err(fail)?;
@@ -307,14 +292,8 @@ impl Cubes {
         if let Some(d) = old.dead {
             self.router.release(d);
         }
-        if let Some(vol) = old.vol {
-            if let Some(engine) = self.router.remove(vol) {
-                let _ = engine.close();
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-                while !engine.is_last() && std::time::Instant::now() < deadline {
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-            }
+        if let Some(e) = old.vol.and_then(|vol| self.router.remove(vol)) {
+            retire(path, e);
         }
         let dir = old.cube.store_dir(&self.store);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
@@ -343,7 +322,7 @@ impl Cubes {
         let path = trim(path);
         let (vol, cube, background) = {
             let mut st = self.state.lock().unwrap();
-            let s = st.1.iter_mut().find(|s| s.cube.path == path).ok_or_else(|| errno::ENOENT.with(format!("/{} is not a cube", show(path))))?;
+            let s = st.1.iter_mut().find(|s| s.cube.path == path).ok_or_else(|| not_a_cube(path))?;
             let vol = s.vol.ok_or_else(|| errno::EIO.with(format!("/{} is unavailable: {}", show(path), s.why)))?;
             if self.router.is_taken_out(vol) {
                 return Err(errno::EBUSY.with(format!("/{} is being checked", show(path))));
@@ -353,16 +332,7 @@ impl Cubes {
         if let Some(b) = background {
             b.stop();
         }
-        let engine = self.router.take_out(vol).expect("a served cube's volume is in the router");
-        if let Err(e) = engine.close() {
-            log::warn!("cube /{}: closed without its final checkpoint: {e}", show(path));
-        }
-        // Requests that took the engine before it was taken out finish first.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !engine.is_last() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        drop(engine);
+        retire(path, self.router.take_out(vol).expect("a served cube's volume is in the router"));
         let report = scion_fs::check::check(&scion_store::os_host(), &cube.store_dir(&self.store)).map_err(fail);
         let back = self.open_engine(&cube).and_then(|engine| {
             self.router.put_back(vol, engine.clone(), serving(&cube))?;
@@ -466,6 +436,35 @@ impl Cubes {
         } else {
             Err(errors.join("; "))
         }
+    }
+}
+
+fn not_a_cube(path: &[u8]) -> FsError {
+    errno::ENOENT.with(format!("/{} is not a cube", show(path)))
+}
+
+/// What a cube's table entry asks of its engine: the errno of changes once failed, whether
+/// it journals, and whether file data goes into the journal.
+fn configure(fs: &mut Fs, cube: &Cube) -> FsResult<()> {
+    fs.failed_errno = match cube.on_error {
+        OnError::ReadOnly => errno::EROFS,
+        OnError::Fence => errno::EIO,
+    };
+    fs.set_journaled(cube.mode != Mode::NoJournal)?;
+    fs.set_journal_data(cube.mode == Mode::Data);
+    Ok(())
+}
+
+/// Closes a cube's engine taken out of the router (its final checkpoint, unless it failed)
+/// and waits until requests that took it before finish, so its store's lock is free for the
+/// next open.
+fn retire(path: &[u8], engine: Engine) {
+    if let Err(e) = engine.close() {
+        log::warn!("cube /{}: closed without its final checkpoint: {e}", show(path));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !engine.is_last() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 

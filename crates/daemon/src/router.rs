@@ -69,6 +69,11 @@ impl VolumeId {
         }
     }
 
+    /// `global_inval` of each.
+    pub fn global_invals(self, i: &[Inval]) -> Vec<Inval> {
+        i.iter().cloned().map(|x| self.global_inval(x)).collect()
+    }
+
     /// The volume's own inode number for the kernel's `ino`.
     pub fn local(ino: Ino) -> Ino {
         if ino & OTHER_BIT == 0 {
@@ -144,17 +149,22 @@ impl Router {
     pub fn add_serving(&self, engine: Engine, serving: Serving) -> FsResult<VolumeId> {
         engine.lock().limit_namespaces(VOLUME_NS_LIMIT)?;
         let mut v = self.volumes.write().unwrap();
-        let free = v.iter().enumerate().skip(1).find(|(i, s)| s.is_none() && !self.is_taken_out(VolumeId(*i as u16))).map(|(i, _)| i);
-        let slot = match free {
-            Some(i) => i,
-            None if v.len() < MAX_VOLUMES => {
-                v.push(None);
-                v.len() - 1
-            }
-            None => return Err(errno::ENOSPC.with(format!("a mount serves at most {MAX_VOLUMES} volumes"))),
-        };
+        let slot = self.free_slot(&mut v)?;
         v[slot] = Some(Served { engine, serving });
         Ok(VolumeId(slot as u16))
+    }
+
+    /// A slot no volume holds or keeps (taken out, unavailable), made if there is none.
+    fn free_slot(&self, v: &mut Vec<Option<Served>>) -> FsResult<usize> {
+        let free = v.iter().enumerate().skip(1).find(|(i, s)| s.is_none() && !self.is_taken_out(VolumeId(*i as u16)));
+        match free.map(|(i, _)| i) {
+            Some(i) => Ok(i),
+            None if v.len() < MAX_VOLUMES => {
+                v.push(None);
+                Ok(v.len() - 1)
+            }
+            None => Err(errno::ENOSPC.with(format!("a mount serves at most {MAX_VOLUMES} volumes"))),
+        }
     }
 
     /// Takes volume `id` out while it is checked: its requests get EIO until `put_back`.
@@ -179,14 +189,7 @@ impl Router {
     /// requests get EIO until `release`, so its graft does not show an empty directory.
     pub fn add_unavailable(&self) -> FsResult<VolumeId> {
         let mut v = self.volumes.write().unwrap();
-        let slot = match v.iter().skip(1).position(Option::is_none).map(|i| i + 1).filter(|i| !self.is_taken_out(VolumeId(*i as u16))) {
-            Some(i) => i,
-            None if v.len() < MAX_VOLUMES => {
-                v.push(None);
-                v.len() - 1
-            }
-            None => return Err(errno::ENOSPC.with(format!("a mount serves at most {MAX_VOLUMES} volumes"))),
-        };
+        let slot = self.free_slot(&mut v)?;
         self.fenced.write().unwrap().insert(VolumeId(slot as u16));
         Ok(VolumeId(slot as u16))
     }

@@ -196,7 +196,7 @@ fn run_routed(
         }
         return Ok(reply);
     }
-    let global = |i: &[Inval]| invalidate(&i.iter().cloned().map(|x| vol.global_inval(x)).collect::<Vec<_>>());
+    let global = |i: &[Inval]| invalidate(&vol.global_invals(i));
     let reply = run(s, &engine, &global, &op, who)?;
     Ok(match cubes.path_of(vol) {
         Some(top) => from_cube(reply, &top),
@@ -265,7 +265,7 @@ fn snapshot_cubes(
     for c in cubes.below(path) {
         let r = cubes.route_path(&c).map_err(Failure::from_fs(format!("cube /{}", crate::control::show(&c)))).and_then(|routed| {
             let Some((vol, engine, _)) = routed else { return Ok(()) };
-            let global = |i: &[Inval]| invalidate(&i.iter().cloned().map(|x| vol.global_inval(x)).collect::<Vec<_>>());
+            let global = |i: &[Inval]| invalidate(&vol.global_invals(i));
             run(s, &engine, &global, &Op::Snapshot { path: Vec::new(), name: name.to_vec() }, who).map(drop)
         });
         if let Err(f) = r {

@@ -250,6 +250,11 @@ impl ScionFuse {
         let Some(vol) = id.and_then(|id| self.router.cube_ids().into_iter().find(|(i, _)| *i == id).map(|(_, v)| v)) else {
             return reply.error(Errno::ENOENT);
         };
+        self.cube_root_entry(vol, reply)
+    }
+
+    /// The entry of volume `vol`'s root (a cube's), with the kernel's reference counted there.
+    fn cube_root_entry(&self, vol: VolumeId, reply: ReplyEntry) {
         let engine = match self.router.engine(vol) {
             Ok(e) => e,
             Err(e) => return reply.error(err(e)),
@@ -409,13 +414,7 @@ impl Filesystem for ScionFuse {
                 // A cube's directory shows the cube's root, as a mount point shows the
                 // mounted filesystem's: the kernel's reference is the root's.
                 at.fs().forget(a.ino, 1);
-                let engine = match self.router.engine(cube) {
-                    Ok(e) => e,
-                    Err(e) => return reply.error(err(e)),
-                };
-                let root = At { vol: cube, engine, ino: scion_fs::ROOT_INO };
-                let r = root.fs().remember(scion_fs::ROOT_INO);
-                return root.entry(r, reply);
+                return self.cube_root_entry(cube, reply);
             }
         }
         at.entry(r, reply)
