@@ -11,6 +11,7 @@
 """
 
 import errno
+import json
 import os
 import pwd
 import subprocess
@@ -215,6 +216,38 @@ def test_dot_snapshot_checks_the_directories_above_as_they_were(scion_mount):
     # Today's tree is open to her.
     r = as_user("scion-mallory", f"ls {M}/b/sub")
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create users")
+def test_an_orphaned_snapshot_is_shown_only_to_its_directorys_owner(scion_mount):
+    """Bob's directory in his private home had a snapshot, and he removed the directory. The
+    snapshot is browsed as .snapshot/@ID of the root, where the private home no longer guards
+    it: only bob (the directory's owner) and root may enter it."""
+    m = scion_mount
+    ensure_user("scion-bob")
+    ensure_user("scion-mallory")
+    os.chmod(m.root, 0o755)
+    os.mkdir(f"{m.mnt}/home")
+    os.chmod(f"{m.mnt}/home", 0o1777)
+    H = f"{m.mnt}/home"
+    r = as_user("scion-bob", f"mkdir -m 700 {H}/b && mkdir -m 755 {H}/b/proj && "
+                             f"echo bobs-secret > {H}/b/proj/secret && chmod 644 {H}/b/proj/secret")
+    assert r.returncode == 0, r.stderr
+    scion_ok(m, "snapshot", f"{H}/b/proj", "--name", "s")
+    r = as_user("scion-bob", f"rm -rf {H}/b/proj")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in scion_ok(m, "list", "--orphaned", "--json", m.mnt).splitlines()]
+    assert len(rows) == 1, rows
+    at = os.path.join(m.mnt, rows[0]["path"].lstrip("/"))
+    for _ in range(2):
+        r = as_user("scion-mallory", f"cat {at}/secret")
+        assert r.returncode != 0 and "bobs-secret" not in r.stdout, r.stdout
+    r = as_user("scion-bob", f"cat {at}/secret")
+    assert r.stdout == "bobs-secret\n", r.stderr
+    with open(f"{at}/secret") as f:
+        assert f.read() == "bobs-secret\n"
+    r = as_user("scion-mallory", f"cat {at}/secret")
+    assert r.returncode != 0 and "bobs-secret" not in r.stdout, r.stdout
 
 
 def test_a_panic_in_a_checkpoint_fails_the_volume_and_loses_nothing(scion_mount):

@@ -71,7 +71,17 @@ def test_snapshots_of_a_removed_directory_are_found_counted_and_freed(scion_moun
     assert st["orphaned"] == 1 and st["orphaned_bytes"] >= 200_000, st
     assert "list --orphaned" in m.run("status", m.mnt).stdout
     rows = [json.loads(x) for x in m.run("list", "--orphaned", "--json", m.mnt).stdout.splitlines()]
-    assert len(rows) == 1 and rows[0]["path"] is None and rows[0]["origin"] == "/gone", rows
+    sid = rows[0]["id"]
+    assert len(rows) == 1 and rows[0]["orphaned"] and rows[0]["origin"] == "/gone", rows
+    # Browsable where `list` says: .snapshot/@ID of the root; `@` names are refused as new names.
+    assert rows[0]["path"] == f"/.snapshot/@{sid}", rows
+    assert os.listdir(os.path.join(m.mnt, ".snapshot")) == [f"@{sid}"]
+    with open(os.path.join(m.mnt, ".snapshot", f"@{sid}", "f"), "rb") as h:
+        assert len(h.read()) == 200_000
+    assert not os.path.exists(os.path.join(m.mnt, ".snapshot", f"@{sid + 100}"))
+    assert "(directory gone)" in m.run("list", "--orphaned", m.mnt).stdout
+    r = m.run("snapshot", "--name", "@1", os.path.join(m.mnt, "kept"))
+    assert r.returncode != 0 and "'@'" in r.stderr, r.describe()
     r = m.run("destroy", f"@{rows[0]['id']}", "--mount", m.mnt)
     assert r.returncode == 0, r.describe()
     st = json.loads(m.run("status", "--json", m.mnt).stdout)

@@ -84,7 +84,11 @@ pub fn listing_table(rows: &[scion_fs::Listing], scripted: bool, exact: bool) ->
         lines.push([
             kind_name(l).to_string(),
             l.ns.to_string(),
-            l.path.as_ref().map(|p| show(p)).unwrap_or_else(|| "(directory gone)".into()),
+            match (&l.path, l.orphaned) {
+                (Some(p), false) => show(p),
+                (Some(p), true) => format!("{} (directory gone)", show(p)),
+                (None, _) => "(directory gone)".into(),
+            },
             String::from_utf8_lossy(&l.origin).into_owned(),
             if exact { l.created.sec.to_string() } else { utc(l.created.sec) },
             size(l.referenced),
@@ -182,6 +186,7 @@ pub fn render_listing_json(rows: &[scion_fs::Listing]) -> String {
             "origin": String::from_utf8_lossy(&l.origin),
             "created": rfc3339(l.created.sec),
             "scheduled": l.scheduled,
+            "orphaned": l.orphaned,
             "refer": l.referenced,
             "used": l.exclusive,
             "stored": l.stored,

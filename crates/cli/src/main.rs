@@ -438,15 +438,16 @@ enum Cmd {
         /// Work on the unmounted store in this directory (paths are then paths inside it).
         #[arg(long)]
         store: Option<PathBuf>,
-        /// JSON Lines: {"kind", "id", "path", "origin", "created", "scheduled", "refer",
-        /// "used", "stored", "clones"}.
+        /// JSON Lines: {"kind", "id", "path", "origin", "created", "scheduled", "orphaned",
+        /// "refer", "used", "stored", "clones"}.
         #[arg(long)]
         json: bool,
         /// For scripts: no header, fields separated by one tab.
         #[arg(short = 'H')]
         scripted: bool,
         /// Only snapshots whose directory is gone (removed with `rm -rf`): they still hold
-        /// their space until `scion destroy @ID`.
+        /// their space until `scion destroy @ID`, and are browsed as .snapshot/@ID of the
+        /// root (PATH shows where; root and the directory's owner may enter).
         #[arg(long)]
         orphaned: bool,
         /// Exact numbers: bytes, and times in seconds since the epoch.

@@ -387,7 +387,7 @@ pub fn list(path: Option<PathBuf>, store: Option<PathBuf>, json: bool, scripted:
         return Err("the daemon answered something else".into());
     };
     if orphaned {
-        rows.retain(|l| l.path.is_none());
+        rows.retain(|l| l.orphaned);
     }
     if json {
         print!("{}", control::render_listing_json(&rows));

@@ -50,8 +50,8 @@ pub fn status(fs: &Fs, rows: &[Listing]) -> Status {
         clones: rows.iter().filter(|l| l.kind == scion_fs::NsKind::Clone).count() as u64,
         snapshots: snaps.clone().count() as u64,
         snapshots_only: snaps.map(|l| l.exclusive).sum(),
-        orphaned: rows.iter().filter(|l| l.path.is_none()).count() as u64,
-        orphaned_bytes: rows.iter().filter(|l| l.path.is_none()).map(|l| l.exclusive).sum(),
+        orphaned: rows.iter().filter(|l| l.orphaned).count() as u64,
+        orphaned_bytes: rows.iter().filter(|l| l.orphaned).map(|l| l.exclusive).sum(),
         ..Default::default()
     }
 }
@@ -289,6 +289,16 @@ fn snapshot(fs: &mut Fs, path: &[u8], name: &[u8], masked_for: Option<u32>) -> R
             libc::EINVAL,
             format!(
                 "{:?} is not a snapshot name: 1 to 255 bytes, no '/', not '.' or '..'",
+                String::from_utf8_lossy(name)
+            ),
+        ));
+    }
+    if name.starts_with(b"@") {
+        return Err(Failure::new(
+            libc::EINVAL,
+            format!(
+                "{:?} is not a snapshot name: names beginning with '@' are kept for .snapshot/@ID, \
+                 where the snapshots of removed directories are found",
                 String::from_utf8_lossy(name)
             ),
         ));

@@ -702,7 +702,7 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                 row.u32(l.ns)
                     .u8(l.kind as u8)
                     .u8(l.scheduled as u8)
-                    .u8(l.path.is_some() as u8);
+                    .u8(l.path.is_some() as u8 | (l.orphaned as u8) << 1);
                 row.bytes(l.path.as_deref().unwrap_or_default()).bytes(&l.origin);
                 l.created.encode(&mut row);
                 row.u64(l.referenced).u64(l.exclusive).u64(l.stored);
@@ -961,7 +961,8 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                         k => return Err(format!("unknown namespace kind {k}")),
                     };
                     let scheduled = r.u8().map_err(bad)? != 0;
-                    let has_path = r.u8().map_err(bad)? != 0;
+                    let flags = r.u8().map_err(bad)?;
+                    let has_path = flags & 1 != 0;
                     let path = r.bytes().map_err(bad)?.to_vec();
                     let origin = r.bytes().map_err(bad)?.to_vec();
                     let created = Ts::decode(&mut r).map_err(bad)?;
@@ -975,6 +976,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                         exclusive: r.u64().map_err(bad)?,
                         stored: r.u64().map_err(bad)?,
                         scheduled,
+                        orphaned: flags & 2 != 0,
                     });
                 }
                 Reply::Listing(rows)

@@ -166,6 +166,12 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         exclusive: 4096,
         stored: 12288,
         scheduled: true,
+        orphaned: false,
+    };
+    let orphan = Listing {
+        path: Some(b".snapshot/@3".to_vec()),
+        orphaned: true,
+        ..listing.clone()
     };
     let scrub = ScrubReport {
         blocks: 100,
@@ -182,7 +188,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
     };
     let frames = vec![
         wire::encode_reply(&Reply::Cloned),
-        wire::encode_reply(&Reply::Listing(vec![listing.clone(), listing])),
+        wire::encode_reply(&Reply::Listing(vec![listing.clone(), listing, orphan])),
         wire::encode_reply(&Reply::Scrubbed(scrub)),
         wire::encode_reply(&Reply::Repacked(repack)),
         wire::encode_reply(&Reply::MirrorSet),

@@ -35,8 +35,11 @@ pub const SNAPDIR_NAME: &[u8] = b".snapshot";
 pub struct Listing {
     pub ns: u32,
     pub kind: NsKind,
-    /// Path from the mount root (`None` if the snapshotted directory is gone).
+    /// Path from the mount root. For an orphaned snapshot, where it is browsed:
+    /// `.snapshot/@ID` of its namespace's root (`None` if that is gone too).
     pub path: Option<Vec<u8>>,
+    /// A snapshot whose directory is gone (`rm -rf`): it holds its space until destroyed.
+    pub orphaned: bool,
     pub origin: Vec<u8>,
     pub created: Ts,
     /// Bytes of blocks reachable from it.
@@ -789,7 +792,11 @@ impl Fs {
             let info = n.info.clone();
             let root = n.root;
             let link_root = n.link_root;
-            let path = self.path_of_dir(root).ok();
+            let mut path = self.path_of_dir(root).ok();
+            let orphaned = path.is_none() && info.kind == NsKind::Snapshot;
+            if orphaned {
+                path = self.orphan_path(info.parent, id);
+            }
             let mut roots: Vec<BlockPtr> = self.node(root)?.inode.ptrs();
             roots.extend(link_root);
             // Small overwrites the checkpoint carried in the journal instead of the trees
@@ -811,6 +818,7 @@ impl Fs {
                 exclusive: carried,
                 stored: carried,
                 scheduled: info.scheduled,
+                orphaned,
             };
             rows.push((listing, roots));
         }
@@ -966,11 +974,9 @@ impl Fs {
     /// otherwise): the kernel checks today's path and the snapshot's `dir` itself, not the
     /// directories between them as they were.
     pub(crate) fn snapdir_child(&mut self, dir: Ino, name: &[u8], caller: Option<&Caller>) -> FsResult<Ino> {
-        let (_, path, id) = self
-            .snapshots_containing_named(dir, Some(name))?
-            .into_iter()
-            .next()
-            .ok_or(errno::ENOENT)?;
+        let Some((_, path, id)) = self.snapshots_containing_named(dir, Some(name))?.into_iter().next() else {
+            return self.orphan_child(dir, name, caller);
+        };
         let mut cur = self.namespaces.get(&id).ok_or(errno::ENOENT)?.root;
         for n in &path {
             if let Some(c) = caller {
@@ -998,7 +1004,11 @@ impl Fs {
 
     pub(crate) fn snapdir_list(&mut self, dir: Ino) -> FsResult<Vec<DirEntry>> {
         let mut out = Vec::new();
-        for (name, _, _) in self.snapshots_containing(dir)? {
+        let mut names: Vec<Vec<u8>> = self.snapshots_containing(dir)?.into_iter().map(|(name, _, _)| name).collect();
+        if self.dir_node(dir)?.loc == Loc::Root {
+            names.extend(self.orphans_of(self.node(dir)?.ns)?.into_iter().map(orphan_name));
+        }
+        for name in names {
             if let Ok(ino) = self.snapdir_child(dir, &name, None) {
                 out.push(DirEntry {
                     name,
@@ -1009,6 +1019,90 @@ impl Fs {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+}
+
+// ----- orphaned snapshots: their directory was removed -----------------------------------
+
+/// The name an orphaned snapshot has in `.snapshot` of its namespace's root: `@ID`, the id
+/// `scion list` shows and `scion destroy @ID` takes. New snapshot names may not begin with
+/// '@'; one an older build let through is found first.
+pub fn orphan_name(id: u32) -> Vec<u8> {
+    format!("@{id}").into_bytes()
+}
+
+impl Fs {
+    /// Snapshots of directories of namespace `ns` that are no longer in its tree (`rm -rf`
+    /// of a directory that had snapshots), in id order. A directory's snapshot marks are
+    /// counted in the summaries of every directory above it: a mark missing from the root's
+    /// summary is a directory gone. Marks are hints (a removed directory's may linger), so
+    /// one that is there is followed down to its directory.
+    pub fn orphans_of(&mut self, ns: u32) -> FsResult<Vec<u32>> {
+        let Some(n) = self.namespaces.get(&ns) else { return Ok(Vec::new()) };
+        let root = n.root;
+        let root_oid = self.node(root)?.inode.oid;
+        let marks = self.summary_of(root)?;
+        let mut snaps: Vec<(u32, u64)> = self
+            .namespaces
+            .iter()
+            .filter(|(_, s)| s.info.kind == NsKind::Snapshot && s.info.parent == ns && s.info.anchor != root_oid)
+            .map(|(id, s)| (*id, s.info.anchor))
+            .collect();
+        snaps.sort_unstable();
+        let mut out = Vec::new();
+        for (id, anchor) in snaps {
+            let key = summary_snap_key(anchor);
+            if !marks.contains_key(&key) || self.find_named(ns, &key).is_err() {
+                out.push(id);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether snapshot `id` is one of `orphans_of(ns)`.
+    fn is_orphan_of(&mut self, ns: u32, id: u32) -> FsResult<bool> {
+        let Some(s) = self.namespaces.get(&id) else { return Ok(false) };
+        let (kind, parent, anchor) = (s.info.kind, s.info.parent, s.info.anchor);
+        let Some(p) = self.namespaces.get(&ns) else { return Ok(false) };
+        if kind != NsKind::Snapshot || parent != ns || self.node(p.root)?.inode.oid == anchor {
+            return Ok(false);
+        }
+        Ok(self.find_named(ns, &summary_snap_key(anchor)).is_err())
+    }
+
+    /// Where orphaned snapshot `id` of namespace `ns` is browsed, from the mount root.
+    fn orphan_path(&mut self, ns: u32, id: u32) -> Option<Vec<u8>> {
+        let root = self.namespaces.get(&ns)?.root;
+        let mut p = self.path_of_dir(root).ok()?;
+        if !p.is_empty() {
+            p.push(b'/');
+        }
+        p.extend_from_slice(SNAPDIR_NAME);
+        p.push(b'/');
+        p.extend(orphan_name(id));
+        Some(p)
+    }
+
+    /// `ROOT/.snapshot/@ID`, the tree of orphaned snapshot ID of the namespace whose root is
+    /// `dir`. The directories that guarded its path are gone with it, so a `caller` other
+    /// than root must own the snapshotted directory (EACCES otherwise).
+    fn orphan_child(&mut self, dir: Ino, name: &[u8], caller: Option<&Caller>) -> FsResult<Ino> {
+        let id: u32 = match name.strip_prefix(b"@").map(std::str::from_utf8) {
+            Some(Ok(digits)) if !digits.starts_with('+') => digits.parse().map_err(|_| errno::ENOENT)?,
+            _ => return Err(errno::ENOENT),
+        };
+        let n = self.dir_node(dir)?;
+        if n.loc != Loc::Root || !self.is_orphan_of(n.ns, id)? {
+            return Err(errno::ENOENT);
+        }
+        let root = self.namespaces.get(&id).ok_or(errno::ENOENT)?.root;
+        if let Some(c) = caller {
+            if c.uid != 0 && c.uid != self.dir_node(root)?.inode.uid {
+                return Err(errno::EACCES);
+            }
+        }
+        self.namespaces.get_mut(&id).ok_or(errno::EIO)?.mounted_at = Some((dir | SNAPDIR_BIT, name.to_vec()));
+        Ok(root)
     }
 }
 
