@@ -10,6 +10,7 @@ cube go on; `cube recover` serves it again without a remount."""
 import errno
 import json
 import os
+import time
 
 import pytest
 
@@ -463,3 +464,35 @@ def test_check_repair_of_a_cube(scion_mount):
         assert h.read() == good
     assert cubes(m)["c"]["state"] == "ok"
     m.umount()
+
+
+def test_a_schedule_above_cubes_snapshots_and_thins_them_with_it(scion_mount):
+    """A schedule of a directory that holds a cube takes each of its snapshots in the cube
+    too, under the same name and marked scheduled, and its retention removes the cube's with
+    its own; a snapshot taken in the cube by hand is never touched."""
+    m = scion_mount
+    top = os.path.join(m.mnt, "top")
+    os.mkdir(top)
+    c = os.path.join(top, "c")
+    assert m.run("cube", "create", c).returncode == 0
+    with open(os.path.join(c, "f"), "w") as h:
+        h.write("in the cube")
+    assert m.run("snapshot", "--name", "by-hand", c).returncode == 0
+    r = m.run("snapshot", "schedule", top, "--every", "1s", "--keep", "last=2")
+    assert r.returncode == 0, r.describe()
+    log = lambda: open(os.path.join(m.store, "daemon.log"), errors="replace").read()
+    m._wait(lambda: log().count("of cube /top/c") >= 5 and "removed snapshot" in log(), 30,
+            "scheduled snapshots of the cube taken and thinned")
+    assert m.run("snapshot", "schedule", "--remove", top).returncode == 0
+    time.sleep(2)  # a round that was under way when the schedule went ends
+    above = sorted(os.listdir(os.path.join(top, ".snapshot")))
+    inside = sorted(os.listdir(os.path.join(c, ".snapshot")))
+    assert "by-hand" in inside and "failed" not in log(), (inside, log()[-2000:])
+    # Each snapshot of the directory above has its twin in the cube, and no more: the
+    # cube's were thinned with them.
+    assert sorted(set(inside) - {"by-hand"}) == above, (above, inside)
+    assert 1 <= len(above) <= 3, above
+    with open(os.path.join(c, ".snapshot", above[-1], "f")) as h:
+        assert h.read() == "in the cube"
+    rows = [json.loads(x) for x in m.run("list", "--json", c).stdout.splitlines()]
+    assert sum(r["scheduled"] for r in rows) == len(inside) - 1, rows

@@ -257,6 +257,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
                 exe,
             }),
             checkpoint_after: CHECKPOINT_AFTER,
+            companions: Some(scion_daemon::SharedCompanions(cubes.clone())),
             ..Default::default()
         };
         Background::start(

@@ -26,6 +26,18 @@ pub struct BackgroundOptions {
     pub compress_old: bool,
     /// Run the store's mirrors (a mounted store: transfers need its mount point).
     pub mirrors: Option<crate::mirror::MirrorOptions>,
+    /// Told what schedules take and remove (the main volume's: the cubes below).
+    pub companions: Option<SharedCompanions>,
+}
+
+/// The schedules' companions, shared with the worker.
+#[derive(Clone)]
+pub struct SharedCompanions(pub Arc<dyn crate::scheduler::Companions>);
+
+impl std::fmt::Debug for SharedCompanions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedCompanions")
+    }
 }
 
 impl Default for BackgroundOptions {
@@ -37,6 +49,7 @@ impl Default for BackgroundOptions {
             schedules: true,
             compress_old: true,
             mirrors: None,
+            companions: None,
         }
     }
 }
@@ -131,7 +144,8 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, fir
     // Snapshots that are due, then retention (for every schedule in the first round: at
     // mount). Each step takes the lock on its own; counting space walks without it.
     if opts.schedules {
-        let inval = crate::scheduler::run(engine, crate::scheduler::now(), first);
+        let companions = opts.companions.as_ref().map(|c| &*c.0);
+        let inval = crate::scheduler::run_with(engine, crate::scheduler::now(), first, companions);
         if !inval.is_empty() {
             invalidate(&inval);
         }

@@ -445,6 +445,64 @@ fn not_a_cube(path: &[u8]) -> FsError {
 
 /// What a cube's table entry asks of its engine: the errno of changes once failed, whether
 /// it journals, and whether file data goes into the journal.
+/// A schedule of a directory above cubes snapshots each cube below it under the same name
+/// (in the cube's own `.snapshot`, marked scheduled), as `scion snapshot` does by hand, and
+/// its retention removes them with its own. A cube that cannot take one is logged and
+/// skipped: the next snapshot tries again.
+impl crate::scheduler::Companions for Cubes {
+    fn taken(&self, dir: &[u8], name: &[u8], now: i64) {
+        for c in self.below(dir) {
+            let r = self.in_cube_root(&c, |fs, root| {
+                let owner = fs.getattr(root)?.uid;
+                let at = scion_fs::Ts { sec: now, nsec: 0 };
+                let origin = format!("/{}", show(&c)).into_bytes();
+                fs.snapshot_for(root, name, &origin, true, at, (owner != 0).then_some(owner))?;
+                let snapdir = root | scion_fs::clone::SNAPDIR_BIT;
+                Ok(vec![Inval::Entry(snapdir, name.to_vec()), Inval::Inode(snapdir)])
+            });
+            match r {
+                Ok(()) => log::info!("schedule of /{}: took snapshot {} of cube /{}", show(dir), show(name), show(&c)),
+                Err(e) => log::error!("schedule of /{}: snapshot {} of cube /{} failed: {e}", show(dir), show(name), show(&c)),
+            }
+        }
+    }
+
+    fn removed(&self, dir: &[u8], name: &[u8]) {
+        for c in self.below(dir) {
+            let r = self.in_cube_root(&c, |fs, root| {
+                let found = fs.dir_snapshots(root)?.into_iter().find(|s| s.scheduled && s.name == name);
+                if let Some(s) = found {
+                    fs.destroy_id(s.id)?;
+                }
+                Ok(Vec::new())
+            });
+            if let Err(e) = r {
+                log::error!("schedule of /{}: removing snapshot {} of cube /{} failed: {e}", show(dir), show(name), show(&c));
+            }
+        }
+    }
+}
+
+impl Cubes {
+    /// Runs `f` on the engine of cube `path` with its root directory, then hands the kernel
+    /// what it and `f` made stale.
+    fn in_cube_root(&self, path: &[u8], f: impl FnOnce(&mut Fs, Ino) -> FsResult<Vec<Inval>>) -> FsResult<()> {
+        let Some((vol, engine, _)) = self.route_path(path)? else {
+            return Err(errno::ENOENT.with(format!("/{} is not a cube", show(path))));
+        };
+        let mut inval = {
+            let mut fs = engine.lock();
+            let root = fs.root();
+            let mut inval = f(&mut fs, root)?;
+            inval.extend(fs.take_invalidations());
+            inval
+        };
+        inval = vol.global_invals(&inval);
+        (self.invalidate)(&inval);
+        Ok(())
+    }
+}
+
 fn configure(fs: &mut Fs, cube: &Cube) -> FsResult<()> {
     fs.failed_errno = match cube.on_error {
         OnError::ReadOnly => errno::EROFS,

@@ -17,7 +17,7 @@ pub mod send;
 pub mod server;
 pub mod wire;
 
-pub use background::{Background, BackgroundOptions};
+pub use background::{Background, BackgroundOptions, SharedCompanions};
 pub use engine::Engine;
 pub use router::{Router, VolumeId};
 

@@ -12,9 +12,24 @@ use scion_fs::schedule::{clock, Schedule};
 use scion_fs::{FsResult, Inval};
 use std::collections::{HashMap, HashSet};
 
+/// What else a schedule's snapshots stand for: the cubes below a scheduled directory, each
+/// snapshotted under the same name with it and thinned with it (`Cubes`). Called without
+/// the engine lock.
+pub trait Companions: Send + Sync {
+    /// Snapshot `name` of directory `dir` (a path from the volume's root) was taken at `now`.
+    fn taken(&self, dir: &[u8], name: &[u8], now: i64);
+    /// Snapshot `name` of `dir` was removed by retention.
+    fn removed(&self, dir: &[u8], name: &[u8]);
+}
+
 /// One round at time `now` (seconds since the epoch); `all`: apply retention to every
 /// schedule (the first round after mount). Returns what the kernel must forget.
 pub fn run(engine: &Engine, now: i64, all: bool) -> Vec<Inval> {
+    run_with(engine, now, all, None)
+}
+
+/// `run`, telling `companions` what each schedule took and removed.
+pub fn run_with(engine: &Engine, now: i64, all: bool, companions: Option<&dyn Companions>) -> Vec<Inval> {
     let mut inval = Vec::new();
     let schedules = match engine.lock().schedule_list() {
         Ok(l) => l,
@@ -26,11 +41,14 @@ pub fn run(engine: &Engine, now: i64, all: bool) -> Vec<Inval> {
             Ok(took) => took,
             Err(e) => {
                 log::error!("schedule of /{}: snapshot failed: {e}", show(&s.dir));
-                false
+                None
             }
         };
-        if took || all {
-            if let Err(e) = retain(engine, &s, &mut inval) {
+        if let (Some(name), Some(c)) = (&took, companions) {
+            c.taken(&s.dir, name, now);
+        }
+        if took.is_some() || all {
+            if let Err(e) = retain(engine, &s, &mut inval, companions) {
                 log::error!("schedule of /{}: retention failed: {e}", show(&s.dir));
             }
         }
@@ -42,16 +60,16 @@ fn show(p: &[u8]) -> String {
     String::from_utf8_lossy(p).into_owned()
 }
 
-/// Takes the schedule's snapshot if one is due; whether it did.
-fn take_if_due(engine: &Engine, s: &Schedule, now: i64, inval: &mut Vec<Inval>) -> FsResult<bool> {
+/// Takes the schedule's snapshot if one is due; its name if it did.
+fn take_if_due(engine: &Engine, s: &Schedule, now: i64, inval: &mut Vec<Inval>) -> FsResult<Option<Vec<u8>>> {
     let mut fs = engine.lock();
     // A directory that is gone (or not writable: a read-only mount) is skipped quietly;
     // `--list` shows it has no next run.
     let Ok(dir) = fs.resolve_path(&s.dir) else {
-        return Ok(false);
+        return Ok(None);
     };
     if fs.check_writable(dir).is_err() {
-        return Ok(false);
+        return Ok(None);
     }
     let last = fs
         .dir_snapshots(dir)?
@@ -60,20 +78,20 @@ fn take_if_due(engine: &Engine, s: &Schedule, now: i64, inval: &mut Vec<Inval>) 
         .map(|x| x.created)
         .max();
     if last.is_some_and(|l| now < l.saturating_add(s.every as i64)) {
-        return Ok(false);
+        return Ok(None);
     }
     let origin = format!("/{}", show(&s.dir)).into_bytes();
     let (_, name) = fs.scheduled_snapshot(dir, now, &origin)?;
     log::info!("schedule of /{}: took snapshot {}", show(&s.dir), show(&name));
     let snapdir = dir | SNAPDIR_BIT;
-    inval.extend([Inval::Entry(snapdir, name), Inval::Inode(snapdir)]);
+    inval.extend([Inval::Entry(snapdir, name.clone()), Inval::Inode(snapdir)]);
     inval.extend(fs.take_invalidations());
-    Ok(true)
+    Ok(Some(name))
 }
 
 /// Removes the scheduled snapshots of `s.dir` that its policy and thresholds give up,
 /// logging each with its reason.
-fn retain(engine: &Engine, s: &Schedule, inval: &mut Vec<Inval>) -> FsResult<()> {
+fn retain(engine: &Engine, s: &Schedule, inval: &mut Vec<Inval>, companions: Option<&dyn Companions>) -> FsResult<()> {
     let (snaps, space) = {
         let mut fs = engine.lock();
         let Ok(dir) = fs.resolve_path(&s.dir) else {
@@ -136,19 +154,22 @@ fn retain(engine: &Engine, s: &Schedule, inval: &mut Vec<Inval>) -> FsResult<()>
     engine.lock().set_reclaimable(&s.dir, reclaimable);
     for (id, reason) in plan {
         let mut fs = engine.lock();
-        match fs.destroy_id(id) {
-            Ok(()) => log::info!(
-                "schedule of /{}: removed snapshot {}: {reason}",
-                show(&s.dir),
-                show(names[&id])
-            ),
+        let removed = fs.destroy_id(id);
+        inval.extend(fs.take_invalidations());
+        drop(fs);
+        match removed {
+            Ok(()) => {
+                log::info!("schedule of /{}: removed snapshot {}: {reason}", show(&s.dir), show(names[&id]));
+                if let Some(c) = companions {
+                    c.removed(&s.dir, names[&id]);
+                }
+            }
             Err(e) => log::error!(
                 "schedule of /{}: removing snapshot {} ({reason}) failed: {e}",
                 show(&s.dir),
                 show(names[&id])
             ),
         }
-        inval.extend(fs.take_invalidations());
     }
     Ok(())
 }

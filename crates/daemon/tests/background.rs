@@ -21,6 +21,7 @@ fn the_worker_syncs_and_checkpoints_on_its_own() {
         schedules: false,
         compress_old: false,
         mirrors: None,
+        companions: None,
     };
     let bg = Background::start(engine.clone(), opts, Box::new(|_| {}));
     // Four writers at once, whole chunks and partial ones, through the write-ahead protocol.

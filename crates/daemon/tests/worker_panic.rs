@@ -19,6 +19,7 @@ fn a_panic_in_the_worker_fails_the_volume() {
         schedules: false,
         compress_old: false,
         mirrors: None,
+        companions: None,
     };
     {
         let mut fs = engine.lock();
