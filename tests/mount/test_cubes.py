@@ -54,7 +54,7 @@ def test_cubes_through_the_mount(scion_mount):
     for args, why in [
         ((c1,), "exists"),
         ((os.path.join(c1, "inner"),), "do not nest"),
-        ((os.path.join(m.mnt, "x"), "--mode", "writeback"), "not built"),
+        ((os.path.join(m.mnt, "x"), "--mode", "fast"), "unknown mode"),
         ((os.path.join(m.mnt, "x"), "--on-error", "panic"), "unknown"),
     ]:
         r = m.run("cube", "create", *args)
@@ -166,6 +166,15 @@ def test_cubes_through_the_mount(scion_mount):
     with open(os.path.join(c4, "j"), "wb") as h:
         h.write(big[:1 << 20])
         os.fsync(h.fileno())
+    # A writeback cube: its background syncs journal without its packs; what fsync covered
+    # is there after the SIGKILL, and a file written after is whole or older, never garbage.
+    c5 = os.path.join(m.mnt, "c5")
+    assert m.run("cube", "create", c5, "--mode", "writeback").returncode == 0
+    with open(os.path.join(c5, "w"), "wb") as h:
+        h.write(big[:300000])
+        os.fsync(h.fileno())
+    with open(os.path.join(c5, "w2"), "wb") as h:
+        h.write(big[:200000])
     with open(os.path.join(c3, "later"), "wb") as h:
         h.write(big[:200000])
     os.sync()
@@ -191,12 +200,20 @@ def test_cubes_through_the_mount(scion_mount):
     with open(os.path.join(c4, "j"), "rb") as h:
         assert h.read() == big[:1 << 20]
     assert cubes(m)["c3"]["mode"] == "nojournal"
+    assert cubes(m)["c5"]["mode"] == "writeback"
+    with open(os.path.join(c5, "w"), "rb") as h:
+        assert h.read() == big[:300000]
+    if os.path.exists(os.path.join(c5, "w2")):
+        with open(os.path.join(c5, "w2"), "rb") as h:
+            w2 = h.read()
+        assert all(b in (0, big[i]) for i, b in enumerate(w2)), "bytes that were never there"
+
     # (c2's fsync returned at once, mode nofsync: its big file may be lost; written again.)
     with open(os.path.join(c2, "big"), "wb") as h:
         h.write(big)
     assert cubes(m)["c1"]["state"] == "ok"
     m.umount()
-    for c in ("c1", "sub/c2", "c3", "c4"):
+    for c in ("c1", "sub/c2", "c3", "c4", "c5"):
         r = m.run("check", m.store, "--cube", c)
         assert r.returncode == 0 and "clean" in r.stdout, r.describe()
     assert m.run("check", m.store, "--cube", "nope").returncode == 2

@@ -465,9 +465,10 @@ enum CubeCmd {
         /// ordered (fsync makes everything before it durable; the default), data (as
         /// ordered, file data journaled with the metadata instead of written ahead to the
         /// packs), nofsync (fsync returns at once: a crash may lose what came after the
-        /// cube's last sync or checkpoint, never older data) or nojournal (nothing journaled:
-        /// changes reach the disk at the cube's checkpoints, and fsync takes one). writeback
-        /// is not built.
+        /// cube's last sync or checkpoint, never older data), writeback (metadata journaled
+        /// without waiting for the data: after a crash, bytes written since a file's last
+        /// fsync may be older ones; fsync syncs both) or nojournal (nothing journaled:
+        /// changes reach the disk at the cube's checkpoints, and fsync takes one).
         #[arg(long, default_value = "ordered")]
         mode: String,
         /// What a failure inside the cube (a bad checksum, a failed host I/O) does to it:

@@ -113,7 +113,7 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, fir
     // The journal is synced every half second, without holding up requests while the disk
     // flushes; a failure is logged and remembered by the engine.
     if engine.lock().needs_sync() {
-        let _ = engine.fsync();
+        let _ = engine.sync_background();
     }
     // Space freed by checkpoints goes back to the host without the engine lock: a punch can
     // wait seconds for the device's discard.

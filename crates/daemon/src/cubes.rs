@@ -510,6 +510,7 @@ fn configure(fs: &mut Fs, cube: &Cube) -> FsResult<()> {
     };
     fs.set_journaled(cube.mode != Mode::NoJournal)?;
     fs.set_journal_data(cube.mode == Mode::Data);
+    fs.set_writeback(cube.mode == Mode::Writeback);
     Ok(())
 }
 

@@ -83,6 +83,22 @@ impl Engine {
         self.lock().sync_end(ticket, r)
     }
 
+    /// The background worker's sync of the journal: `fsync`, except on a `writeback` volume,
+    /// whose journal is synced without its packs (its records say so, and replay keeps the
+    /// older content of a chunk whose block did not reach the disk).
+    pub fn sync_background(&self) -> FsResult<()> {
+        let ticket = {
+            let mut fs = self.lock();
+            if !fs.writes_back() || !fs.journaled() {
+                drop(fs);
+                return self.fsync();
+            }
+            fs.sync_begin()?
+        };
+        let r = ticket.run_journal_only();
+        self.lock().sync_end(ticket, r)
+    }
+
     /// Punches the freed blocks waiting in the engine (scion-fs `punch.rs`) without holding
     /// the lock while the host works: a punch may wait seconds for the device's discard.
     /// With `all`, until none is left, waiting out a batch another thread holds.

@@ -110,15 +110,24 @@ impl Fs {
         scion_store::sync_dir(&host, &dir.join("journal"))?;
         let mut resume = (sb.pack, sb.pack_end);
         let mut usable = j.records.len();
+        // Blocks of `writeback` records that are not whole: their chunks keep their older
+        // content, and replay goes on.
+        let mut lost: HashSet<u64> = HashSet::new();
         'records: for (i, rec) in j.records.iter().enumerate() {
-            if let Record::PutChunks { chunks, .. } = rec {
+            if let Record::PutChunks { chunks, unordered, .. } = rec {
                 for p in chunks.iter().flatten() {
-                    if let Err(e) = store.read(p) {
-                        log::info!(
-                            "journal record {i} names a block that never reached the disk ({e}); replay ends there"
-                        );
-                        usable = i;
-                        break 'records;
+                    match store.read(p) {
+                        Ok(_) => {}
+                        Err(e) if *unordered => {
+                            log::warn!("journal record {i} (writeback) names a block that never reached the disk ({e}): its chunk keeps its older content");
+                            lost.insert(p.addr);
+                            continue;
+                        }
+                        Err(e) => {
+                            log::info!("journal record {i} names a block that never reached the disk ({e}); replay ends there");
+                            usable = i;
+                            break 'records;
+                        }
                     }
                     resume = resume.max((p.pack(), p.offset() + p.footprint()));
                 }
@@ -136,7 +145,14 @@ impl Fs {
         }
         store.resume_at(resume.0, resume.1)?;
         // Below `resume`, only the blocks the replayed records name are used.
-        let named: Vec<BlockPtr> = j.records.iter().flat_map(Record::blocks).flatten().copied().collect();
+        let named: Vec<BlockPtr> = j
+            .records
+            .iter()
+            .flat_map(Record::blocks)
+            .flatten()
+            .filter(|p| !lost.contains(&p.addr))
+            .copied()
+            .collect();
         let reclaimed = store.punch_unnamed((sb.pack, sb.pack_end), resume, &named)?;
         if reclaimed > 0 {
             log::info!("{reclaimed} bytes of pack space that nothing references (a crash left them) given back");
@@ -172,6 +188,8 @@ impl Fs {
             failed_errno: crate::error::errno::EIO,
             journaled: true,
             journal_data: false,
+            writeback: false,
+            lost_blocks: Default::default(),
             hash_memo: Default::default(),
             reclaimable: Default::default(),
             dirty: Default::default(),
@@ -238,6 +256,7 @@ impl Fs {
             );
         }
         let n = j.records.len();
+        fs.lost_blocks = lost;
         for (i, rec) in j.records.into_iter().enumerate() {
             fs.replay(&rec).map_err(|errno| {
                 Error::corrupt(
@@ -251,6 +270,7 @@ impl Fs {
             log::info!("replayed {n} journal records");
         }
         fs.replaying = false;
+        fs.lost_blocks.clear();
         fs.vol.schedules = crate::records::schedules::load(&fs.vol.host, &fs.vol.dir).map_err(|e| {
             log::error!("snapshot schedules not run: {e}");
             e.to_string()
@@ -385,6 +405,7 @@ impl Fs {
                 first,
                 chunks,
                 time,
+                ..
             } => {
                 let i = self.resolve(ino)?;
                 self.op_put_chunks(i, *first, chunks, *time, false)

@@ -359,6 +359,13 @@ pub struct Fs {
     /// chunks included, instead of being written ahead to the packs; the packs get it at
     /// write-behind and checkpoints.
     pub(crate) journal_data: bool,
+    /// A `writeback` cube: the background sync writes the journal without syncing the packs
+    /// first, and whole chunks are journaled as `PutChunks { unordered }` records, whose
+    /// blocks replay verifies (`fsync` still syncs both, packs first).
+    pub(crate) writeback: bool,
+    /// While replaying: blocks of unordered `PutChunks` records that never reached the disk
+    /// (by address); their chunks keep their older content.
+    pub(crate) lost_blocks: HashSet<u64>,
     /// Tree and content hashes computed so far (`treehash`), keyed by what they hash: valid
     /// for as long as the store lives.
     pub(crate) hash_memo: crate::treehash::HashMemo,
@@ -1952,12 +1959,14 @@ impl Fs {
                 pieces.push((last_full * CHUNK, end));
             }
             self.op_put_chunks(ino, first_full, &chunks, now, false)?;
+            let unordered = self.writeback;
             self.log_part(!pieces.is_empty(), || {
                 target.clone().map(|ino| Record::PutChunks {
                     ino,
                     first: first_full,
                     chunks,
                     time: now,
+                    unordered,
                 })
             })?;
         }
@@ -2016,7 +2025,9 @@ impl Fs {
             return Err(errno::EFBIG);
         }
         for (i, c) in chunks.iter().enumerate() {
+            let idx = first + i as u64;
             let c = match c {
+                Some(p) if self.replaying && self.lost_blocks.contains(&p.addr) => self.older_chunk(ino, idx)?,
                 Some(p) if p.len as u64 == CHUNK && p.kind == scion_store::BlockKind::Data => {
                     if shared {
                         self.vol.forest.refs.inc(p);
@@ -2028,7 +2039,7 @@ impl Fs {
                 Some(_) => return Err(errno::EINVAL),
                 None => Chunk::Hole,
             };
-            self.set_chunk(ino, first + i as u64, c)?;
+            self.set_chunk(ino, idx, c)?;
         }
         let n = self.node_mut(ino)?;
         n.inode.size = n.inode.size.max(end);
@@ -2039,6 +2050,22 @@ impl Fs {
             self.pending_chunks += chunks.len() as u64;
         }
         Ok(())
+    }
+
+    /// What chunk `idx` of a file becomes when the block a `writeback` record put there never
+    /// reached the disk: its content before that record, zeros to the chunk's end (a hole if
+    /// it had none).
+    fn older_chunk(&self, ino: Ino, idx: u64) -> FsResult<Chunk> {
+        let n = self.node(ino)?;
+        let size = n.inode.size;
+        Ok(match self.chunk(n, idx)? {
+            Some(mut b) if idx * CHUNK < size => {
+                b.truncate((size - idx * CHUNK).min(CHUNK) as usize);
+                b.resize(CHUNK as usize, 0);
+                Chunk::Buf(b)
+            }
+            _ => Chunk::Hole,
+        })
     }
 
     /// Writes bytes into the file's chunks; returns the ranges that changed content (a piece
@@ -2609,6 +2636,17 @@ impl Fs {
         self.journal_data = on;
     }
 
+    /// Journals whole chunks as unordered and syncs the journal alone in the background
+    /// (mode `writeback`: see `writeback`), or not.
+    pub fn set_writeback(&mut self, on: bool) {
+        self.writeback = on;
+    }
+
+    /// Whether the volume is in `writeback` mode.
+    pub fn writes_back(&self) -> bool {
+        self.writeback
+    }
+
     /// Whether file data is journaled (then nothing is written ahead to the packs).
     pub fn journals_data(&self) -> bool {
         self.journal_data
@@ -2853,6 +2891,12 @@ impl SyncTicket {
     pub fn run(&self) -> Result<()> {
         self.store
             .sync_then(&|| self.journal.as_ref().map_or(Ok(()), |j| j.run()))
+    }
+
+    /// The journal alone, packs unsynced: the background sync of a `writeback` volume,
+    /// whose records say their blocks may not be on the disk yet.
+    pub fn run_journal_only(&self) -> Result<()> {
+        self.journal.as_ref().map_or(Ok(()), |j| j.run())
     }
 }
 

@@ -22,7 +22,7 @@ pub const SUPERBLOCK_SLOT: usize = 4096;
 /// directories it lets be removed. An older store is read as
 /// is and becomes the current version at its next checkpoint (every open makes one), after
 /// which older builds refuse it.
-pub const FORMAT_VERSION: u32 = 9;
+pub const FORMAT_VERSION: u32 = 10;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SCIONSB\0";

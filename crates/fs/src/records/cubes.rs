@@ -38,6 +38,10 @@ pub enum Mode {
     /// File data is journaled with the metadata (whole chunks too), not written ahead to
     /// the packs: one sequential stream per fsync.
     Data,
+    /// Metadata journaled, data not ordered before it: the background sync writes the
+    /// journal without syncing the packs, so after a crash a file's bytes written since
+    /// its last fsync may be older ones (never another file's); fsync syncs both.
+    Writeback,
 }
 
 /// What a failure inside a cube (a bad checksum, a failed host I/O, a broken invariant)
@@ -57,6 +61,7 @@ impl Mode {
             Mode::NoFsync => "nofsync",
             Mode::NoJournal => "nojournal",
             Mode::Data => "data",
+            Mode::Writeback => "writeback",
         }
     }
     pub fn parse(s: &str) -> std::result::Result<Mode, String> {
@@ -65,8 +70,8 @@ impl Mode {
             "nofsync" => Ok(Mode::NoFsync),
             "nojournal" => Ok(Mode::NoJournal),
             "data" => Ok(Mode::Data),
-            "writeback" => Err(format!("mode {s} is not built yet (ordered, data, nofsync and nojournal are)")),
-            _ => Err(format!("unknown mode {s:?} (ordered, data, nofsync or nojournal)")),
+            "writeback" => Ok(Mode::Writeback),
+            _ => Err(format!("unknown mode {s:?} (ordered, data, writeback, nofsync or nojournal)")),
         }
     }
 }

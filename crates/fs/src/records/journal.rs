@@ -69,6 +69,11 @@ pub enum Record {
         first: u64,
         chunks: Vec<Option<scion_store::BlockPtr>>,
         time: Ts,
+        /// Written by a `writeback` volume (type 18), whose journal may reach the disk
+        /// before the packs: a block that did not is not the end of replay, its chunk keeps
+        /// its older content. Otherwise (type 10) the blocks were written first, and the
+        /// first one missing ends replay there.
+        unordered: bool,
     },
     /// Whole chunks made to share committed blocks of another file (copy_file_range): the
     /// blocks gain a reference (`None`: a hole).
@@ -351,6 +356,7 @@ impl Record {
                 first,
                 chunks,
                 time,
+                ..
             }
             | Record::ShareChunks {
                 ino,
@@ -358,10 +364,10 @@ impl Record {
                 chunks,
                 time,
             } => {
-                w.u8(if matches!(self, Record::PutChunks { .. }) {
-                    10
-                } else {
-                    11
+                w.u8(match self {
+                    Record::PutChunks { unordered: false, .. } => 10,
+                    Record::PutChunks { unordered: true, .. } => 18,
+                    _ => 11,
                 });
                 put_target(&mut w, ino);
                 w.u64(*first).u32(chunks.len() as u32);
@@ -591,7 +597,7 @@ impl Record {
                     chunks,
                 }
             }
-            10 | 11 => {
+            10 | 11 | 18 => {
                 let ino = get_target(&mut r)?;
                 let first = r.u64()?;
                 let n = r.count(1)?;
@@ -604,12 +610,13 @@ impl Record {
                     });
                 }
                 let time = get_ts(&mut r)?;
-                if tag == 10 {
+                if tag != 11 {
                     Record::PutChunks {
                         ino,
                         first,
                         chunks,
                         time,
+                        unordered: tag == 18,
                     }
                 } else {
                     Record::ShareChunks {
@@ -690,5 +697,32 @@ impl Record {
         };
         r.expect_end()?;
         Ok(rec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scion_store::{BlockKind, BlockPtr};
+
+    /// Whole chunks of a `writeback` volume are type 18, of any other type 10: both decode to
+    /// what was encoded, and the type says whether replay may keep an older chunk.
+    #[test]
+    fn put_chunks_round_trip_ordered_and_not() {
+        for unordered in [false, true] {
+            let rec = Record::PutChunks {
+                ino: Target::Linked { ns: 1, oid: 7 },
+                first: 3,
+                chunks: vec![
+                    Some(BlockPtr { addr: BlockPtr::make_addr(2, 4096), len: 65536, kind: BlockKind::Data, hash: [9; 32] }),
+                    None,
+                ],
+                time: Ts { sec: 1_790_000_000, nsec: 1 },
+                unordered,
+            };
+            let bytes = rec.encode();
+            assert_eq!(bytes[0], if unordered { 18 } else { 10 });
+            assert_eq!(Record::decode(&bytes).unwrap(), rec);
+        }
     }
 }
