@@ -178,3 +178,23 @@ def test_mirror_to_a_store_that_is_not_mounted(scion_mount, scion_store):
     a.check()
     b.umount()
     b.check()
+
+
+def test_a_target_whose_path_begins_as_the_sources_mount_does(scion_mount, scion_store):
+    """`/x/mnt2/t` is not inside the mount `/x/mnt`: it was refused as "the same store" when
+    paths were compared as strings."""
+    a, b = scion_mount, scion_store
+    b.mnt = a.mnt + "2"
+    os.makedirs(b.mnt)
+    b.mount()
+    os.makedirs(os.path.join(b.mnt, "t"))
+    d = os.path.join(a.mnt, "d")
+    os.makedirs(d)
+    r = a.run("mirror", "add", d, "--to", os.path.join(b.mnt, "t"))
+    assert r.returncode == 0, r.describe()
+    r = a.run("mirror", "add", d, "--to", os.path.join(a.mnt, "elsewhere"))
+    assert r.returncode == 2 and "does not exist" in r.stderr, r.describe()
+    os.makedirs(os.path.join(a.mnt, "elsewhere"))
+    r = a.run("mirror", "add", d, "--to", os.path.join(a.mnt, "elsewhere"))
+    assert r.returncode == 2 and "same store" in r.stderr, r.describe()
+    assert a.run("mirror", "remove", d).returncode == 0

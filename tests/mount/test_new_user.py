@@ -59,10 +59,12 @@ def test_scion_options_are_checked_before_mounting(tmp_path):
     mnt.mkdir()
     assert subprocess.run([SCION_BIN, "init", str(store)], capture_output=True).returncode == 0
     before = sorted(os.listdir(store))
-    for bad in ("snapdir=bogus", "uring=maybe", "repack=sometimes", "cache=none"):
-        r = subprocess.run([SCION_BIN, "mount", "-o", bad, str(store), str(mnt)], capture_output=True, text=True, timeout=60)
+    for bad in ("snapdir=bogus", "uring=maybe", "repack=sometimes", "cache=none", "bogus", "max_read=x", "nonempty"):
+        r = subprocess.run([SCION_BIN, "mount", "-o", f"ro,{bad}", str(store), str(mnt)], capture_output=True, text=True, timeout=60)
         key = bad.split("=")[0]
-        assert r.returncode == 2 and f"{bad}: expected {key}=" in r.stderr, (bad, r.stderr)
+        want = f"{bad}: expected {key}=" if "=" in bad and key != "max_read" else f'mount option "{bad}" is unknown'
+        assert r.returncode == 2 and want in r.stderr, (bad, r.stderr)
+        assert "mount()" not in r.stderr and "EINVAL" not in r.stderr, (bad, r.stderr)
         assert not os.path.ismount(mnt)
         assert sorted(os.listdir(store)) == before, bad
 
@@ -87,3 +89,40 @@ def test_a_mount_over_a_live_scion_mount_is_refused(scion_mount, tmp_path):
     assert r.returncode == 2 and "already a scion mount" in r.stderr, r.stderr
     with open("/proc/self/mountinfo") as f:
         assert sum(1 for l in f if f" {m.mnt} " in l) == 1
+
+
+def test_refusals_name_what_was_wrong_and_what_to_do(scion_mount):
+    """Issue 22 item 6, from a review of every refusal: messages that leaked errno text, a
+    Rust error ("prefix not found"), store paths of a cube, or a collision that failed."""
+    m = scion_mount
+    a = os.path.join(m.mnt, "a")
+    os.makedirs(a)
+    with open(f"{a}/f", "w") as h:
+        h.write("v1")
+    assert m.run("snapshot", "--name", "s1", a).returncode == 0
+
+    def refused(*args, says, stdin=None):
+        r = subprocess.run([SCION_BIN, *args], capture_output=True, text=True, errors="replace", timeout=60, input=stdin)
+        assert r.returncode != 0 and says in r.stderr, (args, r.returncode, r.stderr)
+        for raw in ("os error", "(No such file or directory)", "(Invalid argument)", "Stale file handle",
+                    "prefix not found", "ERROR scion"):
+            assert raw not in r.stderr, (args, r.stderr)
+        return r.stderr
+
+    # A `.snapshot` directory named where a tree is needed.
+    for args in (("diff", f"{a}/.snapshot", a), ("clone", f"{a}/.snapshot", f"{m.mnt}/z"),
+                 ("send", f"{a}/.snapshot")):
+        refused(*args, says="lists the snapshots, it is not one")
+    refused("run", m.mnt, "--", "true", says="the mount's root")
+    refused("restore", f"{a}/f", "--from", "nope", says="no snapshot named nope")
+    refused("snapshot", "--name", "x", f"{a}/.snapshot/s1", says="clone it to change it")
+    refused("receive", f"{m.mnt}/r", stdin="", says="ends before a stream header")
+    # Two restores of one file in one second keep two copies aside.
+    for _ in range(2):
+        assert m.run("restore", f"{a}/f", "--from", "s1").returncode == 0
+    assert len([n for n in os.listdir(a) if n.startswith("f.scion-restore-")]) == 2, os.listdir(a)
+    # In a cube, a refusal says which cube its paths are in.
+    c = os.path.join(m.mnt, "cb")
+    assert m.run("cube", "create", c).returncode == 0
+    os.makedirs(f"{c}/x")
+    refused("destroy", f"{c}/x", says="in cube /cb: /x is not a clone or snapshot")

@@ -28,7 +28,8 @@ fn target_path(to: &Path, must_exist: bool) -> Result<Vec<u8>, String> {
         return Ok(abs.as_os_str().as_bytes().to_vec());
     }
     if must_exist && !abs.is_dir() {
-        return Err(format!("{}: not a directory (the mirror's target is a directory in a mounted scion store)", abs.display()));
+        let what = if abs.exists() { "is not a directory" } else { "does not exist" };
+        return Err(format!("{} {what}: the mirror's target is a directory in a mounted scion store, or a store", abs.display()));
     }
     if must_exist {
         // The target is in a scion mount other than the source's.
@@ -43,8 +44,13 @@ pub fn add(dir: PathBuf, to: PathBuf, keep_unmirrored: bool, store: Option<PathB
     let at = locate(&dir, true, &store)?;
     let target = target_path(&to, store.is_none())?;
     if let (Some(mnt), None) = (&at.mnt, &store) {
-        if target.starts_with(mnt.as_os_str().as_bytes()) {
-            return Err("the target is in the same store: a mirror goes to another store (another device, ideally)".into());
+        // By whole path components: /m2/x is not inside /m.
+        if Path::new(std::ffi::OsStr::from_bytes(&target)).starts_with(mnt) {
+            return Err(format!(
+                "{} is in the mount of the same store ({}): a mirror goes to another store (another device, ideally)",
+                String::from_utf8_lossy(&target),
+                mnt.display()
+            ));
         }
     }
     let same = |s: &Path| s.canonicalize().ok() == Path::new(std::ffi::OsStr::from_bytes(&target)).canonicalize().ok();

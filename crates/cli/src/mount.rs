@@ -85,7 +85,12 @@ fn mount_options(store: &Path, user: &[String]) -> Config {
             "nodev" => dev = false,
             "dev" => dev = true,
             "noatime" => opts.push(MountOption::NoAtime),
+            "atime" => opts.push(MountOption::Atime),
+            "sync" => opts.push(MountOption::Sync),
+            "async" => opts.push(MountOption::Async),
+            "dirsync" => opts.push(MountOption::DirSync),
             "default_permissions" => {}
+            // `max_read=N` and `blksize=N`, for the kernel (`scion_options` let nothing else by).
             other => opts.push(MountOption::CUSTOM(other.to_string())),
         }
     }
@@ -128,9 +133,29 @@ struct ScionOptions {
     kernel: Vec<String>,
 }
 
+/// The kernel's mount options scion passes on (`mount_options`); `max_read=` and `blksize=`
+/// take a number.
+const KERNEL_OPTIONS: &[&str] = &[
+    "ro", "rw", "allow_other", "noexec", "exec", "nosuid", "suid", "nodev", "dev", "noatime", "atime", "sync", "async",
+    "dirsync", "default_permissions",
+];
+
 /// Parses scion's own options (`snapdir=`, `uring=`, `repack=`, `compress_old=`, `cache=`), refusing a value
-/// it does not know by name, before anything is opened or mounted.
+/// it does not know by name, before anything is opened or mounted; so is an option that is
+/// neither scion's nor one of the kernel's it passes on.
 fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
+    for o in options.iter().filter(|o| !o.is_empty()) {
+        let (key, value) = o.split_once('=').unwrap_or((o, ""));
+        let ours = ["snapdir", "uring", "repack", "compress_old", "cache"].contains(&key);
+        let numeric = ["max_read", "blksize"].contains(&key) && value.parse::<u32>().is_ok_and(|n| n > 0);
+        if !ours && !numeric && !KERNEL_OPTIONS.contains(&o.as_str()) {
+            return Err(format!(
+                "mount option {o:?} is unknown: scion takes {}, max_read=N, blksize=N, and its own snapdir=, uring=, \
+                 repack=, compress_old= and cache= (see scion mount --help)",
+                KERNEL_OPTIONS.join(", ")
+            ));
+        }
+    }
     let value = |key: &str, default: &'static str, other: &'static str| -> Result<bool, String> {
         match options.iter().rev().find_map(|o| o.strip_prefix(key).and_then(|v| v.strip_prefix('='))) {
             None => Ok(true),

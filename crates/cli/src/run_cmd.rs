@@ -48,7 +48,12 @@ pub fn run(a: RunArgs) -> Result<ExitCode, String> {
     };
     let src_rel = store_path(&at);
     let clone = throwaway_name(&mnt, &src_rel)?;
-    let clone_rel = clone.strip_prefix(&mnt).map_err(|e| e.to_string())?.as_os_str().as_bytes().to_vec();
+    let clone_rel = clone
+        .strip_prefix(&mnt)
+        .map_err(|_| format!("{} is not below the mount point {}", clone.display(), mnt.display()))?
+        .as_os_str()
+        .as_bytes()
+        .to_vec();
     let base = if a.apply {
         let name = format!("scion-run-{}", std::process::id()).into_bytes();
         call(&at, &Op::Snapshot { path: src_rel.clone(), name: name.clone() })?;
@@ -255,6 +260,12 @@ fn copy_meta(from: &Path, to: &Path) -> Result<(), String> {
 
 /// A free name beside SRC for the throwaway clone: `SRC.scion-run-PID` (then `-2`, `-3`...).
 fn throwaway_name(mnt: &Path, src_rel: &[u8]) -> Result<PathBuf, String> {
+    if src_rel.split(|b| *b == b'/').all(|c| c.is_empty() || c == b".") {
+        return Err(format!(
+            "{} is the mount's root: scion run works on a directory below it (its clone is made beside it)",
+            mnt.display()
+        ));
+    }
     let src = mnt.join(Path::new(std::ffi::OsStr::from_bytes(src_rel)));
     let base = match src.file_name() {
         Some(n) => n.to_string_lossy().into_owned(),

@@ -89,6 +89,9 @@ fn send_snapshot(a: &SendArgs, at: &Located, snap: &[u8]) -> Result<(), String> 
     };
     let mut out: Box<dyn Write> = match &a.output {
         Some(f) => Box::new(std::fs::File::create(f).map_err(|e| format!("{}: {e}", f.display()))?),
+        None if unsafe { libc::isatty(1) } == 1 => {
+            return Err("stdout is a terminal, where a stream of bytes is no use: redirect it (> FILE, or | scion receive DIR) or give -o FILE".into())
+        }
         None => Box::new(std::io::stdout().lock()),
     };
     let io = |e: std::io::Error| format!("writing the stream: {e}");

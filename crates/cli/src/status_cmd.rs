@@ -19,7 +19,7 @@ pub fn status(path: Option<PathBuf>, store: Option<PathBuf>, json: bool) -> Resu
             mounts.into_iter().map(|(mnt, store, device)| Located::mount_root(mnt, store, device)).collect()
         }
     };
-    let mut first_error = None;
+    let mut failed = 0;
     for at in &places {
         match call(at, &Op::Status) {
             Ok(Reply::Status(st)) => {
@@ -31,14 +31,20 @@ pub fn status(path: Option<PathBuf>, store: Option<PathBuf>, json: bool) -> Resu
                 print!("{}", render(at, &st, &cubes, json))
             }
             Ok(_) => return Err("the daemon answered something else".into()),
+            // One place: its failure is the command's, said once. Several: each is said,
+            // and the command fails after the others were shown.
+            Err(e) if places.len() == 1 => return Err(e),
             Err(e) => {
                 let where_ = at.mnt.as_ref().unwrap_or(&at.store).display().to_string();
-                eprintln!("scion status: {where_}: {e}");
-                first_error.get_or_insert(e);
+                eprintln!("scion status: {where_}: {}", crate::humane(&e));
+                failed += 1;
             }
         }
     }
-    first_error.map_or(Ok(()), Err)
+    match failed {
+        0 => Ok(()),
+        n => Err(format!("{n} of {} mounts did not answer", places.len())),
+    }
 }
 
 fn ago(s: Option<u64>) -> String {

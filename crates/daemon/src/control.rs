@@ -249,8 +249,17 @@ impl Failure {
     /// store underneath is logged here, once, as it leaves the engine.
     pub fn from_fs(what: String) -> impl FnOnce(FsError) -> Failure {
         move |e| {
+            // The daemon's log keeps what a command was refused (the requester gets it in
+            // the reply); a command working on an unmounted store in-process does not print
+            // it a second time on the terminal.
             if let Some(c) = e.context() {
-                log::error!("{what}: {c}");
+                log::info!("{what}: {c}");
+            }
+            if e.errno() == libc::EROFS && what.contains("/.snapshot/") {
+                return Failure::new(
+                    libc::EROFS,
+                    format!("{what}: a snapshot is read-only; clone it to change it (scion clone SNAPSHOT DIR)"),
+                );
             }
             Failure::new(e.errno(), format!("{what}: {e}"))
         }

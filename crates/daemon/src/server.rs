@@ -197,8 +197,13 @@ fn run_routed(
         return Ok(reply);
     }
     let global = |i: &[Inval]| invalidate(&vol.global_invals(i));
-    let reply = run(s, &engine, &global, &op, who)?;
-    Ok(match cubes.path_of(vol) {
+    let top = cubes.path_of(vol);
+    // Its paths are the cube's own in a refusal: say which cube they are in.
+    let reply = run(s, &engine, &global, &op, who).map_err(|f| match &top {
+        Some(top) => Failure::new(f.errno, format!("in cube {}: {}", crate::control::show(top), f.message)),
+        None => f,
+    })?;
+    Ok(match top {
         Some(top) => from_cube(reply, &top),
         None => reply,
     })
@@ -263,13 +268,13 @@ fn snapshot_cubes(
 ) -> Result<(), Failure> {
     let mut failed = Vec::new();
     for c in cubes.below(path) {
-        let r = cubes.route_path(&c).map_err(Failure::from_fs(format!("cube /{}", crate::control::show(&c)))).and_then(|routed| {
+        let r = cubes.route_path(&c).map_err(Failure::from_fs(format!("cube {}", crate::control::show(&c)))).and_then(|routed| {
             let Some((vol, engine, _)) = routed else { return Ok(()) };
             let global = |i: &[Inval]| invalidate(&vol.global_invals(i));
             run(s, &engine, &global, &Op::Snapshot { path: Vec::new(), name: name.to_vec() }, who).map(drop)
         });
         if let Err(f) = r {
-            failed.push(format!("/{}: {}", crate::control::show(&c), f.message));
+            failed.push(format!("{}: {}", crate::control::show(&c), f.message));
         }
     }
     if failed.is_empty() {
@@ -277,18 +282,30 @@ fn snapshot_cubes(
     }
     Err(Failure::new(
         libc::EIO,
-        format!("snapshot {} of /{} taken, but not of its cubes {}", String::from_utf8_lossy(name), crate::control::show(path), failed.join("; ")),
+        format!("snapshot {} of {} taken, but not of its cubes {}", String::from_utf8_lossy(name), crate::control::show(path), failed.join("; ")),
     ))
 }
 
 /// The volume `op` runs on, and `op` with its paths made that volume's.
 fn route(cubes: &Cubes, main: &Engine, op: &Op) -> Result<(VolumeId, Engine, Op), Failure> {
     let mut op = op.clone();
+    // `DIR/.snapshot` is the list of DIR's snapshots, not a tree a command can work on.
+    if !matches!(op, Op::List { .. }) {
+        for p in crate::control::op_paths(&mut op) {
+            if p.rsplit(|&c| c == b'/').find(|c| !c.is_empty()) == Some(scion_fs::clone::SNAPDIR_NAME) {
+                let shown = crate::control::show(p);
+                return Err(Failure::new(
+                    libc::EINVAL,
+                    format!("{shown} lists the snapshots, it is not one: name one, {shown}/NAME"),
+                ));
+            }
+        }
+    }
     if let Op::Restore { path, to, .. } = &op {
         for p in std::iter::once(path).chain(to.as_ref()) {
             if cubes.route_path(p).map_err(Failure::from_fs("restore".into()))?.is_none() {
                 if let Some(c) = cubes.below(p).first() {
-                    return Err(Failure::new(libc::EBUSY, format!("/{} holds cube /{}: restore inside it, or below", crate::control::show(p), crate::control::show(c))));
+                    return Err(Failure::new(libc::EBUSY, format!("{} holds cube {}: restore inside it, or below", crate::control::show(p), crate::control::show(c))));
                 }
             }
         }
@@ -297,7 +314,7 @@ fn route(cubes: &Cubes, main: &Engine, op: &Op) -> Result<(VolumeId, Engine, Op)
     let mut in_main = false;
     for p in crate::control::op_paths(&mut op) {
         let shown = crate::control::show(p);
-        match cubes.route_path(p).map_err(Failure::from_fs(format!("/{shown}")))? {
+        match cubes.route_path(p).map_err(Failure::from_fs(shown.clone()))? {
             Some((vol, engine, rel)) => {
                 if in_main || to.as_ref().is_some_and(|(v, _)| *v != vol) {
                     return Err(exdev());
@@ -532,6 +549,16 @@ pub fn call_streaming(
                 ));
             }
             s
+        }
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNREFUSED | libc::ENOENT)) => {
+            return Err(Failure::new(
+                libc::ENOTCONN,
+                format!(
+                    "no daemon answers for the store {} (it stopped or was killed): unmount its mount point \
+                     (scion umount MOUNTPOINT) and mount the store again; the journal is replayed",
+                    store.display()
+                ),
+            ))
         }
         Err(e) => return Err(io(&format!("cannot reach the daemon at {}", sock.display()), e)),
     };

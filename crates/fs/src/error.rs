@@ -69,8 +69,10 @@ impl PartialEq<i32> for FsError {
 impl fmt::Display for FsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let text = std::io::Error::from_raw_os_error(self.errno);
+        // A context is a sentence of its own ("no snapshot named x of /a"): the errno's
+        // text after it would only repeat it in the kernel's words.
         match &self.context {
-            Some(c) => write!(f, "{c} ({text})"),
+            Some(c) => write!(f, "{c}"),
             None => write!(f, "{text}"),
         }
     }

@@ -110,11 +110,20 @@ impl Fs {
             if replace {
                 self.remove_tree(parent, &name, 0)?;
             } else {
-                let mut aside = name.clone();
-                aside.extend_from_slice(format!(".scion-restore-{stamp}").as_bytes());
-                self.rename(parent, &name, parent, &aside, crate::RENAME_NOREPLACE)?;
+                // Two restores in one second: `-2`, `-3`... after the stamp.
+                let mut suffix = None;
+                for i in 1..1000u32 {
+                    let s = if i == 1 { format!(".scion-restore-{stamp}") } else { format!(".scion-restore-{stamp}-{i}") };
+                    let aside = [&name[..], s.as_bytes()].concat();
+                    if self.child(parent, &aside)?.is_none() {
+                        self.rename(parent, &name, parent, &aside, crate::RENAME_NOREPLACE)?;
+                        suffix = Some(s);
+                        break;
+                    }
+                }
+                let s = suffix.ok_or_else(|| errno::EEXIST.with("a thousand earlier copies are kept beside the destination"))?;
                 let mut p = dst.strip_suffix(b"/").unwrap_or(dst).to_vec();
-                p.extend_from_slice(format!(".scion-restore-{stamp}").as_bytes());
+                p.extend_from_slice(s.as_bytes());
                 report.kept_as = Some(p);
             }
         }

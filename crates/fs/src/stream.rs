@@ -441,7 +441,10 @@ pub fn decode_frames(mut b: &[u8]) -> Result<Vec<Frame>, String> {
 /// Reads a stream's header: its flags.
 pub fn read_header(r: &mut impl Read) -> Result<u8, String> {
     let mut h = [0u8; 10];
-    r.read_exact(&mut h).map_err(|e| format!("no stream header: {e}"))?;
+    r.read_exact(&mut h).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => "the input ends before a stream header: it is empty or cut short (is it the output of scion send?)".to_string(),
+        _ => format!("no stream header: {e}"),
+    })?;
     if &h[..8] != MAGIC {
         return Err("not a scion send stream".into());
     }

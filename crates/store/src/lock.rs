@@ -28,7 +28,7 @@ impl StoreLock {
             let _ = file.read_to_string(&mut who);
             let who = who.lines().collect::<Vec<_>>().join(", ");
             return Err(Error::InUse(format!(
-                "store {} is in use by another scion process ({})",
+                "store {} is in use by another scion process ({}): work through its mount, or unmount it first",
                 dir.display(),
                 if who.is_empty() { "holder unknown" } else { &who }
             )));
