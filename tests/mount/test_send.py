@@ -7,6 +7,7 @@ nothing behind; a small write travels as its patch."""
 import json
 import os
 import random
+import re
 import shutil
 import stat
 import subprocess
@@ -335,3 +336,56 @@ def test_receive_into_an_unmounted_store(scion_mount, scion_store, tmp_path):
     assert r.returncode == 0, r.describe()
     assert tree(f"{s.mnt}/w") == tree(f"{a}/.snapshot/s1")
     assert not transient_mounts()
+
+
+def test_dedup_over_a_two_way_channel(scion_mount, scion_store, tmp_path):
+    """`send --dedup --through CMD`: the receiver says which of the stream's blocks it holds
+    (anywhere in its store, however they got there) and those go as hashes. A second base-less
+    send of a tree the receiver holds moves almost nothing; a tree it holds part of moves the
+    rest; a negotiated stream replayed to a store without those blocks is refused whole."""
+    m, s = scion_mount, scion_store
+    s.mount()
+    rng = random.Random(5)
+    a = os.path.join(m.mnt, "a")
+    os.makedirs(a)
+    build(a, rng)
+    with open(f"{a}/big", "wb") as h:
+        h.write(os.urandom(8 << 20))
+    assert m.run("snapshot", "--name", "s1", a).returncode == 0
+    snap = f"{a}/.snapshot/s1"
+    # The receiver gets the tree by another route than a stream: cp -a.
+    subprocess.run(["cp", "-a", snap, f"{s.mnt}/copied"], check=True)
+    sent = tmp_path / "negotiated"
+    recv = f"tee {sent} | {SCION_BIN} receive {s.mnt}/r1"
+    r = m.run("send", snap, "--dedup", "--through", recv)
+    assert r.returncode == 0, r.describe()
+    held, offered = map(int, re.search(r"holds (\d+) of the (\d+) blocks", r.stderr).groups())
+    assert held == offered >= 128, r.describe()  # the 8 MiB file and the 200 KB ones
+    assert tree(f"{s.mnt}/r1") == tree(snap)
+    full = tmp_path / "full"
+    assert m.run("send", snap, "-o", str(full)).returncode == 0
+    # The negotiated stream is a small part of the full one (its small files still go whole).
+    assert os.path.getsize(sent) * 10 < os.path.getsize(full), (os.path.getsize(sent), os.path.getsize(full))
+    # Half of big changes: only that half travels.
+    with open(f"{a}/big", "r+b") as h:
+        h.seek(4 << 20)
+        h.write(os.urandom(4 << 20))
+    assert m.run("snapshot", "--name", "s2", a).returncode == 0
+    sent2 = tmp_path / "negotiated2"
+    r = m.run("send", f"{a}/.snapshot/s2", "--dedup", "--through", f"tee {sent2} | {SCION_BIN} receive {s.mnt}/r2")
+    assert r.returncode == 0, r.describe()
+    assert tree(f"{s.mnt}/r2") == tree(f"{a}/.snapshot/s2")
+    assert (4 << 20) < os.path.getsize(sent2) < (6 << 20), os.path.getsize(sent2)
+    # Replayed to a store that holds none of those blocks: refused, nothing left.
+    other = str(tmp_path / "other")
+    assert m.run("init", other).returncode == 0
+    r = m.run("receive", "--store", other, "/x", "-i", str(sent))
+    assert r.returncode != 0 and "held here" in r.stderr, r.describe()
+    assert "x" not in m.run("list", "--json", "--store", other).stdout
+    assert m.run("check", other).returncode == 0
+    # --dedup needs the two-way channel; a failing receiver fails the send.
+    r = m.run("send", snap, "--dedup", "-o", str(tmp_path / "x"))
+    assert r.returncode != 0 and "--through" in r.stderr, r.describe()
+    r = m.run("send", snap, "--dedup", "--through", f"{SCION_BIN} receive {s.mnt}/r1")
+    assert r.returncode != 0 and "already exists" in r.stderr and "stopped before it answered" in r.stderr, r.describe()
+    s.umount()

@@ -356,6 +356,15 @@ enum Cmd {
         /// must be the snapshot sent the first time.
         #[arg(long)]
         resume: Option<String>,
+        /// Run CMD (a shell command line that receives, such as `ssh host scion receive
+        /// /mnt/x`) with the stream on its stdin, its stdout shown here: a two-way channel.
+        #[arg(long, value_name = "CMD")]
+        through: Option<String>,
+        /// Over --through, ask the receiver first which blocks it holds (anywhere in its
+        /// store, by BLAKE3 hash) and send those as their hashes, not their bytes: a second
+        /// send of a tree the receiver got by any route moves almost nothing.
+        #[arg(long, requires = "through")]
+        dedup: bool,
     },
     /// Make the tree a `scion send` stream holds appear as the new directory DIR
     ///
@@ -860,6 +869,8 @@ fn main() -> ExitCode {
             no_compress,
             progress,
             resume,
+            through,
+            dedup,
         } => send_cmd::send(send_cmd::SendArgs {
             path,
             base,
@@ -867,6 +878,8 @@ fn main() -> ExitCode {
             no_compress,
             progress,
             resume,
+            through,
+            dedup,
         }),
         Cmd::Receive {
             dir,

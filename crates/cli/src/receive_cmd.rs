@@ -120,7 +120,7 @@ fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
             a.dir.display()
         ));
     }
-    let mut frames = open_stream(&a.input)?;
+    let mut frames = open_stream(&a.input, &at)?;
     let Some(Frame::Begin { base, root, name, .. }) = frames.next()? else {
         return Err("the stream does not begin with its Begin frame".into());
     };
@@ -170,19 +170,38 @@ fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
     build(&a, &staging, base, frames, root, (name, base_rel), &dst)
 }
 
-/// The stream from `input` (or stdin), its header read.
-fn open_stream(input: &Option<PathBuf>) -> Result<StreamReader<Box<dyn Read>>, String> {
+/// The stream from `input` (or stdin), its header read; a negotiated stream's offer answered
+/// on stdout with what the store `at` holds.
+fn open_stream(input: &Option<PathBuf>, at: &Located) -> Result<StreamReader<Box<dyn Read>>, String> {
     let mut input: Box<dyn Read> = match input {
         Some(f) => Box::new(std::fs::File::open(f).map_err(|e| format!("{}: {e}", f.display()))?),
         None => Box::new(std::io::stdin().lock()),
     };
     let flags = scion::stream::read_header(&mut input)?;
+    if flags & scion::stream::FLAG_NEGOTIATE != 0 {
+        answer_offer(&mut input, at)?;
+    }
     let body: Box<dyn Read> = if flags & FLAG_ZSTD != 0 {
         Box::new(zstd::stream::read::Decoder::new(input).map_err(|e| e.to_string())?)
     } else {
         Box::new(std::io::BufReader::with_capacity(1 << 20, input))
     };
     Ok(StreamReader::new(body))
+}
+
+/// Reads the sender's offer of block hashes and says on stdout which the store holds (the
+/// other end of `scion send --dedup --through`); those then come as their hashes.
+fn answer_offer(input: &mut impl Read, at: &Located) -> Result<(), String> {
+    let offer = scion::stream::read_offer(input)?;
+    let mut held = Vec::with_capacity(offer.len());
+    for batch in offer.chunks(scion_daemon::control::MAX_HASHES_PER_REQUEST) {
+        match call(at, &Op::FindBlocks { hashes: batch.to_vec() })? {
+            Reply::Blocks(h) if h.len() == batch.len() => held.extend(h),
+            _ => return Err("the daemon answered something else".into()),
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    scion::stream::write_answer(&mut out, &held).map_err(|e| format!("answering the sender: {e}"))
 }
 
 /// `--abort`: removes a kept partial tree; `--resume`: goes on building it.
@@ -214,7 +233,7 @@ fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: 
         return Ok(());
     }
     let (from, chain, root) = scion::stream::parse_token(token)?;
-    let mut frames = open_stream(&a.input)?;
+    let mut frames = open_stream(&a.input, &staging.at)?;
     match frames.next()? {
         Some(Frame::Resume { root: r, from: f, chain: c }) if (r, f, c) == (root, from, chain) => {}
         Some(Frame::Resume { .. }) => return Err("the stream goes on from another place than this receive stopped; send with the token it printed".into()),
@@ -265,7 +284,7 @@ fn build(
             }
             match &f {
                 Frame::File { .. } => open_at = Some(frames.position()),
-                Frame::Data { .. } | Frame::Hole { .. } => {}
+                Frame::Data { .. } | Frame::Hole { .. } | Frame::Block { .. } => {}
                 _ => open_at = None,
             }
             b.push(f).map_err(ReadError::Bad)?;
@@ -379,7 +398,7 @@ impl Batcher<'_> {
         }
         match &f {
             Frame::File { .. } => self.cur = Some(f.clone()),
-            Frame::Data { .. } | Frame::Hole { .. } => {}
+            Frame::Data { .. } | Frame::Hole { .. } | Frame::Block { .. } => {}
             _ => self.cur = None,
         }
         self.buf.extend_from_slice(&b);

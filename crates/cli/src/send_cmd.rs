@@ -6,7 +6,7 @@
 
 use crate::tree_cmds::{call, call_streaming, locate, store_path, utc_now_name, Located};
 use scion::stream::FLAG_ZSTD;
-use scion_daemon::control::{Op, Reply, Target};
+use scion_daemon::control::{Op, Reply, SendDedup, Target};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,6 +19,10 @@ pub struct SendArgs {
     pub progress: bool,
     /// A resume token from `scion receive --resumable`: send only what did not arrive.
     pub resume: Option<String>,
+    /// A command the stream goes to, whose stdout comes back (a two-way channel).
+    pub through: Option<String>,
+    /// Negotiate over `through` which blocks the receiver holds.
+    pub dedup: bool,
 }
 
 pub fn send(a: SendArgs) -> Result<(), String> {
@@ -87,16 +91,35 @@ fn send_snapshot(a: &SendArgs, at: &Located, snap: &[u8]) -> Result<(), String> 
             Some(store_path(&bat))
         }
     };
-    let mut out: Box<dyn Write> = match &a.output {
-        Some(f) => Box::new(std::fs::File::create(f).map_err(|e| format!("{}: {e}", f.display()))?),
-        None if unsafe { libc::isatty(1) } == 1 => {
+    if a.through.is_some() && a.output.is_some() {
+        return Err("--through and -o both say where the stream goes: give one".into());
+    }
+    if a.dedup && resume.is_some() {
+        return Err("--dedup negotiates a whole stream; a resumed one sends what is left as it is: drop --dedup".into());
+    }
+    let mut child = a.through.as_deref().map(spawn_receiver).transpose()?;
+    let mut out: Box<dyn Write> = match (&mut child, &a.output) {
+        (Some(c), _) => Box::new(c.stdin.take().expect("a piped stdin")),
+        (None, Some(f)) => Box::new(std::fs::File::create(f).map_err(|e| format!("{}: {e}", f.display()))?),
+        (None, None) if unsafe { libc::isatty(1) } == 1 => {
             return Err("stdout is a terminal, where a stream of bytes is no use: redirect it (> FILE, or | scion receive DIR) or give -o FILE".into())
         }
-        None => Box::new(std::io::stdout().lock()),
+        (None, None) => Box::new(std::io::stdout().lock()),
     };
     let io = |e: std::io::Error| format!("writing the stream: {e}");
-    let flags = if a.no_compress { 0 } else { FLAG_ZSTD };
+    let mut flags = if a.no_compress { 0 } else { FLAG_ZSTD };
+    if a.dedup {
+        flags |= scion::stream::FLAG_NEGOTIATE;
+    }
     scion::stream::write_header(&mut out, flags).map_err(io)?;
+    // What comes back from the receiving command: the answer to the offer, then its output,
+    // shown here as it comes.
+    let mut back = child.as_mut().map(|c| c.stdout.take().expect("a piped stdout"));
+    let dedup = match (a.dedup, back.as_mut()) {
+        (true, Some(back)) => negotiate(at, snap, &base, &mut out, back)?,
+        _ => SendDedup::Off,
+    };
+    let shown = back.map(|mut b| std::thread::spawn(move || std::io::copy(&mut b, &mut std::io::stdout())));
     let mut progress = Progress::new(a.progress);
     {
         let mut body: Box<dyn Write + '_> = if a.no_compress {
@@ -118,6 +141,7 @@ fn send_snapshot(a: &SendArgs, at: &Located, snap: &[u8]) -> Result<(), String> 
             snap: snap.to_vec(),
             base,
             resume,
+            dedup,
         };
         match call_streaming(at, &op, &mut sink)? {
             Reply::Sent(_) => {}
@@ -127,7 +151,57 @@ fn send_snapshot(a: &SendArgs, at: &Located, snap: &[u8]) -> Result<(), String> 
         progress.done(sent);
     }
     out.flush().map_err(io)?;
+    // The receiver sees the end of its input, finishes and says so.
+    drop(out);
+    if let Some(mut c) = child {
+        let status = c.wait().map_err(|e| format!("waiting for the receiving command: {e}"))?;
+        if let Some(t) = shown {
+            let _ = t.join();
+        }
+        if !status.success() {
+            return Err(format!("the receiving command failed ({status}); its messages are above"));
+        }
+    }
     Ok(())
+}
+
+/// `--through CMD`: the command, run by sh with the stream on its stdin and its stdout read
+/// back (its stderr is ours).
+fn spawn_receiver(cmd: &str) -> Result<std::process::Child, String> {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("--through {cmd:?}: {e}"))
+}
+
+/// The offer of the stream's whole blocks (asked of the daemon: a pass that reads no data)
+/// and the receiver's answer: the hashes that may go without their bytes.
+fn negotiate(at: &Located, snap: &[u8], base: &Option<Vec<u8>>, out: &mut dyn Write, back: &mut dyn std::io::Read) -> Result<SendDedup, String> {
+    let mut offered = Vec::new();
+    let op = Op::Send { snap: snap.to_vec(), base: base.clone(), resume: None, dedup: SendDedup::Offer };
+    call_streaming(at, &op, &mut |b: &[u8]| {
+        offered.extend_from_slice(b);
+        Ok(())
+    })?;
+    let mut hashes: Vec<[u8; 32]> = offered.chunks_exact(32).map(|h| h.try_into().expect("32 bytes")).collect();
+    hashes.truncate(scion::stream::MAX_OFFER);
+    let io = |e: std::io::Error| format!("offering blocks to the receiver: {e}");
+    scion::stream::write_offer(&mut &mut *out, &hashes).map_err(io)?;
+    out.flush().map_err(io)?;
+    let held = scion::stream::read_answer(&mut &mut *back, hashes.len())?;
+    let mut named: Vec<[u8; 32]> = hashes.iter().zip(&held).filter(|(_, h)| **h).map(|(x, _)| *x).collect();
+    eprintln!(
+        "scion send: the receiver holds {} of the {} blocks offered ({} not sent)",
+        named.len(),
+        hashes.len(),
+        crate::control::human(named.len() as u64 * 65536)
+    );
+    // One request names at most this many; the rest go as bytes.
+    named.truncate(scion_daemon::control::MAX_HASHES_PER_REQUEST);
+    Ok(SendDedup::Use(named))
 }
 
 /// Bytes sent, the rate, on stderr twice a second (a terminal, or `--progress`).

@@ -8,6 +8,9 @@ use std::io::Read;
 pub fn decode_all(b: &[u8]) -> Result<Vec<Frame>, String> {
     let mut r = b;
     let flags = read_header(&mut r)?;
+    if flags & FLAG_NEGOTIATE != 0 {
+        read_offer(&mut r)?;
+    }
     let body: Box<dyn Read> = if flags & FLAG_ZSTD != 0 {
         Box::new(zstd::stream::read::Decoder::new(r).map_err(|e| e.to_string())?)
     } else {

@@ -157,7 +157,11 @@ pub enum Op {
         snap: Vec<u8>,
         base: Option<Vec<u8>>,
         resume: Option<(u64, [u8; 32])>,
+        /// Blocks named by their hash (`scion send --dedup`).
+        dedup: SendDedup,
     },
+    /// Which of these block hashes the store holds (`scion receive` answering an offer).
+    FindBlocks { hashes: Vec<[u8; 32]> },
     /// Applies a batch of send-stream frames (`frames`, encoded back to back) to the tree
     /// at `top`, copies coming from `base`; `open` is the File frame of a file a previous
     /// batch left open.
@@ -227,7 +231,25 @@ pub enum Reply {
     Checked(Box<scion_fs::check::Report>),
     /// The stream was sent (its bytes came in part frames); the tree's content hash.
     Sent([u8; 32]),
+    /// Per hash asked, whether the store holds it.
+    Blocks(Vec<bool>),
 }
+
+/// What a send does with blocks the receiver may hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum SendDedup {
+    /// Every block's bytes go in the stream.
+    #[default]
+    Off,
+    /// No stream: the part frames carry the hashes of the whole blocks it would carry (32
+    /// bytes each, each once), to offer the receiver.
+    Offer,
+    /// The blocks with these hashes, which the receiver holds, go as `Block` frames.
+    Use(Vec<[u8; 32]>),
+}
+
+/// Hashes a request names at most (`Use`, `FindBlocks`): what fits in one request frame.
+pub const MAX_HASHES_PER_REQUEST: usize = (crate::wire::MAX_MESSAGE - 4096) / 32;
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
 /// was refused and why.
@@ -691,6 +713,10 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             return Err(Failure::new(libc::EINVAL, "cubes are served by a mounted store's daemon: mount the store"))
         }
         Op::Apply { top, base, open, frames } => (apply(fs, top, base.as_deref(), open.as_deref(), frames)?, Vec::new()),
+        Op::FindBlocks { hashes } => (
+            Reply::Blocks(fs.find_blocks(hashes).map_err(Failure::from_fs("blocks offered".into()))?),
+            Vec::new(),
+        ),
         Op::Rollback { dir, to } => {
             let d = fs.resolve_path(dir).map_err(Failure::from_fs(show(dir)))?;
             fs.rollback(d, to).map_err(|e| rollback_failure(e, dir, to))?;
@@ -725,6 +751,7 @@ pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
         Op::Scan { paths, since, .. } => paths.iter_mut().chain(since.as_mut()).collect(),
         Op::ChunkChanges { old, new } => vec![old, new],
         Op::Send { snap, base, .. } => std::iter::once(snap).chain(base.as_mut()).collect(),
+        Op::FindBlocks { .. } => Vec::new(),
         Op::Apply { top, base, .. } => std::iter::once(top).chain(base.as_mut()).collect(),
         Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } | Op::CubeCheck { path } | Op::CubeRemove { path } => vec![path],
         Op::Destroy { target: Target::Id(_), .. }

@@ -8,13 +8,13 @@
 //! patch), a moved file a copy of the base's, deletions first, directories' metadata last
 //! (writing in a directory changes its mtime), deepest first.
 
-use crate::control::{show, Failure};
+use crate::control::{show, Failure, SendDedup};
 use crate::Engine;
 use scion_fs::diff::{Change, DiffOptions, Difference};
 use scion_fs::stream::{Frame, Meta, StreamWriter, DATA_MAX};
 use scion_fs::treehash::{ChunkChange, TreeHash};
 use scion_fs::{Fs, Ino, Kind};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::Write;
 
 const CHUNK: u64 = 64 << 10;
@@ -26,6 +26,17 @@ pub struct SendRequest<'a> {
     pub base: Option<&'a [u8]>,
     /// Go on from frame `from` where the chain hash is `chain` (a resumed stream).
     pub resume: Option<(u64, [u8; 32])>,
+    /// Blocks the receiver holds, named instead of sent; or only the offer of them.
+    pub dedup: &'a SendDedup,
+}
+
+/// What `Sender::data` does with a chunk that is a whole block (`Fs::plain_block`).
+enum Dedup {
+    Off,
+    /// Only the offer is made: each such block's hash, once, in the order met.
+    Offer { seen: HashSet<[u8; 32]>, order: Vec<[u8; 32]> },
+    /// Those the receiver holds go as `Block` frames.
+    Use(HashSet<[u8; 32]>),
 }
 
 /// The sink the stream's bytes go to (the control socket's part frames).
@@ -74,6 +85,16 @@ pub fn send(engine: &Engine, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) -> s
         (snap, root, base, changes)
     };
     let name = req.snap.rsplit(|&c| c == b'/').next().unwrap_or_default().to_vec();
+    let dedup = match req.dedup {
+        SendDedup::Off => Dedup::Off,
+        SendDedup::Offer => Dedup::Offer { seen: HashSet::new(), order: Vec::new() },
+        SendDedup::Use(h) => Dedup::Use(h.iter().copied().collect()),
+    };
+    // An offer is made by a pass that sends nothing: the frames go nowhere.
+    let mut nowhere = |_: &[u8]| Ok(());
+    let offering = matches!(dedup, Dedup::Offer { .. });
+    let (sink, offer_sink): (&mut dyn FnMut(&[u8]) -> std::io::Result<()>, _) =
+        if offering { (&mut nowhere, Some(sink)) } else { (sink, None) };
     let mut out = std::io::BufWriter::with_capacity(256 << 10, Sink(sink));
     let w = match req.resume {
         None => StreamWriter::new(&mut out),
@@ -95,6 +116,7 @@ pub fn send(engine: &Engine, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) -> s
         groups: groups.into_iter().flat_map(|g| g.clone().into_iter().map(move |p| (p, g.clone()))).collect(),
         grouped: Default::default(),
         later: Vec::new(),
+        dedup,
     };
     let r = (|| {
         s.put(Frame::Begin {
@@ -108,8 +130,9 @@ pub fn send(engine: &Engine, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) -> s
             (Some(c), Some((b, _))) => s.incremental(b, c)?,
             _ => s.full()?,
         }
+        let dedup = std::mem::replace(&mut s.dedup, Dedup::Off);
         s.w.finish(root).map_err(io)?;
-        Ok(())
+        Ok(dedup)
     })();
     let mut fs = engine.lock();
     fs.forget(snap, 1);
@@ -117,8 +140,14 @@ pub fn send(engine: &Engine, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) -> s
         fs.forget(b, 1);
     }
     drop(fs);
-    r?;
+    let dedup = r?;
     out.flush().map_err(io)?;
+    drop(out);
+    if let (Dedup::Offer { order, .. }, Some(sink)) = (dedup, offer_sink) {
+        for piece in order.chunks(4096) {
+            sink(&piece.concat()).map_err(io)?;
+        }
+    }
     Ok(root)
 }
 
@@ -144,6 +173,7 @@ struct Sender<'e, W: Write> {
     /// Links to make once every directory is there: (name, the group's first name), and
     /// (first name, empty) for the names sent whole, whose directories' metadata is due.
     later: Vec<(Vec<u8>, Vec<u8>)>,
+    dedup: Dedup,
 }
 
 fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
@@ -269,6 +299,9 @@ impl<W: Write> Sender<'_, W> {
     /// `DATA_MAX` of consecutive chunks. All-zero chunks are left out of a new file (which
     /// reads zeros there) and sent as holes into an old one (`holes`).
     fn data(&mut self, p: &[u8], size: u64, chunks: &[u64], holes: bool) -> Result<(), Failure> {
+        if !matches!(self.dedup, Dedup::Off) {
+            return self.data_by_block(p, size, chunks, holes);
+        }
         let per_frame = (DATA_MAX as u64 / CHUNK) as usize;
         let mut k = 0;
         while k < chunks.len() {
@@ -306,6 +339,56 @@ impl<W: Write> Sender<'_, W> {
                 self.put(Frame::Data { offset: off + r as u64 * CHUNK, bytes })?;
             }
             k += n;
+        }
+        Ok(())
+    }
+
+    /// `data` of a negotiated stream, chunk by chunk (a megabyte's worth per engine step): a
+    /// whole block the receiver holds goes as its hash, the others as bytes; the offer's
+    /// pass only notes the whole blocks, reading nothing.
+    fn data_by_block(&mut self, p: &[u8], size: u64, chunks: &[u64], holes: bool) -> Result<(), Failure> {
+        let per_step = (DATA_MAX as u64 / CHUNK) as usize;
+        for step in chunks.chunks(per_step) {
+            let mut frames = Vec::with_capacity(step.len());
+            {
+                let engine = self.engine;
+                let mut fs = engine.lock();
+                let ino = self.at(&mut fs, p)?;
+                let r = (|| -> Result<(), Failure> {
+                    for &idx in step {
+                        let off = idx * CHUNK;
+                        let block = fs.plain_block(ino, idx).map_err(fs_err(p))?;
+                        match (&mut self.dedup, block) {
+                            (Dedup::Offer { seen, order }, Some(b)) => {
+                                if seen.insert(b.hash) {
+                                    order.push(b.hash);
+                                }
+                            }
+                            (Dedup::Offer { .. }, None) => {}
+                            (Dedup::Use(held), Some(b)) if held.contains(&b.hash) => {
+                                frames.push(Frame::Block { offset: off, hash: b.hash });
+                            }
+                            _ => {
+                                let len = CHUNK.min(size.saturating_sub(off));
+                                let bytes = fs.read_exact(ino, off, len).map_err(fs_err(p))?;
+                                if bytes.iter().all(|&b| b == 0) {
+                                    if holes {
+                                        frames.push(Frame::Hole { offset: off, len: bytes.len() as u64 });
+                                    }
+                                } else {
+                                    frames.push(Frame::Data { offset: off, bytes });
+                                }
+                            }
+                        }
+                    }
+                    Ok(())
+                })();
+                fs.forget(ino, 1);
+                r?;
+            }
+            for f in frames {
+                self.put(f)?;
+            }
         }
         Ok(())
     }

@@ -414,12 +414,13 @@ fn run(
         }
         // Made step by step, the engine lock taken per step; the bytes go out as made, as
         // fast as the caller takes them (no write timeout: a slow pipe is not a hung client).
-        Op::Send { snap, base, resume } => {
+        Op::Send { snap, base, resume, dedup } => {
             let _ = s.set_write_timeout(None);
             let req = crate::send::SendRequest {
                 snap,
                 base: base.as_deref(),
                 resume: *resume,
+                dedup,
             };
             let mut sink = |b: &[u8]| -> std::io::Result<()> {
                 for piece in b.chunks(wire::MAX_MESSAGE - 64) {

@@ -24,7 +24,7 @@
 //! Version 1 (before issue 17) answered with a status byte, 0 or 1, and a text: a body that
 //! begins with either is an older daemon's, and is reported as such.
 
-use crate::control::{Failure, Op, Reply, Target};
+use crate::control::{Failure, Op, Reply, SendDedup, Target, MAX_HASHES_PER_REQUEST};
 use crate::scan_cache::{ScanResult, MAX_COMMAND};
 use scion_fs::diff::{Change, Difference};
 use scion_fs::scan::{ContentKey, ScanListing};
@@ -40,7 +40,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 6;
+pub const VERSION: u8 = 7;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -77,6 +77,22 @@ pub fn read_frame(s: &mut impl Read) -> std::io::Result<Vec<u8>> {
     let mut b = vec![0u8; len];
     s.read_exact(&mut b)?;
     Ok(b)
+}
+
+fn put_hashes(w: &mut Writer, hashes: &[[u8; 32]]) {
+    assert!(hashes.len() <= MAX_HASHES_PER_REQUEST, "{} hashes in one request", hashes.len());
+    w.u32(hashes.len() as u32);
+    for h in hashes {
+        w.raw(h);
+    }
+}
+
+fn get_hashes(r: &mut Reader) -> Result<Vec<[u8; 32]>, String> {
+    let n = r.count(32).map_err(bad)?;
+    if n > MAX_HASHES_PER_REQUEST {
+        return Err(format!("{n} hashes in one request (at most {MAX_HASHES_PER_REQUEST})"));
+    }
+    (0..n).map(|_| r.array().map_err(bad)).collect()
 }
 
 fn bad(e: scion_store::Error) -> String {
@@ -214,10 +230,26 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::ChunkChanges { old, new } => {
             w.u8(20).bytes(old).bytes(new);
         }
-        Op::Send { snap, base, resume } => {
+        Op::Send { snap, base, resume, dedup } => {
             w.u8(22).bytes(snap).u8(base.is_some() as u8).bytes(base.as_deref().unwrap_or_default());
             let (from, chain) = resume.unwrap_or_default();
             w.u8(resume.is_some() as u8).u64(from).raw(&chain);
+            match dedup {
+                SendDedup::Off => {
+                    w.u8(0);
+                }
+                SendDedup::Offer => {
+                    w.u8(1);
+                }
+                SendDedup::Use(h) => {
+                    w.u8(2);
+                    put_hashes(&mut w, h);
+                }
+            }
+        }
+        Op::FindBlocks { hashes } => {
+            w.u8(34);
+            put_hashes(&mut w, hashes);
         }
         Op::Apply { top, base, open, frames } => {
             w.u8(21).bytes(top).u8(base.is_some() as u8).bytes(base.as_deref().unwrap_or_default());
@@ -420,12 +452,20 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             let has_resume = r.u8().map_err(bad)? != 0;
             let from = r.u64().map_err(bad)?;
             let chain: [u8; 32] = r.array().map_err(bad)?;
+            let dedup = match r.u8().map_err(bad)? {
+                0 => SendDedup::Off,
+                1 => SendDedup::Offer,
+                2 => SendDedup::Use(get_hashes(&mut r)?),
+                m => return Err(format!("send dedup mode {m}")),
+            };
             Op::Send {
                 snap,
                 base: has_base.then_some(base),
                 resume: has_resume.then_some((from, chain)),
+                dedup,
             }
         }
+        34 => Op::FindBlocks { hashes: get_hashes(&mut r)? },
         21 => {
             let top = r.bytes().map_err(bad)?.to_vec();
             let has_base = r.u8().map_err(bad)? != 0;
@@ -888,6 +928,12 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         Reply::Sent(h) => {
             w.u8(21).raw(h);
         }
+        Reply::Blocks(held) => {
+            w.u8(30).u32(held.len() as u32);
+            for h in held {
+                w.u8(u8::from(*h));
+            }
+        }
         Reply::ChunkChanges(changes) => {
             w.u8(19).u32(changes.len() as u32);
             for c in changes {
@@ -1202,6 +1248,10 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             }
             20 => Reply::Applied,
             21 => Reply::Sent(r.array().map_err(bad)?),
+            30 => {
+                let n = r.count(1).map_err(bad)?;
+                Reply::Blocks((0..n).map(|_| r.u8().map(|b| b != 0)).collect::<Result<_, _>>().map_err(bad)?)
+            }
             19 => {
                 let n = r.count(9).map_err(bad)?;
                 let mut v = Vec::with_capacity(n);

@@ -2,7 +2,7 @@
 //! every cut-short message is refused (never a panic), and an older scion's messages are
 //! recognised as such.
 
-use scion_daemon::control::{Failure, Op, Reply, Target};
+use scion_daemon::control::{Failure, Op, Reply, SendDedup, Target};
 use scion_daemon::scan_cache::ScanResult;
 use scion_daemon::wire::{self, Frame};
 use scion_fs::scan::ScanListing;
@@ -15,6 +15,10 @@ use scion_fs::{Kind, Listing, NsKind, Ts};
 
 fn ops() -> Vec<Op> {
     vec![
+        Op::Send { snap: b"a/.snapshot/s".to_vec(), base: None, resume: None, dedup: SendDedup::Off },
+        Op::Send { snap: b"a/.snapshot/s".to_vec(), base: Some(b"b".to_vec()), resume: Some((7, [3; 32])), dedup: SendDedup::Offer },
+        Op::Send { snap: b"s".to_vec(), base: None, resume: None, dedup: SendDedup::Use(vec![[1; 32], [2; 32]]) },
+        Op::FindBlocks { hashes: vec![[9; 32]; 3] },
         Op::Clone {
             src: b"a/b".to_vec(),
             dst: b"c".to_vec(),
@@ -188,6 +192,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
     };
     let frames = vec![
         wire::encode_reply(&Reply::Cloned),
+        wire::encode_reply(&Reply::Blocks(vec![true, false, true])),
         wire::encode_reply(&Reply::Listing(vec![listing.clone(), listing, orphan])),
         wire::encode_reply(&Reply::Scrubbed(scrub)),
         wire::encode_reply(&Reply::Repacked(repack)),

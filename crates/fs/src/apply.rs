@@ -37,7 +37,7 @@ impl Fs {
                 cur = Some((ino, f));
             }
             for f in frames {
-                if !matches!(f, Frame::Data { .. } | Frame::Hole { .. }) {
+                if !matches!(f, Frame::Data { .. } | Frame::Hole { .. } | Frame::Block { .. }) {
                     if let Some((ino, ff)) = cur.take() {
                         self.close_file(ino, &ff)?;
                     }
@@ -70,6 +70,16 @@ impl Fs {
 
     /// One frame; a `File` frame returns the file it opened (held).
     fn apply_frame(&mut self, top: Ino, base: Option<Ino>, f: Frame, cur: &Option<(Ino, Frame)>) -> FsResult<Option<(Ino, Frame)>> {
+        let f = match f {
+            // A block held here (`dedup.rs`): its bytes, cut at the file's size.
+            Frame::Block { offset, hash } => {
+                let Some((_, Frame::File { size, .. })) = cur else { return Err(errno::EINVAL.with("a block with no file open")) };
+                let mut bytes = self.block_by_hash(&hash)?;
+                bytes.truncate(size.saturating_sub(offset).min(bytes.len() as u64) as usize);
+                Frame::Data { offset, bytes }
+            }
+            f => f,
+        };
         match f {
             Frame::Data { offset, bytes } => {
                 let Some((ino, _)) = cur else { return Err(errno::EINVAL.with("data with no file open")) };
@@ -160,7 +170,7 @@ impl Fs {
                 self.forget(ino, 1);
                 r?;
             }
-            Frame::Begin { .. } | Frame::End { .. } | Frame::Resume { .. } => {
+            Frame::Begin { .. } | Frame::End { .. } | Frame::Resume { .. } | Frame::Block { .. } => {
                 return Err(errno::EINVAL.with("a Begin, Resume or End frame among the operations"))
             }
         }

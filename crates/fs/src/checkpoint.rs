@@ -190,6 +190,7 @@ impl Fs {
             journal_data: false,
             writeback: false,
             lost_blocks: Default::default(),
+            dedup_index: Default::default(),
             hash_memo: Default::default(),
             reclaimable: Default::default(),
             dirty: Default::default(),

@@ -366,6 +366,8 @@ pub struct Fs {
     /// While replaying: blocks of unordered `PutChunks` records that never reached the disk
     /// (by address); their chunks keep their older content.
     pub(crate) lost_blocks: HashSet<u64>,
+    /// Blocks a receive's negotiation found by content hash (`dedup.rs`).
+    pub(crate) dedup_index: HashMap<[u8; 32], BlockPtr>,
     /// Tree and content hashes computed so far (`treehash`), keyed by what they hash: valid
     /// for as long as the store lives.
     pub(crate) hash_memo: crate::treehash::HashMemo,
@@ -1678,7 +1680,7 @@ impl Fs {
     /// Committed chunk `idx`: its block and patches, from the content tree or, for a file of
     /// one chunk, from the record (`Inode::direct`). Inline bytes are not blocks: see
     /// `inline_chunk`.
-    fn stored_chunk(&self, n: &Node, idx: u64) -> FsResult<Option<StoredChunk>> {
+    pub(crate) fn stored_chunk(&self, n: &Node, idx: u64) -> FsResult<Option<StoredChunk>> {
         if n.inode.direct.is_some() {
             return Ok(if idx == 0 { n.inode.direct_chunk() } else { None });
         }

@@ -18,6 +18,7 @@ pub mod check;
 mod checkpoint;
 pub mod clone;
 pub mod compress;
+pub mod dedup;
 pub mod delta;
 pub mod diff;
 mod error;

@@ -26,6 +26,14 @@ use std::io::{Read, Write};
 pub const MAGIC: &[u8; 8] = b"SCIONSTR";
 pub const VERSION: u8 = 1;
 pub const FLAG_ZSTD: u8 = 1;
+/// The stream goes over a two-way channel (`scion send --dedup --through CMD`): an offer of
+/// block hashes follows the header, the receiver answers which it holds, and the frames may
+/// then name those blocks (`Block`) instead of carrying their bytes.
+pub const FLAG_NEGOTIATE: u8 = 2;
+/// Block hashes one offer holds at most (a tree of 1 TiB in 64 KiB blocks).
+pub const MAX_OFFER: usize = 16 << 20;
+const OFFER_MAGIC: &[u8; 8] = b"SCIONOFR";
+const ANSWER_MAGIC: &[u8; 8] = b"SCIONHAV";
 /// Largest frame payload.
 pub const MAX_PAYLOAD: usize = (1 << 20) + 4096;
 /// Bytes of file data per `Data` frame, at most.
@@ -73,6 +81,9 @@ pub enum Frame {
     Link { path: Vec<u8>, target: Vec<u8> },
     /// A copy of the base's file at `from` (sharing its blocks), before any deletion.
     Copy { path: Vec<u8>, from: Vec<u8> },
+    /// The 64 KiB at `offset` of the file last opened (cut at its size) are the block whose
+    /// BLAKE3 hash is `hash`, which the receiver said it holds (a negotiated stream).
+    Block { offset: u64, hash: [u8; 32] },
     /// Metadata set on what is at `path`.
     Meta { path: Vec<u8>, meta: Meta },
     /// The end: how many frames came before, their chain hash, the tree's hash.
@@ -98,6 +109,7 @@ impl Frame {
             Frame::Meta { .. } => 11,
             Frame::End { .. } => 12,
             Frame::Resume { .. } => 13,
+            Frame::Block { .. } => 14,
         }
     }
 
@@ -144,6 +156,9 @@ impl Frame {
             }
             Frame::Resume { root, from, chain } => {
                 w.raw(root).u64(*from).raw(chain);
+            }
+            Frame::Block { offset, hash } => {
+                w.u64(*offset).raw(hash);
             }
         }
         w.finish()
@@ -226,6 +241,13 @@ impl Frame {
                 from: r.u64().map_err(bad)?,
                 chain: r.array().map_err(bad)?,
             },
+            14 => {
+                let offset = r.u64().map_err(bad)?;
+                if offset % (64 << 10) != 0 {
+                    return Err(format!("a block frame at offset {offset}, not a chunk's start"));
+                }
+                Frame::Block { offset, hash: r.array().map_err(bad)? }
+            }
             k => return Err(format!("unknown frame kind {k}")),
         };
         r.expect_end().map_err(bad)?;
@@ -451,10 +473,92 @@ pub fn read_header(r: &mut impl Read) -> Result<u8, String> {
     if h[8] != VERSION {
         return Err(format!("stream version {} (this scion reads version {VERSION})", h[8]));
     }
-    if h[9] & !FLAG_ZSTD != 0 {
+    if h[9] & !(FLAG_ZSTD | FLAG_NEGOTIATE) != 0 {
         return Err(format!("unknown stream flags {:#x}", h[9]));
     }
     Ok(h[9])
+}
+
+// ----- the negotiation of a two-way channel (`FLAG_NEGOTIATE`) -----------------------------
+//
+// offer    "SCIONOFR", count u32, count block hashes (32 bytes each), crc32c u32 of all before
+// answer   "SCIONHAV", count u32, a bitmap of count bits (bit i of byte i/8: hash i is held),
+//          crc32c u32 of all before
+//
+// The offer follows the header uncompressed; the answer goes the other way, before the
+// receiver reads the frames.
+
+/// Writes the offer of `hashes` (the blocks the stream would carry).
+pub fn write_offer(w: &mut impl Write, hashes: &[[u8; 32]]) -> std::io::Result<()> {
+    assert!(hashes.len() <= MAX_OFFER, "an offer of {} hashes", hashes.len());
+    let mut b = Vec::with_capacity(16 + hashes.len() * 32);
+    b.extend_from_slice(OFFER_MAGIC);
+    b.extend_from_slice(&(hashes.len() as u32).to_le_bytes());
+    for h in hashes {
+        b.extend_from_slice(h);
+    }
+    b.extend_from_slice(&crc32c::crc32c(&b).to_le_bytes());
+    w.write_all(&b)
+}
+
+/// Reads an offer, checked.
+pub fn read_offer(r: &mut impl Read) -> Result<Vec<[u8; 32]>, String> {
+    let (mut head, cut) = ([0u8; 12], |e: std::io::Error| format!("the block offer is cut short: {e}"));
+    r.read_exact(&mut head).map_err(cut)?;
+    if &head[..8] != OFFER_MAGIC {
+        return Err("no block offer after a negotiated stream's header".into());
+    }
+    let n = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")) as usize;
+    if n > MAX_OFFER {
+        return Err(format!("an offer of {n} blocks (at most {MAX_OFFER})"));
+    }
+    let mut body = vec![0u8; n * 32 + 4];
+    r.read_exact(&mut body).map_err(cut)?;
+    let (hashes, sum) = body.split_at(n * 32);
+    let mut c = crc32c::crc32c(&head);
+    c = crc32c::crc32c_append(c, hashes);
+    if c.to_le_bytes() != sum {
+        return Err("the block offer is damaged (checksum)".into());
+    }
+    Ok(hashes.chunks(32).map(|h| h.try_into().expect("32 bytes")).collect())
+}
+
+/// Writes the answer to an offer: which hashes are held.
+pub fn write_answer(w: &mut impl Write, held: &[bool]) -> std::io::Result<()> {
+    let mut b = Vec::with_capacity(16 + held.len() / 8);
+    b.extend_from_slice(ANSWER_MAGIC);
+    b.extend_from_slice(&(held.len() as u32).to_le_bytes());
+    let mut bits = vec![0u8; held.len().div_ceil(8)];
+    for (i, h) in held.iter().enumerate() {
+        bits[i / 8] |= u8::from(*h) << (i % 8);
+    }
+    b.extend_from_slice(&bits);
+    b.extend_from_slice(&crc32c::crc32c(&b).to_le_bytes());
+    w.write_all(&b)?;
+    w.flush()
+}
+
+/// Reads the answer to an offer of `n` hashes, checked.
+pub fn read_answer(r: &mut impl Read, n: usize) -> Result<Vec<bool>, String> {
+    let (mut head, cut) = ([0u8; 12], |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => "the receiver stopped before it answered the block offer (its messages say why)".to_string(),
+        _ => format!("the receiver's answer could not be read: {e}"),
+    });
+    r.read_exact(&mut head).map_err(cut)?;
+    if &head[..8] != ANSWER_MAGIC {
+        return Err("the receiver did not answer the block offer (is it `scion receive`?)".into());
+    }
+    let got = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")) as usize;
+    if got != n {
+        return Err(format!("the receiver answered for {got} blocks, {n} were offered"));
+    }
+    let mut body = vec![0u8; n.div_ceil(8) + 4];
+    r.read_exact(&mut body).map_err(cut)?;
+    let (bits, sum) = body.split_at(n.div_ceil(8));
+    if crc32c::crc32c_append(crc32c::crc32c(&head), bits).to_le_bytes() != sum {
+        return Err("the receiver's answer is damaged (checksum)".into());
+    }
+    Ok((0..n).map(|i| bits[i / 8] >> (i % 8) & 1 == 1).collect())
 }
 
 /// Why a stream could not be read on.
