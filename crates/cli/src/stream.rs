@@ -49,6 +49,7 @@ mod tests {
             Frame::File { path: b"d/f".to_vec(), size: 100_000, fresh: true, meta: meta.clone() },
             Frame::Data { offset: 65536, bytes: vec![7; 1000] },
             Frame::Hole { offset: 0, len: 65536 },
+            Frame::Block { offset: 131072, hash: [5; 32] },
             Frame::Symlink { path: b"l".to_vec(), target: b"d/f".to_vec(), meta: meta.clone() },
             Frame::Special { path: b"p".to_vec(), kind: 4, rdev: 0, meta: meta.clone() },
             Frame::Link { path: b"d/g".to_vec(), target: b"d/f".to_vec() },
@@ -87,6 +88,41 @@ mod tests {
 
     /// A stream written again from frame 4 on, where a reader that stopped there kept its
     /// place, reads to a valid end; from another place, or for another stream, it does not.
+    /// The negotiation of a two-way channel: an offer and its answer round-trip; cut or with
+    /// a byte flipped, either is refused; a negotiated stream's offer is read before its frames.
+    #[test]
+    fn offers_and_answers_round_trip_and_damage_is_refused() {
+        let hashes: Vec<[u8; 32]> = (0..20u8).map(|i| [i; 32]).collect();
+        let held: Vec<bool> = (0..20).map(|i| i % 3 == 0).collect();
+        let (mut offer, mut answer) = (Vec::new(), Vec::new());
+        write_offer(&mut offer, &hashes).unwrap();
+        write_answer(&mut answer, &held).unwrap();
+        assert_eq!(read_offer(&mut &offer[..]).unwrap(), hashes);
+        assert_eq!(read_answer(&mut &answer[..], 20).unwrap(), held);
+        assert!(read_answer(&mut &answer[..], 21).is_err(), "an answer for another offer");
+        for cut in 0..offer.len() {
+            assert!(read_offer(&mut &offer[..cut]).is_err(), "offer cut at {cut}");
+        }
+        for cut in 0..answer.len() {
+            assert!(read_answer(&mut &answer[..cut], 20).is_err(), "answer cut at {cut}");
+        }
+        for i in 0..offer.len() {
+            let mut bad = offer.clone();
+            bad[i] ^= 0x10;
+            assert!(read_offer(&mut &bad[..]).is_err(), "offer byte {i} flipped");
+        }
+        for i in 0..answer.len() {
+            let mut bad = answer.clone();
+            bad[i] ^= 0x10;
+            assert!(read_answer(&mut &bad[..], 20).is_err(), "answer byte {i} flipped");
+        }
+        let mut s = Vec::new();
+        write_header(&mut s, FLAG_NEGOTIATE).unwrap();
+        s.extend_from_slice(&offer);
+        s.extend_from_slice(&stream(0)[10..]);
+        assert_eq!(decode_all(&s).unwrap().len(), frames().len() + 1);
+    }
+
     #[test]
     fn a_resumed_stream_goes_on_where_the_first_stopped() {
         let whole = {
@@ -120,7 +156,7 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 1 + (11 - 4) + 1, "Resume, frames 4..11, End");
+        assert_eq!(n, 1 + (frames().len() - 4) + 1, "Resume, frames 4.., End");
         // Another chain at that point: the sender refuses.
         let mut w = StreamWriter::resume_at(Vec::new(), 4, [9; 32], root);
         let r: std::io::Result<()> = frames().iter().try_for_each(|f| w.put(f));
