@@ -177,7 +177,7 @@ fn spawn_receiver(cmd: &str) -> Result<std::process::Child, String> {
         .map_err(|e| format!("--through {cmd:?}: {e}"))
 }
 
-/// The offer of the stream's whole blocks (asked of the daemon: a pass that reads no data)
+/// The offer of the stream's blocks (asked of the daemon: a pass that reads no data)
 /// and the receiver's answer: the hashes that may go without their bytes.
 fn negotiate(at: &Located, snap: &[u8], base: &Option<Vec<u8>>, out: &mut dyn Write, back: &mut dyn std::io::Read) -> Result<SendDedup, String> {
     let mut offered = Vec::new();

@@ -30,7 +30,7 @@ pub struct SendRequest<'a> {
     pub dedup: &'a SendDedup,
 }
 
-/// What `Sender::data` does with a chunk that is a whole block (`Fs::plain_block`).
+/// What `Sender::data` does with a chunk one block holds exactly (`Fs::plain_block`).
 enum Dedup {
     Off,
     /// Only the offer is made: each such block's hash, once, in the order met.
@@ -344,8 +344,8 @@ impl<W: Write> Sender<'_, W> {
     }
 
     /// `data` of a negotiated stream, chunk by chunk (a megabyte's worth per engine step): a
-    /// whole block the receiver holds goes as its hash, the others as bytes; the offer's
-    /// pass only notes the whole blocks, reading nothing.
+    /// block the receiver holds goes as its hash, the others as bytes; the offer's
+    /// pass only notes those blocks, reading nothing.
     fn data_by_block(&mut self, p: &[u8], size: u64, chunks: &[u64], holes: bool) -> Result<(), Failure> {
         let per_step = (DATA_MAX as u64 / CHUNK) as usize;
         for step in chunks.chunks(per_step) {

@@ -1,7 +1,8 @@
 //! Blocks named by their content across a two-way channel (`scion send --dedup --through`,
-//! issue 20): the sender offers the BLAKE3 hashes of the whole blocks a stream would carry,
-//! the receiver answers which it already holds anywhere in its store, and those travel as
-//! `Block` frames (a hash) instead of their 64 KiB.
+//! issue 20): the sender offers the BLAKE3 hashes of the blocks a stream would carry (each
+//! holding exactly a chunk's bytes: 64 KiB, or a file's tail), the receiver answers which it
+//! already holds anywhere in its store, and those travel as `Block` frames (a hash) instead
+//! of their bytes.
 //!
 //! A data block's pointer carries the hash of its 64 KiB (`BlockPtr::hash`), so neither side
 //! reads data to negotiate: the sender looks at its files' content trees (`plain_block`), the
@@ -22,17 +23,19 @@ use std::collections::{HashMap, HashSet};
 pub const MAX_REMEMBERED: usize = 32 << 20;
 
 impl Fs {
-    /// The block holding chunk `idx` of file `ino` as it is, whole and unpatched (its hash is
-    /// the chunk's), if there is one: not for inline bytes, buffered or patched chunks.
+    /// The block holding chunk `idx` of file `ino` exactly, unpatched and as long as the
+    /// chunk's bytes (64 KiB, or the file's tail), so that its hash is the chunk's, if there
+    /// is one: not for inline bytes, buffered or patched chunks.
     pub fn plain_block(&mut self, ino: Ino, idx: u64) -> FsResult<Option<BlockPtr>> {
         let n = self.node(ino)?;
+        let len = n.inode.size.saturating_sub(idx * CHUNK).min(CHUNK);
         let ptr = match n.chunks.get(&idx) {
             Some(Chunk::Block(p) | Chunk::Shared(p)) => Some(*p),
             Some(_) => None,
             None if idx == 0 && !n.inode.inline.is_empty() => None,
             None => self.stored_chunk(n, idx)?.filter(|s| s.patches.is_empty()).map(|s| s.block),
         };
-        Ok(ptr.filter(|p| p.kind == BlockKind::Data && u64::from(p.len) == CHUNK))
+        Ok(ptr.filter(|p| p.kind == BlockKind::Data && len > 0 && u64::from(p.len) == len))
     }
 
     /// Which of `hashes` name a whole data block somewhere in the store's committed trees
@@ -54,7 +57,7 @@ impl Fs {
         let mut seen = HashSet::new();
         for r in &roots {
             crate::clone::walk_blocks(&self.vol.forest, &self.vol.forest.refs, r, false, &mut seen, &mut |p| {
-                if p.kind == BlockKind::Data && u64::from(p.len) == CHUNK && wanted.contains(&p.hash) {
+                if p.kind == BlockKind::Data && wanted.contains(&p.hash) {
                     found.entry(p.hash).or_insert(*p);
                 }
             })

@@ -81,8 +81,9 @@ pub enum Frame {
     Link { path: Vec<u8>, target: Vec<u8> },
     /// A copy of the base's file at `from` (sharing its blocks), before any deletion.
     Copy { path: Vec<u8>, from: Vec<u8> },
-    /// The 64 KiB at `offset` of the file last opened (cut at its size) are the block whose
-    /// BLAKE3 hash is `hash`, which the receiver said it holds (a negotiated stream).
+    /// The chunk at `offset` of the file last opened (64 KiB, or the file's tail) is the
+    /// block whose BLAKE3 hash is `hash`, which the receiver said it holds (a negotiated
+    /// stream).
     Block { offset: u64, hash: [u8; 32] },
     /// Metadata set on what is at `path`.
     Meta { path: Vec<u8>, meta: Meta },
