@@ -185,6 +185,21 @@ def test_dot_snapshot_keeps_the_permissions_of_the_path_it_was_taken_through(sci
         assert f.read() == "bobs-secret\n"
 
 
+def bobs_private_home(m, sub, secret):
+    """MNT/home (sticky, open to all) with bob's private `b` (0700) holding an open `sub`
+    (0755) and a readable file `secret` there; mallory exists too. Returns MNT/home."""
+    ensure_user("scion-bob")
+    ensure_user("scion-mallory")
+    os.chmod(m.root, 0o755)
+    os.mkdir(f"{m.mnt}/home")
+    os.chmod(f"{m.mnt}/home", 0o1777)
+    home = f"{m.mnt}/home"
+    r = as_user("scion-bob", f"mkdir -m 700 {home}/b && mkdir -m 755 {home}/b/{sub} && "
+                             f"echo {secret} > {home}/b/{sub}/secret && chmod 644 {home}/b/{sub}/secret")
+    assert r.returncode == 0, r.stderr
+    return home
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create users")
 def test_dot_snapshot_checks_the_directories_above_as_they_were(scion_mount):
     """Bob's directory was private when the snapshot was taken; he removes a file and opens
@@ -192,15 +207,7 @@ def test_dot_snapshot_checks_the_directories_above_as_they_were(scion_mount):
     show mallory what the private directory guarded then; bob and root still see it, and
     a second look by mallory is asked again, not served from the kernel's cache."""
     m = scion_mount
-    ensure_user("scion-bob")
-    ensure_user("scion-mallory")
-    os.chmod(m.root, 0o755)
-    os.mkdir(f"{m.mnt}/home")
-    os.chmod(f"{m.mnt}/home", 0o1777)
-    M = f"{m.mnt}/home"
-    r = as_user("scion-bob", f"mkdir -m 700 {M}/b && mkdir -m 755 {M}/b/sub && "
-                             f"echo old-secret > {M}/b/sub/secret && chmod 644 {M}/b/sub/secret")
-    assert r.returncode == 0, r.stderr
+    M = bobs_private_home(m, "sub", "old-secret")
     scion_ok(m, "snapshot", m.mnt, "--name", "s")
     r = as_user("scion-bob", f"rm {M}/b/sub/secret && chmod 755 {M}/b")
     assert r.returncode == 0, r.stderr
@@ -224,15 +231,7 @@ def test_an_orphaned_snapshot_is_shown_only_to_its_directorys_owner(scion_mount)
     snapshot is browsed as .snapshot/@ID of the root, where the private home no longer guards
     it: only bob (the directory's owner) and root may enter it."""
     m = scion_mount
-    ensure_user("scion-bob")
-    ensure_user("scion-mallory")
-    os.chmod(m.root, 0o755)
-    os.mkdir(f"{m.mnt}/home")
-    os.chmod(f"{m.mnt}/home", 0o1777)
-    H = f"{m.mnt}/home"
-    r = as_user("scion-bob", f"mkdir -m 700 {H}/b && mkdir -m 755 {H}/b/proj && "
-                             f"echo bobs-secret > {H}/b/proj/secret && chmod 644 {H}/b/proj/secret")
-    assert r.returncode == 0, r.stderr
+    H = bobs_private_home(m, "proj", "bobs-secret")
     scion_ok(m, "snapshot", f"{H}/b/proj", "--name", "s")
     r = as_user("scion-bob", f"rm -rf {H}/b/proj")
     assert r.returncode == 0, r.stderr

@@ -104,12 +104,7 @@ fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
     } else {
         dst.with_file_name(format!(".{file_name}.scion-receive-{}", std::process::id()))
     };
-    let rel = path
-        .strip_prefix(&mnt)
-        .map_err(|_| format!("{} is not below the mount point {}", dst.display(), mnt.display()))?
-        .as_os_str()
-        .as_bytes()
-        .to_vec();
+    let rel = crate::tree_cmds::below_mount(&mnt, &path)?;
     if a.abort || a.resume {
         return resume_or_abort(a, at, &mnt, dst, path, rel);
     }

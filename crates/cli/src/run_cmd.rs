@@ -48,12 +48,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode, String> {
     };
     let src_rel = store_path(&at);
     let clone = throwaway_name(&mnt, &src_rel)?;
-    let clone_rel = clone
-        .strip_prefix(&mnt)
-        .map_err(|_| format!("{} is not below the mount point {}", clone.display(), mnt.display()))?
-        .as_os_str()
-        .as_bytes()
-        .to_vec();
+    let clone_rel = crate::tree_cmds::below_mount(&mnt, &clone)?;
     let base = if a.apply {
         let name = format!("scion-run-{}", std::process::id()).into_bytes();
         call(&at, &Op::Snapshot { path: src_rel.clone(), name: name.clone() })?;

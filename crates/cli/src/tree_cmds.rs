@@ -112,6 +112,14 @@ fn run(at: &Located, op: Op) -> Result<(), String> {
 
 /// Runs `op` on the store `at` names: through its daemon when mounted, or on the store
 /// opened here.
+/// `path` as a store path: its part below the mount point `mnt`.
+pub(crate) fn below_mount(mnt: &Path, path: &Path) -> Result<Vec<u8>, String> {
+    use std::os::unix::ffi::OsStrExt;
+    path.strip_prefix(mnt)
+        .map(|p| p.as_os_str().as_bytes().to_vec())
+        .map_err(|_| format!("{} is not below the mount point {}", path.display(), mnt.display()))
+}
+
 pub(crate) fn call(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, String> {
     call_errno(at, op).map_err(|(_, m)| m)
 }
