@@ -2,10 +2,12 @@
 //! holes, hard links, symlinks, FIFOs, xattrs, modes, owners, small writes into cloned files,
 //! renames, deletions, kind changes) sent whole and then as chains of increments, each applied
 //! in batches to a tree in another store, must give a tree with the sent tree's content hash.
-//! A stream cut anywhere, or applied to the wrong base, never gives that tree.
+//! Odd seeds negotiate as `send --dedup` does (blocks the receiver holds go by hash). A
+//! stream cut anywhere, or applied to the wrong base, never gives that tree.
 
 mod common;
 use rand::{Rng, SeedableRng};
+use scion_daemon::control::SendDedup;
 use scion_daemon::send::{send, SendRequest};
 use scion_daemon::Engine;
 use scion_fs::stream::{decode_frames, encode_frame, Frame, StreamReader};
@@ -83,14 +85,29 @@ fn change(fs: &mut Fs, rng: &mut rand::rngs::StdRng, dir: Ino, step: usize) {
 
 /// The stream of `snap` (from `base`) as the daemon makes it.
 fn stream_of(e: &Engine, snap: &str, base: Option<&str>) -> Vec<u8> {
+    stream_with(e, snap, base, &SendDedup::Off)
+}
+
+fn stream_with(e: &Engine, snap: &str, base: Option<&str>, dedup: &SendDedup) -> Vec<u8> {
     let mut out = Vec::new();
     let mut sink = |b: &[u8]| {
         out.extend_from_slice(b);
         Ok(())
     };
-    let req = SendRequest { snap: snap.as_bytes(), base: base.map(str::as_bytes), resume: None };
+    let req = SendRequest { snap: snap.as_bytes(), base: base.map(str::as_bytes), resume: None, dedup };
     send(e, &req, &mut sink).unwrap();
     out
+}
+
+/// The stream of `snap` negotiated with the store of `to` (`send --dedup`): the offer, the
+/// blocks `to` holds, then the stream naming those by hash.
+fn negotiated(e: &Engine, snap: &str, base: Option<&str>, to: &Engine) -> (Vec<u8>, usize) {
+    let offer = stream_with(e, snap, base, &SendDedup::Offer);
+    let hashes: Vec<[u8; 32]> = offer.chunks_exact(32).map(|h| h.try_into().unwrap()).collect();
+    let held = to.lock().find_blocks(&hashes).unwrap();
+    let named: Vec<[u8; 32]> = hashes.iter().zip(&held).filter(|(_, h)| **h).map(|(x, _)| *x).collect();
+    let n = named.len();
+    (stream_with(e, snap, base, &SendDedup::Use(named)), n)
 }
 
 /// Applies a stream's frames to `top` in batches of `batch` frames; the content hash after.
@@ -122,6 +139,7 @@ fn receive(fs: &mut Fs, top: Ino, base: Option<Ino>, stream: &[u8], batch: usize
 #[test]
 fn random_histories_round_trip_whole_and_in_increments() {
     let seeds = std::env::var("SCION_SEND_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(6u64);
+    let mut named_total = 0;
     for seed in 0..seeds {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let (_t1, _s1, a) = common::engine();
@@ -146,7 +164,14 @@ fn random_histories_round_trip_whole_and_in_increments() {
                 let s = fs.resolve_path(snap.as_bytes()).unwrap();
                 fs.tree_hash(s, &mut HashMemo::default()).unwrap()
             };
-            let stream = stream_of(&a, &snap, prev.as_deref());
+            // Odd seeds negotiate: blocks of earlier rounds the receiver holds go by hash.
+            let stream = if seed % 2 == 1 {
+                let (s, named) = negotiated(&a, &snap, prev.as_deref(), &b);
+                named_total += named;
+                s
+            } else {
+                stream_of(&a, &snap, prev.as_deref())
+            };
             let mut fs = b.lock();
             let root = fs.root();
             let name = format!("r{round}");
@@ -184,6 +209,8 @@ fn random_histories_round_trip_whole_and_in_increments() {
             prev = Some(snap);
         }
     }
+    // (The negotiated seeds did name blocks the receiver held.)
+    assert!(seeds < 2 || named_total > 0, "no block was ever named by its hash");
 }
 
 /// A stream cut short gives an error, never the tree; an increment applied to a tree that
