@@ -107,6 +107,22 @@ def test_cubes_through_the_mount(scion_mount):
     assert r.returncode == 0, r.describe()
     paths = sorted(json.loads(x)["path"] for x in r.stdout.splitlines())
     assert paths == ["/c1/.snapshot/s1", "/c1/dir2"], paths  # (store paths, as list prints them)
+    # The mount's listing holds the cubes' too, with ids of their own in the mount: `destroy
+    # @ID` of a cube's row takes that one, never the main tree's of the same number there.
+    os.makedirs(os.path.join(m.mnt, "plain"))
+    assert m.run("snapshot", "--name", "main-s", os.path.join(m.mnt, "plain")).returncode == 0
+    rows = {json.loads(x)["path"]: json.loads(x) for x in m.run("list", "--json", m.mnt).stdout.splitlines()}
+    assert {"/c1/.snapshot/s1", "/c1/dir2", "/plain/.snapshot/main-s"} <= set(rows), rows
+    assert len({r["id"] for r in rows.values()}) == len(rows), rows
+    assert m.run("clone", os.path.join(c1, "dir"), os.path.join(c1, "dir3")).returncode == 0
+    rows = {json.loads(x)["path"]: json.loads(x) for x in m.run("list", "--json", m.mnt).stdout.splitlines()}
+    assert rows["/c1/dir3"]["origin"] == "/c1/dir", rows  # (the mount's path, not the cube's)
+    r = m.run("destroy", f"@{rows['/c1/dir3']['id']}", "--mount", m.mnt)
+    assert r.returncode == 0, r.describe()
+    assert not os.path.exists(os.path.join(c1, "dir3")) and os.path.isdir(os.path.join(c1, "dir2"))
+    assert os.listdir(os.path.join(m.mnt, "plain", ".snapshot")) == ["main-s"]
+    assert m.run("destroy", os.path.join(m.mnt, "plain", ".snapshot", "main-s")).returncode == 0
+    os.rmdir(os.path.join(m.mnt, "plain"))
     r = m.run("versions", "--json", os.path.join(c1, "small"))
     assert r.returncode == 0, r.describe()
     assert "c1/.snapshot/s1" in r.stdout, r.stdout

@@ -103,7 +103,8 @@ pub fn listing_table(rows: &[scion_fs::Listing], scripted: bool, exact: bool) ->
             out += &f.join("\t");
         } else {
             out += &format!(
-                "{:<9} {:>4} {:<40} {:<30} {:>20} {:>12} {:>12} {:>12} {:>6}",
+                // (ID: 7 digits hold a cube's ids, from 4194304 on.)
+                "{:<9} {:>7} {:<40} {:<30} {:>20} {:>12} {:>12} {:>12} {:>6}",
                 f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]
             );
         }

@@ -13,10 +13,10 @@
 //! an empty directory or a store directory no table names is what a crash can leave, and a
 //! later creation reuses the id's directory.
 
-use crate::router::{Router, Serving, VolumeId};
+use crate::router::{Router, Serving, VolumeId, VOLUME_NS_LIMIT};
 use crate::{Background, Engine};
 use scion_fs::records::cubes::{self, Cube, Mode, OnError, Stored};
-use scion_fs::{errno, Fs, FsError, FsResult, Ino, Inval, Kind, MountOptions, SetAttr, ROOT_INO};
+use scion_fs::{errno, Fs, FsError, FsResult, Ino, Inval, Kind, MountOptions, SetAttr, MAIN_NS_LIMIT, ROOT_INO};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -59,6 +59,20 @@ pub struct Cubes {
     start_background: StartBackground,
     invalidate: GlobalInvalidator,
     state: Mutex<(Stored, Vec<ServedCube>)>,
+}
+
+/// The id `scion list` shows for clone or snapshot `ns` of cube `cube`, and `scion destroy @ID`
+/// takes: past every id of the main volume (below `MAIN_NS_LIMIT`), then the cube's id and
+/// its own namespace id (below `VOLUME_NS_LIMIT`), so one id names one thing in the mount.
+pub fn global_id(cube: u32, ns: u32) -> u32 {
+    assert!(cube <= cubes::MAX_CUBES && ns < VOLUME_NS_LIMIT, "cube {cube} namespace {ns}");
+    MAIN_NS_LIMIT + cube * VOLUME_NS_LIMIT + ns
+}
+
+/// The cube and namespace a `global_id` names, if it names one in a cube.
+pub fn split_global_id(id: u32) -> Option<(u32, u32)> {
+    let x = id.checked_sub(MAIN_NS_LIMIT)?;
+    Some((x / VOLUME_NS_LIMIT, x % VOLUME_NS_LIMIT))
 }
 
 fn fail(e: impl std::fmt::Display) -> FsError {
@@ -404,10 +418,16 @@ impl Cubes {
         Ok(Some((vol, self.router.engine(vol)?, rel)))
     }
 
-    /// The path of the cube served as volume `vol`.
-    pub fn path_of(&self, vol: VolumeId) -> Option<Vec<u8>> {
+    /// The path and id of the cube served as volume `vol`.
+    pub fn path_of(&self, vol: VolumeId) -> Option<(Vec<u8>, u32)> {
         let st = self.state.lock().unwrap();
-        st.1.iter().find(|s| s.vol == Some(vol)).map(|s| s.cube.path.clone())
+        st.1.iter().find(|s| s.vol == Some(vol)).map(|s| (s.cube.path.clone(), s.cube.id))
+    }
+
+    /// The path of cube `id`.
+    pub fn path_of_id(&self, id: u32) -> Option<Vec<u8>> {
+        let st = self.state.lock().unwrap();
+        st.0.cubes.iter().find(|c| c.id == id).map(|c| c.path.clone())
     }
 
     /// The cubes at or below `path`.

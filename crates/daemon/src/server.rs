@@ -188,30 +188,83 @@ fn run_routed(
         }
         return cube_op(cubes, op);
     }
-    let (vol, engine, op) = route(cubes, main, op)?;
-    if vol == VolumeId::MAIN {
-        let reply = run(s, &engine, invalidate, &op, who)?;
-        if let Op::Snapshot { path, name } = &op {
-            snapshot_cubes(s, cubes, invalidate, path, name, who)?;
+    // `@ID` of a cube's clone or snapshot (`cubes::global_id`): its own id, in its cube.
+    if let Op::Destroy { target: crate::control::Target::Id(id), recursive } = op {
+        if let Some((cube, ns)) = crate::cubes::split_global_id(*id) {
+            let path = cubes.path_of_id(cube).ok_or_else(|| Failure::new(libc::ENOENT, format!("no clone or snapshot with id {id}")))?;
+            let op = Op::Destroy { target: crate::control::Target::Id(ns), recursive: *recursive };
+            return in_cube(s, cubes, invalidate, &path, &op, who);
         }
-        return Ok(reply);
     }
+    let (vol, engine, op) = route(cubes, main, op)?;
+    if vol != VolumeId::MAIN {
+        let global = |i: &[Inval]| invalidate(&vol.global_invals(i));
+        return on_cube_volume(s, cubes, vol, &engine, &global, &op, who);
+    }
+    let reply = run(s, &engine, invalidate, &op, who)?;
+    match (&op, reply) {
+        (Op::Snapshot { path, name }, reply) => {
+            snapshot_cubes(s, cubes, invalidate, path, name, who)?;
+            Ok(reply)
+        }
+        // Above cubes, a listing holds theirs too (each cube's whole listing).
+        (Op::List { under }, Reply::Listing(mut rows)) => {
+            for c in cubes.below(under.as_deref().unwrap_or_default()) {
+                match in_cube(s, cubes, invalidate, &c, &Op::List { under: None }, who) {
+                    Ok(Reply::Listing(more)) => rows.extend(more),
+                    Ok(_) => {}
+                    // (An unavailable cube: `scion cube list` says why.)
+                    Err(f) => log::info!("list: cube {} left out: {}", crate::control::show(&c), f.message),
+                }
+            }
+            Ok(Reply::Listing(rows))
+        }
+        (_, reply) => Ok(reply),
+    }
+}
+
+/// Runs `op` (its paths the cube's own) on the cube at `path`.
+fn in_cube(
+    s: &mut UnixStream,
+    cubes: &Cubes,
+    invalidate: &(dyn Fn(&[Inval]) + Send + Sync),
+    path: &[u8],
+    op: &Op,
+    who: &Rights,
+) -> Result<Reply, Failure> {
+    let shown = crate::control::show(path);
+    let Some((vol, engine, _)) = cubes.route_path(path).map_err(Failure::from_fs(shown.clone()))? else {
+        return Err(Failure::new(libc::ENOENT, format!("{shown} is not a cube")));
+    };
     let global = |i: &[Inval]| invalidate(&vol.global_invals(i));
+    on_cube_volume(s, cubes, vol, &engine, &global, op, who)
+}
+
+/// `run` on cube volume `vol`: a refusal says which cube, a reply's paths and ids are made
+/// the mount's.
+fn on_cube_volume(
+    s: &mut UnixStream,
+    cubes: &Cubes,
+    vol: VolumeId,
+    engine: &Engine,
+    global: &(dyn Fn(&[Inval]) + Send + Sync),
+    op: &Op,
+    who: &Rights,
+) -> Result<Reply, Failure> {
     let top = cubes.path_of(vol);
-    // Its paths are the cube's own in a refusal: say which cube they are in.
-    let reply = run(s, &engine, &global, &op, who).map_err(|f| match &top {
-        Some(top) => Failure::new(f.errno, format!("in cube {}: {}", crate::control::show(top), f.message)),
+    let reply = run(s, engine, global, op, who).map_err(|f| match &top {
+        Some((top, _)) => Failure::new(f.errno, format!("in cube {}: {}", crate::control::show(top), f.message)),
         None => f,
     })?;
     Ok(match top {
-        Some(top) => from_cube(reply, &top),
+        Some((top, id)) => from_cube(reply, &top, id),
         None => reply,
     })
 }
 
-/// A reply of an operation run in a cube, its paths (from the cube's root) made paths from
-/// the mount root again.
-fn from_cube(reply: Reply, top: &[u8]) -> Reply {
+/// A reply of an operation run in cube `cube` at `top`, its paths (from the cube's root) made
+/// paths from the mount root again, and its clones' and snapshots' ids the mount's.
+fn from_cube(reply: Reply, top: &[u8], cube: u32) -> Reply {
     let up = |p: &mut Vec<u8>| {
         let mut q = top.to_vec();
         if !p.is_empty() {
@@ -224,6 +277,11 @@ fn from_cube(reply: Reply, top: &[u8]) -> Reply {
         Reply::Listing(mut rows) => {
             for r in &mut rows {
                 r.path.iter_mut().for_each(up);
+                r.ns = crate::cubes::global_id(cube, r.ns);
+                // An origin is a path from the cube's root then (a received tree's is a name).
+                if r.origin.starts_with(b"/") {
+                    r.origin = [b"/", top, &r.origin].concat();
+                }
             }
             Reply::Listing(rows)
         }
@@ -268,13 +326,8 @@ fn snapshot_cubes(
 ) -> Result<(), Failure> {
     let mut failed = Vec::new();
     for c in cubes.below(path) {
-        let r = cubes.route_path(&c).map_err(Failure::from_fs(format!("cube {}", crate::control::show(&c)))).and_then(|routed| {
-            let Some((vol, engine, _)) = routed else { return Ok(()) };
-            let global = |i: &[Inval]| invalidate(&vol.global_invals(i));
-            run(s, &engine, &global, &Op::Snapshot { path: Vec::new(), name: name.to_vec() }, who).map(drop)
-        });
-        if let Err(f) = r {
-            failed.push(format!("{}: {}", crate::control::show(&c), f.message));
+        if let Err(f) = in_cube(s, cubes, invalidate, &c, &Op::Snapshot { path: Vec::new(), name: name.to_vec() }, who) {
+            failed.push(f.message);
         }
     }
     if failed.is_empty() {

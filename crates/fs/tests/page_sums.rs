@@ -43,7 +43,7 @@ fn short_reads_verify_their_pages_alone() {
     // Flip a bit in page 3 of chunk 1 (blocks of a fresh file lie in order in the pack, the
     // first at its start: data blocks have no header).
     let pack = store.join("packs/00000001.pack");
-    let mut bytes = std::fs::read(&pack).unwrap();
+    let bytes = std::fs::read(&pack).unwrap();
     let first = bytes
         .windows(64)
         .position(|w| w == &data[..64])
