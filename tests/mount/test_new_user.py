@@ -126,3 +126,30 @@ def test_refusals_name_what_was_wrong_and_what_to_do(scion_mount):
     assert m.run("cube", "create", c).returncode == 0
     os.makedirs(f"{c}/x")
     refused("destroy", f"{c}/x", says="in cube /cb: /x is not a clone or snapshot")
+
+
+def test_a_read_only_mount_refuses_changes_through_commands_too(scion_mount):
+    """`-o ro` made the kernel refuse writes, but clone, snapshot, destroy and the cube and
+    schedule commands went to the daemon and changed the store; all are refused now (EROFS,
+    saying why), reads and listings go on, and a remount `rw` takes changes again."""
+    m = scion_mount
+    d = os.path.join(m.mnt, "d")
+    os.makedirs(d)
+    with open(f"{d}/f", "w") as h:
+        h.write("kept")
+    assert m.run("snapshot", "--name", "s", d).returncode == 0
+    assert m.run("cube", "create", os.path.join(m.mnt, "c")).returncode == 0
+    m.umount()
+    m.mount("ro")
+    for args in (("clone", d, f"{m.mnt}/x"), ("snapshot", "--name", "t", d), ("destroy", f"{d}/.snapshot/s"),
+                 ("cube", "create", f"{m.mnt}/c2"), ("cube", "set", f"{m.mnt}/c", "--mode", "data"),
+                 ("snapshot", "schedule", d, "--every", "1h"), ("snapshot", "--name", "t", f"{m.mnt}/c")):
+        r = m.run(*args)
+        assert r.returncode != 0 and "read-only" in r.stderr, (args, r.describe())
+    with open(f"{d}/.snapshot/s/f") as h:
+        assert h.read() == "kept"
+    assert m.run("list", m.mnt).returncode == 0 and m.run("cube", "list", m.mnt).returncode == 0
+    assert sorted(os.listdir(m.mnt)) == ["c", "d"] and os.listdir(f"{d}/.snapshot") == ["s"]
+    m.umount()
+    m.mount()
+    assert m.run("snapshot", "--name", "t", d).returncode == 0

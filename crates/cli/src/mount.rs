@@ -227,6 +227,10 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         kernel: options,
     } = ours;
     fs.show_snapdir = snapdir_visible;
+    // `-o ro` (the last of ro and rw given): changes asked through the control socket are
+    // refused too, and no background work writes (checkpoints find nothing to write).
+    let read_only = options.iter().rev().find(|o| *o == "ro" || *o == "rw").is_some_and(|o| o == "ro");
+    fs.read_only = read_only;
     let engine = Engine::new(fs);
     // The store's main volume; each cube is one more (opened below, before any request).
     let router = std::sync::Arc::new(Router::new(engine.clone()).map_err(|e| format!("{}: {e}", store.display()))?);
@@ -248,8 +252,9 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         let invalidate: scion_daemon::cubes::GlobalInvalidator =
             std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&n2.lock().unwrap(), inval));
         let opts = BackgroundOptions {
-            repack: background_repack,
-            compress_old,
+            repack: background_repack && !read_only,
+            compress_old: compress_old && !read_only,
+            schedules: !read_only,
             checkpoint_after: CHECKPOINT_AFTER,
             ..Default::default()
         };
@@ -273,10 +278,11 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let background = {
         let notifier = session.notifier();
         let opts = BackgroundOptions {
-            repack: background_repack,
-            compress_old,
+            repack: background_repack && !read_only,
+            compress_old: compress_old && !read_only,
+            schedules: !read_only,
             // Transfers run `scion mirror send-one` (this binary) on paths of this mount.
-            mirrors: std::env::current_exe().ok().map(|exe| scion_daemon::mirror::MirrorOptions {
+            mirrors: std::env::current_exe().ok().filter(|_| !read_only).map(|exe| scion_daemon::mirror::MirrorOptions {
                 mountpoint: mnt.clone(),
                 store: store.clone(),
                 exe,

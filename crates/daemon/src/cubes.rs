@@ -59,6 +59,8 @@ pub struct Cubes {
     start_background: StartBackground,
     invalidate: GlobalInvalidator,
     state: Mutex<(Stored, Vec<ServedCube>)>,
+    /// The mount is read-only: so is every cube (`Fs::read_only`).
+    read_only: bool,
 }
 
 /// The id `scion list` shows for clone or snapshot `ns` of cube `cube`, and `scion destroy @ID`
@@ -84,7 +86,9 @@ impl Cubes {
     /// unavailable, and its directory stays empty).
     pub fn open(store: &Path, router: Arc<Router>, start_background: StartBackground, invalidate: GlobalInvalidator) -> FsResult<Cubes> {
         let table = cubes::load(&scion_store::os_host(), store).map_err(fail)?;
+        let read_only = router.main().lock().read_only;
         let cubes = Cubes {
+            read_only,
             store: store.to_path_buf(),
             router,
             start_background,
@@ -152,6 +156,7 @@ impl Cubes {
     fn open_engine(&self, cube: &Cube) -> FsResult<Engine> {
         let mut fs = Fs::open(&cube.store_dir(&self.store), MountOptions::new(format!("cube /{}", show(&cube.path)))).map_err(fail)?;
         fs.set_punch_later(true);
+        fs.read_only = self.read_only;
         configure(&mut fs, cube)?;
         Ok(Engine::new(fs))
     }
@@ -168,6 +173,7 @@ impl Cubes {
     /// Makes the new directory `path` (its parent in the store's main tree, not in a clone
     /// or snapshot) a cube, owned as its parent is.
     pub fn create(&self, path: &[u8], mode: Mode, on_error: OnError) -> FsResult<Cube> {
+        self.changeable()?;
         let path = trim(path);
         let mut st = self.state.lock().unwrap();
         if path.is_empty() || path.split(|b| *b == b'/').any(|n| n == b".." || n == b"." || n == b".snapshot") {
@@ -236,6 +242,7 @@ impl Cubes {
 
     /// Changes a cube's mode or failure policy, from the next request on.
     pub fn set(&self, path: &[u8], mode: Option<Mode>, on_error: Option<OnError>) -> FsResult<Cube> {
+        self.changeable()?;
         let path = trim(path);
         let mut st = self.state.lock().unwrap();
         let mut list = st.0.cubes.clone();
@@ -292,6 +299,7 @@ impl Cubes {
     /// store deleted and its (empty) directory in the main volume removed. What it held is
     /// gone with it: `scion cube remove` copies it out first. Returns the cube as it was.
     pub fn remove(&self, path: &[u8]) -> FsResult<Cube> {
+        self.changeable()?;
         let path = trim(path);
         let mut st = self.state.lock().unwrap();
         let i = st.1.iter().position(|s| s.cube.path == path).ok_or_else(|| not_a_cube(path))?;
@@ -422,6 +430,14 @@ impl Cubes {
     pub fn path_of(&self, vol: VolumeId) -> Option<(Vec<u8>, u32)> {
         let st = self.state.lock().unwrap();
         st.1.iter().find(|s| s.vol == Some(vol)).map(|s| (s.cube.path.clone(), s.cube.id))
+    }
+
+    /// EROFS on a read-only mount, where the cube table does not change either.
+    fn changeable(&self) -> FsResult<()> {
+        match self.read_only {
+            true => Err(errno::EROFS.with("the store is mounted read-only (-o ro)")),
+            false => Ok(()),
+        }
     }
 
     /// The path of cube `id`.

@@ -185,6 +185,7 @@ impl Fs {
             dropped_ns: Vec::new(),
             replaced_ns: Default::default(),
             show_snapdir: false,
+            read_only: false,
             failed_errno: crate::error::errno::EIO,
             journaled: true,
             journal_data: false,

@@ -349,6 +349,9 @@ pub struct Fs {
     pub(crate) replaced_ns: HashSet<u32>,
     /// List `.snapshot` in directory listings (mount option `snapdir=visible`).
     pub show_snapdir: bool,
+    /// Mounted `-o ro`: every change is refused (EROFS), those asked through the control
+    /// socket (clone, snapshot, destroy, cubes...) as much as those through the kernel.
+    pub read_only: bool,
     /// What a change gets once the volume failed: EIO (the store's main volume), or EROFS
     /// (a cube whose failure policy is `readonly`).
     pub failed_errno: FsError,
@@ -840,6 +843,9 @@ impl Fs {
         if let Some(why) = &self.vol.failed {
             log::warn!("refusing a change: {why}");
             return Err(self.failed_errno.clone());
+        }
+        if self.read_only {
+            return Err(errno::EROFS.with("the store is mounted read-only (-o ro)"));
         }
         Ok(())
     }
