@@ -529,3 +529,46 @@ def test_a_schedule_above_cubes_snapshots_and_thins_them_with_it(scion_mount):
         assert h.read() == "in the cube"
     rows = [json.loads(x) for x in m.run("list", "--json", c).stdout.splitlines()]
     assert sum(r["scheduled"] for r in rows) == len(inside) - 1, rows
+
+
+def test_host_faults_in_one_cube_stay_there(scion_mount):
+    """Failed reads, flipped bits, failed writes and failed syncs of the host, each in the
+    files of one cube of ten (SCION_FAULTS, matched by the cube's directory in the store):
+    exactly those four cubes stop serving (read-only, fenced or unavailable, as the fault
+    finds them), and every other cube and the root read, write and fsync as before."""
+    m = scion_mount
+    data = os.urandom(1 << 20)
+    dirs = [os.path.join(m.mnt, f"cube{i}") for i in range(10)]
+    for d in dirs:
+        assert m.run("cube", "create", d).returncode == 0
+    for d in dirs + [m.mnt]:
+        with open(os.path.join(d, "data"), "wb") as h:
+            h.write(data)
+    m.umount()
+    # Cube ids are 1..10 in creation order: cube i lives in cubes.d/(i + 1).
+    faults = {2: "read:cubes.d/3/packs/:eio", 4: "read:cubes.d/5/:flip", 6: "write:cubes.d/7/:eio",
+              8: "sync:cubes.d/9/:eio"}
+    os.environ["SCION_FAULTS"] = ";".join(faults.values())
+    try:
+        m.mount()
+    finally:
+        del os.environ["SCION_FAULTS"]
+
+    def works(d):
+        try:
+            with open(os.path.join(d, "data"), "rb") as h:
+                if h.read() != data:
+                    return False
+            with open(os.path.join(d, "after"), "wb") as h:
+                h.write(b"x" * 200_000)
+                os.fsync(h.fileno())
+            return True
+        except OSError:
+            return False
+
+    failed = {i for i, d in enumerate(dirs) if not works(d)}
+    assert failed == set(faults), (failed, sorted(faults))
+    assert works(m.mnt), "the root"
+    rows = cubes(m)
+    assert {k for k, r in rows.items() if r["state"] != "ok"} == {f"cube{i}" for i in faults}, rows
+    print(f"host faults injected {len(faults)}, localized {len(failed & set(faults))}")

@@ -61,6 +61,8 @@ pub struct Cubes {
     state: Mutex<(Stored, Vec<ServedCube>)>,
     /// The mount is read-only: so is every cube (`Fs::read_only`).
     read_only: bool,
+    /// The filesystem the store lives on, the main volume's (a test's faulty one too).
+    host: scion_store::Host,
 }
 
 /// The id `scion list` shows for clone or snapshot `ns` of cube `cube`, and `scion destroy @ID`
@@ -85,10 +87,15 @@ impl Cubes {
     /// Serves every cube of the table of `store` (one that cannot be opened is listed as
     /// unavailable, and its directory stays empty).
     pub fn open(store: &Path, router: Arc<Router>, start_background: StartBackground, invalidate: GlobalInvalidator) -> FsResult<Cubes> {
-        let table = cubes::load(&scion_store::os_host(), store).map_err(fail)?;
-        let read_only = router.main().lock().read_only;
+        let (read_only, host) = {
+            let main = router.main();
+            let fs = main.lock();
+            (fs.read_only, fs.host())
+        };
+        let table = cubes::load(&host, store).map_err(fail)?;
         let cubes = Cubes {
             read_only,
+            host,
             store: store.to_path_buf(),
             router,
             start_background,
@@ -154,7 +161,8 @@ impl Cubes {
 
     /// The cube's store, opened as its volume's engine.
     fn open_engine(&self, cube: &Cube) -> FsResult<Engine> {
-        let mut fs = Fs::open(&cube.store_dir(&self.store), MountOptions::new(format!("cube /{}", show(&cube.path)))).map_err(fail)?;
+        let opts = MountOptions { holder: format!("cube /{}", show(&cube.path)), host: self.host.clone() };
+        let mut fs = Fs::open(&cube.store_dir(&self.store), opts).map_err(fail)?;
         fs.set_punch_later(true);
         fs.read_only = self.read_only;
         configure(&mut fs, cube)?;
@@ -202,13 +210,13 @@ impl Cubes {
             fs.forget(a.ino, 1);
             cube.graft = a.ino;
         }
-        let host = scion_store::os_host();
+        let host = self.host.clone();
         let made = main.fsync().and_then(|()| {
             let dir = cube.store_dir(&self.store);
             let _ = std::fs::remove_dir_all(&dir); // what a crashed creation left
             std::fs::create_dir_all(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
             Fs::create(&host, &dir).map_err(fail)?;
-            let mut fs = Fs::open(&dir, MountOptions::new("cube creation")).map_err(fail)?;
+            let mut fs = Fs::open(&dir, MountOptions { holder: "cube creation".into(), host: host.clone() }).map_err(fail)?;
             fs.setattr(ROOT_INO, SetAttr { uid: Some(uid), gid: Some(gid), ..Default::default() })?;
             fs.close().map_err(fail)?;
             let mut list = st.0.cubes.clone();
@@ -250,7 +258,7 @@ impl Cubes {
         c.mode = mode.unwrap_or(c.mode);
         c.on_error = on_error.unwrap_or(c.on_error);
         let cube = c.clone();
-        st.0 = cubes::save(&scion_store::os_host(), &self.store, &st.0, list).map_err(fail)?;
+        st.0 = cubes::save(&self.host, &self.store, &st.0, list).map_err(fail)?;
         if let Some(s) = st.1.iter_mut().find(|s| s.cube.path == path) {
             s.cube = cube.clone();
             if let Some(vol) = s.vol {
@@ -305,7 +313,7 @@ impl Cubes {
         let i = st.1.iter().position(|s| s.cube.path == path).ok_or_else(|| not_a_cube(path))?;
         let mut list = st.0.cubes.clone();
         list.retain(|c| c.path != path);
-        st.0 = cubes::save(&scion_store::os_host(), &self.store, &st.0, list).map_err(fail)?;
+        st.0 = cubes::save(&self.host, &self.store, &st.0, list).map_err(fail)?;
         let old = st.1.remove(i);
         drop(st);
         if let Some(b) = old.background {
@@ -355,7 +363,7 @@ impl Cubes {
             b.stop();
         }
         retire(path, self.router.take_out(vol).expect("a served cube's volume is in the router"));
-        let report = scion_fs::check::check(&scion_store::os_host(), &cube.store_dir(&self.store)).map_err(fail);
+        let report = scion_fs::check::check(&self.host, &cube.store_dir(&self.store)).map_err(fail);
         let back = self.open_engine(&cube).and_then(|engine| {
             self.router.put_back(vol, engine.clone(), serving(&cube))?;
             Ok(self.start(vol, engine))

@@ -2644,6 +2644,11 @@ impl Fs {
         self.journal_data = on;
     }
 
+    /// The filesystem the store lives on.
+    pub fn host(&self) -> Host {
+        self.vol.host.clone()
+    }
+
     /// Journals whole chunks as unordered and syncs the journal alone in the background
     /// (mode `writeback`: see `writeback`), or not.
     pub fn set_writeback(&mut self, on: bool) {
