@@ -167,6 +167,7 @@ def test_cubes_through_the_mount(scion_mount):
 
     with open(os.path.join(c1, "after-check"), "w") as h:
         h.write("journaled")
+        h.flush()
         os.fsync(h.fileno())
 
     # A nojournal cube: nothing goes to its journal; an fsync takes a checkpoint, so what it
@@ -188,6 +189,7 @@ def test_cubes_through_the_mount(scion_mount):
     assert m.run("cube", "create", c5, "--mode", "writeback").returncode == 0
     with open(os.path.join(c5, "w"), "wb") as h:
         h.write(big[:300000])
+        h.flush()
         os.fsync(h.fileno())
     with open(os.path.join(c5, "w2"), "wb") as h:
         h.write(big[:200000])
@@ -561,6 +563,7 @@ def test_host_faults_in_one_cube_stay_there(scion_mount):
                     return False
             with open(os.path.join(d, "after"), "wb") as h:
                 h.write(b"x" * 200_000)
+                h.flush()
                 os.fsync(h.fileno())
             return True
         except OSError:
@@ -572,3 +575,46 @@ def test_host_faults_in_one_cube_stay_there(scion_mount):
     rows = cubes(m)
     assert {k for k, r in rows.items() if r["state"] != "ok"} == {f"cube{i}" for i in faults}, rows
     print(f"host faults injected {len(faults)}, localized {len(failed & set(faults))}")
+
+
+def test_a_panic_in_one_cube_stays_there(scion_mount):
+    """A broken invariant in one cube (the test-only failpoint `checkpoint@cubes.d/2`: its
+    engine panics in a checkpoint) fails that cube alone, by its policy: its changes get
+    EROFS, its files read; the daemon, the root and the other cube go on; `cube recover`
+    serves it again with everything it acknowledged."""
+    m = scion_mount
+    c = [os.path.join(m.mnt, f"c{i}") for i in (1, 2, 3)]
+    for d in c:
+        assert m.run("cube", "create", d).returncode == 0
+    m.umount()
+    # (The first checkpoint of cube 2 is its recovery at mount; the second panics.)
+    os.environ["SCION_FAILPOINTS"] = "checkpoint@cubes.d/2:2"
+    try:
+        m.mount()
+    finally:
+        del os.environ["SCION_FAILPOINTS"]
+    for d in c + [m.mnt]:
+        with open(os.path.join(d, "f"), "wb") as h:
+            h.write(b"acknowledged")
+            h.flush()
+            os.fsync(h.fileno())
+    r = m.run("list", c[1])  # a checkpoint in cube 2: the failpoint fires
+    assert r.returncode != 0, r.describe()
+    log = open(os.path.join(m.store, "daemon.log"), errors="replace").read()
+    assert "PANIC" in log, log[-2000:]
+    with pytest.raises(OSError) as e:
+        open(os.path.join(c[1], "later"), "w").close()
+    assert e.value.errno == errno.EROFS
+    with open(os.path.join(c[1], "f"), "rb") as h:
+        assert h.read() == b"acknowledged"
+    for d in (c[0], c[2], m.mnt):
+        with open(os.path.join(d, "later"), "w") as h:
+            h.write("ok")
+    assert cubes(m)["c2"]["state"] != "ok" and cubes(m)["c1"]["state"] == "ok"
+    r = m.run("cube", "recover", c[1])
+    assert r.returncode == 0, r.describe()
+    with open(os.path.join(c[1], "f"), "rb") as h:
+        got = h.read()
+    assert got == b"acknowledged"
+    with open(os.path.join(c[1], "later"), "w") as h:
+        h.write("ok")

@@ -734,7 +734,7 @@ impl Fs {
             .collect();
         // 0. Files with only small overwrites are carried, not folded.
         let carry = self.carry(&mut dirty, &fold)?;
-        crate::failpoint::hit("checkpoint");
+        crate::failpoint::hit_at("checkpoint", &self.vol.dir.to_string_lossy());
         let targets = self.prepass(&dirty);
         let n_dirty = dirty.len();
         self.fold_files(&dirty)?;

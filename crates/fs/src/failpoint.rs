@@ -2,7 +2,8 @@
 //! armed, so that tests can show what a bug's panic does (it must mark the volume failed
 //! and lose nothing acknowledged). Unarmed, a pass costs one relaxed atomic load.
 //!
-//! The daemon arms them from `SCION_FAILPOINTS=name:n[,name:n...]` (tests/mount only);
+//! The daemon arms them from `SCION_FAILPOINTS=name:n[,name:n...]` (tests/mount only; a name
+//! `place@PART` fires only in a store whose path holds PART, one cube's for instance);
 //! engine tests call [`arm`]. Places that panic on their nth pass: `checkpoint` (after the
 //! checkpoint took the set of changed inodes, before it wrote anything). Places that wait
 //! n milliseconds on every pass ([`pause`]): `control.hold` (a control command that has
@@ -46,14 +47,20 @@ pub fn clear() {
     ARMED.store(false, Ordering::Relaxed);
 }
 
-/// A pass through `place`: panics if it is armed and this is its pass.
-pub(crate) fn hit(place: &str) {
+/// A pass through `place` in the store at `at`: panics if it is armed and this is its pass.
+/// A point armed as `place@PART` counts only the passes of stores whose path holds PART
+/// (one cube's: `checkpoint@cubes.d/2`).
+pub(crate) fn hit_at(place: &str, at: &str) {
     if !ARMED.load(Ordering::Relaxed) {
         return;
     }
+    let matches = |q: &str| match q.split_once('@') {
+        Some((name, part)) => name == place && !part.is_empty() && at.contains(part),
+        None => q == place,
+    };
     let fire = {
         let mut p = POINTS.lock().unwrap_or_else(|e| e.into_inner());
-        match p.iter_mut().position(|(q, _)| q == place) {
+        match p.iter_mut().position(|(q, _)| matches(q)) {
             Some(i) => {
                 p[i].1 -= 1;
                 let fire = p[i].1 == 0;
