@@ -372,9 +372,10 @@ enum Cmd {
     /// name: empty for a full stream, or a clone of the base, found in this store by its
     /// content hash (a snapshot or clone, however it got here). Every frame is checked; at the
     /// end the tree's content hash must be the sender's. Then it is renamed to DIR at once and
-    /// snapshotted under the sent snapshot's name (the base for the next increment). Exit 0:
-    /// received; 1: refused (a damaged or cut stream, no base here): nothing is left behind;
-    /// 2: bad arguments.
+    /// snapshotted under the sent snapshot's name (the base for the next increment). A stream
+    /// from `scion send --dedup --through` offers its blocks first: the answer (which of them
+    /// this store holds) goes to stdout, back to the sender. Exit 0: received; 1: refused (a
+    /// damaged or cut stream, no base here): nothing is left behind; 2: bad arguments.
     Receive {
         dir: PathBuf,
         /// Read the stream from FILE instead of stdin.
