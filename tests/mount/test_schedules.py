@@ -87,6 +87,10 @@ def test_bad_schedules_are_refused(scion_mount):
         assert r.stderr.startswith("scion: "), r.describe()
     r = m.run("snapshot", "schedule", os.path.join(m.mnt, "nope"), "--every", "1h")
     assert r.returncode == 2, r.describe()
+    # A snapshot never changes: a schedule there would fail at every run.
+    assert m.run("snapshot", "--name", "s", work).returncode == 0
+    r = m.run("snapshot", "schedule", os.path.join(work, ".snapshot", "s"), "--every", "1h")
+    assert r.returncode == 2 and "schedule the directory it was taken of" in r.stderr, r.describe()
     assert schedules(m) == []
 
 

@@ -41,7 +41,8 @@ enum Cmd {
     Mount {
         /// The store's directory (made by `scion init`).
         store: PathBuf,
-        /// An empty directory to show the store's files at.
+        /// The directory to show the store's files at (usually empty: what it holds is
+        /// hidden while the store is mounted there, as with any mount).
         mountpoint: PathBuf,
         /// Stay attached to the terminal instead of running in the background.
         #[arg(long, short = 'f')]

@@ -277,7 +277,7 @@ impl Failure {
             if let Some(c) = e.context() {
                 log::info!("{what}: {c}");
             }
-            if e.errno() == libc::EROFS && what.contains("/.snapshot/") {
+            if e.errno() == libc::EROFS && e.context().is_none() && what.contains("/.snapshot/") {
                 return Failure::new(
                     libc::EROFS,
                     format!("{what}: a snapshot is read-only; clone it to change it (scion clone SNAPSHOT DIR)"),

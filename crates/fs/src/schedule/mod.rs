@@ -138,6 +138,13 @@ impl Fs {
         self.writable()?;
         let d = self.resolve_path(&s.dir)?;
         self.dir_node(d)?;
+        // A snapshot never changes: each run would fail. Its directory is what to schedule.
+        if self.check_writable(d).is_err() {
+            return Err(errno::EROFS.with(format!(
+                "/{} is in a snapshot, which never changes: schedule the directory it was taken of",
+                String::from_utf8_lossy(&s.dir)
+            )));
+        }
         let prev = self.stored_schedules()?.clone();
         let mut list = prev.schedules.clone();
         match list.iter().position(|o| o.dir == s.dir) {
