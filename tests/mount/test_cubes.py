@@ -281,13 +281,9 @@ def test_cubes_through_the_mount(scion_mount):
     m.umount()
 
 
-def test_a_fault_in_one_cube_of_ten_stays_there(scion_mount):
-    """Ten cubes and the root each hold a file; three cubes' packs are damaged while
-    unmounted. After the remount exactly those three fail (EIO on their damaged file, state
-    read-only), every other cube and the root read and write as before: 3 faults injected,
-    3 localized."""
-    m = scion_mount
-    data = os.urandom(2 << 20)
+def ten_cubes_holding(m, data):
+    """Ten cubes `cube0`..`cube9` (ids 1..10), each and the root holding `data` as `data`;
+    the store is left unmounted. Returns the cubes' directories."""
     dirs = [os.path.join(m.mnt, f"cube{i}") for i in range(10)]
     for d in dirs:
         assert m.run("cube", "create", d).returncode == 0
@@ -295,6 +291,17 @@ def test_a_fault_in_one_cube_of_ten_stays_there(scion_mount):
         with open(os.path.join(d, "data"), "wb") as h:
             h.write(data)
     m.umount()
+    return dirs
+
+
+def test_a_fault_in_one_cube_of_ten_stays_there(scion_mount):
+    """Ten cubes and the root each hold a file; three cubes' packs are damaged while
+    unmounted. After the remount exactly those three fail (EIO on their damaged file, state
+    read-only), every other cube and the root read and write as before: 3 faults injected,
+    3 localized."""
+    m = scion_mount
+    data = os.urandom(2 << 20)
+    dirs = ten_cubes_holding(m, data)
     hit = {2, 5, 7}
     for i in hit:
         damage(os.path.join(m.store, "cubes.d", str(i + 1)), data)
@@ -540,13 +547,7 @@ def test_host_faults_in_one_cube_stay_there(scion_mount):
     finds them), and every other cube and the root read, write and fsync as before."""
     m = scion_mount
     data = os.urandom(1 << 20)
-    dirs = [os.path.join(m.mnt, f"cube{i}") for i in range(10)]
-    for d in dirs:
-        assert m.run("cube", "create", d).returncode == 0
-    for d in dirs + [m.mnt]:
-        with open(os.path.join(d, "data"), "wb") as h:
-            h.write(data)
-    m.umount()
+    dirs = ten_cubes_holding(m, data)
     # Cube ids are 1..10 in creation order: cube i lives in cubes.d/(i + 1).
     faults = {2: "read:cubes.d/3/packs/:eio", 4: "read:cubes.d/5/:flip", 6: "write:cubes.d/7/:eio",
               8: "sync:cubes.d/9/:eio"}
