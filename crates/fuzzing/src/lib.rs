@@ -236,8 +236,10 @@ pub fn scan_cache(data: &[u8]) {
     assert_eq!(decode(&again).0, records);
 }
 
-/// A `scion send` stream (header, zstd or not, frames, end), decoded as `scion receive`
-/// checks it before applying anything. Frames that decode encode back to the same bytes.
+/// A `scion send` stream (header, zstd or not, a negotiated stream's offer, frames, end),
+/// decoded as `scion receive` checks it before applying anything. Frames that decode encode
+/// back to the same bytes. The input is also read as a receiver's answer to an offer (its
+/// first byte the offer's size), which the sender checks.
 pub fn send_stream(data: &[u8]) {
     if let Ok(frames) = scion::stream::decode_all(data) {
         if matches!(frames.first(), Some(scion::stream::Frame::Resume { .. })) {
@@ -256,6 +258,15 @@ pub fn send_stream(data: &[u8]) {
         scion::stream::write_header(&mut again, 0).expect("writing to memory");
         again.extend_from_slice(&body);
         assert_eq!(scion::stream::decode_all(&again).map(|v| v.len()), Ok(frames.len()));
+    }
+    // The other half of a negotiation: a receiver's answer, for an offer of up to 64 blocks.
+    if let Some((&n, rest)) = data.split_first() {
+        let n = usize::from(n % 64);
+        if let Ok(held) = scion::stream::read_answer(&mut &rest[..], n) {
+            let mut again = Vec::new();
+            scion::stream::write_answer(&mut again, &held).expect("writing to memory");
+            assert_eq!(scion::stream::read_answer(&mut &again[..], n), Ok(held));
+        }
     }
 }
 
