@@ -145,7 +145,7 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, fir
     // mount). Each step takes the lock on its own; counting space walks without it.
     if opts.schedules {
         let companions = opts.companions.as_ref().map(|c| &*c.0);
-        let inval = crate::scheduler::run_with(engine, crate::scheduler::now(), first, companions);
+        let inval = crate::scheduler::run(engine, crate::scheduler::now(), first, companions);
         if !inval.is_empty() {
             invalidate(&inval);
         }

@@ -443,7 +443,7 @@ impl Cubes {
     /// EROFS on a read-only mount, where the cube table does not change either.
     fn changeable(&self) -> FsResult<()> {
         match self.read_only {
-            true => Err(errno::EROFS.with("the store is mounted read-only (-o ro)")),
+            true => Err(scion_fs::read_only_refusal()),
             false => Ok(()),
         }
     }

@@ -71,31 +71,27 @@ impl Engine {
     /// on meanwhile: an fsync, and the half-second background sync, held every request up
     /// for its 20-30 ms before.
     pub fn fsync(&self) -> FsResult<()> {
-        let ticket = {
-            let mut fs = self.lock();
-            if !fs.journaled() {
-                // No journal (a `nojournal` cube): a checkpoint is what makes changes durable.
-                return fs.checkpoint_for_sync();
-            }
-            fs.sync_begin()?
-        };
-        let r = ticket.run();
-        self.lock().sync_end(ticket, r)
+        self.sync(false)
     }
 
     /// The background worker's sync of the journal: `fsync`, except on a `writeback` volume,
     /// whose journal is synced without its packs (its records say so, and replay keeps the
     /// older content of a chunk whose block did not reach the disk).
     pub fn sync_background(&self) -> FsResult<()> {
-        let ticket = {
+        self.sync(true)
+    }
+
+    /// `fsync`; with `background`, the journal alone on a `writeback` volume.
+    fn sync(&self, background: bool) -> FsResult<()> {
+        let (ticket, journal_only) = {
             let mut fs = self.lock();
-            if !fs.writes_back() || !fs.journaled() {
-                drop(fs);
-                return self.fsync();
+            if !fs.journaled() {
+                // No journal (a `nojournal` cube): a checkpoint is what makes changes durable.
+                return fs.checkpoint_for_sync();
             }
-            fs.sync_begin()?
+            (fs.sync_begin()?, background && fs.writes_back())
         };
-        let r = ticket.run_journal_only();
+        let r = if journal_only { ticket.run_journal_only() } else { ticket.run() };
         self.lock().sync_end(ticket, r)
     }
 

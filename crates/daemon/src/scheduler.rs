@@ -23,13 +23,9 @@ pub trait Companions: Send + Sync {
 }
 
 /// One round at time `now` (seconds since the epoch); `all`: apply retention to every
-/// schedule (the first round after mount). Returns what the kernel must forget.
-pub fn run(engine: &Engine, now: i64, all: bool) -> Vec<Inval> {
-    run_with(engine, now, all, None)
-}
-
-/// `run`, telling `companions` what each schedule took and removed.
-pub fn run_with(engine: &Engine, now: i64, all: bool, companions: Option<&dyn Companions>) -> Vec<Inval> {
+/// schedule (the first round after mount); `companions` are told what each schedule took
+/// and removed. Returns what the kernel must forget.
+pub fn run(engine: &Engine, now: i64, all: bool, companions: Option<&dyn Companions>) -> Vec<Inval> {
     let mut inval = Vec::new();
     let schedules = match engine.lock().schedule_list() {
         Ok(l) => l,

@@ -39,6 +39,37 @@ enum Dedup {
     Use(HashSet<[u8; 32]>),
 }
 
+/// How one chunk goes in the stream (`Sender::by_hash`).
+enum Named {
+    Bytes,
+    Hash([u8; 32]),
+    /// The offer's pass: nothing is sent.
+    Nothing,
+}
+
+/// `Data` frames of the bytes `buf` read at `off`, each stretch of non-zero chunks one
+/// frame; all-zero chunks left out, or sent as holes (`holes`).
+fn bytes_frames(off: u64, buf: &[u8], holes: bool, frames: &mut Vec<Frame>) {
+    let mut run: Option<usize> = None;
+    for (j, piece) in buf.chunks(CHUNK as usize).enumerate() {
+        if piece.iter().all(|&b| b == 0) {
+            if let Some(r) = run.take() {
+                let bytes = buf[r * CHUNK as usize..j * CHUNK as usize].to_vec();
+                frames.push(Frame::Data { offset: off + r as u64 * CHUNK, bytes });
+            }
+            if holes {
+                frames.push(Frame::Hole { offset: off + j as u64 * CHUNK, len: piece.len() as u64 });
+            }
+        } else if run.is_none() {
+            run = Some(j);
+        }
+    }
+    if let Some(r) = run {
+        let bytes = buf[r * CHUNK as usize..].to_vec();
+        frames.push(Frame::Data { offset: off + r as u64 * CHUNK, bytes });
+    }
+}
+
 /// The sink the stream's bytes go to (the control socket's part frames).
 pub struct Sink<'a>(pub &'a mut dyn FnMut(&[u8]) -> std::io::Result<()>);
 
@@ -297,11 +328,10 @@ impl<W: Write> Sender<'_, W> {
 
     /// The bytes of `chunks` of the file at `p`, a megabyte per step, in frames of up to
     /// `DATA_MAX` of consecutive chunks. All-zero chunks are left out of a new file (which
-    /// reads zeros there) and sent as holes into an old one (`holes`).
+    /// reads zeros there) and sent as holes into an old one (`holes`). In a negotiated stream
+    /// a chunk one block holds exactly goes as that block's hash if the receiver holds it;
+    /// the offer's pass only notes such blocks and reads nothing.
     fn data(&mut self, p: &[u8], size: u64, chunks: &[u64], holes: bool) -> Result<(), Failure> {
-        if !matches!(self.dedup, Dedup::Off) {
-            return self.data_by_block(p, size, chunks, holes);
-        }
         let per_frame = (DATA_MAX as u64 / CHUNK) as usize;
         let mut k = 0;
         while k < chunks.len() {
@@ -310,87 +340,67 @@ impl<W: Write> Sender<'_, W> {
             while k + n < chunks.len() && chunks[k + n] == first + n as u64 && n < per_frame {
                 n += 1;
             }
-            let off = first * CHUNK;
-            let len = (n as u64 * CHUNK).min(size.saturating_sub(off)) as u32;
-            let buf = {
+            let frames = {
                 let engine = self.engine;
                 let mut fs = engine.lock();
                 let ino = self.at(&mut fs, p)?;
-                let r = fs.read_exact(ino, off, u64::from(len)).map_err(fs_err(p));
+                let r = self.step_frames(&mut fs, ino, p, size, first..first + n as u64, holes);
                 fs.forget(ino, 1);
                 r?
             };
-            let mut run: Option<usize> = None;
-            for (j, piece) in buf.chunks(CHUNK as usize).enumerate() {
-                if piece.iter().all(|&b| b == 0) {
-                    if let Some(r) = run.take() {
-                        let bytes = buf[r * CHUNK as usize..j * CHUNK as usize].to_vec();
-                        self.put(Frame::Data { offset: off + r as u64 * CHUNK, bytes })?;
-                    }
-                    if holes {
-                        self.put(Frame::Hole { offset: off + j as u64 * CHUNK, len: piece.len() as u64 })?;
-                    }
-                } else if run.is_none() {
-                    run = Some(j);
-                }
-            }
-            if let Some(r) = run {
-                let bytes = buf[r * CHUNK as usize..].to_vec();
-                self.put(Frame::Data { offset: off + r as u64 * CHUNK, bytes })?;
+            for f in frames {
+                self.put(f)?;
             }
             k += n;
         }
         Ok(())
     }
 
-    /// `data` of a negotiated stream, chunk by chunk (a megabyte's worth per engine step): a
-    /// block the receiver holds goes as its hash, the others as bytes; the offer's
-    /// pass only notes those blocks, reading nothing.
-    fn data_by_block(&mut self, p: &[u8], size: u64, chunks: &[u64], holes: bool) -> Result<(), Failure> {
-        let per_step = (DATA_MAX as u64 / CHUNK) as usize;
-        for step in chunks.chunks(per_step) {
-            let mut frames = Vec::with_capacity(step.len());
-            {
-                let engine = self.engine;
-                let mut fs = engine.lock();
-                let ino = self.at(&mut fs, p)?;
-                let r = (|| -> Result<(), Failure> {
-                    for &idx in step {
-                        let off = idx * CHUNK;
-                        let block = fs.plain_block(ino, idx).map_err(fs_err(p))?;
-                        match (&mut self.dedup, block) {
-                            (Dedup::Offer { seen, order }, Some(b)) => {
-                                if seen.insert(b.hash) {
-                                    order.push(b.hash);
-                                }
-                            }
-                            (Dedup::Offer { .. }, None) => {}
-                            (Dedup::Use(held), Some(b)) if held.contains(&b.hash) => {
-                                frames.push(Frame::Block { offset: off, hash: b.hash });
-                            }
-                            _ => {
-                                let len = CHUNK.min(size.saturating_sub(off));
-                                let bytes = fs.read_exact(ino, off, len).map_err(fs_err(p))?;
-                                if bytes.iter().all(|&b| b == 0) {
-                                    if holes {
-                                        frames.push(Frame::Hole { offset: off, len: bytes.len() as u64 });
-                                    }
-                                } else {
-                                    frames.push(Frame::Data { offset: off, bytes });
-                                }
-                            }
-                        }
-                    }
-                    Ok(())
-                })();
-                fs.forget(ino, 1);
-                r?;
+    /// The frames of the consecutive chunks `run` of file `ino` (one engine step): runs of
+    /// chunks sent as bytes are read at once.
+    fn step_frames(&mut self, fs: &mut Fs, ino: Ino, p: &[u8], size: u64, run: std::ops::Range<u64>, holes: bool) -> Result<Vec<Frame>, Failure> {
+        let named = run.clone().map(|i| self.by_hash(fs, ino, p, i)).collect::<Result<Vec<_>, _>>()?;
+        let mut frames = Vec::new();
+        let mut j = 0;
+        while j < named.len() {
+            let idx = run.start + j as u64;
+            match named[j] {
+                Named::Hash(hash) => frames.push(Frame::Block { offset: idx * CHUNK, hash }),
+                Named::Nothing => {}
+                Named::Bytes => {
+                    // Chunks sent as bytes, up to the next one named by its hash.
+                    let n = named[j..].iter().take_while(|x| matches!(x, Named::Bytes)).count();
+                    let off = idx * CHUNK;
+                    let len = (n as u64 * CHUNK).min(size.saturating_sub(off));
+                    let buf = fs.read_exact(ino, off, len).map_err(fs_err(p))?;
+                    bytes_frames(off, &buf, holes, &mut frames);
+                    j += n;
+                    continue;
+                }
             }
-            for f in frames {
-                self.put(f)?;
-            }
+            j += 1;
         }
-        Ok(())
+        Ok(frames)
+    }
+
+    /// How chunk `idx` of file `ino` goes: as bytes (no negotiation, or not a block the
+    /// receiver holds), as its block's hash, or not at all (the offer's pass, which notes
+    /// the block).
+    fn by_hash(&mut self, fs: &mut Fs, ino: Ino, p: &[u8], idx: u64) -> Result<Named, Failure> {
+        if matches!(self.dedup, Dedup::Off) {
+            return Ok(Named::Bytes);
+        }
+        let block = fs.plain_block(ino, idx).map_err(fs_err(p))?;
+        Ok(match (&mut self.dedup, block) {
+            (Dedup::Offer { seen, order }, b) => {
+                if let Some(b) = b.filter(|b| seen.insert(b.hash)) {
+                    order.push(b.hash);
+                }
+                Named::Nothing
+            }
+            (Dedup::Use(held), Some(b)) if held.contains(&b.hash) => Named::Hash(b.hash),
+            _ => Named::Bytes,
+        })
     }
 
     /// Metadata of directories, deepest first.

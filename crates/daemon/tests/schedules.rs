@@ -66,7 +66,7 @@ fn snapshots_on_time_thinned_and_kept_across_reopen() {
     }
     // Every minute for three hours of simulated time.
     for m in 0..180 {
-        scheduler::run(&engine, T0 + m * 60, m == 0);
+        scheduler::run(&engine, T0 + m * 60, m == 0, None);
     }
     let s = scheduled(&engine, b"w");
     // 18 taken (every 10 minutes, 20:15 to 23:05); kept: the newest 3 (22:45, 22:55, 23:05),
@@ -91,11 +91,11 @@ fn snapshots_on_time_thinned_and_kept_across_reopen() {
     // once for the six missed, not six.
     let engine = open(&sim);
     assert_eq!(engine.lock().schedule_list().unwrap().len(), 1);
-    scheduler::run(&engine, T0 + 240 * 60, true);
+    scheduler::run(&engine, T0 + 240 * 60, true, None);
     let s2: Vec<i64> = scheduled(&engine, b"w").iter().map(|x| x.1).collect();
     // 00:15 taken; 22:45 goes (neither among the newest 3 nor the newest of hours 00 and 23).
     assert_eq!(s2, vec![T0 + 160 * 60, T0 + 170 * 60, T0 + 240 * 60]);
-    scheduler::run(&engine, T0 + 241 * 60, false);
+    scheduler::run(&engine, T0 + 241 * 60, false, None);
     assert_eq!(scheduled(&engine, b"w").len(), 3, "not due again for ten minutes");
     // A name taken by hand gets a suffix.
     {
@@ -103,7 +103,7 @@ fn snapshots_on_time_thinned_and_kept_across_reopen() {
         let w = fs.resolve_path(b"w").unwrap();
         fs.snapshot(w, b"2026-11-25T002502Z", b"/w").unwrap();
     }
-    scheduler::run(&engine, T0 + 250 * 60, false);
+    scheduler::run(&engine, T0 + 250 * 60, false, None);
     assert!(scheduled(&engine, b"w").iter().any(|x| x.0 == b"2026-11-25T002502Z-1"));
     engine.close().unwrap();
     let rep =
@@ -139,7 +139,7 @@ fn space_thresholds_on_a_host_running_short() {
             fs.write(f, 0, &data).unwrap();
             fs.fsync().unwrap();
         }
-        scheduler::run(&engine, T0 + i64::from(i) * 60, i == 0);
+        scheduler::run(&engine, T0 + i64::from(i) * 60, i == 0, None);
     }
     assert_eq!(
         scheduled(&engine, b"w").len(),
@@ -162,7 +162,7 @@ fn space_thresholds_on_a_host_running_short() {
     // The host is now 40% free: below the 50% line, castoffs go, oldest first.
     let used = sim.image().bytes();
     sim.set_capacity(used * 10 / 6);
-    scheduler::run(&engine, T0 + 5 * 60, false);
+    scheduler::run(&engine, T0 + 5 * 60, false, None);
     let left = scheduled(&engine, b"w");
     assert!(left.len() < 6 && left.len() >= 1, "{left:?}");
     assert_eq!(left.last().unwrap().1, T0 + 5 * 60, "the newest stays");
@@ -175,7 +175,7 @@ fn space_thresholds_on_a_host_running_short() {
         };
         fs.set_schedule(schedule(b"w", 60, "last=10", limits)).unwrap();
     }
-    scheduler::run(&engine, T0 + 6 * 60, false);
+    scheduler::run(&engine, T0 + 6 * 60, false, None);
     let left = scheduled(&engine, b"w");
     assert_eq!(left.len(), 1, "{left:?}");
     assert_eq!(left[0].1, T0 + 6 * 60);
@@ -195,13 +195,13 @@ fn retention_keeps_a_mirrors_base_and_with_keep_unmirrored_what_it_has_not_sent(
         fs.set_mirror(b"w", b"/backup/w", false).unwrap();
     }
     for m in 0..3 {
-        scheduler::run(&engine, T0 + m * 60, m == 0);
+        scheduler::run(&engine, T0 + m * 60, m == 0, None);
     }
     // The oldest still here is what the mirror holds.
     let first = scheduled(&engine, b"w")[0].0.clone();
     engine.lock().mirror_arrived(b"w", b"/backup/w", &first, T0 + 60).unwrap();
     for m in 3..8 {
-        scheduler::run(&engine, T0 + m * 60, false);
+        scheduler::run(&engine, T0 + m * 60, false, None);
     }
     // last=2 keeps the newest two; the mirror's base stays too.
     let s: Vec<Vec<u8>> = scheduled(&engine, b"w").into_iter().map(|x| x.0).collect();
@@ -211,13 +211,13 @@ fn retention_keeps_a_mirrors_base_and_with_keep_unmirrored_what_it_has_not_sent(
     // With --keep-unmirrored, nothing after the base goes until it is sent.
     engine.lock().set_mirror(b"w", b"/backup/w", true).unwrap();
     for m in 8..12 {
-        scheduler::run(&engine, T0 + m * 60, false);
+        scheduler::run(&engine, T0 + m * 60, false, None);
     }
     assert_eq!(scheduled(&engine, b"w").len(), 3 + 4);
     // Sent up to the newest: the policy applies again (the base stays).
     let newest = scheduled(&engine, b"w").last().unwrap().0.clone();
     engine.lock().mirror_arrived(b"w", b"/backup/w", &newest, T0 + 11 * 60).unwrap();
-    scheduler::run(&engine, T0 + 12 * 60, false);
+    scheduler::run(&engine, T0 + 12 * 60, false, None);
     let s: Vec<Vec<u8>> = scheduled(&engine, b"w").into_iter().map(|x| x.0).collect();
     assert_eq!(s.len(), 2, "{s:?}");
     assert!(s.contains(&newest));

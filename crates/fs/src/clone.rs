@@ -1039,20 +1039,17 @@ impl Fs {
     /// one that is there is followed down to its directory.
     pub fn orphans_of(&mut self, ns: u32) -> FsResult<Vec<u32>> {
         let Some(n) = self.namespaces.get(&ns) else { return Ok(Vec::new()) };
-        let root = n.root;
-        let root_oid = self.node(root)?.inode.oid;
-        let marks = self.summary_of(root)?;
-        let mut snaps: Vec<(u32, u64)> = self
+        let marks = self.summary_of(n.root)?;
+        let mut ids: Vec<u32> = self
             .namespaces
             .iter()
-            .filter(|(_, s)| s.info.kind == NsKind::Snapshot && s.info.parent == ns && s.info.anchor != root_oid)
-            .map(|(id, s)| (*id, s.info.anchor))
+            .filter(|(_, s)| s.info.kind == NsKind::Snapshot && s.info.parent == ns)
+            .map(|(id, _)| *id)
             .collect();
-        snaps.sort_unstable();
+        ids.sort_unstable();
         let mut out = Vec::new();
-        for (id, anchor) in snaps {
-            let key = summary_snap_key(anchor);
-            if !marks.contains_key(&key) || self.find_named(ns, &key).is_err() {
+        for id in ids {
+            if self.orphaned_by(ns, id, &marks)? {
                 out.push(id);
             }
         }
@@ -1061,13 +1058,21 @@ impl Fs {
 
     /// Whether snapshot `id` is one of `orphans_of(ns)`.
     fn is_orphan_of(&mut self, ns: u32, id: u32) -> FsResult<bool> {
-        let Some(s) = self.namespaces.get(&id) else { return Ok(false) };
-        let (kind, parent, anchor) = (s.info.kind, s.info.parent, s.info.anchor);
-        let Some(p) = self.namespaces.get(&ns) else { return Ok(false) };
-        if kind != NsKind::Snapshot || parent != ns || self.node(p.root)?.inode.oid == anchor {
+        let Some(n) = self.namespaces.get(&ns) else { return Ok(false) };
+        let marks = self.summary_of(n.root)?;
+        self.orphaned_by(ns, id, &marks)
+    }
+
+    /// Whether snapshot `id` was taken of a directory of namespace `ns` that is gone, given
+    /// the marks of `ns`'s root summary.
+    fn orphaned_by(&mut self, ns: u32, id: u32, marks: &BTreeMap<Vec<u8>, i64>) -> FsResult<bool> {
+        let (Some(s), Some(p)) = (self.namespaces.get(&id), self.namespaces.get(&ns)) else { return Ok(false) };
+        let (kind, parent, anchor, root) = (s.info.kind, s.info.parent, s.info.anchor, p.root);
+        if kind != NsKind::Snapshot || parent != ns || self.node(root)?.inode.oid == anchor {
             return Ok(false);
         }
-        Ok(self.find_named(ns, &summary_snap_key(anchor)).is_err())
+        let key = summary_snap_key(anchor);
+        Ok(!marks.contains_key(&key) || self.find_named(ns, &key).is_err())
     }
 
     /// Where orphaned snapshot `id` of namespace `ns` is browsed, from the mount root.

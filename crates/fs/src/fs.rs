@@ -448,6 +448,11 @@ pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
     Ok(())
 }
 
+/// What a change to a store mounted `-o ro` gets (`Fs::read_only`), wherever it is asked.
+pub fn read_only_refusal() -> FsError {
+    errno::EROFS.with("the store is mounted read-only (-o ro)")
+}
+
 /// setuid and setgid: what a namespace made for a user hides on files of others.
 const PRIVILEGE_BITS: u16 = 0o6000;
 /// A file capability (`setcap`): a privilege as setuid is.
@@ -845,7 +850,7 @@ impl Fs {
             return Err(self.failed_errno.clone());
         }
         if self.read_only {
-            return Err(errno::EROFS.with("the store is mounted read-only (-o ro)"));
+            return Err(read_only_refusal());
         }
         Ok(())
     }
