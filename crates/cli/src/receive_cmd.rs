@@ -312,7 +312,6 @@ fn build(
         buf: Vec::new(),
         open: None,
         cur: None,
-        applier: None,
     };
     let mut resume_at = frames.position_next();
     let mut open_at: Option<(u64, [u8; 32])> = None;
@@ -342,7 +341,7 @@ fn build(
         Ok(()) => {}
         Err(ReadError::Cut(e)) if a.resumable || a.resume => {
             // What arrived whole is applied; the rest comes again from the resume point.
-            if let Err(f) = b.flush().and_then(|()| b.wait()) {
+            if let Err(f) = b.flush() {
                 staging.remove();
                 return Err(format!("{e}; then {f}"));
             }
@@ -360,8 +359,6 @@ fn build(
             ));
         }
         Err(e) => {
-            // (Nothing may still be applying into the tree that is removed.)
-            let _ = b.wait();
             staging.remove();
             return Err(e.to_string());
         }
@@ -407,9 +404,7 @@ pub fn hex(h: &[u8]) -> String {
 
 /// Sends frames to the daemon in batches (`Op::Apply`), which applies them in the engine.
 /// Frames are sent only whole and checked; a batch is cut anywhere, a file open at a cut
-/// goes on in the next batch (its `File` frame sent along). A thread sends the batches, one
-/// at a time and in order, so the next batch is read, decompressed and checked while the
-/// daemon applies the last; `wait` says how the last one went.
+/// goes on in the next batch (its `File` frame sent along).
 struct Batcher<'a> {
     at: &'a Located,
     top: Vec<u8>,
@@ -418,22 +413,6 @@ struct Batcher<'a> {
     /// The file open where `buf` begins, and where it ends.
     open: Option<Frame>,
     cur: Option<Frame>,
-    applier: Option<Applier>,
-}
-
-/// The thread that sends batches: one waits in `tx` while one is applied. It stops at the
-/// first refusal, which `done` gives.
-struct Applier {
-    tx: std::sync::mpsc::SyncSender<Op>,
-    done: std::thread::JoinHandle<Result<(), String>>,
-}
-
-impl Applier {
-    fn start(at: Located) -> Applier {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Op>(1);
-        let done = std::thread::spawn(move || rx.into_iter().try_for_each(|op| call(&at, &op).map(drop)));
-        Applier { tx, done }
-    }
 }
 
 /// Bytes of frames per batch (a control request holds 1 MiB).
@@ -469,16 +448,14 @@ impl Batcher<'_> {
         Ok(())
     }
 
-    /// The end: the last file's metadata (a frame that closes it), and what is left, applied.
+    /// The end: the last file's metadata (a frame that closes it), and what is left.
     fn finish(&mut self) -> Result<(), String> {
         if let Some(Frame::File { path, meta, .. }) = self.cur.clone() {
             self.push_one(Frame::Meta { path, meta })?;
         }
-        self.flush()?;
-        self.wait()
+        self.flush()
     }
 
-    /// Hands the batch to the applier thread (waiting while it holds one already).
     fn flush(&mut self) -> Result<(), String> {
         if self.buf.is_empty() {
             return Ok(());
@@ -489,24 +466,8 @@ impl Batcher<'_> {
             open: self.open.as_ref().map(|f| scion::stream::encode_frame(f, 0)),
             frames: std::mem::take(&mut self.buf),
         };
-        let at = self.at;
-        let applier = self.applier.get_or_insert_with(|| Applier::start(at.clone()));
-        if applier.tx.send(op).is_err() {
-            // The applier stopped at a refusal: that is the answer.
-            return self.wait();
-        }
+        call(self.at, &op)?;
         self.open = self.cur.clone();
         Ok(())
-    }
-
-    /// Waits until every batch handed over is applied; the first refusal, if any.
-    fn wait(&mut self) -> Result<(), String> {
-        match self.applier.take() {
-            None => Ok(()),
-            Some(Applier { tx, done }) => {
-                drop(tx);
-                done.join().unwrap_or_else(|_| Err("the thread applying batches panicked".into()))
-            }
-        }
     }
 }
