@@ -168,68 +168,20 @@ fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
 /// The stream from `input` (or stdin), its header read; a negotiated stream's offer answered
 /// on stdout with what the store `at` holds.
 fn open_stream(input: &Option<PathBuf>, at: &Located) -> Result<StreamReader<Box<dyn Read>>, String> {
-    let mut input: Box<dyn Read + Send> = match input {
+    let mut input: Box<dyn Read> = match input {
         Some(f) => Box::new(std::fs::File::open(f).map_err(|e| format!("{}: {e}", f.display()))?),
-        None => Box::new(std::io::stdin()),
+        None => Box::new(std::io::stdin().lock()),
     };
     let flags = scion::stream::read_header(&mut input)?;
     if flags & scion::stream::FLAG_NEGOTIATE != 0 {
         answer_offer(&mut input, at)?;
     }
-    let input: Box<dyn Read> = Box::new(ReadAhead::start(input));
     let body: Box<dyn Read> = if flags & FLAG_ZSTD != 0 {
         Box::new(zstd::stream::read::Decoder::new(input).map_err(|e| e.to_string())?)
     } else {
         Box::new(std::io::BufReader::with_capacity(1 << 20, input))
     };
     Ok(StreamReader::new(body))
-}
-
-/// The stream's bytes read ahead by a thread, up to `READ_AHEAD` of them: while this side
-/// finds the base (hashing its trees) or applies a batch, the sender goes on making and
-/// sending the stream instead of waiting on a full pipe.
-struct ReadAhead {
-    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
-    cur: Vec<u8>,
-    at: usize,
-}
-
-/// Bytes read ahead at most (in pieces of up to 1 MiB).
-const READ_AHEAD: usize = 256 << 20;
-
-impl ReadAhead {
-    fn start(mut input: Box<dyn Read + Send>) -> ReadAhead {
-        let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD >> 20);
-        std::thread::spawn(move || loop {
-            let mut buf = vec![0u8; 1 << 20];
-            let r = input.read(&mut buf).map(|n| {
-                buf.truncate(n);
-                buf
-            });
-            let end = !matches!(&r, Ok(b) if !b.is_empty());
-            // The reader is gone (the receive ended): stop reading.
-            if tx.send(r).is_err() || end {
-                return;
-            }
-        });
-        ReadAhead { rx, cur: Vec::new(), at: 0 }
-    }
-}
-
-impl Read for ReadAhead {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        if self.at == self.cur.len() {
-            match self.rx.recv() {
-                Ok(Ok(b)) => (self.cur, self.at) = (b, 0),
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Ok(0), // the end was read already
-            }
-        }
-        let n = out.len().min(self.cur.len() - self.at);
-        out[..n].copy_from_slice(&self.cur[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
-    }
 }
 
 /// Reads the sender's offer of block hashes and says on stdout which the store holds (the
