@@ -67,6 +67,41 @@ impl Staging {
     }
 }
 
+/// A clone of the base that copies come from, private to this receive and destroyed when it
+/// ends (`Drop`). The base found in the store is not held: it may be destroyed while the
+/// receive goes on (a send of a live directory into its own store destroys the snapshot it
+/// took when it ends, and that snapshot can be the base found here).
+struct HeldBase<'a> {
+    at: &'a Located,
+    rel: Vec<u8>,
+}
+
+impl<'a> HeldBase<'a> {
+    /// Clones `from` beside the tree being built (`STAGING.base`), replacing one a receive
+    /// that died left there.
+    fn take(at: &'a Located, staging_rel: &[u8], from: &[u8]) -> Result<HeldBase<'a>, String> {
+        let rel = [staging_rel, b".base"].concat();
+        HeldBase::drop_leftover(at, staging_rel);
+        call(at, &Op::Clone { src: from.to_vec(), dst: rel.clone(), excludes: Vec::new() })
+            .map_err(|e| format!("holding the base {}: {e}", String::from_utf8_lossy(from)))?;
+        Ok(HeldBase { at, rel })
+    }
+
+    /// Destroys a held base a receive that died left beside `staging_rel`, if any.
+    fn drop_leftover(at: &Located, staging_rel: &[u8]) {
+        let rel = [staging_rel, b".base"].concat();
+        let _ = call(at, &Op::Destroy { target: Target::Path(rel), recursive: true });
+    }
+}
+
+impl Drop for HeldBase<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = call(self.at, &Op::Destroy { target: Target::Path(self.rel.clone()), recursive: true }) {
+            eprintln!("scion receive: the base held for the receive, {}, stays: {e}", String::from_utf8_lossy(&self.rel));
+        }
+    }
+}
+
 /// What a kept partial tree records: the resume token, the sent snapshot's name, the base's
 /// path in the store (empty for a full stream).
 struct Kept {
@@ -161,27 +196,76 @@ fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
         rel,
         clone: base_dir.is_some(),
     };
-    let base = base_dir.map(|_| base_rel.clone());
-    build(&a, &staging, base, frames, root, (name, base_rel), &dst)
+    // (The staging clone is still the base's tree: held from it, the base cannot be gone.)
+    let hold_from = base_dir.map(|_| staging.rel.clone());
+    build(&a, &staging, hold_from, frames, root, (name, base_rel), &dst)
 }
 
 /// The stream from `input` (or stdin), its header read; a negotiated stream's offer answered
 /// on stdout with what the store `at` holds.
 fn open_stream(input: &Option<PathBuf>, at: &Located) -> Result<StreamReader<Box<dyn Read>>, String> {
-    let mut input: Box<dyn Read> = match input {
+    let mut input: Box<dyn Read + Send> = match input {
         Some(f) => Box::new(std::fs::File::open(f).map_err(|e| format!("{}: {e}", f.display()))?),
-        None => Box::new(std::io::stdin().lock()),
+        None => Box::new(std::io::stdin()),
     };
     let flags = scion::stream::read_header(&mut input)?;
     if flags & scion::stream::FLAG_NEGOTIATE != 0 {
         answer_offer(&mut input, at)?;
     }
+    let input: Box<dyn Read> = Box::new(ReadAhead::start(input));
     let body: Box<dyn Read> = if flags & FLAG_ZSTD != 0 {
         Box::new(zstd::stream::read::Decoder::new(input).map_err(|e| e.to_string())?)
     } else {
         Box::new(std::io::BufReader::with_capacity(1 << 20, input))
     };
     Ok(StreamReader::new(body))
+}
+
+/// The stream's bytes read ahead by a thread, up to `READ_AHEAD` of them: while this side
+/// finds the base (hashing its trees) or applies a batch, the sender goes on making and
+/// sending the stream instead of waiting on a full pipe.
+struct ReadAhead {
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    cur: Vec<u8>,
+    at: usize,
+}
+
+/// Bytes read ahead at most (in pieces of up to 1 MiB).
+const READ_AHEAD: usize = 256 << 20;
+
+impl ReadAhead {
+    fn start(mut input: Box<dyn Read + Send>) -> ReadAhead {
+        let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD >> 20);
+        std::thread::spawn(move || loop {
+            let mut buf = vec![0u8; 1 << 20];
+            let r = input.read(&mut buf).map(|n| {
+                buf.truncate(n);
+                buf
+            });
+            let end = !matches!(&r, Ok(b) if !b.is_empty());
+            // The reader is gone (the receive ended): stop reading.
+            if tx.send(r).is_err() || end {
+                return;
+            }
+        });
+        ReadAhead { rx, cur: Vec::new(), at: 0 }
+    }
+}
+
+impl Read for ReadAhead {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.at == self.cur.len() {
+            match self.rx.recv() {
+                Ok(Ok(b)) => (self.cur, self.at) = (b, 0),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Ok(0), // the end was read already
+            }
+        }
+        let n = out.len().min(self.cur.len() - self.at);
+        out[..n].copy_from_slice(&self.cur[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// Reads the sender's offer of block hashes and says on stdout which the store holds (the
@@ -204,6 +288,7 @@ fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: 
     if a.abort && path.symlink_metadata().is_ok() && !has_kept_mark(&path) {
         // A receive that died without saying where it stopped (its daemon went away): the
         // tree is a clone of its base, or a plain directory for a full stream.
+        HeldBase::drop_leftover(&at, &rel);
         let clone = call(&at, &Op::Destroy { target: Target::Path(rel.clone()), recursive: true }).is_ok();
         if !clone {
             std::fs::remove_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -223,6 +308,7 @@ fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: 
     let (name, base_rel) = (unhex(parts.next().unwrap_or_default()), unhex(parts.next().unwrap_or_default()));
     let staging = Staging { at, path, rel, clone };
     if a.abort {
+        HeldBase::drop_leftover(&staging.at, &staging.rel);
         staging.remove();
         eprintln!("scion receive: removed {}", staging.path.display());
         return Ok(());
@@ -236,8 +322,8 @@ fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: 
     }
     // Copies come from the base; the rest of an increment may hold some.
     let _ = mnt;
-    let base = (!base_rel.is_empty()).then(|| base_rel.clone());
-    build(&a, &staging, base, frames, root, (name, base_rel), &dst)
+    let hold_from = (!base_rel.is_empty()).then(|| base_rel.clone());
+    build(&a, &staging, hold_from, frames, root, (name, base_rel), &dst)
 }
 
 fn has_kept_mark(path: &Path) -> bool {
@@ -250,20 +336,30 @@ fn has_kept_mark(path: &Path) -> bool {
 fn build(
     a: &ReceiveArgs,
     staging: &Staging,
-    base_rel: Option<Vec<u8>>,
+    hold_from: Option<Vec<u8>>,
     mut frames: StreamReader<Box<dyn Read>>,
     root: [u8; 32],
     (name, base): (Vec<u8>, Vec<u8>),
     dst: &Path,
 ) -> Result<(), String> {
+    // (Declared before the batcher: dropped, so destroyed, after its last batch applied.)
+    let held = match hold_from.map(|from| HeldBase::take(&staging.at, &staging.rel, &from)).transpose() {
+        Ok(h) => h,
+        Err(e) if a.resume => return Err(format!("{e}; what arrived stays in {} (`--abort` it and receive again)", staging.path.display())),
+        Err(e) => {
+            staging.remove();
+            return Err(e);
+        }
+    };
     let mut progress = crate::send_cmd::Progress::new(a.progress);
     let mut b = Batcher {
         at: &staging.at,
         top: staging.rel.clone(),
-        base: base_rel,
+        base: held.as_ref().map(|h| h.rel.clone()),
         buf: Vec::new(),
         open: None,
         cur: None,
+        applier: None,
     };
     let mut resume_at = frames.position_next();
     let mut open_at: Option<(u64, [u8; 32])> = None;
@@ -293,7 +389,7 @@ fn build(
         Ok(()) => {}
         Err(ReadError::Cut(e)) if a.resumable || a.resume => {
             // What arrived whole is applied; the rest comes again from the resume point.
-            if let Err(f) = b.flush() {
+            if let Err(f) = b.flush().and_then(|()| b.wait()) {
                 staging.remove();
                 return Err(format!("{e}; then {f}"));
             }
@@ -311,6 +407,8 @@ fn build(
             ));
         }
         Err(e) => {
+            // (Nothing may still be applying into the tree that is removed.)
+            let _ = b.wait();
             staging.remove();
             return Err(e.to_string());
         }
@@ -356,7 +454,9 @@ pub fn hex(h: &[u8]) -> String {
 
 /// Sends frames to the daemon in batches (`Op::Apply`), which applies them in the engine.
 /// Frames are sent only whole and checked; a batch is cut anywhere, a file open at a cut
-/// goes on in the next batch (its `File` frame sent along).
+/// goes on in the next batch (its `File` frame sent along). A thread sends the batches, one
+/// at a time and in order, so the next batch is read, decompressed and checked while the
+/// daemon applies the last; `wait` says how the last one went.
 struct Batcher<'a> {
     at: &'a Located,
     top: Vec<u8>,
@@ -365,6 +465,22 @@ struct Batcher<'a> {
     /// The file open where `buf` begins, and where it ends.
     open: Option<Frame>,
     cur: Option<Frame>,
+    applier: Option<Applier>,
+}
+
+/// The thread that sends batches: one waits in `tx` while one is applied. It stops at the
+/// first refusal, which `done` gives.
+struct Applier {
+    tx: std::sync::mpsc::SyncSender<Op>,
+    done: std::thread::JoinHandle<Result<(), String>>,
+}
+
+impl Applier {
+    fn start(at: Located) -> Applier {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Op>(1);
+        let done = std::thread::spawn(move || rx.into_iter().try_for_each(|op| call(&at, &op).map(drop)));
+        Applier { tx, done }
+    }
 }
 
 /// Bytes of frames per batch (a control request holds 1 MiB).
@@ -400,14 +516,16 @@ impl Batcher<'_> {
         Ok(())
     }
 
-    /// The end: the last file's metadata (a frame that closes it), and what is left.
+    /// The end: the last file's metadata (a frame that closes it), and what is left, applied.
     fn finish(&mut self) -> Result<(), String> {
         if let Some(Frame::File { path, meta, .. }) = self.cur.clone() {
             self.push_one(Frame::Meta { path, meta })?;
         }
-        self.flush()
+        self.flush()?;
+        self.wait()
     }
 
+    /// Hands the batch to the applier thread (waiting while it holds one already).
     fn flush(&mut self) -> Result<(), String> {
         if self.buf.is_empty() {
             return Ok(());
@@ -418,8 +536,24 @@ impl Batcher<'_> {
             open: self.open.as_ref().map(|f| scion::stream::encode_frame(f, 0)),
             frames: std::mem::take(&mut self.buf),
         };
-        call(self.at, &op)?;
+        let at = self.at;
+        let applier = self.applier.get_or_insert_with(|| Applier::start(at.clone()));
+        if applier.tx.send(op).is_err() {
+            // The applier stopped at a refusal: that is the answer.
+            return self.wait();
+        }
         self.open = self.cur.clone();
         Ok(())
+    }
+
+    /// Waits until every batch handed over is applied; the first refusal, if any.
+    fn wait(&mut self) -> Result<(), String> {
+        match self.applier.take() {
+            None => Ok(()),
+            Some(Applier { tx, done }) => {
+                drop(tx);
+                done.join().unwrap_or_else(|_| Err("the thread applying batches panicked".into()))
+            }
+        }
     }
 }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// A path resolved to its store: the store directory, the path inside it, and the mount
 /// point when the store is mounted (then the daemon does the work).
+#[derive(Clone)]
 pub(crate) struct Located {
     pub(crate) store: PathBuf,
     rel: Vec<u8>,

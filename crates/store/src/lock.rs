@@ -7,6 +7,12 @@ use std::io::{Read, Seek, Write};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
+/// How long a lock held by a process that is exiting is waited for. A daemon killed with
+/// SIGKILL is a zombie while its threads end (one waiting on the kernel for FUSE can take a
+/// moment), and it holds the lock until the last of them is gone; a mount right after the
+/// kill should not be refused for that.
+const DYING_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub struct StoreLock {
     file: File,
 }
@@ -23,8 +29,9 @@ impl StoreLock {
             .truncate(false)
             .open(&path)
             .map_err(|e| Error::io(format!("open of {}", path.display()), e))?;
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if !take_or_wait_for_the_dying(&mut file) {
             let mut who = String::new();
+            let _ = file.rewind();
             let _ = file.read_to_string(&mut who);
             let who = who.lines().collect::<Vec<_>>().join(", ");
             return Err(Error::InUse(format!(
@@ -60,5 +67,69 @@ impl StoreLock {
             }
             Err(_) => false,
         }
+    }
+}
+
+/// Takes the lock at once, or after its holder (the pid the file names) has finished exiting,
+/// waiting at most `DYING_HOLDER_WAIT` for that. False if a live process holds it.
+fn take_or_wait_for_the_dying(file: &mut File) -> bool {
+    let try_lock = |f: &File| unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if try_lock(file) {
+        return true;
+    }
+    let mut who = String::new();
+    let _ = file.read_to_string(&mut who);
+    let Some(pid) = who.lines().next().and_then(|l| l.strip_prefix("pid=")).and_then(|p| p.trim().parse::<u32>().ok()) else {
+        return false;
+    };
+    let start = std::time::Instant::now();
+    while exiting(pid) && start.elapsed() < DYING_HOLDER_WAIT {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        if try_lock(file) {
+            return true;
+        }
+    }
+    try_lock(file)
+}
+
+/// True if process `pid` is gone or a zombie (its threads may still be ending). The lock file
+/// may name a pid that was reused by now; then this is false and the lock is refused as held.
+fn exiting(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state follows the command name in parentheses, which may hold anything.
+        Ok(s) => s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|st| st == "Z" || st == "X"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name_holder(dir: &Path, pid: u32) {
+        std::fs::write(dir.join("lock"), format!("pid={pid}\nsomewhere\n")).unwrap();
+    }
+
+    #[test]
+    fn a_live_holder_is_refused_at_once_a_gone_one_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = StoreLock::acquire(dir.path(), "first").unwrap();
+        // This process is alive: refused without waiting, naming it.
+        let t = std::time::Instant::now();
+        let e = StoreLock::acquire(dir.path(), "second").err().expect("refused");
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+        assert!(e.to_string().contains(&format!("pid={}", std::process::id())), "{e}");
+        // The file now names a process that has exited (as a killed daemon whose threads are
+        // still ending): the second owner waits, and gets the lock once it is let go.
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        name_holder(dir.path(), pid);
+        let path = dir.path().to_path_buf();
+        let waiter = std::thread::spawn(move || StoreLock::acquire(&path, "second").map(drop));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!waiter.is_finished(), "took a lock still held");
+        drop(held);
+        waiter.join().unwrap().expect("the lock, once let go");
     }
 }
