@@ -378,7 +378,7 @@ fn build(
                 Frame::Data { .. } | Frame::Hole { .. } | Frame::Block { .. } => {}
                 _ => open_at = None,
             }
-            b.push(f).map_err(ReadError::Bad)?;
+            b.push(f, frames.raw()).map_err(ReadError::Bad)?;
             resume_at = open_at.unwrap_or_else(|| frames.position_next());
             progress.tick(frames.read);
         }
@@ -489,37 +489,42 @@ const BATCH: usize = 768 << 10;
 const PIECE: usize = 256 << 10;
 
 impl Batcher<'_> {
-    fn push(&mut self, f: Frame) -> Result<(), String> {
-        match f {
-            Frame::Data { offset, bytes } if bytes.len() > PIECE => {
+    /// Adds frame `f`, read as `raw` (checked already), to the batch.
+    fn push(&mut self, f: Frame, raw: &[u8]) -> Result<(), String> {
+        if let Frame::Data { offset, bytes } = &f {
+            if bytes.len() > PIECE {
                 for (k, piece) in bytes.chunks(PIECE).enumerate() {
-                    let f = Frame::Data { offset: offset + (k * PIECE) as u64, bytes: piece.to_vec() };
-                    self.push_one(f)?;
+                    self.room(piece.len() + 32)?;
+                    scion::stream::encode_data_into(offset + (k * PIECE) as u64, piece, 0, &mut self.buf);
                 }
-                Ok(())
+                return Ok(());
             }
-            f => self.push_one(f),
         }
-    }
-
-    fn push_one(&mut self, f: Frame) -> Result<(), String> {
-        let b = scion::stream::encode_frame(&f, 0);
-        if self.buf.len() + b.len() > BATCH {
-            self.flush()?;
-        }
+        self.room(raw.len())?;
         match &f {
-            Frame::File { .. } => self.cur = Some(f.clone()),
+            Frame::File { .. } => self.cur = Some(f),
             Frame::Data { .. } | Frame::Hole { .. } | Frame::Block { .. } => {}
             _ => self.cur = None,
         }
-        self.buf.extend_from_slice(&b);
+        // (A batch's frames are checked again by the daemon, their numbers are not.)
+        self.buf.extend_from_slice(raw);
+        Ok(())
+    }
+
+    /// Sends the batch if `n` more bytes would not fit in it.
+    fn room(&mut self, n: usize) -> Result<(), String> {
+        if self.buf.len() + n > BATCH {
+            self.flush()?;
+        }
         Ok(())
     }
 
     /// The end: the last file's metadata (a frame that closes it), and what is left, applied.
     fn finish(&mut self) -> Result<(), String> {
         if let Some(Frame::File { path, meta, .. }) = self.cur.clone() {
-            self.push_one(Frame::Meta { path, meta })?;
+            let f = Frame::Meta { path, meta };
+            let raw = scion::stream::encode_frame(&f, 0);
+            self.push(f, &raw)?;
         }
         self.flush()?;
         self.wait()
@@ -534,7 +539,7 @@ impl Batcher<'_> {
             top: self.top.clone(),
             base: self.base.clone(),
             open: self.open.as_ref().map(|f| scion::stream::encode_frame(f, 0)),
-            frames: std::mem::take(&mut self.buf),
+            frames: std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH)),
         };
         let at = self.at;
         let applier = self.applier.get_or_insert_with(|| Applier::start(at.clone()));

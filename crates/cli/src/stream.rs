@@ -86,6 +86,24 @@ mod tests {
         }
     }
 
+    /// The encodings made in place (a borrowed data piece; a frame appended to a buffer
+    /// holding others) are the frames' own, and decode back to them.
+    #[test]
+    fn frames_encoded_in_place_are_the_frames_encodings() {
+        let bytes: Vec<u8> = (0..70_000u32).map(|i| (i * 7) as u8).collect();
+        let mut out = vec![9, 9, 9];
+        encode_data_into(65536, &bytes, 4, &mut out);
+        let want = encode_frame(&Frame::Data { offset: 65536, bytes: bytes.clone() }, 4);
+        assert_eq!(&out[3..], &want[..]);
+        let mut batch = Vec::new();
+        for f in frames() {
+            let before = batch.len();
+            encode_frame_into(&f, 0, &mut batch);
+            assert_eq!(&batch[before..], &encode_frame(&f, 0)[..]);
+        }
+        assert_eq!(decode_frames(&batch).unwrap(), frames());
+    }
+
     /// A stream written again from frame 4 on, where a reader that stopped there kept its
     /// place, reads to a valid end; from another place, or for another stream, it does not.
     /// The negotiation of a two-way channel: an offer and its answer round-trip; cut or with

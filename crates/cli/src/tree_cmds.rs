@@ -140,7 +140,6 @@ pub(crate) fn call_streaming(
 
 /// `call`, with the errno of a refusal beside its message (0 where there is none).
 fn call_errno(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, (i32, String)> {
-    let op = op.clone();
     let reply = if let Some(mnt) = &at.mnt {
         if matches!(op, Op::Clone { .. } | Op::Snapshot { .. } | Op::Diff { .. } | Op::Scan { .. }) {
             // The kernel may hold written data the daemon has not seen yet (writeback

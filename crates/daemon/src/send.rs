@@ -49,7 +49,12 @@ enum Named {
 
 /// `Data` frames of the bytes `buf` read at `off`, each stretch of non-zero chunks one
 /// frame; all-zero chunks left out, or sent as holes (`holes`).
-fn bytes_frames(off: u64, buf: &[u8], holes: bool, frames: &mut Vec<Frame>) {
+fn bytes_frames(off: u64, buf: Vec<u8>, holes: bool, frames: &mut Vec<Frame>) {
+    if !buf.chunks(CHUNK as usize).any(|piece| piece.iter().all(|&b| b == 0)) {
+        // No zero chunk (the usual case): the bytes read are the frame's.
+        frames.push(Frame::Data { offset: off, bytes: buf });
+        return;
+    }
     let mut run: Option<usize> = None;
     for (j, piece) in buf.chunks(CHUNK as usize).enumerate() {
         if piece.iter().all(|&b| b == 0) {
@@ -373,7 +378,7 @@ impl<W: Write> Sender<'_, W> {
                     let off = idx * CHUNK;
                     let len = (n as u64 * CHUNK).min(size.saturating_sub(off));
                     let buf = fs.read_exact(ino, off, len).map_err(fs_err(p))?;
-                    bytes_frames(off, &buf, holes, &mut frames);
+                    bytes_frames(off, buf, holes, &mut frames);
                     j += n;
                     continue;
                 }

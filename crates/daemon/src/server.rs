@@ -477,7 +477,7 @@ fn run(
             };
             let mut sink = |b: &[u8]| -> std::io::Result<()> {
                 for piece in b.chunks(wire::MAX_MESSAGE - 64) {
-                    write_frame(s, &wire::encode_stream_part(piece))?;
+                    wire::write_stream_part(s, piece)?;
                 }
                 Ok(())
             };
@@ -619,8 +619,14 @@ pub fn call_streaming(
     write_frame(&mut s, &wire::encode_request(op, device)).map_err(|e| io("sending to the daemon", e))?;
     let mut parts = wire::Parts::default();
     let proto = |e| Failure::new(libc::EPROTO, e);
+    let mut body = Vec::new();
     loop {
-        let body = read_frame(&mut s).map_err(|e| io("reading the daemon's reply", e))?;
+        wire::read_frame_into(&mut s, &mut body).map_err(|e| io("reading the daemon's reply", e))?;
+        if let (Some(b), Some(f)) = (wire::stream_part(&body), stream.as_mut()) {
+            // (The bulk of a send: handed on as read.)
+            f(b).map_err(|e| Failure::new(libc::EPIPE, e))?;
+            continue;
+        }
         match wire::decode_frame(&body).map_err(proto)? {
             wire::Frame::Progress { done, total, what } => progress(done, total, &what),
             wire::Frame::Part(wire::Part::Stream(b)) => match stream.as_mut() {

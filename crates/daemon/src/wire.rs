@@ -65,6 +65,14 @@ pub fn write_frame(s: &mut impl Write, body: &[u8]) -> std::io::Result<()> {
 }
 
 pub fn read_frame(s: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut b = Vec::new();
+    read_frame_into(s, &mut b)?;
+    Ok(b)
+}
+
+/// `read_frame` into `b` (a buffer kept from message to message: fresh memory costs its
+/// zeroing).
+pub fn read_frame_into(s: &mut impl Read, b: &mut Vec<u8>) -> std::io::Result<()> {
     let mut l = [0u8; 4];
     s.read_exact(&mut l)?;
     let len = u32::from_le_bytes(l) as usize;
@@ -74,9 +82,9 @@ pub fn read_frame(s: &mut impl Read) -> std::io::Result<Vec<u8>> {
             format!("message of {len} bytes exceeds {MAX_MESSAGE}"),
         ));
     }
-    let mut b = vec![0u8; len];
-    s.read_exact(&mut b)?;
-    Ok(b)
+    b.clear();
+    b.resize(len, 0);
+    s.read_exact(b)
 }
 
 fn put_hashes(w: &mut Writer, hashes: &[[u8; 32]]) {
@@ -608,6 +616,29 @@ pub fn encode_stream_part(bytes: &[u8]) -> Vec<u8> {
     let mut w = Writer::new();
     w.u8(PART).u8(6).u32(1).bytes(bytes);
     w.finish()
+}
+
+/// `write_frame` of `encode_stream_part(bytes)`, without copying the bytes into a message.
+pub fn write_stream_part(s: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+    let len = bytes.len() + 10;
+    if len > MAX_MESSAGE {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("message of {len} bytes exceeds {MAX_MESSAGE}")));
+    }
+    let mut head = Vec::with_capacity(14);
+    head.extend_from_slice(&(len as u32).to_le_bytes());
+    head.extend_from_slice(&[PART, 6]);
+    head.extend_from_slice(&1u32.to_le_bytes());
+    head.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    s.write_all(&head)?;
+    s.write_all(bytes)
+}
+
+/// The bytes of a reply message that is a stream part (`encode_stream_part`), borrowed; None
+/// for any other message (`decode_frame` reads those).
+pub fn stream_part(b: &[u8]) -> Option<&[u8]> {
+    let (head, rest) = b.split_at_checked(10)?;
+    let ok = head[..2] == [PART, 6] && head[2..6] == 1u32.to_le_bytes() && u32::from_le_bytes(head[6..10].try_into().ok()?) as usize == rest.len();
+    ok.then_some(rest)
 }
 
 /// Part frames of kind `what` holding `items`, as many as they need.

@@ -436,3 +436,29 @@ fn cube_row() -> scion_daemon::cubes::CubeRow {
         used: 1 << 20,
     }
 }
+
+/// A stream part written in place is the message `encode_stream_part` makes, read back
+/// borrowed as it is decoded; other messages are not taken for one.
+#[test]
+fn stream_parts_written_in_place_read_back_as_decoded() {
+    let bytes: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let mut direct = Vec::new();
+    wire::write_stream_part(&mut direct, &bytes).unwrap();
+    let mut framed = Vec::new();
+    wire::write_frame(&mut framed, &wire::encode_stream_part(&bytes)).unwrap();
+    assert_eq!(direct, framed);
+    let mut body = Vec::new();
+    wire::read_frame_into(&mut &direct[..], &mut body).unwrap();
+    assert_eq!(wire::stream_part(&body), Some(&bytes[..]));
+    match wire::decode_frame(&body).unwrap() {
+        wire::Frame::Part(wire::Part::Stream(b)) => assert_eq!(b, bytes),
+        _ => panic!("not a stream part"),
+    }
+    // Cut, or longer than it says: not a stream part.
+    assert_eq!(wire::stream_part(&body[..body.len() - 1]), None);
+    assert_eq!(wire::stream_part(&body[..5]), None);
+    let mut longer = body.clone();
+    longer.push(0);
+    assert_eq!(wire::stream_part(&longer), None);
+    assert!(wire::write_stream_part(&mut Vec::new(), &vec![0; wire::MAX_MESSAGE]).is_err());
+}

@@ -114,8 +114,9 @@ impl Frame {
         }
     }
 
-    fn payload(&self) -> Vec<u8> {
-        let mut w = Writer::new();
+    /// Appends the frame's payload to `buf`.
+    fn put_payload(&self, buf: Vec<u8>) -> Vec<u8> {
+        let mut w = Writer { buf };
         match self {
             Frame::Begin { base, root, name, entries, bytes } => {
                 w.u8(base.is_some() as u8).raw(&base.unwrap_or_default()).raw(root).bytes(name);
@@ -162,7 +163,7 @@ impl Frame {
                 w.u64(*offset).raw(hash);
             }
         }
-        w.finish()
+        w.buf
     }
 
     fn decode(kind: u8, payload: &[u8]) -> Result<Frame, String> {
@@ -341,6 +342,8 @@ pub struct StreamWriter<W: Write> {
     resume: Option<(u64, [u8; 32], [u8; 32])>,
     /// Bytes of frames written (before compression).
     pub written: u64,
+    /// The last frame's encoding (a buffer kept: fresh memory costs its zeroing).
+    buf: Vec<u8>,
 }
 
 /// Writes a stream's header (before its body, which `flags` say is compressed or not).
@@ -366,6 +369,7 @@ impl<W: Write> StreamWriter<W> {
             chain: [0; 32],
             resume: None,
             written: 0,
+            buf: Vec::new(),
         }
     }
 
@@ -378,13 +382,16 @@ impl<W: Write> StreamWriter<W> {
     }
 
     pub fn put(&mut self, f: &Frame) -> std::io::Result<()> {
-        let b = encode_frame(f, self.seq);
+        let mut b = std::mem::take(&mut self.buf);
+        b.clear();
+        encode_frame_into(f, self.seq, &mut b);
         self.resume_point()?;
         if self.resume.is_none_or(|(from, _, _)| self.seq >= from) {
             self.out.write_all(&b)?;
             self.written += b.len() as u64;
         }
         self.chain = chain_next(&self.chain, &b);
+        self.buf = b;
         self.seq += 1;
         Ok(())
     }
@@ -427,16 +434,42 @@ impl<W: Write> StreamWriter<W> {
 }
 
 pub fn encode_frame(f: &Frame, seq: u64) -> Vec<u8> {
-    let p = f.payload();
-    assert!(p.len() <= MAX_PAYLOAD, "frame payload of {} bytes", p.len());
-    let mut b = Vec::with_capacity(p.len() + 17);
-    b.push(f.kind());
-    b.extend_from_slice(&seq.to_le_bytes());
-    b.extend_from_slice(&(p.len() as u32).to_le_bytes());
-    b.extend_from_slice(&p);
-    let crc = crc32c::crc32c(&b);
-    b.extend_from_slice(&crc.to_le_bytes());
+    let mut b = Vec::new();
+    encode_frame_into(f, seq, &mut b);
     b
+}
+
+/// `encode_frame`, appended to `out` (the payload written in place: no copy of it).
+pub fn encode_frame_into(f: &Frame, seq: u64, out: &mut Vec<u8>) {
+    let start = out.len();
+    if let Frame::Data { bytes, .. } = f {
+        out.reserve(bytes.len() + 29);
+    }
+    out.push(f.kind());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    let mut b = f.put_payload(std::mem::take(out));
+    let len = b.len() - start - 13;
+    assert!(len <= MAX_PAYLOAD, "frame payload of {len} bytes");
+    b[start + 9..start + 13].copy_from_slice(&(len as u32).to_le_bytes());
+    let crc = crc32c::crc32c(&b[start..]);
+    b.extend_from_slice(&crc.to_le_bytes());
+    *out = b;
+}
+
+/// `encode_frame_into` of `Frame::Data { offset, bytes }`, from borrowed bytes.
+pub fn encode_data_into(offset: u64, bytes: &[u8], seq: u64, out: &mut Vec<u8>) {
+    assert!(bytes.len() + 12 <= MAX_PAYLOAD, "frame payload of {} bytes", bytes.len() + 12);
+    let start = out.len();
+    out.reserve(bytes.len() + 29);
+    out.push(5);
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&((bytes.len() + 12) as u32).to_le_bytes());
+    out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+    let crc = crc32c::crc32c(&out[start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
 }
 
 /// Frames encoded back to back (`encode_frame`), each checked by its checksum, in a batch
@@ -595,6 +628,8 @@ pub struct StreamReader<R: Read> {
     done: bool,
     /// Bytes of frames read.
     pub read: u64,
+    /// The last frame as it was read (header, payload, checksum): `raw`.
+    last: Vec<u8>,
 }
 
 impl<R: Read> StreamReader<R> {
@@ -606,7 +641,13 @@ impl<R: Read> StreamReader<R> {
             chain_before: [0; 32],
             done: false,
             read: 0,
+            last: Vec::new(),
         }
+    }
+
+    /// The frame last returned by `next`, as it was read and checked.
+    pub fn raw(&self) -> &[u8] {
+        &self.last
     }
 
     /// The number of the frame last returned, and the chain hash before it: where a
@@ -637,15 +678,17 @@ impl<R: Read> StreamReader<R> {
         if len > MAX_PAYLOAD {
             return Err(bad(format!("frame {} claims {len} bytes, more than a frame holds", self.seq)));
         }
-        let mut rest = vec![0u8; len + 4];
-        read_all(&mut self.input, &mut rest, self.seq)?;
-        let crc = u32::from_le_bytes(rest[len..].try_into().unwrap());
-        let mut whole = head.to_vec();
-        whole.extend_from_slice(&rest[..len]);
-        if crc32c::crc32c(&whole) != crc {
+        // (The buffer is kept from frame to frame: fresh memory costs its zeroing.)
+        let whole = &mut self.last;
+        whole.clear();
+        whole.extend_from_slice(&head);
+        whole.resize(13 + len + 4, 0);
+        read_all(&mut self.input, &mut whole[13..], self.seq)?;
+        let crc = u32::from_le_bytes(whole[13 + len..].try_into().unwrap());
+        if crc32c::crc32c(&whole[..13 + len]) != crc {
             return Err(bad(format!("frame {} is damaged (checksum)", self.seq)));
         }
-        let f = Frame::decode(kind, &rest[..len]).map_err(|e| bad(format!("frame {seq}: {e}")))?;
+        let f = Frame::decode(kind, &whole[13..13 + len]).map_err(|e| bad(format!("frame {seq}: {e}")))?;
         self.read += (13 + len + 4) as u64;
         if let Frame::Resume { from, chain, .. } = &f {
             if self.read != (13 + len + 4) as u64 || seq != u64::MAX {
@@ -663,9 +706,8 @@ impl<R: Read> StreamReader<R> {
             }
             self.done = true;
         } else {
-            whole.extend_from_slice(&crc.to_le_bytes());
             self.chain_before = self.chain;
-            self.chain = chain_next(&self.chain, &whole);
+            self.chain = chain_next(&self.chain, &self.last);
         }
         self.seq += 1;
         Ok(Some(f))
