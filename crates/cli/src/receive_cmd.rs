@@ -36,6 +36,11 @@ pub struct ReceiveArgs {
     pub shown: Option<String>,
 }
 
+/// The largest zstd window a stream may use (128 MiB, zstd's default limit; the sender's is
+/// `send_cmd::ZSTD_WINDOW_LOG`): a stream asking for more is refused, not given the memory.
+const ZSTD_WINDOW_LOG_MAX: u32 = 27;
+const _: () = assert!(crate::send_cmd::ZSTD_WINDOW_LOG <= ZSTD_WINDOW_LOG_MAX, "a stream this scion sends must be one it receives");
+
 /// The extended attribute on a kept partial tree's top naming where it stopped.
 const KEPT: &[u8] = b"user.scion.receive";
 
@@ -212,13 +217,18 @@ fn open_stream(input: &Option<PathBuf>, at: &Located) -> Result<StreamReader<Box
     if flags & scion::stream::FLAG_NEGOTIATE != 0 {
         answer_offer(&mut input, at)?;
     }
-    let input: Box<dyn Read> = Box::new(ReadAhead::start(input));
-    let body: Box<dyn Read> = if flags & FLAG_ZSTD != 0 {
-        Box::new(zstd::stream::read::Decoder::new(input).map_err(|e| e.to_string())?)
+    Ok(StreamReader::new(body(Box::new(ReadAhead::start(input)), flags)?))
+}
+
+/// The frames' bytes of a stream whose header said `flags`, read from `input`.
+fn body(input: Box<dyn Read>, flags: u8) -> Result<Box<dyn Read>, String> {
+    Ok(if flags & FLAG_ZSTD != 0 {
+        let mut d = zstd::stream::read::Decoder::new(input).map_err(|e| e.to_string())?;
+        d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(|e| e.to_string())?;
+        Box::new(d)
     } else {
         Box::new(std::io::BufReader::with_capacity(1 << 20, input))
-    };
-    Ok(StreamReader::new(body))
+    })
 }
 
 /// The stream's bytes read ahead by a thread, up to `READ_AHEAD` of them: while this side
@@ -560,5 +570,35 @@ impl Batcher<'_> {
                 done.join().unwrap_or_else(|_| Err("the thread applying batches panicked".into()))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scion::stream::StreamWriter;
+    use std::io::Write;
+
+    /// Frames compressed with a zstd window of 2^`window_log` bytes.
+    fn compressed(window_log: u32) -> Vec<u8> {
+        let mut w = StreamWriter::new(Vec::new());
+        w.put(&Frame::Dir { path: b"d".to_vec() }).unwrap();
+        let frames = w.finish([0; 32]).unwrap();
+        let mut e = zstd::stream::write::Encoder::new(Vec::new(), crate::send_cmd::ZSTD_LEVEL).unwrap();
+        e.long_distance_matching(true).unwrap();
+        e.window_log(window_log).unwrap();
+        e.write_all(&frames).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn the_senders_window_is_read_a_larger_one_is_refused_by_name() {
+        let read = |window_log| {
+            let mut r = StreamReader::new(body(Box::new(std::io::Cursor::new(compressed(window_log))), FLAG_ZSTD).unwrap());
+            r.next().map(|f| f.is_some()).map_err(String::from)
+        };
+        assert_eq!(read(crate::send_cmd::ZSTD_WINDOW_LOG), Ok(true));
+        let e = read(ZSTD_WINDOW_LOG_MAX + 1).unwrap_err();
+        assert!(e.contains("zstd window is over 128 MiB"), "{e}");
     }
 }

@@ -753,6 +753,10 @@ fn read_all(r: &mut impl Read, buf: &mut [u8], seq: u64) -> Result<(), ReadError
     r.read_exact(buf).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             ReadError::Cut(format!("the stream is cut short (in frame {seq})"))
+        } else if e.to_string().contains("too much memory for decoding") {
+            ReadError::Bad(format!(
+                "reading frame {seq}: its zstd window is over 128 MiB, more than a receiver gives (scion sends at most that: was it compressed by another tool?)"
+            ))
         } else if e.kind() == std::io::ErrorKind::Other || e.kind() == std::io::ErrorKind::InvalidData {
             // A compressed stream's decoder saying its input is damaged.
             ReadError::Bad(format!("reading frame {seq}: {e}"))
