@@ -92,11 +92,13 @@ fn take_or_wait_for_the_dying(file: &mut File) -> bool {
     try_lock(file)
 }
 
-/// True if process `pid` is gone or a zombie (its threads may still be ending). The lock file
-/// may name a pid that was reused by now; then this is false and the lock is refused as held.
+/// True if process `pid` is a zombie: it is exiting, and its other threads may still be
+/// ending (a killed process keeps its files, and so the lock, until the last is gone). A pid
+/// that is gone holds nothing, and one reused by now is not a zombie: either way the lock is
+/// tried once more and refused if held.
 fn exiting(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
+        Err(_) => false,
         // The state follows the command name in parentheses, which may hold anything.
         Ok(s) => s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|st| st == "Z" || st == "X"),
     }
@@ -111,7 +113,7 @@ mod tests {
     }
 
     #[test]
-    fn a_live_holder_is_refused_at_once_a_gone_one_is_waited_for() {
+    fn a_live_or_gone_holder_is_refused_at_once_an_exiting_one_is_waited_for() {
         let dir = tempfile::tempdir().unwrap();
         let held = StoreLock::acquire(dir.path(), "first").unwrap();
         // This process is alive: refused without waiting, naming it.
@@ -119,11 +121,13 @@ mod tests {
         let e = StoreLock::acquire(dir.path(), "second").err().expect("refused");
         assert!(t.elapsed() < std::time::Duration::from_secs(2));
         assert!(e.to_string().contains(&format!("pid={}", std::process::id())), "{e}");
-        // The file now names a process that has exited (as a killed daemon whose threads are
-        // still ending): the second owner waits, and gets the lock once it is let go.
-        let mut gone = std::process::Command::new("true").spawn().unwrap();
-        let pid = gone.id();
-        gone.wait().unwrap();
+        // The file now names a zombie (as a killed daemon is while its threads end): the
+        // second owner waits, and gets the lock once it is let go.
+        let mut zombie = std::process::Command::new("true").spawn().unwrap();
+        let pid = zombie.id();
+        while !exiting(pid) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         name_holder(dir.path(), pid);
         let path = dir.path().to_path_buf();
         let waiter = std::thread::spawn(move || StoreLock::acquire(&path, "second").map(drop));
@@ -131,5 +135,13 @@ mod tests {
         assert!(!waiter.is_finished(), "took a lock still held");
         drop(held);
         waiter.join().unwrap().expect("the lock, once let go");
+        zombie.wait().unwrap();
+        // A pid that is gone holds nothing: a lock held anyway is refused at once.
+        let held = StoreLock::acquire(dir.path(), "first").unwrap();
+        name_holder(dir.path(), pid);
+        let t = std::time::Instant::now();
+        assert!(StoreLock::acquire(dir.path(), "second").is_err());
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+        drop(held);
     }
 }
