@@ -240,19 +240,19 @@ struct ReadAhead {
     at: usize,
 }
 
-/// Bytes read ahead at most (in pieces of up to 1 MiB).
+/// Bytes read ahead at most, in pieces of `READ_PIECE`.
 const READ_AHEAD: usize = 256 << 20;
+const READ_PIECE: usize = 1 << 20;
 
 impl ReadAhead {
     fn start(mut input: Box<dyn Read + Send>) -> ReadAhead {
-        let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD >> 20);
+        let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD / READ_PIECE);
         std::thread::spawn(move || loop {
-            let mut buf = vec![0u8; 1 << 20];
-            let r = input.read(&mut buf).map(|n| {
-                buf.truncate(n);
-                buf
-            });
-            let end = !matches!(&r, Ok(b) if !b.is_empty());
+            // Each piece filled whole (a pipe gives 64 KiB a read): memory held is the bytes.
+            let mut buf = Vec::with_capacity(READ_PIECE);
+            let r = (&mut input).take(READ_PIECE as u64).read_to_end(&mut buf).map(|_| buf);
+            // A piece short of whole is the last: the input ended.
+            let end = !matches!(&r, Ok(b) if b.len() == READ_PIECE);
             // The reader is gone (the receive ended): stop reading.
             if tx.send(r).is_err() || end {
                 return;
