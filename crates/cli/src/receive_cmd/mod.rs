@@ -12,8 +12,13 @@
 //! Every path a stream names is checked to stay inside the tree: no `..`, and no directory on
 //! the way that is a symlink (a stream could otherwise make one and write through it).
 
+mod batch;
+mod input;
+
 use crate::tree_cmds::{call, locate, store_path, Located};
-use scion::stream::{Frame, ReadError, StreamReader, FLAG_ZSTD};
+use batch::Batcher;
+use input::open_stream;
+use scion::stream::{Frame, ReadError, StreamReader};
 use scion_daemon::control::{Op, Reply, Target};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -35,11 +40,6 @@ pub struct ReceiveArgs {
     /// How DIR is named in messages, when it is not the path the receive works on.
     pub shown: Option<String>,
 }
-
-/// The largest zstd window a stream may use (128 MiB, zstd's default limit; the sender's is
-/// `send_cmd::ZSTD_WINDOW_LOG`): a stream asking for more is refused, not given the memory.
-const ZSTD_WINDOW_LOG_MAX: u32 = 27;
-const _: () = assert!(crate::send_cmd::ZSTD_WINDOW_LOG <= ZSTD_WINDOW_LOG_MAX, "a stream this scion sends must be one it receives");
 
 /// The extended attribute on a kept partial tree's top naming where it stopped.
 const KEPT: &[u8] = b"user.scion.receive";
@@ -206,93 +206,6 @@ fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
     build(&a, &staging, hold_from, frames, root, (name, base_rel), &dst)
 }
 
-/// The stream from `input` (or stdin), its header read; a negotiated stream's offer answered
-/// on stdout with what the store `at` holds.
-fn open_stream(input: &Option<PathBuf>, at: &Located) -> Result<StreamReader<Box<dyn Read>>, String> {
-    let mut input: Box<dyn Read + Send> = match input {
-        Some(f) => Box::new(std::fs::File::open(f).map_err(|e| format!("{}: {e}", f.display()))?),
-        None => Box::new(std::io::stdin()),
-    };
-    let flags = scion::stream::read_header(&mut input)?;
-    if flags & scion::stream::FLAG_NEGOTIATE != 0 {
-        answer_offer(&mut input, at)?;
-    }
-    Ok(StreamReader::new(body(Box::new(ReadAhead::start(input)), flags)?))
-}
-
-/// The frames' bytes of a stream whose header said `flags`, read from `input`.
-fn body(input: Box<dyn Read>, flags: u8) -> Result<Box<dyn Read>, String> {
-    Ok(if flags & FLAG_ZSTD != 0 {
-        let mut d = zstd::stream::read::Decoder::new(input).map_err(|e| e.to_string())?;
-        d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(|e| e.to_string())?;
-        Box::new(d)
-    } else {
-        Box::new(std::io::BufReader::with_capacity(1 << 20, input))
-    })
-}
-
-/// The stream's bytes read ahead by a thread, up to `READ_AHEAD` of them: while this side
-/// finds the base (hashing its trees) or applies a batch, the sender goes on making and
-/// sending the stream instead of waiting on a full pipe.
-struct ReadAhead {
-    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
-    cur: Vec<u8>,
-    at: usize,
-}
-
-/// Bytes read ahead at most, in pieces of `READ_PIECE`.
-const READ_AHEAD: usize = 256 << 20;
-const READ_PIECE: usize = 1 << 20;
-
-impl ReadAhead {
-    fn start(mut input: Box<dyn Read + Send>) -> ReadAhead {
-        let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD / READ_PIECE);
-        std::thread::spawn(move || loop {
-            // Each piece filled whole (a pipe gives 64 KiB a read): memory held is the bytes.
-            let mut buf = Vec::with_capacity(READ_PIECE);
-            let r = (&mut input).take(READ_PIECE as u64).read_to_end(&mut buf).map(|_| buf);
-            // A piece short of whole is the last: the input ended.
-            let end = !matches!(&r, Ok(b) if b.len() == READ_PIECE);
-            // The reader is gone (the receive ended): stop reading.
-            if tx.send(r).is_err() || end {
-                return;
-            }
-        });
-        ReadAhead { rx, cur: Vec::new(), at: 0 }
-    }
-}
-
-impl Read for ReadAhead {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        if self.at == self.cur.len() {
-            match self.rx.recv() {
-                Ok(Ok(b)) => (self.cur, self.at) = (b, 0),
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Ok(0), // the end was read already
-            }
-        }
-        let n = out.len().min(self.cur.len() - self.at);
-        out[..n].copy_from_slice(&self.cur[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
-    }
-}
-
-/// Reads the sender's offer of block hashes and says on stdout which the store holds (the
-/// other end of `scion send --dedup --through`); those then come as their hashes.
-fn answer_offer(input: &mut impl Read, at: &Located) -> Result<(), String> {
-    let offer = scion::stream::read_offer(input)?;
-    let mut held = Vec::with_capacity(offer.len());
-    for batch in offer.chunks(scion_daemon::control::MAX_HASHES_PER_REQUEST) {
-        match call(at, &Op::FindBlocks { hashes: batch.to_vec() })? {
-            Reply::Blocks(h) if h.len() == batch.len() => held.extend(h),
-            _ => return Err("the daemon answered something else".into()),
-        }
-    }
-    let mut out = std::io::stdout().lock();
-    scion::stream::write_answer(&mut out, &held).map_err(|e| format!("answering the sender: {e}"))
-}
-
 /// `--abort`: removes a kept partial tree; `--resume`: goes on building it.
 fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: PathBuf, rel: Vec<u8>) -> Result<(), String> {
     if a.abort && path.symlink_metadata().is_ok() && !has_kept_mark(&path) {
@@ -362,39 +275,9 @@ fn build(
         }
     };
     let mut progress = crate::send_cmd::Progress::new(a.progress);
-    let mut b = Batcher {
-        at: &staging.at,
-        top: staging.rel.clone(),
-        base: held.as_ref().map(|h| h.rel.clone()),
-        buf: Vec::new(),
-        open: None,
-        cur: None,
-        applier: None,
-    };
+    let mut b = Batcher::new(&staging.at, staging.rel.clone(), held.as_ref().map(|h| h.rel.clone()));
     let mut resume_at = frames.position_next();
-    let mut open_at: Option<(u64, [u8; 32])> = None;
-    let r: Result<(), ReadError> = (|| {
-        loop {
-            let Some(f) = frames.next()? else { break };
-            if let Frame::End { root: end_root, .. } = &f {
-                b.finish().map_err(ReadError::Bad)?;
-                if *end_root != root {
-                    return Err(ReadError::Bad("the stream's end names another tree than its beginning".into()));
-                }
-                break;
-            }
-            match &f {
-                Frame::File { .. } => open_at = Some(frames.position()),
-                Frame::Data { .. } | Frame::Hole { .. } | Frame::Block { .. } => {}
-                _ => open_at = None,
-            }
-            b.push(f, frames.raw()).map_err(ReadError::Bad)?;
-            resume_at = open_at.unwrap_or_else(|| frames.position_next());
-            progress.tick(frames.read);
-        }
-        frames.expect_eof().map_err(ReadError::Bad)?;
-        Ok(())
-    })();
+    let r = apply_stream(&mut frames, &mut b, root, &mut progress, &mut resume_at);
     match r {
         Ok(()) => {}
         Err(ReadError::Cut(e)) if a.resumable || a.resume => {
@@ -423,24 +306,7 @@ fn build(
             return Err(e.to_string());
         }
     }
-    let r = (|| {
-        if a.resume {
-            crate::meta::set_xattr(&staging.path, KEPT, None).or_else(|e| if e.contains("No data") { Ok(()) } else { Err(e) })?;
-        }
-        let got = match call(&staging.at, &Op::TreeHash { path: staging.rel.clone() })? {
-            Reply::TreeHash(h) => h,
-            _ => return Err("the daemon answered something else".into()),
-        };
-        if got != root {
-            return Err(format!(
-                "the tree received does not match the stream's (content hash {} against {})",
-                hex(&got),
-                hex(&root)
-            ));
-        }
-        std::fs::rename(&staging.path, dst).map_err(|e| format!("{}: {e}", dst.display()))
-    })();
-    if let Err(e) = r {
+    if let Err(e) = check_and_place(a, staging, root, dst) {
         staging.remove();
         return Err(e);
     }
@@ -458,147 +324,57 @@ fn build(
     Ok(())
 }
 
+/// Reads the frames up to the End into batches, and the input to its end; the End must name
+/// `root`. `resume_at` follows where a resumed stream would go on if this one stops short
+/// (the open file's File frame, or the next frame).
+fn apply_stream(
+    frames: &mut StreamReader<Box<dyn Read>>,
+    b: &mut Batcher,
+    root: [u8; 32],
+    progress: &mut crate::send_cmd::Progress,
+    resume_at: &mut (u64, [u8; 32]),
+) -> Result<(), ReadError> {
+    let mut open_at: Option<(u64, [u8; 32])> = None;
+    while let Some(f) = frames.next()? {
+        if let Frame::End { root: end_root, .. } = &f {
+            b.finish().map_err(ReadError::Bad)?;
+            if *end_root != root {
+                return Err(ReadError::Bad("the stream's end names another tree than its beginning".into()));
+            }
+            break;
+        }
+        match &f {
+            Frame::File { .. } => open_at = Some(frames.position()),
+            Frame::Data { .. } | Frame::Hole { .. } | Frame::Block { .. } => {}
+            _ => open_at = None,
+        }
+        b.push(f, frames.raw()).map_err(ReadError::Bad)?;
+        *resume_at = open_at.unwrap_or_else(|| frames.position_next());
+        progress.tick(frames.read);
+    }
+    frames.expect_eof().map_err(ReadError::Bad)
+}
+
+/// The built tree's content hash checked against the stream's `root`, then the tree renamed
+/// to `dst`, where it appears whole.
+fn check_and_place(a: &ReceiveArgs, staging: &Staging, root: [u8; 32], dst: &Path) -> Result<(), String> {
+    if a.resume {
+        crate::meta::set_xattr(&staging.path, KEPT, None).or_else(|e| if e.contains("No data") { Ok(()) } else { Err(e) })?;
+    }
+    let got = match call(&staging.at, &Op::TreeHash { path: staging.rel.clone() })? {
+        Reply::TreeHash(h) => h,
+        _ => return Err("the daemon answered something else".into()),
+    };
+    if got != root {
+        return Err(format!(
+            "the tree received does not match the stream's (content hash {} against {})",
+            hex(&got),
+            hex(&root)
+        ));
+    }
+    std::fs::rename(&staging.path, dst).map_err(|e| format!("{}: {e}", dst.display()))
+}
+
 pub fn hex(h: &[u8]) -> String {
     h.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Sends frames to the daemon in batches (`Op::Apply`), which applies them in the engine.
-/// Frames are sent only whole and checked; a batch is cut anywhere, a file open at a cut
-/// goes on in the next batch (its `File` frame sent along). A thread sends the batches, one
-/// at a time and in order, so the next batch is read, decompressed and checked while the
-/// daemon applies the last; `wait` says how the last one went.
-struct Batcher<'a> {
-    at: &'a Located,
-    top: Vec<u8>,
-    base: Option<Vec<u8>>,
-    buf: Vec<u8>,
-    /// The file open where `buf` begins, and where it ends.
-    open: Option<Frame>,
-    cur: Option<Frame>,
-    applier: Option<Applier>,
-}
-
-/// The thread that sends batches: one waits in `tx` while one is applied. It stops at the
-/// first refusal, which `done` gives.
-struct Applier {
-    tx: std::sync::mpsc::SyncSender<Op>,
-    done: std::thread::JoinHandle<Result<(), String>>,
-}
-
-impl Applier {
-    fn start(at: Located) -> Applier {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Op>(1);
-        let done = std::thread::spawn(move || rx.into_iter().try_for_each(|op| call(&at, &op).map(drop)));
-        Applier { tx, done }
-    }
-}
-
-/// Bytes of frames per batch (a control request holds 1 MiB).
-const BATCH: usize = 768 << 10;
-/// A data frame longer than this is cut in pieces to fit a batch.
-const PIECE: usize = 256 << 10;
-
-impl Batcher<'_> {
-    /// Adds frame `f`, read as `raw` (checked already), to the batch.
-    fn push(&mut self, f: Frame, raw: &[u8]) -> Result<(), String> {
-        if let Frame::Data { offset, bytes } = &f {
-            if bytes.len() > PIECE {
-                for (k, piece) in bytes.chunks(PIECE).enumerate() {
-                    self.room(piece.len() + 32)?;
-                    scion::stream::encode_data_into(offset + (k * PIECE) as u64, piece, 0, &mut self.buf);
-                }
-                return Ok(());
-            }
-        }
-        self.room(raw.len())?;
-        match &f {
-            Frame::File { .. } => self.cur = Some(f),
-            Frame::Data { .. } | Frame::Hole { .. } | Frame::Block { .. } => {}
-            _ => self.cur = None,
-        }
-        // (A batch's frames are checked again by the daemon, their numbers are not.)
-        self.buf.extend_from_slice(raw);
-        Ok(())
-    }
-
-    /// Sends the batch if `n` more bytes would not fit in it.
-    fn room(&mut self, n: usize) -> Result<(), String> {
-        if self.buf.len() + n > BATCH {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    /// The end: the last file's metadata (a frame that closes it), and what is left, applied.
-    fn finish(&mut self) -> Result<(), String> {
-        if let Some(Frame::File { path, meta, .. }) = self.cur.clone() {
-            let f = Frame::Meta { path, meta };
-            let raw = scion::stream::encode_frame(&f, 0);
-            self.push(f, &raw)?;
-        }
-        self.flush()?;
-        self.wait()
-    }
-
-    /// Hands the batch to the applier thread (waiting while it holds one already).
-    fn flush(&mut self) -> Result<(), String> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let op = Op::Apply {
-            top: self.top.clone(),
-            base: self.base.clone(),
-            open: self.open.as_ref().map(|f| scion::stream::encode_frame(f, 0)),
-            frames: std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH)),
-        };
-        let at = self.at;
-        let applier = self.applier.get_or_insert_with(|| Applier::start(at.clone()));
-        if applier.tx.send(op).is_err() {
-            // The applier stopped at a refusal: that is the answer.
-            return self.wait();
-        }
-        self.open = self.cur.clone();
-        Ok(())
-    }
-
-    /// Waits until every batch handed over is applied; the first refusal, if any.
-    fn wait(&mut self) -> Result<(), String> {
-        match self.applier.take() {
-            None => Ok(()),
-            Some(Applier { tx, done }) => {
-                drop(tx);
-                done.join().unwrap_or_else(|_| Err("the thread applying batches panicked".into()))
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use scion::stream::StreamWriter;
-    use std::io::Write;
-
-    /// Frames compressed with a zstd window of 2^`window_log` bytes.
-    fn compressed(window_log: u32) -> Vec<u8> {
-        let mut w = StreamWriter::new(Vec::new());
-        w.put(&Frame::Dir { path: b"d".to_vec() }).unwrap();
-        let frames = w.finish([0; 32]).unwrap();
-        let mut e = zstd::stream::write::Encoder::new(Vec::new(), crate::send_cmd::ZSTD_LEVEL).unwrap();
-        e.long_distance_matching(true).unwrap();
-        e.window_log(window_log).unwrap();
-        e.write_all(&frames).unwrap();
-        e.finish().unwrap()
-    }
-
-    #[test]
-    fn the_senders_window_is_read_a_larger_one_is_refused_by_name() {
-        let read = |window_log| {
-            let mut r = StreamReader::new(body(Box::new(std::io::Cursor::new(compressed(window_log))), FLAG_ZSTD).unwrap());
-            r.next().map(|f| f.is_some()).map_err(String::from)
-        };
-        assert_eq!(read(crate::send_cmd::ZSTD_WINDOW_LOG), Ok(true));
-        let e = read(ZSTD_WINDOW_LOG_MAX + 1).unwrap_err();
-        assert!(e.contains("zstd window is over 128 MiB"), "{e}");
-    }
 }
