@@ -216,7 +216,14 @@ pub fn control(data: &[u8]) {
         let again = scion_daemon::wire::decode_request(&scion_daemon::wire::encode_request(&op, &device));
         assert_eq!(again, Ok((op, device)), "a request changes through encoding");
     }
-    let _ = scion_daemon::wire::decode_frame(data);
+    let frame = scion_daemon::wire::decode_frame(data);
+    // A stream part read borrowed is the part the full decoder reads.
+    if let Some(bytes) = scion_daemon::wire::stream_part(data) {
+        match frame {
+            Ok(scion_daemon::wire::Frame::Part(scion_daemon::wire::Part::Stream(b))) => assert_eq!(b, bytes, "a stream part read two ways differs"),
+            _ => panic!("a message taken for a stream part that does not decode as one"),
+        }
+    }
 }
 
 /// A scan cache file (`STORE/scan-cache/*`): what decodes encodes back to the same bytes,
