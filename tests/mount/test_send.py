@@ -253,6 +253,53 @@ def test_a_cut_receive_resumes_where_it_stopped(scion_mount, tmp_path):
     m.mount()
 
 
+def test_abort_removes_what_a_killed_receive_left(scion_mount, tmp_path):
+    """A receive of an increment SIGKILLed while it waits for the rest of its stream leaves
+    its hidden tree and the base it held; `--abort` removes both (and no running receive's),
+    and the store checks clean."""
+    import signal
+    import time
+    m = scion_mount
+    rng = random.Random(5)
+    a = os.path.join(m.mnt, "a")
+    os.makedirs(a)
+    build(a, rng)
+    assert m.run("snapshot", "--name", "s1", a).returncode == 0
+    change(a, rng)
+    assert m.run("snapshot", "--name", "s2", a).returncode == 0
+    inc = str(tmp_path / "inc")
+    r = m.run("send", f"{a}/.snapshot/s2", "--base", f"{a}/.snapshot/s1", "--no-compress", "-o", inc)
+    assert r.returncode == 0, r.describe()
+    data = open(inc, "rb").read()
+    dst = os.path.join(m.mnt, "got")
+    left = lambda: sorted(n for n in os.listdir(m.mnt) if n.startswith(".got.scion-receive"))
+    # Half the stream, then nothing more and no end: the receiver waits, mid-receive.
+    p = subprocess.Popen([SCION_BIN, "receive", dst], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    p.stdin.write(data[: len(data) // 2])
+    p.stdin.flush()
+    deadline = time.time() + 30
+    while len(left()) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert left() == [f".got.scion-receive-{p.pid}", f".got.scion-receive-{p.pid}.base"], left()
+    # A receive that is running is not removed by another's --abort.
+    r = m.run("receive", dst, "--abort")
+    assert left() == [f".got.scion-receive-{p.pid}", f".got.scion-receive-{p.pid}.base"], r.describe()
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    p.stdin.close()
+    r = m.run("receive", dst, "--abort")
+    assert r.returncode == 0, r.describe()
+    assert left() == [] and not os.path.exists(dst), left()
+    assert r.stderr.count("left by a receive that was killed") == 2, r.stderr
+    # The same stream, whole, is received as if nothing had happened.
+    r = m.run("receive", dst, "-i", inc)
+    assert r.returncode == 0, r.describe()
+    assert tree(dst) == tree(f"{a}/.snapshot/s2")
+    m.umount()
+    assert "clean" in m.check()
+    m.mount()
+
+
 def test_list_shows_clones_made_from_a_snapshot_and_destroy_says_they_stay(scion_mount):
     m = scion_mount
     d = os.path.join(m.mnt, "d")

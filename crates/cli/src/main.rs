@@ -392,7 +392,8 @@ enum Cmd {
         /// Go on with a receive of DIR that stopped short, from a `scion send --resume` stream.
         #[arg(long, conflicts_with = "abort")]
         resume: bool,
-        /// Remove what a receive of DIR that stopped short kept.
+        /// Remove what a receive of DIR that stopped short kept, and what receives of DIR
+        /// that were killed left beside it (their hidden trees and held bases).
         #[arg(long)]
         abort: bool,
         /// Receive into this store; DIR is a path in it. A store that is not mounted is

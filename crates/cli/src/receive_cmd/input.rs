@@ -39,32 +39,52 @@ fn body(input: Box<dyn Read>, flags: u8) -> Result<Box<dyn Read>, String> {
 
 /// The stream's bytes read ahead by a thread, up to `READ_AHEAD` of them: while this side
 /// finds the base (hashing its trees) or applies a batch, the sender goes on making and
-/// sending the stream instead of waiting on a full pipe.
+/// sending the stream instead of waiting on a full pipe. Each read is handed on as it comes
+/// (a slow sender's first bytes are applied without waiting for more), copied out of one
+/// buffer kept for the reads: memory held is the bytes read, not a buffer per read.
 struct ReadAhead {
     rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    /// Bytes read and not yet taken, and the reader thread's wait for them to go down.
+    held: std::sync::Arc<(std::sync::Mutex<usize>, std::sync::Condvar)>,
     cur: Vec<u8>,
     at: usize,
 }
 
-/// Bytes read ahead at most, in pieces of `READ_PIECE`.
+/// Bytes read ahead at most, and at most per read.
 const READ_AHEAD: usize = 256 << 20;
 const READ_PIECE: usize = 1 << 20;
 
 impl ReadAhead {
     fn start(mut input: Box<dyn Read + Send>) -> ReadAhead {
-        let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD / READ_PIECE);
-        std::thread::spawn(move || loop {
-            // Each piece filled whole (a pipe gives 64 KiB a read): memory held is the bytes.
-            let mut buf = Vec::with_capacity(READ_PIECE);
-            let r = (&mut input).take(READ_PIECE as u64).read_to_end(&mut buf).map(|_| buf);
-            // A piece short of whole is the last: the input ended.
-            let end = !matches!(&r, Ok(b) if b.len() == READ_PIECE);
-            // The reader is gone (the receive ended): stop reading.
-            if tx.send(r).is_err() || end {
-                return;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let held = std::sync::Arc::new((std::sync::Mutex::new(0usize), std::sync::Condvar::new()));
+        let room = held.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; READ_PIECE];
+            loop {
+                let r = match input.read(&mut buf) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    r => r.map(|n| buf[..n].to_vec()),
+                };
+                let (end, n) = match &r {
+                    Ok(b) => (b.is_empty(), b.len()),
+                    Err(_) => (true, 0),
+                };
+                {
+                    let (lock, cv) = &*room;
+                    let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
+                    while *g > 0 && *g + n > READ_AHEAD {
+                        g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+                    }
+                    *g += n;
+                }
+                // The reader is gone (the receive ended): stop reading.
+                if tx.send(r).is_err() || end {
+                    return;
+                }
             }
         });
-        ReadAhead { rx, cur: Vec::new(), at: 0 }
+        ReadAhead { rx, held, cur: Vec::new(), at: 0 }
     }
 }
 
@@ -72,7 +92,12 @@ impl Read for ReadAhead {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         if self.at == self.cur.len() {
             match self.rx.recv() {
-                Ok(Ok(b)) => (self.cur, self.at) = (b, 0),
+                Ok(Ok(b)) => {
+                    let (lock, cv) = &*self.held;
+                    *lock.lock().unwrap_or_else(|p| p.into_inner()) -= b.len();
+                    cv.notify_one();
+                    (self.cur, self.at) = (b, 0);
+                }
                 Ok(Err(e)) => return Err(e),
                 Err(_) => return Ok(0), // the end was read already
             }

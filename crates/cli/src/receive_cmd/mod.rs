@@ -208,6 +208,10 @@ fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
 
 /// `--abort`: removes a kept partial tree; `--resume`: goes on building it.
 fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: PathBuf, rel: Vec<u8>) -> Result<(), String> {
+    let killed = if a.abort { remove_killed_receives(&at, mnt, &dst)? } else { 0 };
+    if a.abort && killed > 0 && path.symlink_metadata().is_err() {
+        return Ok(());
+    }
     if a.abort && path.symlink_metadata().is_ok() && !has_kept_mark(&path) {
         // A receive that died without saying where it stopped (its daemon went away): the
         // tree is a clone of its base, or a plain directory for a full stream.
@@ -247,6 +251,34 @@ fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: 
     let _ = mnt;
     let hold_from = (!base_rel.is_empty()).then(|| base_rel.clone());
     build(&a, &staging, hold_from, frames, root, (name, base_rel), &dst)
+}
+
+/// `--abort`: removes what receives into `dst` that were killed left beside it (their
+/// trees `.NAME.scion-receive-PID` and held bases `.NAME.scion-receive-PID.base`, of a PID
+/// no process has now); how many. A receive that is still running is left alone.
+fn remove_killed_receives(at: &Located, mnt: &Path, dst: &Path) -> Result<usize, String> {
+    let (Some(parent), Some(name)) = (dst.parent(), dst.file_name()) else { return Ok(0) };
+    let prefix = format!(".{}.scion-receive-", name.to_string_lossy());
+    let entries = std::fs::read_dir(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let mut names: Vec<String> = entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    // A held base before its tree, so that destroying the tree leaves no clone of it behind.
+    names.sort_by_key(|n| !n.ends_with(".base"));
+    let mut removed = 0;
+    for n in names {
+        let Some(pid) = n.strip_prefix(&prefix).map(|r| r.trim_end_matches(".base")) else { continue };
+        if pid.is_empty() || !pid.bytes().all(|c| c.is_ascii_digit()) || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let path = parent.join(&n);
+        let rel = crate::tree_cmds::below_mount(mnt, &path)?;
+        let clone = call(at, &Op::Destroy { target: Target::Path(rel), recursive: true }).is_ok();
+        if !clone {
+            std::fs::remove_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        eprintln!("scion receive: removed {} (left by a receive that was killed)", path.display());
+        removed += 1;
+    }
+    Ok(removed)
 }
 
 fn has_kept_mark(path: &Path) -> bool {
