@@ -81,6 +81,18 @@ def change(top, rng):
     os.symlink("f2", f"{top}/l")
 
 
+def two_snapshots(m, seed):
+    """A tree `a` in mount `m` snapshotted as s1, changed, and snapshotted as s2; its path."""
+    rng = random.Random(seed)
+    a = os.path.join(m.mnt, "a")
+    os.makedirs(a)
+    build(a, rng)
+    assert m.run("snapshot", "--name", "s1", a).returncode == 0
+    change(a, rng)
+    assert m.run("snapshot", "--name", "s2", a).returncode == 0
+    return a
+
+
 def test_full_and_incremental_round_trips(scion_mount, tmp_path):
     m = scion_mount
     rng = random.Random(11)
@@ -199,13 +211,7 @@ def test_cut_or_damaged_streams_leave_nothing(scion_mount, tmp_path):
 def test_a_cut_receive_resumes_where_it_stopped(scion_mount, tmp_path):
     import re
     m = scion_mount
-    rng = random.Random(21)
-    a = os.path.join(m.mnt, "a")
-    os.makedirs(a)
-    build(a, rng)
-    assert m.run("snapshot", "--name", "s1", a).returncode == 0
-    change(a, rng)
-    assert m.run("snapshot", "--name", "s2", a).returncode == 0
+    a = two_snapshots(m, 21)
     for name, base, compress in [("s1", None, False), ("s2", "s1", True)]:
         snap = f"{a}/.snapshot/{name}"
         whole = str(tmp_path / f"{name}.st")
@@ -260,13 +266,7 @@ def test_abort_removes_what_a_killed_receive_left(scion_mount, tmp_path):
     import signal
     import time
     m = scion_mount
-    rng = random.Random(5)
-    a = os.path.join(m.mnt, "a")
-    os.makedirs(a)
-    build(a, rng)
-    assert m.run("snapshot", "--name", "s1", a).returncode == 0
-    change(a, rng)
-    assert m.run("snapshot", "--name", "s2", a).returncode == 0
+    a = two_snapshots(m, 5)
     inc = str(tmp_path / "inc")
     r = m.run("send", f"{a}/.snapshot/s2", "--base", f"{a}/.snapshot/s1", "--no-compress", "-o", inc)
     assert r.returncode == 0, r.describe()
@@ -340,13 +340,7 @@ def test_receive_into_an_unmounted_store(scion_mount, scion_store, tmp_path):
     unmounted, flushed, after it, also when the receiver is killed (its daemon gets SIGTERM
     when the receiver dies); a refused increment leaves nothing there."""
     m, s = scion_mount, scion_store
-    rng = random.Random(3)
-    a = os.path.join(m.mnt, "a")
-    os.makedirs(a)
-    build(a, rng)
-    assert m.run("snapshot", "--name", "s1", a).returncode == 0
-    change(a, rng)
-    assert m.run("snapshot", "--name", "s2", a).returncode == 0
+    a = two_snapshots(m, 3)
     full, inc = str(tmp_path / "full"), str(tmp_path / "inc")
     assert m.run("send", f"{a}/.snapshot/s1", "-o", full).returncode == 0
     assert m.run("send", f"{a}/.snapshot/s2", "--base", f"{a}/.snapshot/s1", "-o", inc).returncode == 0

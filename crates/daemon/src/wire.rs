@@ -613,9 +613,16 @@ pub fn encode_reply_frames(reply: &Reply) -> Vec<Vec<u8>> {
 
 /// A part frame of send-stream bytes (at most `MAX_MESSAGE - 64` of them).
 pub fn encode_stream_part(bytes: &[u8]) -> Vec<u8> {
-    let mut w = Writer::new();
-    w.u8(PART).u8(6).u32(1).bytes(bytes);
-    w.finish()
+    [&stream_part_head(bytes.len())[..], bytes].concat()
+}
+
+/// A stream part's message before its bytes: part kind 6, one piece of `n` bytes (as
+/// `Writer::u8(PART).u8(6).u32(1).bytes(..)` lays it out).
+fn stream_part_head(n: usize) -> [u8; 10] {
+    let mut h = [PART, 6, 0, 0, 0, 0, 0, 0, 0, 0];
+    h[2..6].copy_from_slice(&1u32.to_le_bytes());
+    h[6..].copy_from_slice(&(n as u32).to_le_bytes());
+    h
 }
 
 /// `write_frame` of `encode_stream_part(bytes)`, without copying the bytes into a message.
@@ -624,12 +631,7 @@ pub fn write_stream_part(s: &mut impl Write, bytes: &[u8]) -> std::io::Result<()
     if len > MAX_MESSAGE {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("message of {len} bytes exceeds {MAX_MESSAGE}")));
     }
-    let mut head = Vec::with_capacity(14);
-    head.extend_from_slice(&(len as u32).to_le_bytes());
-    head.extend_from_slice(&[PART, 6]);
-    head.extend_from_slice(&1u32.to_le_bytes());
-    head.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-    s.write_all(&head)?;
+    s.write_all(&[&(len as u32).to_le_bytes()[..], &stream_part_head(bytes.len())].concat())?;
     s.write_all(bytes)
 }
 
@@ -637,8 +639,7 @@ pub fn write_stream_part(s: &mut impl Write, bytes: &[u8]) -> std::io::Result<()
 /// for any other message (`decode_frame` reads those).
 pub fn stream_part(b: &[u8]) -> Option<&[u8]> {
     let (head, rest) = b.split_at_checked(10)?;
-    let ok = head[..2] == [PART, 6] && head[2..6] == 1u32.to_le_bytes() && u32::from_le_bytes(head[6..10].try_into().ok()?) as usize == rest.len();
-    ok.then_some(rest)
+    (head == stream_part_head(rest.len())).then_some(rest)
 }
 
 /// Part frames of kind `what` holding `items`, as many as they need.

@@ -259,13 +259,7 @@ impl Fs {
     /// that record), folding the carried changes of files below `dir` too. Changes elsewhere
     /// wait for the clone's own checkpoint, so a clone after writes to other trees (a new
     /// clone after writing to the last one) takes one checkpoint, not two.
-    /// `fold`, for the daemon: a tree being received is folded as it grows, so the checkpoint
-    /// its content hash needs at the end has little left to do.
-    pub fn fold_below(&mut self, dir: Ino) -> FsResult<()> {
-        self.fold(dir)
-    }
-
-    pub(crate) fn fold(&mut self, dir: Ino) -> FsResult<()> {
+    pub fn fold(&mut self, dir: Ino) -> FsResult<()> {
         if self.changed_below(dir) {
             self.checkpoint_with(Fold::Under(dir)).map_err(eio)?;
         }

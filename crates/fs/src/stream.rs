@@ -101,7 +101,7 @@ impl Frame {
             Frame::Delete { .. } => 2,
             Frame::Dir { .. } => 3,
             Frame::File { .. } => 4,
-            Frame::Data { .. } => 5,
+            Frame::Data { .. } => KIND_DATA,
             Frame::Hole { .. } => 6,
             Frame::Symlink { .. } => 7,
             Frame::Special { .. } => 8,
@@ -114,9 +114,8 @@ impl Frame {
         }
     }
 
-    /// Appends the frame's payload to `buf`.
-    fn put_payload(&self, buf: Vec<u8>) -> Vec<u8> {
-        let mut w = Writer { buf };
+    /// Writes the frame's payload.
+    fn put_payload(&self, w: &mut Writer) {
         match self {
             Frame::Begin { base, root, name, entries, bytes } => {
                 w.u8(base.is_some() as u8).raw(&base.unwrap_or_default()).raw(root).bytes(name);
@@ -127,21 +126,19 @@ impl Frame {
             }
             Frame::File { path, size, fresh, meta } => {
                 w.bytes(path).u64(*size).u8(*fresh as u8);
-                put_meta(&mut w, meta);
+                put_meta(w, meta);
             }
-            Frame::Data { offset, bytes } => {
-                w.u64(*offset).bytes(bytes);
-            }
+            Frame::Data { offset, bytes } => data_payload(w, *offset, bytes),
             Frame::Hole { offset, len } => {
                 w.u64(*offset).u64(*len);
             }
             Frame::Symlink { path, target, meta } => {
                 w.bytes(path).bytes(target);
-                put_meta(&mut w, meta);
+                put_meta(w, meta);
             }
             Frame::Special { path, kind, rdev, meta } => {
                 w.bytes(path).u8(*kind).u32(*rdev);
-                put_meta(&mut w, meta);
+                put_meta(w, meta);
             }
             Frame::Link { path, target } => {
                 w.bytes(path).bytes(target);
@@ -151,7 +148,7 @@ impl Frame {
             }
             Frame::Meta { path, meta } => {
                 w.bytes(path);
-                put_meta(&mut w, meta);
+                put_meta(w, meta);
             }
             Frame::End { frames, hash, root } => {
                 w.u64(*frames).raw(hash).raw(root);
@@ -163,7 +160,6 @@ impl Frame {
                 w.u64(*offset).raw(hash);
             }
         }
-        w.buf
     }
 
     fn decode(kind: u8, payload: &[u8]) -> Result<Frame, String> {
@@ -441,35 +437,40 @@ pub fn encode_frame(f: &Frame, seq: u64) -> Vec<u8> {
 
 /// `encode_frame`, appended to `out` (the payload written in place: no copy of it).
 pub fn encode_frame_into(f: &Frame, seq: u64, out: &mut Vec<u8>) {
-    let start = out.len();
-    if let Frame::Data { bytes, .. } = f {
-        out.reserve(bytes.len() + 29);
+    match f {
+        Frame::Data { offset, bytes } => encode_data_into(*offset, bytes, seq, out),
+        f => put_frame(f.kind(), seq, out, |w| f.put_payload(w)),
     }
-    out.push(f.kind());
+}
+
+/// `encode_frame_into` of `Frame::Data { offset, bytes }`, from borrowed bytes.
+pub fn encode_data_into(offset: u64, bytes: &[u8], seq: u64, out: &mut Vec<u8>) {
+    out.reserve(bytes.len() + 29);
+    put_frame(KIND_DATA, seq, out, |w| data_payload(w, offset, bytes));
+}
+
+const KIND_DATA: u8 = 5;
+
+fn data_payload(w: &mut Writer, offset: u64, bytes: &[u8]) {
+    w.u64(offset).bytes(bytes);
+}
+
+/// Appends to `out` a frame of `kind` numbered `seq` whose payload `payload` writes in place:
+/// the header, the payload, its length filled in, the checksum.
+fn put_frame(kind: u8, seq: u64, out: &mut Vec<u8>, payload: impl FnOnce(&mut Writer)) {
+    let start = out.len();
+    out.push(kind);
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&[0; 4]);
-    let mut b = f.put_payload(std::mem::take(out));
+    let mut w = Writer { buf: std::mem::take(out) };
+    payload(&mut w);
+    let mut b = w.buf;
     let len = b.len() - start - 13;
     assert!(len <= MAX_PAYLOAD, "frame payload of {len} bytes");
     b[start + 9..start + 13].copy_from_slice(&(len as u32).to_le_bytes());
     let crc = crc32c::crc32c(&b[start..]);
     b.extend_from_slice(&crc.to_le_bytes());
     *out = b;
-}
-
-/// `encode_frame_into` of `Frame::Data { offset, bytes }`, from borrowed bytes.
-pub fn encode_data_into(offset: u64, bytes: &[u8], seq: u64, out: &mut Vec<u8>) {
-    assert!(bytes.len() + 12 <= MAX_PAYLOAD, "frame payload of {} bytes", bytes.len() + 12);
-    let start = out.len();
-    out.reserve(bytes.len() + 29);
-    out.push(5);
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&((bytes.len() + 12) as u32).to_le_bytes());
-    out.extend_from_slice(&offset.to_le_bytes());
-    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-    out.extend_from_slice(bytes);
-    let crc = crc32c::crc32c(&out[start..]);
-    out.extend_from_slice(&crc.to_le_bytes());
 }
 
 /// Frames encoded back to back (`encode_frame`), each checked by its checksum, in a batch
