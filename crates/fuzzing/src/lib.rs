@@ -34,6 +34,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("send_stream", send_stream),
     ("mirrors_file", mirrors_file),
     ("cubes_file", cubes_file),
+    ("apply_frames", apply_frames),
 ];
 
 fn fix_up(data: &[u8]) -> bool {
@@ -390,3 +391,183 @@ pub fn checkpoint_record(data: &[u8]) {
         assert_eq!(scion_store::Relocation::decode(&r.encode()).ok(), Some(r));
     }
 }
+
+/// A receiver applying frames that decoded (`scion receive` after its checks; a stream's
+/// checksums prove only that the sender meant them, not that they make sense). The input is
+/// a small program (`apply_program`) of frames over a pool of names, sizes and metadata,
+/// applied in batches to a clone in an engine on a simulated host, as the daemon applies
+/// them. Whatever the frames, nothing outside the clone may change, the clone's content hash
+/// must compute, and once the clone is destroyed (a receive that fails
+/// is) and a checkpoint taken, `check` must be clean: no leaked block, no dangling entry.
+pub fn apply_frames(data: &[u8]) {
+    use scion_fs::{Fs, Kind, MountOptions, ROOT_INO};
+    let host: Host = Arc::new(SimHost::default());
+    let dir = Path::new("/store");
+    Fs::create(&host, dir).expect("a store on the simulated host");
+    let opts = MountOptions {
+        holder: "fuzz".into(),
+        host: host.clone(),
+    };
+    let mut fs = Fs::open(dir, opts).expect("the new store opens");
+    // The base (files whole, patched, sparse; a symlink; a hard link), a bystander, and an
+    // empty directory a full stream's clone starts from.
+    let mk = |fs: &mut Fs, p: u64, name: &str, kind: Kind, target: &[u8]| {
+        let a = fs.mknod(p, name.as_bytes(), kind, 0o755, 0, 1000, 1000, 0, target).expect("mknod");
+        a.ino
+    };
+    let base = mk(&mut fs, ROOT_INO, "base", Kind::Dir, &[]);
+    let sub = mk(&mut fs, base, "a", Kind::Dir, &[]);
+    let f = mk(&mut fs, sub, "f", Kind::File, &[]);
+    fs.write(f, 0, &[7u8; 150_000]).expect("write");
+    fs.write(f, 70_000, b"patched").expect("write");
+    let g = mk(&mut fs, base, "b", Kind::File, &[]);
+    fs.write(g, 1 << 20, b"tail").expect("write");
+    fs.link(g, sub, b"link-to-b").expect("link");
+    mk(&mut fs, base, "s", Kind::Symlink, b"a/f");
+    fs.setxattr(f, b"user.k", b"v", 0).expect("setxattr");
+    let other = mk(&mut fs, ROOT_INO, "other", Kind::Dir, &[]);
+    let o = mk(&mut fs, other, "keep", Kind::File, &[]);
+    fs.write(o, 0, b"not the stream's").expect("write");
+    let empty = mk(&mut fs, ROOT_INO, "empty", Kind::Dir, &[]);
+    fs.checkpoint().expect("checkpoint");
+    let before = (fs.content_hash_of(base).expect("hash"), fs.content_hash_of(other).expect("hash"));
+    // The first byte: an increment (on a clone of the base) or a full tree; the frames in
+    // their batches, or one at a time (a refused frame then stops only itself).
+    let (incremental, one_by_one, program) = match data.split_first() {
+        Some((b, rest)) => (b & 1 == 1, b & 2 == 2, rest),
+        None => (false, false, data),
+    };
+    let from = if incremental { base } else { empty };
+    let top = fs.clone_dir(from, ROOT_INO, b"recv", &[], b"/base").expect("clone");
+    let block = *blake3::hash(&[7u8; 65536]).as_bytes();
+    let _ = fs.find_blocks(&[block]);
+    // (A receive stops at its first refused frame; going on here puts the engine through
+    // more states, each of which must stay consistent.)
+    let mut open = None;
+    let mut batches = apply_program(program, block);
+    if one_by_one {
+        batches = batches.into_iter().flatten().map(|f| vec![f]).collect();
+    }
+    for batch in batches {
+        open = fs.apply_frames(top, incremental.then_some(base), open.take(), batch).unwrap_or(None);
+    }
+    if let Err(e) = fs.content_hash_of(top) {
+        panic!("the content hash of a tree the frames made: {e}");
+    }
+    let after = (fs.content_hash_of(base).expect("hash"), fs.content_hash_of(other).expect("hash"));
+    assert_eq!(before, after, "frames applied to a clone changed what is outside it");
+    fs.checkpoint().expect("checkpoint");
+    let rep = scion_fs::check::check_committed(&host, dir).expect("check runs");
+    assert!(rep.is_clean(), "after frames applied: {rep}");
+    fs.destroy(top).expect("the clone a receive made is destroyed");
+    fs.checkpoint().expect("checkpoint");
+    drop(fs);
+    let rep = scion_fs::check::check_committed(&host, dir).expect("check runs");
+    assert!(rep.is_clean(), "after the clone the frames were applied to was destroyed: {rep}");
+}
+
+/// The frames a fuzz input stands for, in batches: each frame is an opcode byte then its
+/// fields, each drawn from a small pool by one byte (names include `..`, `.snapshot`, empty
+/// and over-long ones; offsets and sizes include the largest), kept if the stream's decoder
+/// takes it.
+pub fn apply_program(data: &[u8], block: [u8; 32]) -> Vec<Vec<scion_fs::stream::Frame>> {
+    use scion_fs::stream::{Frame, Meta};
+    const NAMES: &[&[u8]] = &[b"a", b"b", b"f", b"s", b"link-to-b", b"new", b"..", b".", b"", b".snapshot", b"x\0y"];
+    const NUMS: &[u64] = &[0, 1, 7, 4095, 4096, 65535, 65536, 65537, 150_000, 1 << 20, 1 << 40, i64::MAX as u64, u64::MAX - 1, u64::MAX];
+    let mut input = data.iter().copied();
+    let mut byte = move || input.next();
+    let mut batches = vec![Vec::new()];
+    while let Some(op) = byte() {
+        let mut pick = || usize::from(byte().unwrap_or(0));
+        let path = |pick: &mut dyn FnMut() -> usize| {
+            let n = 1 + pick() % 3;
+            let names: Vec<Vec<u8>> = (0..n)
+                .map(|_| match pick() {
+                    255 => vec![b'n'; 300],
+                    k => NAMES[k % NAMES.len()].to_vec(),
+                })
+                .collect();
+            names.join(&b'/')
+        };
+        let num = |pick: &mut dyn FnMut() -> usize| NUMS[pick() % NUMS.len()];
+        let meta = |pick: &mut dyn FnMut() -> usize| Meta {
+            perm: (pick() as u16) << 4 | (pick() as u16 & 0xf),
+            uid: [0, 1000, u32::MAX][pick() % 3],
+            gid: [0, 1000, u32::MAX][pick() % 3],
+            mtime_sec: [0, -1, 1_700_000_000, i64::MIN, i64::MAX][pick() % 5],
+            mtime_nsec: [0, 999_999_999, 1_000_000_000, u32::MAX][pick() % 4],
+            xattrs: match pick() % 5 {
+                0 => vec![],
+                1 => vec![(b"user.k".to_vec(), b"w".to_vec())],
+                2 => vec![(b"system.posix_acl_access".to_vec(), vec![2, 0, 0, 0, 1])],
+                3 => vec![(b"user.k".to_vec(), vec![1; 70_000])],
+                _ => vec![(Vec::new(), b"v".to_vec())],
+            },
+        };
+        let f = match op % 13 {
+            0 => Frame::Delete { path: path(&mut pick) },
+            1 => Frame::Dir { path: path(&mut pick) },
+            2 => Frame::File {
+                path: path(&mut pick),
+                size: num(&mut pick),
+                fresh: pick() & 1 == 1,
+                meta: meta(&mut pick),
+            },
+            3 => Frame::Data {
+                offset: num(&mut pick),
+                bytes: vec![pick() as u8; [0, 1, 100, 4096, 65536, 70_000][pick() % 6]],
+            },
+            4 => Frame::Hole {
+                offset: num(&mut pick),
+                len: num(&mut pick),
+            },
+            5 => Frame::Symlink {
+                path: path(&mut pick),
+                target: [&b"a/f"[..], b"", b"/etc/passwd", b"../../other"][pick() % 4].to_vec(),
+                meta: meta(&mut pick),
+            },
+            6 => Frame::Special {
+                path: path(&mut pick),
+                kind: pick() as u8 % 10,
+                rdev: pick() as u32,
+                meta: meta(&mut pick),
+            },
+            7 => Frame::Link {
+                path: path(&mut pick),
+                target: path(&mut pick),
+            },
+            8 => Frame::Copy {
+                path: path(&mut pick),
+                from: path(&mut pick),
+            },
+            9 => Frame::Meta {
+                path: if pick() % 4 == 0 { Vec::new() } else { path(&mut pick) },
+                meta: meta(&mut pick),
+            },
+            10 => Frame::Block {
+                offset: num(&mut pick),
+                hash: if pick() & 1 == 1 { block } else { [pick() as u8; 32] },
+            },
+            11 => Frame::End {
+                frames: 0,
+                hash: [0; 32],
+                root: [0; 32],
+            },
+            _ => {
+                batches.push(Vec::new());
+                continue;
+            }
+        };
+        // Only what the stream's decoder lets through reaches the engine (the daemon decodes
+        // each batch): a frame it refuses is left out.
+        let Ok(Some(f)) = scion_fs::stream::decode_frames(&scion_fs::stream::encode_frame(&f, 0)).map(|mut d| d.pop()) else {
+            continue;
+        };
+        batches.last_mut().expect("one at least").push(f);
+        if batches.len() > 64 || batches.iter().map(Vec::len).sum::<usize>() > 512 {
+            break;
+        }
+    }
+    batches
+}
+
