@@ -430,3 +430,54 @@ def test_dedup_over_a_two_way_channel(scion_mount, scion_store, tmp_path):
     r = m.run("send", snap, "--dedup", "--through", f"{SCION_BIN} receive {s.mnt}/r1")
     assert r.returncode != 0 and "already exists" in r.stderr and "stopped before it answered" in r.stderr, r.describe()
     s.umount()
+
+
+def test_a_receive_that_fills_the_host_fails_cleanly(scion_mount, scion_store, tmp_path):
+    """A receive into a store whose host fills up (a 96 MiB tmpfs under it) fails with the
+    host's error named, leaves nothing in the mount and loses nothing that was there; `check`
+    is clean, and once the removed tree's space is back (at the next checkpoint: here the
+    unmount's) a receive that fits works."""
+    m, s = scion_mount, scion_store
+    big = os.path.join(m.mnt, "big")
+    os.makedirs(f"{big}/d")
+    for i in range(12):
+        with open(f"{big}/d/f{i}", "wb") as h:
+            h.write(os.urandom(10 << 20))
+    small = os.path.join(m.mnt, "small")
+    os.makedirs(small)
+    build(small, random.Random(5))
+    assert m.run("snapshot", "--name", "b", big).returncode == 0
+    assert m.run("snapshot", "--name", "s", small).returncode == 0
+    big_s, small_s = str(tmp_path / "big"), str(tmp_path / "small")
+    assert m.run("send", f"{big}/.snapshot/b", "-o", big_s).returncode == 0
+    assert m.run("send", f"{small}/.snapshot/s", "-o", small_s).returncode == 0
+    shutil.rmtree(s.store)
+    os.makedirs(s.store)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", s.store], check=True)
+    try:
+        s.init()
+        s.mount()
+        keep = os.urandom(1 << 20)
+        with open(f"{s.mnt}/keep", "wb") as h:
+            h.write(keep)
+            h.flush()
+            os.fsync(h.fileno())
+        r = s.run("receive", f"{s.mnt}/x", "-i", big_s)
+        assert r.returncode == 1 and "No space left on device" in r.stderr, r.describe()
+        assert sorted(set(os.listdir(s.mnt)) - {".snapshot"}) == ["keep"], r.describe()
+        with open(f"{s.mnt}/keep", "rb") as h:
+            assert h.read() == keep
+        s.umount()
+        assert "clean" in s.check()
+        s.mount()
+        r = s.run("receive", f"{s.mnt}/y", "-i", small_s)
+        assert r.returncode == 0, r.describe()
+        assert tree(f"{s.mnt}/y") == tree(f"{small}/.snapshot/s")
+        with open(f"{s.mnt}/keep", "rb") as h:
+            assert h.read() == keep
+        s.umount()
+        assert "clean" in s.check()
+    finally:
+        if s.mounted:
+            s.umount()
+        subprocess.run(["umount", s.store], check=False)
