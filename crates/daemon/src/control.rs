@@ -162,6 +162,9 @@ pub enum Op {
     },
     /// Which of these block hashes the store holds (`scion receive` answering an offer).
     FindBlocks { hashes: Vec<[u8; 32]> },
+    /// A checkpoint of the volume holding `path`, so that the space of what was removed is
+    /// given back to the host now (`scion receive` after removing a tree it failed to build).
+    Checkpoint { path: Vec<u8> },
     /// Applies a batch of send-stream frames (`frames`, encoded back to back) to the tree
     /// at `top`, copies coming from `base`; `open` is the File frame of a file a previous
     /// batch left open.
@@ -233,6 +236,7 @@ pub enum Reply {
     Sent([u8; 32]),
     /// Per hash asked, whether the store holds it.
     Blocks(Vec<bool>),
+    Checkpointed,
 }
 
 /// What a send does with blocks the receiver may hold.
@@ -727,6 +731,11 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             Reply::Blocks(fs.find_blocks(hashes).map_err(Failure::from_fs("blocks offered".into()))?),
             Vec::new(),
         ),
+        Op::Checkpoint { .. } => {
+            fs.writable_now().map_err(Failure::from_fs("checkpoint".into()))?;
+            fs.checkpoint().map_err(|e| Failure::new(libc::EIO, format!("checkpoint: {e}")))?;
+            (Reply::Checkpointed, Vec::new())
+        }
         Op::Rollback { dir, to } => {
             let d = fs.resolve_path(dir).map_err(Failure::from_fs(show(dir)))?;
             fs.rollback(d, to).map_err(|e| rollback_failure(e, dir, to))?;
@@ -762,6 +771,7 @@ pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
         Op::ChunkChanges { old, new } => vec![old, new],
         Op::Send { snap, base, .. } => std::iter::once(snap).chain(base.as_mut()).collect(),
         Op::FindBlocks { .. } => Vec::new(),
+        Op::Checkpoint { path } => vec![path],
         Op::Apply { top, base, .. } => std::iter::once(top).chain(base.as_mut()).collect(),
         Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } | Op::CubeCheck { path } | Op::CubeRemove { path } => vec![path],
         Op::Destroy { target: Target::Id(_), .. }

@@ -259,6 +259,9 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
             w.u8(34);
             put_hashes(&mut w, hashes);
         }
+        Op::Checkpoint { path } => {
+            w.u8(35).bytes(path);
+        }
         Op::Apply { top, base, open, frames } => {
             w.u8(21).bytes(top).u8(base.is_some() as u8).bytes(base.as_deref().unwrap_or_default());
             w.u8(open.is_some() as u8).bytes(open.as_deref().unwrap_or_default()).bytes(frames);
@@ -474,6 +477,7 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             }
         }
         34 => Op::FindBlocks { hashes: get_hashes(&mut r)? },
+        35 => Op::Checkpoint { path: r.bytes().map_err(bad)?.to_vec() },
         21 => {
             let top = r.bytes().map_err(bad)?.to_vec();
             let has_base = r.u8().map_err(bad)? != 0;
@@ -957,6 +961,9 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         Reply::Applied => {
             w.u8(20);
         }
+        Reply::Checkpointed => {
+            w.u8(31);
+        }
         Reply::Sent(h) => {
             w.u8(21).raw(h);
         }
@@ -1279,6 +1286,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 Reply::Found(v)
             }
             20 => Reply::Applied,
+            31 => Reply::Checkpointed,
             21 => Reply::Sent(r.array().map_err(bad)?),
             30 => {
                 let n = r.count(1).map_err(bad)?;

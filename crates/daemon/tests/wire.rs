@@ -19,6 +19,7 @@ fn ops() -> Vec<Op> {
         Op::Send { snap: b"a/.snapshot/s".to_vec(), base: Some(b"b".to_vec()), resume: Some((7, [3; 32])), dedup: SendDedup::Offer },
         Op::Send { snap: b"s".to_vec(), base: None, resume: None, dedup: SendDedup::Use(vec![[1; 32], [2; 32]]) },
         Op::FindBlocks { hashes: vec![[9; 32]; 3] },
+        Op::Checkpoint { path: b"x/.y.scion-receive-7".to_vec() },
         Op::Clone {
             src: b"a/b".to_vec(),
             dst: b"c".to_vec(),
@@ -193,6 +194,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
     let frames = vec![
         wire::encode_reply(&Reply::Cloned),
         wire::encode_reply(&Reply::Blocks(vec![true, false, true])),
+        wire::encode_reply(&Reply::Checkpointed),
         wire::encode_reply(&Reply::Listing(vec![listing.clone(), listing, orphan])),
         wire::encode_reply(&Reply::Scrubbed(scrub)),
         wire::encode_reply(&Reply::Repacked(repack)),

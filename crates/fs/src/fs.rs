@@ -844,6 +844,11 @@ impl Fs {
         self.vol.failed.as_deref()
     }
 
+    /// Whether changes are taken now (`writable`), for a caller outside the engine.
+    pub fn writable_now(&self) -> FsResult<()> {
+        self.writable()
+    }
+
     pub(crate) fn writable(&self) -> FsResult<()> {
         if let Some(why) = &self.vol.failed {
             log::warn!("refusing a change: {why}");

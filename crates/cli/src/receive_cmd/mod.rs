@@ -58,7 +58,14 @@ impl Staging {
         let r = if self.clone {
             call(&self.at, &Op::Destroy { target: Target::Path(self.rel.clone()), recursive: true }).map(drop)
         } else {
-            std::fs::remove_dir_all(&self.path).map_err(|e| e.to_string())
+            std::fs::remove_dir_all(&self.path).map_err(|e| e.to_string()).map(|()| {
+                // Its space back to the host now rather than at the next checkpoint: a receive
+                // that filled the host can be tried again at once. (Destroying a clone does this.)
+                let parent = self.rel.rsplitn(2, |&c| c == b'/').nth(1).unwrap_or_default().to_vec();
+                if let Err(e) = call(&self.at, &Op::Checkpoint { path: parent }) {
+                    eprintln!("scion receive: the space it took comes back at the next checkpoint ({e})");
+                }
+            })
         };
         if let Err(e) = r {
             eprintln!("scion receive: {} stays: {e}", self.path.display());
