@@ -10,6 +10,7 @@ Environment:
   SCION_KEEP          "1": keep the temp dir of failed tests (under /tmp/scion-tests/)
 """
 
+import contextlib
 import faulthandler
 import os
 import shutil
@@ -40,6 +41,23 @@ MOUNT_OPTIONS = os.environ.get("SCION_MOUNT_OPTIONS", "").strip()
 if TARGET not in ("scion", "plain"):
     raise pytest.UsageError(f"SCION_TEST_TARGET must be 'scion' or 'plain', not {TARGET!r}")
 
+
+
+@contextlib.contextmanager
+def small_host(m, size="96m"):
+    """`m`'s store on a tmpfs of `size` (a host that fills up), made and mounted; afterwards
+    its daemon is killed if it is still up and the tmpfs unmounted."""
+    shutil.rmtree(m.store)
+    os.makedirs(m.store)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", m.store], check=True)
+    try:
+        m.init()
+        m.mount()
+        yield m
+    finally:
+        if m.mounted:
+            m.kill9()
+        subprocess.run(["umount", m.store], check=False)
 
 def pytest_report_header(config):
     if PLAIN:

@@ -7,12 +7,10 @@ clean and every fsynced byte back."""
 import errno
 import hashlib
 import os
-import shutil
-import subprocess
 
 import pytest
 
-from conftest import PLAIN
+from conftest import PLAIN, small_host
 
 pytestmark = pytest.mark.skipif(PLAIN, reason="scion-specific")
 
@@ -48,12 +46,7 @@ def mount_with_faults(m, spec):
 
 def test_full_host_gives_enospc_and_keeps_the_store(scion_store):
     m = scion_store
-    shutil.rmtree(m.store)
-    os.makedirs(m.store)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", m.store], check=True)
-    try:
-        m.init()
-        m.mount()
+    with small_host(m):
         synced, err = {}, None
         for i in range(200):
             p = os.path.join(m.mnt, f"f{i:03d}")
@@ -107,10 +100,6 @@ def test_full_host_gives_enospc_and_keeps_the_store(scion_store):
         verify(m, synced)
         m.umount()
         m.check()
-    finally:
-        if m.mounted:
-            m.kill9()
-        subprocess.run(["umount", m.store], check=False)
 
 
 def test_flipped_bits_from_the_host_give_eio(scion_mount):

@@ -8,13 +8,12 @@ import json
 import os
 import random
 import re
-import shutil
 import stat
 import subprocess
 
 import pytest
 
-from conftest import PLAIN, SCION_BIN
+from conftest import PLAIN, SCION_BIN, small_host
 
 pytestmark = pytest.mark.skipif(PLAIN, reason="send needs a scion mount")
 
@@ -450,12 +449,7 @@ def test_a_receive_that_fills_the_host_fails_cleanly(scion_mount, scion_store, t
     big_s, small_s = str(tmp_path / "big"), str(tmp_path / "small")
     assert m.run("send", f"{big}/.snapshot/b", "-o", big_s).returncode == 0
     assert m.run("send", f"{small}/.snapshot/s", "-o", small_s).returncode == 0
-    shutil.rmtree(s.store)
-    os.makedirs(s.store)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", s.store], check=True)
-    try:
-        s.init()
-        s.mount()
+    with small_host(s):
         keep = os.urandom(1 << 20)
         with open(f"{s.mnt}/keep", "wb") as h:
             h.write(keep)
@@ -475,7 +469,3 @@ def test_a_receive_that_fills_the_host_fails_cleanly(scion_mount, scion_store, t
         with open(f"{s.mnt}/keep", "rb") as h:
             assert h.read() == keep
         assert tree(f"{s.mnt}/y") == tree(f"{small}/.snapshot/s")
-    finally:
-        if s.mounted:
-            s.umount()
-        subprocess.run(["umount", s.store], check=False)
