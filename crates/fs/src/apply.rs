@@ -114,7 +114,9 @@ impl Fs {
                         fs.forget(a.ino, 1);
                         return Err(errno::EISDIR.with("a File frame for what is not a file"));
                     }
-                    if a.size != size {
+                    // (A new file gets its size when it is closed, with its times: one change
+                    // fewer. One already there is cut now, before its data is written.)
+                    if a.size != size && !fresh {
                         if let Err(e) = fs.setattr(a.ino, SetAttr { size: Some(size), ..Default::default() }) {
                             fs.forget(a.ino, 1);
                             return Err(e);
@@ -180,7 +182,7 @@ impl Fs {
     /// A file's data is all there: its metadata (times last). Drops its reference.
     fn close_file(&mut self, ino: Ino, f: &Frame) -> FsResult<()> {
         let r = match f {
-            Frame::File { meta, .. } => self.set_meta(ino, meta),
+            Frame::File { meta, size, .. } => self.set_meta_sized(ino, meta, Some(*size)),
             _ => Ok(()),
         };
         self.forget(ino, 1);
@@ -262,12 +264,20 @@ impl Fs {
 
     /// Owner, mode, exactly these extended attributes, then the mtime (the atime too).
     pub(crate) fn set_meta(&mut self, ino: Ino, m: &Meta) -> FsResult<()> {
+        self.set_meta_sized(ino, m, None)
+    }
+
+    /// `set_meta`, the file's size set with its times (`size`: what it must be).
+    fn set_meta_sized(&mut self, ino: Ino, m: &Meta, size: Option<u64>) -> FsResult<()> {
         let a = self.getattr(ino)?;
         if (a.uid, a.gid) != (m.uid, m.gid) {
             self.setattr(ino, SetAttr { uid: Some(m.uid), gid: Some(m.gid), ..Default::default() })?;
         }
         if a.kind != Kind::Symlink {
-            self.setattr(ino, SetAttr { mode: Some(u32::from(m.perm)), ..Default::default() })?;
+            // (A new file has its mode from its mknod already, unless a default ACL changed it.)
+            if a.perm != m.perm {
+                self.setattr(ino, SetAttr { mode: Some(u32::from(m.perm)), ..Default::default() })?;
+            }
             let have = self.listxattr(ino)?;
             for k in have.iter().filter(|k| !m.xattrs.iter().any(|(w, _)| w == *k)) {
                 self.removexattr(ino, k)?;
@@ -280,7 +290,8 @@ impl Fs {
             sec: m.mtime_sec,
             nsec: m.mtime_nsec,
         };
-        self.setattr(ino, SetAttr { mtime: Some(t), atime: Some(t), ..Default::default() })?;
+        let size = size.filter(|s| *s != a.size);
+        self.setattr(ino, SetAttr { size, mtime: Some(t), atime: Some(t), ..Default::default() })?;
         Ok(())
     }
 }
