@@ -732,7 +732,7 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             Vec::new(),
         ),
         Op::Checkpoint { .. } => {
-            fs.writable_now().map_err(Failure::from_fs("checkpoint".into()))?;
+            fs.writable().map_err(Failure::from_fs("checkpoint".into()))?;
             fs.checkpoint().map_err(|e| Failure::new(libc::EIO, format!("checkpoint: {e}")))?;
             (Reply::Checkpointed, Vec::new())
         }

@@ -129,7 +129,7 @@ impl Fs {
             Frame::Symlink { ref path, ref target, ref meta } => self.in_parent(top, path, |fs, p, name| {
                 fs.make_way(p, name)?;
                 let a = fs.mknod(p, name, Kind::Symlink, 0o777, 0, meta.uid, meta.gid, 0, target)?;
-                let r = fs.set_meta(a.ino, meta);
+                let r = fs.set_meta(a.ino, meta, None);
                 fs.forget(a.ino, 1);
                 r
             })?,
@@ -137,7 +137,7 @@ impl Fs {
                 let k = Kind::from_u8(kind).ok_or(errno::EINVAL)?;
                 fs.make_way(p, name)?;
                 let a = fs.mknod(p, name, k, u32::from(meta.perm), 0, meta.uid, meta.gid, rdev, &[])?;
-                let r = fs.set_meta(a.ino, meta);
+                let r = fs.set_meta(a.ino, meta, None);
                 fs.forget(a.ino, 1);
                 r
             })?,
@@ -168,7 +168,7 @@ impl Fs {
             }
             Frame::Meta { ref path, ref meta } => {
                 let ino = self.walk_held(top, path)?;
-                let r = self.set_meta(ino, meta);
+                let r = self.set_meta(ino, meta, None);
                 self.forget(ino, 1);
                 r?;
             }
@@ -182,7 +182,7 @@ impl Fs {
     /// A file's data is all there: its metadata (times last). Drops its reference.
     fn close_file(&mut self, ino: Ino, f: &Frame) -> FsResult<()> {
         let r = match f {
-            Frame::File { meta, size, .. } => self.set_meta_sized(ino, meta, Some(*size)),
+            Frame::File { meta, size, .. } => self.set_meta(ino, meta, Some(*size)),
             _ => Ok(()),
         };
         self.forget(ino, 1);
@@ -262,13 +262,9 @@ impl Fs {
         }
     }
 
-    /// Owner, mode, exactly these extended attributes, then the mtime (the atime too).
-    pub(crate) fn set_meta(&mut self, ino: Ino, m: &Meta) -> FsResult<()> {
-        self.set_meta_sized(ino, m, None)
-    }
-
-    /// `set_meta`, the file's size set with its times (`size`: what it must be).
-    fn set_meta_sized(&mut self, ino: Ino, m: &Meta, size: Option<u64>) -> FsResult<()> {
+    /// Owner, mode, exactly these extended attributes, then the mtime (the atime too) and,
+    /// for a file, its `size` with them.
+    pub(crate) fn set_meta(&mut self, ino: Ino, m: &Meta, size: Option<u64>) -> FsResult<()> {
         let a = self.getattr(ino)?;
         if (a.uid, a.gid) != (m.uid, m.gid) {
             self.setattr(ino, SetAttr { uid: Some(m.uid), gid: Some(m.gid), ..Default::default() })?;

@@ -844,12 +844,8 @@ impl Fs {
         self.vol.failed.as_deref()
     }
 
-    /// Whether changes are taken now (`writable`), for a caller outside the engine.
-    pub fn writable_now(&self) -> FsResult<()> {
-        self.writable()
-    }
-
-    pub(crate) fn writable(&self) -> FsResult<()> {
+    /// Whether changes are taken now: refused on a failed volume or a read-only mount.
+    pub fn writable(&self) -> FsResult<()> {
         if let Some(why) = &self.vol.failed {
             log::warn!("refusing a change: {why}");
             return Err(self.failed_errno.clone());

@@ -55,19 +55,7 @@ struct Staging {
 
 impl Staging {
     fn remove(&self) {
-        let r = if self.clone {
-            call(&self.at, &Op::Destroy { target: Target::Path(self.rel.clone()), recursive: true }).map(drop)
-        } else {
-            std::fs::remove_dir_all(&self.path).map_err(|e| e.to_string()).map(|()| {
-                // Its space back to the host now rather than at the next checkpoint: a receive
-                // that filled the host can be tried again at once. (Destroying a clone does this.)
-                let parent = self.rel.rsplitn(2, |&c| c == b'/').nth(1).unwrap_or_default().to_vec();
-                if let Err(e) = call(&self.at, &Op::Checkpoint { path: parent }) {
-                    eprintln!("scion receive: the space it took comes back at the next checkpoint ({e})");
-                }
-            })
-        };
-        if let Err(e) = r {
+        if let Err(e) = remove_tree(&self.at, &self.path, &self.rel, Some(self.clone)) {
             eprintln!("scion receive: {} stays: {e}", self.path.display());
         }
     }
@@ -112,6 +100,25 @@ impl Drop for HeldBase<'_> {
             eprintln!("scion receive: the base held for the receive, {}, stays: {e}", String::from_utf8_lossy(&self.rel));
         }
     }
+}
+
+/// Removes a tree a receive built at `path` (`rel` in the store): a clone is destroyed, a
+/// plain directory removed (`clone`: which it is, `None`: not known). Either way its space is
+/// back on the host at once, not at the next checkpoint, so a receive that filled the host
+/// can be tried again right away (destroying a clone takes a checkpoint itself).
+fn remove_tree(at: &Located, path: &Path, rel: &[u8], clone: Option<bool>) -> Result<(), String> {
+    if clone != Some(false) {
+        let r = call(at, &Op::Destroy { target: Target::Path(rel.to_vec()), recursive: true }).map(drop);
+        if r.is_ok() || clone == Some(true) {
+            return r;
+        }
+    }
+    std::fs::remove_dir_all(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let parent = rel.rsplitn(2, |&c| c == b'/').nth(1).unwrap_or_default().to_vec();
+    if let Err(e) = call(at, &Op::Checkpoint { path: parent }) {
+        eprintln!("scion receive: the space it took comes back at the next checkpoint ({e})");
+    }
+    Ok(())
 }
 
 /// What a kept partial tree records: the resume token, the sent snapshot's name, the base's
@@ -223,10 +230,7 @@ fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: 
         // A receive that died without saying where it stopped (its daemon went away): the
         // tree is a clone of its base, or a plain directory for a full stream.
         HeldBase::drop_leftover(&at, &rel);
-        let clone = call(&at, &Op::Destroy { target: Target::Path(rel.clone()), recursive: true }).is_ok();
-        if !clone {
-            std::fs::remove_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        }
+        remove_tree(&at, &path, &rel, None)?;
         eprintln!("scion receive: removed {}", path.display());
         return Ok(());
     }
@@ -255,7 +259,6 @@ fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: 
         _ => return Err("not a resumed stream: `scion send ... --resume TOKEN` makes one".into()),
     }
     // Copies come from the base; the rest of an increment may hold some.
-    let _ = mnt;
     let hold_from = (!base_rel.is_empty()).then(|| base_rel.clone());
     build(&a, &staging, hold_from, frames, root, (name, base_rel), &dst)
 }
@@ -278,10 +281,7 @@ fn remove_killed_receives(at: &Located, mnt: &Path, dst: &Path) -> Result<usize,
         }
         let path = parent.join(&n);
         let rel = crate::tree_cmds::below_mount(mnt, &path)?;
-        let clone = call(at, &Op::Destroy { target: Target::Path(rel), recursive: true }).is_ok();
-        if !clone {
-            std::fs::remove_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        }
+        remove_tree(at, &path, &rel, None)?;
         eprintln!("scion receive: removed {} (left by a receive that was killed)", path.display());
         removed += 1;
     }
