@@ -298,21 +298,29 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// A clone of `src` at `dst`, made for ordinary user `masked_for` if given (the privileges
-/// of files they do not own hidden in it).
+/// A clone of `src` at `dst`, made for ordinary user `user` if given: the privileges of
+/// files they do not own hidden in it, and its top theirs, its group kept if they are in it
+/// (as their `cp -a` would make it).
 fn clone(
     fs: &mut Fs,
     src: &[u8],
     dst: &[u8],
     excludes: &[Vec<Vec<u8>>],
-    masked_for: Option<u32>,
+    user: Option<&scion_fs::access::Caller>,
 ) -> Result<(Reply, Vec<Inval>), Failure> {
     if excludes.iter().any(|e| e.iter().any(|c| c == b"..")) {
         return Err(Failure::new(libc::EINVAL, "an excluded path may not contain '..'"));
     }
     let s = fs.resolve_path(src).map_err(Failure::from_fs(show(src)))?;
     let (p, name) = fs.resolve_parent(dst).map_err(Failure::from_fs(show(dst)))?;
-    fs.clone_dir_for(s, p, &name, excludes, &show(src).into_bytes(), masked_for)
+    let for_user = match user {
+        Some(c) => {
+            let g = fs.getattr(s).map_err(Failure::from_fs(show(src)))?.gid;
+            Some(scion_fs::clone::ForUser { uid: c.uid, gid: if c.in_group(g) { g } else { c.gid } })
+        }
+        None => None,
+    };
+    fs.clone_dir_for(s, p, &name, excludes, &show(src).into_bytes(), for_user)
         .map_err(Failure::from_fs(format!("clone of {} to {}", show(src), show(dst))))?;
     Ok((Reply::Cloned, vec![Inval::Entry(p, name), Inval::Inode(p)]))
 }
@@ -572,7 +580,7 @@ pub fn below(rows: Vec<Listing>, under: Option<&[u8]>) -> Vec<Listing> {
 pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) -> Result<(Reply, Vec<Inval>), Failure> {
     let uid = user.map(|c| c.uid);
     let (reply, mut inval) = match op {
-        Op::Clone { src, dst, excludes } => clone(fs, src, dst, excludes, uid)?,
+        Op::Clone { src, dst, excludes } => clone(fs, src, dst, excludes, user)?,
         Op::Snapshot { path, name } => snapshot(fs, path, name, uid)?,
         Op::Destroy { target: Target::Id(id), recursive } => {
             if let Some(ino) = fs.ns_root(*id) {

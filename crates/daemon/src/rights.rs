@@ -44,7 +44,7 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
     match op {
         Op::Snapshot { path, .. } => {
             owned(fs, who, path)?;
-            if fs.snapshots_owned_by(who.uid) >= MAX_USER_SNAPSHOTS {
+            if fs.snapshots_made_by(who.uid) >= MAX_USER_SNAPSHOTS {
                 return Err(Failure::new(
                     libc::EDQUOT,
                     format!("you own {MAX_USER_SNAPSHOTS} snapshots on this mount, the most a user may; destroy some first"),
@@ -53,21 +53,28 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             Ok(())
         }
         Op::Destroy { target, recursive } => {
-            let root = match target {
-                Target::Path(p) => owned(fs, who, p)?,
+            let id = match target {
+                Target::Path(p) => {
+                    let ino = reach(fs, who, p)?;
+                    // Not a clone or snapshot: the operation says so, as to anyone.
+                    let Some(id) = fs.ns_at(ino) else { return Ok(()) };
+                    id
+                }
                 Target::Id(id) => {
-                    let root = fs
-                        .ns_root(*id)
-                        .ok_or_else(|| Failure::new(libc::ENOENT, format!("no clone or snapshot with id {id}")))?;
-                    owner_is(fs, who, root, &format!("@{id}"))?
+                    let gone = || Failure::new(libc::ENOENT, format!("no clone or snapshot with id {id}"));
+                    // By id as by path: only what they could reach by its path.
+                    let path = fs.ns_path(*id).ok_or_else(gone)?;
+                    if fs.resolve_path_as(&path, Some(who)).ok() != fs.ns_root(*id) {
+                        return Err(gone());
+                    }
+                    *id
                 }
             };
+            made_by_them(fs, who, id, &describe(target))?;
             // What goes with it must be theirs too.
             if *recursive {
-                for n in fs.ns_at(root).map(|id| fs.nested_namespaces(id)).unwrap_or_default() {
-                    if let Some(r) = fs.ns_root(n) {
-                        owner_is(fs, who, r, &format!("@{n}, which it holds,"))?;
-                    }
+                for n in fs.nested_namespaces(id) {
+                    made_by_them(fs, who, n, &format!("@{n}, which it holds,"))?;
                 }
             }
             Ok(())
@@ -75,8 +82,8 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
         Op::ScheduleSet(s) => {
             owned(fs, who, &s.dir)?;
             let rows = fs.schedule_rows().map_err(from_fs("schedules"))?;
-            let theirs = own_schedules(fs, who, rows);
-            if theirs.len() >= MAX_USER_SCHEDULES && !theirs.iter().any(|r| r.schedule.dir == s.dir) {
+            let mine = own_schedules(fs, who, rows);
+            if mine.len() >= MAX_USER_SCHEDULES && !mine.iter().any(|r| r.schedule.dir == s.dir) {
                 return Err(Failure::new(
                     libc::EDQUOT,
                     format!("you have {MAX_USER_SCHEDULES} schedules on this mount, the most a user may"),
@@ -85,10 +92,20 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             Ok(())
         }
         Op::ScheduleRemove { dir } => owned(fs, who, dir).map(drop),
-        Op::Rollback { dir, .. } => owned(fs, who, dir).map(drop),
+        Op::Rollback { dir, .. } => {
+            let ino = reach(fs, who, dir)?;
+            match fs.ns_at(ino) {
+                Some(id) => made_by_them(fs, who, id, &show(dir)),
+                // Not a clone: the operation says so, as to anyone (if they own it).
+                None => owner_is(fs, who, ino, &show(dir)).map(drop),
+            }
+        }
         Op::Versions { path } => {
-            // The path may be gone from the live tree; its directory must be reachable.
-            reach(fs, who, split_path(path).0).map(drop)
+            // The path may be gone from the live tree; its directory must be reachable and
+            // searchable, as `ls -l PATH` needs (EACCES otherwise, never whether it exists).
+            let dir = split_path(path).0;
+            let d = reach(fs, who, dir)?;
+            allowed(fs, who, d, X, dir, "search")
         }
         Op::Deleted { dir } => {
             let d = reach(fs, who, dir)?;
@@ -167,20 +184,46 @@ fn reach(fs: &mut Fs, who: &Caller, path: &[u8]) -> Result<Ino, Failure> {
     fs.resolve_path_as(path, Some(who)).map_err(from_fs(&show(path)))
 }
 
-/// The inode at `path`, walked as `who`, if they own it.
+/// The inode at `path`, walked as `who`, if it is theirs (`theirs`).
 fn owned(fs: &mut Fs, who: &Caller, path: &[u8]) -> Result<Ino, Failure> {
     let ino = reach(fs, who, path)?;
-    owner_is(fs, who, ino, &show(path))
+    theirs(fs, who, ino, &show(path))
 }
 
-/// Refuses unless `ino` is `who`'s: they own it, or it is the top of a clone or snapshot
-/// made for them (whose top keeps its source's owner).
+/// Refuses unless directory `ino` is `who`'s to snapshot and schedule: the top of a clone
+/// they made, or a plain directory they own. A clone's top is its maker's whoever owns it
+/// (root's clone of their tree is root's; theirs of another's is theirs).
+fn theirs(fs: &mut Fs, who: &Caller, ino: Ino, what: &str) -> Result<Ino, Failure> {
+    match fs.ns_at(ino) {
+        Some(id) => made_by_them(fs, who, id, what).map(|()| ino),
+        None => owner_is(fs, who, ino, what),
+    }
+}
+
+/// Refuses unless clone or snapshot `id` was made by `who` (recorded when it was made).
+fn made_by_them(fs: &mut Fs, who: &Caller, id: u32, what: &str) -> Result<(), Failure> {
+    match fs.ns_info(id).map(|i| i.made_by) {
+        Some(Some(uid)) if uid == who.uid => Ok(()),
+        Some(Some(uid)) => Err(Failure::new(libc::EPERM, format!("{what}: not yours (made by uid {uid})"))),
+        Some(None) => Err(Failure::new(libc::EPERM, format!("{what}: not yours (made by root)"))),
+        None => Err(Failure::new(libc::ENOENT, format!("{what}: no such clone or snapshot"))),
+    }
+}
+
+/// Refuses unless `who` owns `ino`.
 fn owner_is(fs: &mut Fs, who: &Caller, ino: Ino, what: &str) -> Result<Ino, Failure> {
     let a = fs.getattr(ino).map_err(from_fs(what))?;
-    if a.uid != who.uid && fs.made_for(ino) != Some(who.uid) {
+    if a.uid != who.uid {
         return Err(Failure::new(libc::EPERM, format!("{what}: not yours (owned by uid {})", a.uid)));
     }
     Ok(ino)
+}
+
+fn describe(t: &Target) -> String {
+    match t {
+        Target::Path(p) => show(p),
+        Target::Id(id) => format!("@{id}"),
+    }
 }
 
 /// Refuses unless `who` has the `bits` on directory `ino` (at `path`), as the kernel decides.

@@ -466,6 +466,7 @@ impl Fs {
                 oid,
                 time,
                 masked_for,
+                top_gid,
             } => {
                 let s = self.resolve(src)?;
                 let p = self.resolve(parent)?;
@@ -480,7 +481,10 @@ impl Fs {
                     );
                     return Err(errno::EIO);
                 }
-                self.op_clone(s, p, name, excludes, origin, *time, *masked_for).map(|_| ())
+                // Tag 16 records (format 7-10) masked the clone but left its top the source's:
+                // replayed as made, with the top's owner and group unchanged.
+                let top = masked_for.zip(*top_gid).map(|(uid, gid)| crate::clone::ForUser { uid, gid });
+                self.op_clone(s, p, name, excludes, origin, *time, *masked_for, top).map(|_| ())
             }
             Record::Snapshot {
                 dir,

@@ -59,6 +59,30 @@ pub fn summary_snap_key(oid: u64) -> Vec<u8> {
     k
 }
 
+/// The ordinary user a clone is made for, and the group its top directory gets: theirs,
+/// as their own `cp -a` would make it (the source's group if they are in it, else their
+/// own; the daemon decides, knowing their groups).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForUser {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl ForUser {
+    /// Makes the top directory record `top` theirs, as `chown` by `cp -a` would: the setuid
+    /// and setgid bits go with an owner or group that changes.
+    fn own(&self, top: &mut crate::inode::Inode) {
+        if top.uid != self.uid {
+            top.uid = self.uid;
+            top.perm &= !0o6000;
+        }
+        if top.gid != self.gid {
+            top.gid = self.gid;
+            top.perm &= !0o2000;
+        }
+    }
+}
+
 impl Fs {
     /// Clones directory `src` to a new directory `name` in `parent`, leaving out the paths
     /// in `excludes` (each a list of names below `src`).
@@ -73,8 +97,9 @@ impl Fs {
         self.clone_dir_for(src, parent, name, excludes, origin, None)
     }
 
-    /// `clone_dir` made for an ordinary user `masked_for` (`NsInfo::masked_for`): the
-    /// privileges of files they do not own are hidden in the clone.
+    /// `clone_dir` made for an ordinary user `for_user` (`NsInfo::masked_for`): the
+    /// privileges of files they do not own are hidden in the clone, and its top is theirs,
+    /// as their `cp -a` would make it (`ForUser`).
     pub fn clone_dir_for(
         &mut self,
         src: Ino,
@@ -82,7 +107,7 @@ impl Fs {
         name: &[u8],
         excludes: &[Vec<Vec<u8>>],
         origin: &[u8],
-        masked_for: Option<u32>,
+        for_user: Option<ForUser>,
     ) -> FsResult<Ino> {
         self.writable()?;
         self.rw(parent)?;
@@ -105,7 +130,7 @@ impl Fs {
             return Err(errno::ENOENT);
         };
         let now = Ts::now();
-        let (root, ns, oid) = self.op_clone(src, parent, name, excludes, origin, now, masked_for)?;
+        let (root, ns, oid) = self.op_clone(src, parent, name, excludes, origin, now, for_user.map(|u| u.uid), for_user)?;
         // Journaled, not checkpointed: everything below S is committed, so replaying the
         // record after a crash makes the same clone from the same trees (one fsync instead
         // of a checkpoint's three).
@@ -119,7 +144,8 @@ impl Fs {
                 ns,
                 oid,
                 time: now,
-                masked_for,
+                masked_for: for_user.map(|u| u.uid),
+                top_gid: for_user.map(|u| u.gid),
             })
         })?;
         self.fsync()?;
@@ -138,7 +164,9 @@ impl Fs {
         origin: &[u8],
         now: Ts,
         masked_for: Option<u32>,
+        top: Option<ForUser>,
     ) -> FsResult<(Ino, u32, u64)> {
+        debug_assert!(top.is_none_or(|u| Some(u.uid) == masked_for), "a top made theirs, not masked for them");
         let pns = self.node(parent)?.ns;
         // Taken only once the clone is made: a refused clone must change nothing.
         let oid = self.namespaces.get(&pns).ok_or(errno::EIO)?.next_oid;
@@ -154,8 +182,9 @@ impl Fs {
             created: now,
             scheduled: false,
             masked_for,
+            made_by: masked_for,
         };
-        let id = self.make_clone_or_fail(src, excludes, info)?;
+        let id = self.make_clone_or_fail(src, excludes, info, top)?;
         let p = self.namespaces.get_mut(&pns).ok_or(errno::EIO)?;
         p.next_oid += 1;
         p.dirty = true;
@@ -249,8 +278,10 @@ impl Fs {
             created: now,
             scheduled,
             masked_for,
+            made_by: masked_for,
         };
-        let id = self.make_clone_or_fail(dir, &[], info)?;
+        // A snapshot's top stays its directory's: the user snapshots only what they own.
+        let id = self.make_clone_or_fail(dir, &[], info, None)?;
         self.bump(dir, &summary_snap_key(oid), 1)?;
         Ok(id)
     }
@@ -317,9 +348,15 @@ impl Fs {
     /// `make_clone`, and if it fails after it began changing the namespace table and the
     /// reference counts, the filesystem refuses changes until a remount replays the journal
     /// (which holds everything acknowledged), as after a failed checkpoint.
-    pub(crate) fn make_clone_or_fail(&mut self, src: Ino, excludes: &[Vec<Vec<u8>>], info: NsInfo) -> FsResult<u32> {
+    pub(crate) fn make_clone_or_fail(
+        &mut self,
+        src: Ino,
+        excludes: &[Vec<Vec<u8>>],
+        info: NsInfo,
+        top: Option<ForUser>,
+    ) -> FsResult<u32> {
         let before = self.next_ns;
-        let r = self.make_clone(src, excludes, info);
+        let r = self.make_clone(src, excludes, info, top);
         if let Err(e) = &r {
             if self.next_ns != before {
                 let why = format!("a clone failed half way (errno {e})");
@@ -332,10 +369,12 @@ impl Fs {
 
     /// Builds the namespace of a clone of `src` and stages its record in the namespace table.
     /// Refusals (bad excluded paths, too many namespaces) come before anything changes.
-    fn make_clone(&mut self, src: Ino, excludes: &[Vec<Vec<u8>>], mut info: NsInfo) -> FsResult<u32> {
+    /// With `top`, the clone's top directory is that user's (`ForUser::own`).
+    fn make_clone(&mut self, src: Ino, excludes: &[Vec<Vec<u8>>], mut info: NsInfo, top: Option<ForUser>) -> FsResult<u32> {
         let sns = self.node(src)?.ns;
         // What hides privileges in the source hides them in its copies (a user's snapshot
-        // of their clone, anyone's clone of it).
+        // of their clone, anyone's clone of it); who made the copy stays who asked for it.
+        debug_assert!(info.made_by.is_none() || info.made_by == info.masked_for, "made by one user, for another");
         if info.masked_for.is_none() {
             info.masked_for = self.namespaces.get(&sns).and_then(|n| n.info.masked_for);
         }
@@ -382,7 +421,10 @@ impl Fs {
         }
         self.next_ns += 1;
         let s = self.node(src)?;
-        let root = s.inode.clone();
+        let mut root = s.inode.clone();
+        if let Some(u) = top {
+            u.own(&mut root);
+        }
         let a = &self.namespaces[&sns];
         let (a_links, next_oid) = (a.link_root, a.next_oid);
         let mut link_ops: Vec<Op> = Vec::new();
@@ -456,6 +498,8 @@ impl Fs {
         for (oid, child) in nested {
             let croot = self.namespaces[&child].root;
             let cinfo = self.namespaces[&child].info.clone();
+            // Nested clones come along as they are, tops included (as their own `cp -a`
+            // would copy them: the tops of what it copies keep their owners too).
             let new = self.make_clone(
                 croot,
                 &[],
@@ -467,8 +511,10 @@ impl Fs {
                     origin: cinfo.origin,
                     created: Ts::now(),
                     scheduled: false,
-                    masked_for: info.masked_for,
+                    masked_for: info.made_by,
+                    made_by: info.made_by,
                 },
+                None,
             )?;
             mounts.insert(oid, new);
         }
@@ -596,20 +642,28 @@ impl Fs {
         self.namespaces.get(&id).filter(|_| id != 1).map(|n| n.root)
     }
 
-    /// The user a clone or snapshot was made for, if `ino` is its top directory and it was
-    /// made for one (`NsInfo::masked_for`).
-    pub fn made_for(&self, ino: Ino) -> Option<u32> {
-        let n = self.nodes.get(&ino).filter(|n| n.loc == Loc::Root)?;
-        self.namespaces.get(&n.ns)?.info.masked_for
+    /// What clone or snapshot `id` is, who made it and for whom.
+    pub fn ns_info(&self, id: u32) -> Option<&NsInfo> {
+        self.namespaces.get(&id).filter(|_| id != 1).map(|n| &n.info)
     }
 
-    /// Snapshots made for `uid` or whose top directory they own: a user's share of the
-    /// snapshot table.
-    pub fn snapshots_owned_by(&self, uid: u32) -> usize {
+    /// Where clone or snapshot `id` is seen from the mount root: its path, or
+    /// `.snapshot/@ID` for an orphaned snapshot (None if neither: it hangs nowhere).
+    pub fn ns_path(&mut self, id: u32) -> Option<Vec<u8>> {
+        let n = self.namespaces.get(&id).filter(|_| id != 1)?;
+        let (root, info) = (n.root, n.info.clone());
+        match self.path_of_dir(root) {
+            Ok(p) => Some(p),
+            Err(_) if info.kind == NsKind::Snapshot => self.orphan_path(info.parent, id),
+            Err(_) => None,
+        }
+    }
+
+    /// Snapshots `uid` made: a user's share of the snapshot table.
+    pub fn snapshots_made_by(&self, uid: u32) -> usize {
         self.namespaces
             .values()
-            .filter(|n| n.info.kind == NsKind::Snapshot)
-            .filter(|n| n.info.masked_for == Some(uid) || self.nodes.get(&n.root).is_some_and(|r| r.inode.uid == uid))
+            .filter(|n| n.info.kind == NsKind::Snapshot && n.info.made_by == Some(uid))
             .count()
     }
 

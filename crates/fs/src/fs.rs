@@ -205,6 +205,12 @@ pub struct NsInfo {
     /// they could not take with `cp -a`. Clones and snapshots of it inherit it. Namespace
     /// records of version 4 on.
     pub masked_for: Option<u32>,
+    /// The ordinary user who asked for it (None: root or the store's owner). It is who may
+    /// destroy it, roll it back, and snapshot a clone's top (`docs/design.md`, "Who may do
+    /// what"). Equal to `masked_for` when set; a copy that inherited its source's mask was
+    /// made with full rights. Namespace records of version 5 on (version 4 records read as
+    /// made by whom they were masked for).
+    pub made_by: Option<u32>,
 }
 
 impl NsInfo {
@@ -218,15 +224,17 @@ impl NsInfo {
             created: Ts::now(),
             scheduled: false,
             masked_for: None,
+            made_by: None,
         }
     }
-    /// Without `scheduled` and `masked_for`, which the namespace record keeps in its flags.
+    /// Without `scheduled`, `masked_for` and `made_by`, which the namespace record keeps in
+    /// its flags.
     pub(crate) fn encode(&self, w: &mut scion_store::codec::Writer) {
         w.u8(self.kind as u8).u32(self.parent).u64(self.anchor);
         self.created.encode(w);
         w.bytes(&self.name).bytes(&self.origin);
     }
-    /// `scheduled` and `masked_for` come back unset; the namespace record sets them.
+    /// `scheduled`, `masked_for` and `made_by` come back unset; the namespace record sets them.
     pub(crate) fn decode(r: &mut scion_store::codec::Reader<'_>) -> Result<NsInfo> {
         let kind = match r.u8()? {
             0 => NsKind::Main,
@@ -248,6 +256,7 @@ impl NsInfo {
             created,
             scheduled: false,
             masked_for: None,
+            made_by: None,
         })
     }
 }
@@ -496,7 +505,11 @@ impl Fs {
 
     fn attr_of(&self, n: &Node, ino: Ino) -> Attr {
         let i = &n.inode;
-        let perm = if self.hides_privileges(n) { i.perm & !PRIVILEGE_BITS } else { i.perm };
+        let hide = self.hides_privileges(n);
+        let perm = if hide { i.perm & !PRIVILEGE_BITS } else { i.perm };
+        // A device node is a privilege too (only root makes one): in a copy made for a user
+        // it names no device (0:0, which open(2) answers with ENXIO).
+        let rdev = if hide && matches!(i.kind, Kind::CharDev | Kind::BlockDev) { 0 } else { i.rdev };
         Attr {
             ino,
             kind: i.kind,
@@ -504,7 +517,7 @@ impl Fs {
             nlink: i.nlink,
             uid: i.uid,
             gid: i.gid,
-            rdev: i.rdev,
+            rdev,
             size: if i.kind == Kind::Symlink {
                 i.target.len() as u64
             } else {
@@ -520,8 +533,8 @@ impl Fs {
     }
 
     /// True if `n` is a file of a namespace made for a user who does not own it: its setuid
-    /// and setgid bits and capabilities are not shown (`NsInfo::masked_for`). Directories keep
-    /// their setgid bit, which gives no privilege.
+    /// and setgid bits, capabilities and device number are not shown (`NsInfo::masked_for`).
+    /// Directories keep their setgid bit, which gives no privilege.
     pub(crate) fn hides_privileges(&self, n: &Node) -> bool {
         n.inode.kind != Kind::Dir
             && self

@@ -496,7 +496,8 @@ mod tests {
             nsec: 5,
         };
         let exclude_sets = [vec![], vec![vec![b"a".to_vec()], vec![b"b".to_vec(), b"c".to_vec()]]];
-        for (excludes, masked_for) in exclude_sets.into_iter().zip([None, Some(1001)]) {
+        let users = [(None, None), (Some(1001), None), (Some(1001), Some(100))];
+        for ((masked_for, top_gid), excludes) in users.into_iter().zip(exclude_sets.into_iter().cycle()) {
             let rec = Record::Clone {
                 src: Target::Path {
                     ns: 1,
@@ -510,6 +511,7 @@ mod tests {
                 oid: 42,
                 time: t,
                 masked_for,
+                top_gid,
             };
             let bytes = rec.encode();
             assert_eq!(Record::decode(&bytes).unwrap(), rec);

@@ -7,11 +7,14 @@
 //!
 //! Each step is journaled as the operation it is (create, copy, setattr), so a crash part
 //! way leaves a partly restored tree at the destination and the set-aside original intact.
+//! A restore that fails (refused part way, or the disk full) removes what it made and puts
+//! back what it set aside.
 //!
 //! For an ordinary user (`restore_as`), the copy is what their own `cp -a` would make: every
 //! file and directory copied must be readable to them (EACCES names the first that is not),
 //! what they do not own becomes theirs (the group stays if they are in it) and loses its
-//! setuid and setgid bits, and `security.*` and `trusted.*` attributes are left out.
+//! setuid and setgid bits, `security.*` and `trusted.*` attributes are left out, and a
+//! device node refuses the whole restore (EPERM), as only root may make one.
 
 use crate::access::{Caller, R, X};
 use crate::clone::SNAPDIR_NAME;
@@ -106,6 +109,7 @@ impl Fs {
             return Err(errno::EINVAL.with("the destination must be a name in a directory"));
         }
         let mut report = RestoreReport::default();
+        let mut aside = None;
         if self.child(parent, &name)?.is_some() {
             if replace {
                 self.remove_tree(parent, &name, 0)?;
@@ -125,6 +129,7 @@ impl Fs {
                 let mut p = dst.strip_suffix(b"/").unwrap_or(dst).to_vec();
                 p.extend_from_slice(s.as_bytes());
                 report.kept_as = Some(p);
+                aside = Some(s.into_bytes());
             }
         }
         let mut links = HashMap::new();
@@ -132,7 +137,30 @@ impl Fs {
         for made in links.into_values() {
             self.forget(made, 1);
         }
-        r.map(|()| report)
+        if let Err(e) = r {
+            self.undo_restore(parent, &name, aside);
+            return Err(e);
+        }
+        Ok(report)
+    }
+
+    /// After a failed restore into `parent/name`: what it made is removed and what it set
+    /// aside (as `name` + `aside`) is put back, so a refused restore (a file the user may
+    /// not read, a device node they may not make, a full disk) leaves the destination as
+    /// it was. Best effort: what cannot be undone is logged and left for the user to see.
+    fn undo_restore(&mut self, parent: Ino, name: &[u8], aside: Option<Vec<u8>>) {
+        if self.child(parent, name).ok().flatten().is_some() {
+            if let Err(e) = self.remove_tree(parent, name, 0) {
+                log::warn!("restore failed, and removing its partial copy failed too: {e}");
+                return;
+            }
+        }
+        if let Some(suffix) = aside {
+            let set_aside = [name, &suffix[..]].concat();
+            if let Err(e) = self.rename(parent, &set_aside, parent, name, crate::RENAME_NOREPLACE) {
+                log::warn!("restore failed, and putting back what it set aside failed too: {e}");
+            }
+        }
     }
 
     /// Copies `from` as `name` in `parent`, sharing file data. The caller holds `from`
@@ -153,6 +181,15 @@ impl Fs {
         let mut a = self.getattr(from)?;
         if let Some(w) = who {
             self.readable_to(from, &a, w)?;
+            if matches!(a.kind, Kind::CharDev | Kind::BlockDev) {
+                // Their `cp -a` fails at mknod(2): only root makes device nodes.
+                let path = self.path_of_dir(parent).unwrap_or_default();
+                return Err(errno::EPERM.with(format!(
+                    "restore: /{}/{} is a device node, which only root may make",
+                    String::from_utf8_lossy(&path),
+                    String::from_utf8_lossy(name)
+                )));
+            }
             a = as_their_copy(a, w);
         }
         if a.kind != Kind::Dir && a.nlink > 1 {

@@ -56,7 +56,7 @@ impl Fs {
         self.rw(parent)?;
         let now = Ts::now();
         let new_info = NsInfo { created: now, ..info.clone() };
-        let new = self.make_clone_or_fail(snap_root, &[], new_info)?;
+        let new = self.make_clone_or_fail(snap_root, &[], new_info, None)?;
         // From here on nothing is refused: every step only moves what the checks above found.
         let moved: Vec<u32> = snaps.iter().map(|(id, _)| *id).collect();
         for id in &moved {

@@ -253,7 +253,7 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
         Step::CloneFor(src, dst, uid) => {
             let s = resolve(fs, src)?;
             let (d, n) = parent_of(fs, dst)?;
-            fs.clone_dir_for(s, d, &n, &[], b"crash harness", Some(*uid))?;
+            fs.clone_dir_for(s, d, &n, &[], b"crash harness", Some(scion_fs::clone::ForUser { uid: *uid, gid: *uid }))?;
         }
         Step::Rollback(p, name) => {
             let ino = resolve(fs, p)?;

@@ -165,3 +165,37 @@ fn a_users_restore_is_their_own_copy() {
     let e = fs.restore_as(b"d/.snapshot/s/his", b"d/prog", false, "t", Some(&bob)).unwrap_err();
     assert_eq!(e, scion_fs::errno::EPERM);
 }
+
+/// A device node is a privilege: an ordinary user's restore of a tree that holds one is
+/// refused whole (their `cp -a` fails at mknod), and a refused restore leaves the destination
+/// as it was: nothing of the partial copy, and what stood there back in its place.
+#[test]
+fn a_users_restore_of_a_device_node_is_refused_and_leaves_nothing() {
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let bob = scion_fs::access::Caller { uid: 1000, gid: 1000, groups: vec![] };
+    let d = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 1000, 1000, 0, &[]).unwrap().ino;
+    let dev = fs.mknod(d, b"dev", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let a = fs.mknod(dev, b"a", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    fs.write(a, 0, b"first, copied before the node").unwrap();
+    // st_rdev 1:11 (/dev/kmsg), world-readable as on many systems.
+    fs.mknod(dev, b"kmsg", Kind::CharDev, 0o644, 0, 0, 0, (1 << 8) | 11, &[]).unwrap();
+    fs.snapshot(d, b"s", b"/d").unwrap();
+    let e = fs.restore_as(b"d/.snapshot/s/dev", b"d/mine", false, "t", Some(&bob)).unwrap_err();
+    assert_eq!(e, scion_fs::errno::EPERM);
+    assert_eq!(lookup(&mut fs, d, "mine"), Err(scion_fs::errno::ENOENT), "nothing of the refused copy is left");
+    // What stood at the destination is put back, not left set aside.
+    let there = fs.mknod(d, b"there", Kind::File, 0o644, 0, 1000, 1000, 0, &[]).unwrap().ino;
+    fs.write(there, 0, b"bob's").unwrap();
+    let e = fs.restore_as(b"d/.snapshot/s/dev", b"d/there", false, "t", Some(&bob)).unwrap_err();
+    assert_eq!(e, scion_fs::errno::EPERM);
+    let names: Vec<Vec<u8>> = fs.readdir(d).unwrap().into_iter().map(|e| e.name).collect();
+    assert!(!names.iter().any(|n| n.starts_with(b"there.scion-restore")), "{names:?}");
+    let back = lookup(&mut fs, d, "there").unwrap();
+    assert_eq!(read_all(&mut fs, back), b"bob's");
+    // Root's restore makes the node, as root's `cp -a` would.
+    fs.restore(b"d/.snapshot/s/dev", b"d/roots", false, "t").unwrap();
+    let roots = lookup(&mut fs, d, "roots").unwrap();
+    let k = lookup(&mut fs, roots, "kmsg").unwrap();
+    assert_eq!(fs.getattr(k).unwrap().rdev, (1 << 8) | 11);
+}

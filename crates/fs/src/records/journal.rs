@@ -116,6 +116,9 @@ pub enum Record {
         time: Ts,
         /// Made for this ordinary user, hiding others' privileges (tag 16; tag 13 without).
         masked_for: Option<u32>,
+        /// With `masked_for`: the clone's top is theirs, with this group (tag 19: format 11).
+        /// Tag 16 clones keep their source's top.
+        top_gid: Option<u32>,
     },
     /// A snapshot `name` of directory `dir` (committed below it when the record is written):
     /// namespace `ns`; `scheduled` if its directory's schedule took it (tag 15; tag 14, which
@@ -394,8 +397,14 @@ impl Record {
                 oid,
                 time,
                 masked_for,
+                top_gid,
             } => {
-                w.u8(if masked_for.is_some() { 16 } else { 13 });
+                assert!(top_gid.is_none() || masked_for.is_some(), "a clone's top made a user's without the user");
+                w.u8(match (masked_for, top_gid) {
+                    (Some(_), Some(_)) => 19,
+                    (Some(_), None) => 16,
+                    (None, _) => 13,
+                });
                 put_target(&mut w, src);
                 put_target(&mut w, parent);
                 w.bytes(name).u32(excludes.len() as u32);
@@ -409,6 +418,9 @@ impl Record {
                 put_ts(&mut w, *time);
                 if let Some(uid) = masked_for {
                     w.u32(*uid);
+                }
+                if let Some(gid) = top_gid {
+                    w.u32(*gid);
                 }
             }
             Record::Snapshot {
@@ -627,7 +639,7 @@ impl Record {
                     }
                 }
             }
-            t @ (13 | 16) => Record::Clone {
+            t @ (13 | 16 | 19) => Record::Clone {
                 src: get_target(&mut r)?,
                 parent: get_target(&mut r)?,
                 name: r.bytes()?.to_vec(),
@@ -648,7 +660,8 @@ impl Record {
                 ns: r.u32()?,
                 oid: r.u64()?,
                 time: get_ts(&mut r)?,
-                masked_for: if t == 16 { Some(r.u32()?) } else { None },
+                masked_for: if t != 13 { Some(r.u32()?) } else { None },
+                top_gid: if t == 19 { Some(r.u32()?) } else { None },
             },
             t @ (14 | 15) => Record::Snapshot {
                 dir: get_target(&mut r)?,

@@ -10,12 +10,15 @@ use std::collections::BTreeMap;
 
 /// Version 3 (format 6) added the flags byte after the link table flag; version 2 records
 /// are read as having no flags set. Version 4 (format 7) added `FLAG_MASKED` and the uid
-/// that follows the flags when it is set.
-const NS_RECORD_VERSION: u8 = 4;
+/// that follows the flags when it is set. Version 5 (format 8) added `FLAG_INHERITED`.
+const NS_RECORD_VERSION: u8 = 5;
 /// Flags: the snapshot was taken by its directory's schedule.
 const FLAG_SCHEDULED: u8 = 1;
 /// Flags: made for an ordinary user, whose uid follows (`NsInfo::masked_for`).
 const FLAG_MASKED: u8 = 2;
+/// Flags: the mask was inherited from the source; made with full rights (`NsInfo::made_by`
+/// is None). Without it, a masked namespace was made by the user it is masked for.
+const FLAG_INHERITED: u8 = 4;
 
 /// A namespace as the namespace table stores it: what it is (the main tree, a clone, a
 /// snapshot) and where it hangs, its next object id and inode count, its mount table (mount
@@ -31,6 +34,15 @@ pub fn ns_to_value(ns: &NsRecord) -> Value {
     }
     if ns.info.masked_for.is_some() {
         flags |= FLAG_MASKED;
+    }
+    assert!(
+        ns.info.made_by.is_none() || ns.info.made_by == ns.info.masked_for,
+        "made by a user ({:?}) other than it is masked for ({:?})",
+        ns.info.made_by,
+        ns.info.masked_for
+    );
+    if ns.info.masked_for.is_some() && ns.info.made_by.is_none() {
+        flags |= FLAG_INHERITED;
     }
     w.u8(flags);
     if let Some(uid) = ns.info.masked_for {
@@ -71,7 +83,11 @@ pub fn ns_from_value(v: &Value) -> Result<NsRecord> {
         ));
     }
     let flags = if ver >= 3 { r.u8()? } else { 0 };
-    let known = if ver >= 4 { FLAG_SCHEDULED | FLAG_MASKED } else { FLAG_SCHEDULED };
+    let known = match ver {
+        5.. => FLAG_SCHEDULED | FLAG_MASKED | FLAG_INHERITED,
+        4 => FLAG_SCHEDULED | FLAG_MASKED,
+        _ => FLAG_SCHEDULED,
+    };
     if flags & !known != 0 {
         return Err(Error::corrupt(
             "namespace record",
@@ -83,6 +99,10 @@ pub fn ns_from_value(v: &Value) -> Result<NsRecord> {
     let mut info = NsInfo::decode(&mut r)?;
     info.scheduled = flags & FLAG_SCHEDULED != 0;
     info.masked_for = masked_for;
+    if flags & FLAG_INHERITED != 0 && masked_for.is_none() {
+        return Err(Error::corrupt("namespace record", "flags", "an inherited mask without a user"));
+    }
+    info.made_by = if flags & FLAG_INHERITED != 0 { None } else { masked_for };
     if masked_for.is_some() && info.kind == crate::NsKind::Main {
         return Err(Error::corrupt("namespace record", "flags", "the main tree marked as made for a user"));
     }
@@ -142,6 +162,7 @@ mod tests {
                 created: t,
                 scheduled,
                 masked_for: None,
+                made_by: None,
             },
             mounts: BTreeMap::from([(4, 2)]),
         }
@@ -196,5 +217,30 @@ mod tests {
         r.info.kind = NsKind::Main;
         r.info.scheduled = false;
         assert!(ns_from_value(&ns_to_value(&r)).is_err());
+    }
+
+    #[test]
+    fn who_made_it_round_trips_and_version_4_reads_as_made_by_the_masked_user() {
+        let mut r = record(false);
+        r.info.kind = NsKind::Clone;
+        r.info.masked_for = Some(1001);
+        for made_by in [Some(1001), None] {
+            r.info.made_by = made_by;
+            let back = ns_from_value(&ns_to_value(&r)).unwrap();
+            assert_eq!((back.info.masked_for, back.info.made_by), (Some(1001), made_by));
+        }
+        // A version 4 record (format 7) has no inherited flag: made by the masked user.
+        r.info.made_by = Some(1001);
+        let mut v4 = ns_to_value(&r);
+        v4.bytes[0] = 4;
+        assert_eq!(ns_from_value(&v4).unwrap().info.made_by, Some(1001));
+        // The inherited flag in a version 4 record, or without a user: refused.
+        r.info.made_by = None;
+        let mut v = ns_to_value(&r);
+        v.bytes[0] = 4;
+        assert!(ns_from_value(&v).is_err());
+        let mut v = ns_to_value(&record(false));
+        v.bytes[1 + 8 + 8 + 1] = FLAG_INHERITED;
+        assert!(ns_from_value(&v).is_err());
     }
 }
