@@ -18,7 +18,7 @@ use crate::delta::StoredChunk;
 use crate::error::errno;
 use crate::fs::{eio, make_ino, Fs, Ino};
 use crate::inode::{chunk_index, chunk_key, EntryRecord, Inode, Kind};
-use crate::access::{Caller, R, X};
+use crate::access::{may, Caller, R, X};
 use crate::FsResult;
 use std::collections::HashMap;
 
@@ -38,12 +38,15 @@ pub struct ScanListing {
     /// Every regular file: its path from the mount root, and its content's index in
     /// `contents`.
     pub files: Vec<(Vec<u8>, u32)>,
-    /// Directories not walked: the caller may not read and search them.
+    /// Directories not walked and files not keyed: the caller may not read (and search)
+    /// them. Nothing else of them is listed (no key, no size), so a scan tells a user
+    /// nothing about bytes they could not read themselves.
     pub denied: Vec<Vec<u8>>,
 }
 
-/// In `Walk::out.files` while walking, a directory the caller may not list (so that a
-/// directory listed again from its first walk lists its refusals again too).
+/// In `Walk::out.files` while walking, a directory the caller may not list or a file they
+/// may not read (so that a directory listed again from its first walk lists its refusals
+/// again too).
 const DENIED: u32 = u32::MAX;
 
 impl ScanListing {
@@ -73,12 +76,26 @@ struct Walk<'a> {
     dirs: HashMap<([u8; 32], u32), (usize, usize, usize)>,
 }
 
+impl Walk<'_> {
+    /// Whether the caller may read file `i` (at `path`); if not, it is listed as denied.
+    fn may_read(&mut self, i: &Inode, path: &[u8]) -> bool {
+        match self.who {
+            Some(who) if !may(who, i, R) => {
+                self.out.files.push((path.to_vec(), DENIED));
+                false
+            }
+            _ => true,
+        }
+    }
+}
+
 impl Fs {
     /// Every regular file below the directories `roots` (each with its path from the mount
     /// root, which prefixes its files' paths), with its content's key. With `since`, only
     /// the files that differ from the snapshot of each root given there (added, changed or
     /// of another kind; a root without one is scanned whole). With `who`, as that user
-    /// would walk: directories they may not read and search are listed as denied.
+    /// would walk: directories they may not read and search, and files they may not read,
+    /// are listed as denied.
     pub fn scan_contents(&mut self, roots: &[(Ino, Vec<u8>, Option<Ino>)], who: Option<&Caller>) -> FsResult<ScanListing> {
         // What a reader of the mount sees, committed (files a checkpoint would carry too):
         // the walk then reads records only.
@@ -126,8 +143,11 @@ impl Fs {
             self.remember(ino)?;
             let i = self.node(ino)?.inode.clone();
             self.forget(ino, 1);
-            let key = self.content_key(&i, w)?;
-            w.out.push(&mut w.index, join(path, &d.path), key, i.size)?;
+            let at = join(path, &d.path);
+            if w.may_read(&i, &at) {
+                let key = self.content_key(&i, w)?;
+                w.out.push(&mut w.index, at, key, i.size)?;
+            }
         }
         Ok(())
     }
@@ -235,8 +255,11 @@ impl Fs {
             // A file loaded with changes of its own would be seen here as committed; the
             // fold above left none.
             debug_assert!(self.nodes.get(&make_ino(ns, i.oid)).is_none_or(|n| n.chunks.is_empty()));
-            let key = self.content_key(&i, w)?;
-            w.out.push(&mut w.index, join(path, &name), key, i.size)?;
+            let at = join(path, &name);
+            if w.may_read(&i, &at) {
+                let key = self.content_key(&i, w)?;
+                w.out.push(&mut w.index, at, key, i.size)?;
+            }
         }
         // Subdirectories, hard-linked files and nested clones: through the inode table.
         for name in others {
@@ -263,7 +286,7 @@ impl Fs {
             let sub = join(path, name);
             match i.kind {
                 Kind::Dir => self.scan_dir(c, sub, w, depth + 1),
-                Kind::File => {
+                Kind::File if w.may_read(&i, &sub) => {
                     let key = self.content_key(&i, w)?;
                     w.out.push(&mut w.index, sub, key, i.size)
                 }

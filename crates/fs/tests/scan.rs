@@ -241,3 +241,35 @@ fn a_loaded_file_changed_since_the_last_checkpoint() {
     files(&mut fs, c, "/c", &mut want);
     check(&got, &want);
 }
+
+/// For an ordinary user, a file they may not read is listed as denied, with no key and no
+/// size: whether another user's private file equals a guess of theirs is not told (small
+/// files are keyed by a hash of their bytes, which could be brute-forced offline). A
+/// directory listed again from its first walk lists the refusal again.
+#[test]
+fn a_user_gets_no_key_of_a_file_they_may_not_read() {
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let bob = fs.mknod(root, b"bob", Kind::Dir, 0o755, 0, 2000, 2000, 0, &[]).unwrap().ino;
+    let p = mkfile(&mut fs, bob, "private.txt", b"pin 4711");
+    fs.setattr(p, scion_fs::SetAttr { mode: Some(0o600), uid: Some(2000), ..Default::default() }).unwrap();
+    mkfile(&mut fs, bob, "public.txt", b"hello");
+    let mallory = fs.mknod(root, b"mallory", Kind::Dir, 0o755, 0, 1000, 1000, 0, &[]).unwrap().ino;
+    let g = mkfile(&mut fs, mallory, "guess", b"pin 4711");
+    fs.setattr(g, scion_fs::SetAttr { uid: Some(1000), ..Default::default() }).unwrap();
+    let c = fs.clone_dir(bob, root, b"c", &[], b"/bob").unwrap();
+    let who = scion_fs::access::Caller { uid: 1000, gid: 1000, groups: vec![] };
+    let roots = [(bob, b"bob".to_vec(), None), (mallory, b"mallory".to_vec(), None), (c, b"c".to_vec(), None)];
+    let got = fs.scan_contents(&roots, Some(&who)).unwrap();
+    let mut paths: Vec<&[u8]> = got.files.iter().map(|(p, _)| &p[..]).collect();
+    paths.sort();
+    assert_eq!(paths, [&b"bob/public.txt"[..], b"c/public.txt", b"mallory/guess"]);
+    let mut denied = got.denied.clone();
+    denied.sort();
+    assert_eq!(denied, [b"bob/private.txt".to_vec(), b"c/private.txt".to_vec()]);
+    assert_eq!(got.contents.len(), 2, "the guess's key is its own, matched by nothing");
+    // Root keys it, and the guess matches.
+    let got = fs.scan_contents(&roots, None).unwrap();
+    assert_eq!(got.contents.len(), 2, "private.txt and guess share a key for root");
+    assert!(got.denied.is_empty());
+}
