@@ -52,7 +52,9 @@ enum Cmd {
         /// directories), uring=auto|off (FUSE over io_uring when the kernel offers it),
         /// repack=idle|off (put scattered files back together when idle),
         /// compress_old=idle|off (compress blocks only snapshots hold when idle),
-        /// cache=writeback|writethrough (the kernel's cache of written data).
+        /// cache=writeback|writethrough (the kernel's cache of written data),
+        /// users=on|off (on root's mount for everyone, other users' own snapshots, clones,
+        /// restores and the like through scion's commands).
         #[arg(short = 'o', value_delimiter = ',')]
         options: Vec<String>,
     },

@@ -130,6 +130,8 @@ struct ScionOptions {
     /// The kernel's writeback cache of file data (`cache=writethrough`: every write is sent
     /// as it is made; see ScionFuse::with_writeback).
     writeback: bool,
+    /// Self-service for other users on root's mount for everyone (`users=off`: none).
+    users: bool,
     kernel: Vec<String>,
 }
 
@@ -140,18 +142,22 @@ const KERNEL_OPTIONS: &[&str] = &[
     "dirsync", "default_permissions",
 ];
 
-/// Parses scion's own options (`snapdir=`, `uring=`, `repack=`, `compress_old=`, `cache=`), refusing a value
+/// Parses scion's own options (`snapdir=`, `uring=`, `repack=`, `compress_old=`, `cache=`,
+/// `users=`), refusing a value
 /// it does not know by name, before anything is opened or mounted; so is an option that is
 /// neither scion's nor one of the kernel's it passes on.
+/// scion's own options' names (each `NAME=VALUE`).
+const OURS: &[&str] = &["snapdir", "uring", "repack", "compress_old", "cache", "users"];
+
 fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
     for o in options.iter().filter(|o| !o.is_empty()) {
         let (key, value) = o.split_once('=').unwrap_or((o, ""));
-        let ours = ["snapdir", "uring", "repack", "compress_old", "cache"].contains(&key);
+        let ours = OURS.contains(&key);
         let numeric = ["max_read", "blksize"].contains(&key) && value.parse::<u32>().is_ok_and(|n| n > 0);
         if !ours && !numeric && !KERNEL_OPTIONS.contains(&o.as_str()) {
             return Err(format!(
                 "mount option {o:?} is unknown: scion takes {}, max_read=N, blksize=N, and its own snapdir=, uring=, \
-                 repack=, compress_old= and cache= (see scion mount --help)",
+                 repack=, compress_old=, cache= and users= (see scion mount --help)",
                 KERNEL_OPTIONS.join(", ")
             ));
         }
@@ -170,9 +176,10 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         background_repack: value("repack", "idle", "off")?,
         compress_old: value("compress_old", "idle", "off")?,
         writeback: value("cache", "writeback", "writethrough")?,
+        users: value("users", "on", "off")?,
         kernel: options
             .iter()
-            .filter(|o| !["snapdir=", "uring=", "repack=", "compress_old=", "cache="].iter().any(|p| o.starts_with(p)))
+            .filter(|o| !OURS.iter().any(|p| o.strip_prefix(p).is_some_and(|v| v.starts_with('='))))
             .cloned()
             .collect(),
     })
@@ -224,6 +231,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         background_repack,
         compress_old,
         writeback,
+        users,
         kernel: options,
     } = ours;
     fs.show_snapdir = snapdir_visible;
@@ -235,10 +243,14 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     // The store's main volume; each cube is one more (opened below, before any request).
     let router = std::sync::Arc::new(Router::new(engine.clone()).map_err(|e| format!("{}: {e}", store.display()))?);
     let cfg = mount_options(&store, &options);
+    // Root's mount for everyone: other users may help themselves (rights.rs), through a
+    // socket the mount's root directory names; `users=off` offers them nothing.
+    let users_socket = (users && is_root() && cfg.acl == SessionACL::All).then(scion_daemon::server::new_user_socket_name);
     let session = fuser::Session::new(
         scion_fuse::ScionFuse::new(router.clone())
             .with_uring(uring)
-            .with_writeback(writeback),
+            .with_writeback(writeback)
+            .with_control_socket(users_socket.clone()),
         &mnt,
         &cfg,
     )
@@ -267,9 +279,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         let notifier = session.notifier();
         let invalidate =
             std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&notifier, inval));
-        // Root's mount for everyone: other users may help themselves (rights.rs).
-        let for_users = is_root() && cfg.acl == SessionACL::All;
-        scion_daemon::server::serve(&store, engine.clone(), cubes.clone(), device, invalidate, for_users)?;
+        scion_daemon::server::serve(&store, engine.clone(), cubes.clone(), device, invalidate, users_socket.as_deref())?;
     }
     log::info!("mounted {} at {}", store.display(), mnt.display());
     tune_bdi(&mnt);

@@ -135,7 +135,7 @@ pub(crate) fn call_streaming(
     if at.mnt.is_none() {
         return Err("a stream is sent by a mounted store's daemon: mount the store".into());
     }
-    server::call_streaming(&at.store, &at.device, op, &mut |_, _, _| {}, Some(sink)).map_err(|e| e.message)
+    server::call_streaming(&at.store, &at.device, at.mnt.as_deref(), op, &mut |_, _, _| {}, Some(sink)).map_err(|e| e.message)
 }
 
 /// `call`, with the errno of a refusal beside its message (0 where there is none).
@@ -160,7 +160,7 @@ fn call_errno(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, (i3
         // The mount table says which store a mount is, but any FUSE filesystem can claim a
         // name there: the request names the mount's device, and a daemon serving another
         // mount refuses it, so a user's mount cannot steer root's command into root's store.
-        let r = server::call(&at.store, &at.device, &op, &mut progress);
+        let r = server::call(&at.store, &at.device, at.mnt.as_deref(), &op, &mut progress);
         if tty {
             eprint!("\r\x1b[K");
         }

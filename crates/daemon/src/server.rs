@@ -1,10 +1,12 @@
 //! The control socket of a mounted store (`STORE/control.sock`, mode 0600: only the user
 //! who mounted it may ask) and, on a mount made by root for everyone, the users' socket (an
-//! abstract socket named after the mount's device, `user_socket_name`), where other local
-//! users ask with the rights `rights.rs` gives them. Who asks is what the kernel says of the
-//! connection (SO_PEERCRED, SO_PEERGROUPS), on either socket. Each client is served on a
-//! thread of its own (at most `MAX_CLIENTS` at once), with `CLIENT_TIMEOUT` to send its
-//! request and take its reply; operations still take the engine lock one at a time, except
+//! abstract socket with a random name, `new_user_socket_name`, that the mount's root
+//! directory names, `CONTROL_XATTR`), where other local users ask with the rights
+//! `rights.rs` gives them. Who asks is what the kernel says of the connection (SO_PEERCRED,
+//! SO_PEERGROUPS), on either socket. Each client is served on a thread of its own: at most
+//! `MAX_CLIENTS` at once per socket and `MAX_CLIENTS_PER_USER` per ordinary user, more are
+//! refused at once (EAGAIN); a client has `CLIENT_TIMEOUT` to send its whole request and to
+//! take each frame of its reply. Operations still take the engine lock one at a time, except
 //! scrub, repack's copy and list, which read a pinned committed state without it.
 
 use crate::control::{execute, Failure, Op, Reply};
@@ -18,24 +20,43 @@ use scion_fs::Inval;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long a client may take to send its request or read a frame of its reply: an idle
-/// or stuck client must not hold a serving thread (nor, through it, the engine) for ever.
+/// How long a client may take to send its whole request, and to take each frame of its
+/// reply: an idle or stuck client must not hold a serving thread (nor, through it, the
+/// engine) for ever, however it trickles its bytes.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Clients served at once; more wait in the listen queue.
+/// Clients served at once on each socket; more are refused at once (EAGAIN), never queued:
+/// root's socket and the users' socket have their own, so users never hold root back.
 const MAX_CLIENTS: usize = 16;
+/// Clients one ordinary user may have served at once on the users' socket.
+const MAX_CLIENTS_PER_USER: usize = 4;
 
 pub fn socket_path(store: &Path) -> PathBuf {
     store.join("control.sock")
 }
 
-/// The abstract socket where other users reach the daemon of the mount of `device`
-/// (`major:minor`), on a mount made by root for everyone.
-pub fn user_socket_name(device: &str) -> String {
-    format!("scion-control/{device}")
+/// The extended attribute of a mount's root directory that names its users' socket. Only
+/// the daemon holding the mount's FUSE connection can answer it, so what a command reads
+/// there the kernel vouches for: the socket of this mount's daemon, not of one that held the
+/// mount's device number before, nor of a process that bound a guessed name first.
+pub const CONTROL_XATTR: &[u8] = b"user.scion.control";
+
+/// A fresh name for the abstract socket where other users reach this daemon: unguessable
+/// (128 random bits), so no one can bind it first, and new at every start, so a daemon
+/// still exiting never answers for the mount that follows it.
+pub fn new_user_socket_name() -> String {
+    let mut b = [0u8; 16];
+    getrandom(&mut b);
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("scion-control/{hex}")
+}
+
+fn getrandom(b: &mut [u8]) {
+    // SAFETY: getrandom writes at most `b.len()` bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    assert_eq!(n, b.len() as isize, "getrandom: {}", std::io::Error::last_os_error());
 }
 
 /// Tells the front end what the kernel must forget (called without the engine lock).
@@ -45,15 +66,16 @@ pub type SharedInvalidator = Arc<dyn Fn(&[Inval]) + Send + Sync>;
 /// mount's device number (`major:minor`): a request naming another is refused, so that a
 /// FUSE mount that only claims the store's name cannot steer a command into this store.
 ///
-/// `for_users`: the mount is root's and open to everyone (`allow_other`); other users may
-/// then ask through the users' socket, with their own rights.
+/// `for_users`: the abstract socket name (`new_user_socket_name`) where other users ask,
+/// with their own rights, on a mount made by root for everyone (`allow_other`). The mount's
+/// root directory names it (`CONTROL_XATTR`).
 pub fn serve(
     store: &Path,
     engine: Engine,
     cubes: Arc<Cubes>,
     device: String,
     invalidate: SharedInvalidator,
-    for_users: bool,
+    for_users: Option<&str>,
 ) -> Result<(), String> {
     let path = socket_path(store);
     // We hold the store's lock, so a socket left here is a dead daemon's.
@@ -69,34 +91,89 @@ pub fn serve(
             path.display()
         ));
     }
-    let busy = Arc::new(AtomicUsize::new(0));
-    accept(listener, engine.clone(), cubes.clone(), device.clone(), invalidate.clone(), busy.clone());
-    if for_users {
-        let name = user_socket_name(&device);
+    let serving = Serving { engine, cubes, device, invalidate };
+    accept(listener, serving.clone(), Arc::new(Limits::default()));
+    if let Some(name) = for_users {
         // Abstract: no file to leave behind or to protect; each caller's rights come from
-        // the kernel's account of who connected. A name someone else bound first leaves the
-        // mount without self-service, which is logged, not fatal.
-        match SocketAddr::from_abstract_name(name.as_bytes()).and_then(|a| UnixListener::bind_addr(&a)) {
-            Ok(l) => accept(l, engine, cubes, device, invalidate, busy),
-            Err(e) => log::warn!("users' control socket @{name}: {e}; other users cannot ask this daemon"),
-        }
+        // the kernel's account of who connected. The name is random: taken, it is a bug.
+        let l = SocketAddr::from_abstract_name(name.as_bytes())
+            .and_then(|a| UnixListener::bind_addr(&a))
+            .map_err(|e| format!("users' control socket @{name}: {e}"))?;
+        accept(l, serving, Arc::new(Limits::default()));
     }
     Ok(())
 }
 
-fn accept(listener: UnixListener, engine: Engine, cubes: Arc<Cubes>, device: String, invalidate: SharedInvalidator, busy: Arc<AtomicUsize>) {
+/// What serving a client needs.
+#[derive(Clone)]
+struct Serving {
+    engine: Engine,
+    cubes: Arc<Cubes>,
+    device: String,
+    invalidate: SharedInvalidator,
+}
+
+/// Clients being served on one socket: in all, and per ordinary user.
+#[derive(Default)]
+struct Limits {
+    state: std::sync::Mutex<(usize, std::collections::HashMap<u32, usize>)>,
+}
+
+impl Limits {
+    /// Counts a client of `uid` (None: full rights) in, or says why not.
+    fn admit(&self, uid: Option<u32>) -> Result<(), String> {
+        let mut st = self.state.lock().unwrap();
+        if st.0 >= MAX_CLIENTS {
+            return Err(format!("the daemon serves {MAX_CLIENTS} commands on this socket already; try again"));
+        }
+        if let Some(u) = uid {
+            let n = st.1.entry(u).or_default();
+            if *n >= MAX_CLIENTS_PER_USER {
+                return Err(format!("you have {MAX_CLIENTS_PER_USER} commands running on this mount already; try again"));
+            }
+            *n += 1;
+        }
+        st.0 += 1;
+        Ok(())
+    }
+
+    fn leave(&self, uid: Option<u32>) {
+        let mut st = self.state.lock().unwrap();
+        assert!(st.0 > 0, "a client left that was not counted");
+        st.0 -= 1;
+        if let Some(u) = uid {
+            let n = st.1.get_mut(&u).expect("a user's client left that was not counted");
+            *n -= 1;
+            if *n == 0 {
+                st.1.remove(&u);
+            }
+        }
+    }
+}
+
+fn accept(listener: UnixListener, serving: Serving, limits: Arc<Limits>) {
     std::thread::spawn(move || {
         for conn in listener.incoming() {
-            let Ok(s) = conn else { continue };
-            while busy.load(Ordering::Acquire) >= MAX_CLIENTS {
+            let Ok(mut s) = conn else {
+                // (EMFILE and the like: wait a little rather than spin on the error.)
                 std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            let who = rights_of(&s);
+            let uid = match &who {
+                Some(Rights::User(c)) => Some(c.uid),
+                _ => None,
+            };
+            if let Err(why) = limits.admit(uid) {
+                // Refused at once, never queued: the reply is small, the socket's buffer holds it.
+                let _ = s.set_nonblocking(true);
+                let _ = write_frame(&mut s, &wire::encode_failure(&Failure::new(libc::EAGAIN, why)));
+                continue;
             }
-            busy.fetch_add(1, Ordering::AcqRel);
-            let (engine, cubes, device, busy, invalidate) =
-                (engine.clone(), cubes.clone(), device.clone(), busy.clone(), invalidate.clone());
+            let (serving, limits) = (serving.clone(), limits.clone());
             std::thread::spawn(move || {
-                serve_client(s, &engine, &cubes, &device, &*invalidate);
-                busy.fetch_sub(1, Ordering::AcqRel);
+                serve_client(s, &serving, who);
+                limits.leave(uid);
             });
         }
     });
@@ -126,10 +203,31 @@ fn rights_of(s: &UnixStream) -> Option<Rights> {
     Some(Rights::User(scion_fs::access::Caller { uid: cred.uid, gid: cred.gid, groups }))
 }
 
-fn serve_client(mut s: UnixStream, engine: &Engine, cubes: &Cubes, device: &str, invalidate: &(dyn Fn(&[Inval]) + Send + Sync)) {
-    let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
+/// The request frame, read within `limit` in all (not per read: a client trickling a byte
+/// at a time is cut off when the time is up).
+fn read_request(s: &mut UnixStream, limit: Duration) -> std::io::Result<Vec<u8>> {
+    struct Deadline<'a>(&'a mut UnixStream, std::time::Instant);
+    impl std::io::Read for Deadline<'_> {
+        fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+            let left = self.1.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
+            self.0.set_read_timeout(Some(left))?;
+            self.0.read(b)
+        }
+    }
+    let mut d = Deadline(s, std::time::Instant::now() + limit);
+    let body = read_frame(&mut d)?;
+    // The reply's reads (a stream's acknowledgements) get the usual per-read bound.
+    s.set_read_timeout(Some(limit))?;
+    Ok(body)
+}
+
+fn serve_client(mut s: UnixStream, serving: &Serving, who: Option<Rights>) {
+    let Serving { engine, cubes, device, invalidate } = serving;
     let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
-    let Ok(body) = read_frame(&mut s) else { return };
+    let Ok(body) = read_request(&mut s, CLIENT_TIMEOUT) else { return };
     if body.len() > 4 && &body[..4] == wire::MAGIC && body[4] == 1 {
         // A command of an older scion: answered in its own terms (status byte, text).
         let msg = format!(
@@ -141,13 +239,13 @@ fn serve_client(mut s: UnixStream, engine: &Engine, cubes: &Cubes, device: &str,
     }
     let r = match wire::decode_request(&body) {
         Err(e) => Err(Failure::new(libc::EINVAL, e)),
-        Ok((_, asked)) if !asked.is_empty() && asked != device => Err(Failure::new(
+        Ok((_, asked)) if !asked.is_empty() && asked != *device => Err(Failure::new(
             libc::ENODEV,
             format!("this store's daemon serves the mount of device {device}, not {asked}"),
         )),
         Ok((op, _)) => {
-            let r = match rights_of(&s) {
-                Some(who) => run_routed(&mut s, engine, cubes, invalidate, &op, &who),
+            let r = match who {
+                Some(who) => run_routed(&mut s, engine, cubes, &**invalidate, &op, &who),
                 None => Err(Failure::new(libc::EACCES, "the kernel did not say who is asking")),
             };
             // (Test only: the command keeps the engine a while longer, as one finishing its
@@ -525,6 +623,37 @@ fn run(
     }
 }
 
+/// The users' socket of the daemon serving the mount at `mnt`: named by the mount's root
+/// directory (`CONTROL_XATTR`), which only that daemon answers, and served by root.
+fn users_socket(mnt: &Path) -> Result<UnixStream, Failure> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(mnt.as_os_str().as_bytes()).map_err(|_| Failure::new(libc::EINVAL, "a mount point with a NUL"))?;
+    let attr = std::ffi::CString::new(CONTROL_XATTR).expect("no NUL");
+    let mut buf = [0u8; 128];
+    // SAFETY: both names are NUL-terminated; getxattr writes at most `buf.len()` bytes.
+    let n = unsafe { libc::getxattr(c.as_ptr(), attr.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        let why = match e.raw_os_error() {
+            Some(libc::ENODATA) => "the mount offers no self-service (only root's mounts for everyone do)".to_string(),
+            _ => format!("{}: {e}", String::from_utf8_lossy(CONTROL_XATTR)),
+        };
+        return Err(Failure::new(libc::EACCES, why));
+    }
+    let name = &buf[..n as usize];
+    if !name.starts_with(b"scion-control/") {
+        return Err(Failure::new(libc::EACCES, "the mount names no scion control socket"));
+    }
+    let shown = String::from_utf8_lossy(name).into_owned();
+    let s = SocketAddr::from_abstract_name(name)
+        .and_then(|a| UnixStream::connect_addr(&a))
+        .map_err(|e| Failure::new(e.raw_os_error().unwrap_or(libc::EIO), format!("@{shown}: {e}")))?;
+    if peer_cred(&s).map(|c| c.uid) != Some(0) {
+        return Err(Failure::new(libc::EACCES, format!("@{shown} is not served by root; refusing to talk to it")));
+    }
+    Ok(s)
+}
+
 /// What the kernel recorded of the process at the other end of `s` when it connected.
 fn peer_cred(s: &UnixStream) -> Option<libc::ucred> {
     use std::os::fd::AsRawFd;
@@ -565,16 +694,17 @@ fn run_for_user(
     Ok(reply)
 }
 
-/// Asks the daemon of `store` to run `op`, if it serves the mount of `device` (empty: any);
-/// `progress` hears the progress frames.
-pub fn call(store: &Path, device: &str, op: &Op, progress: &mut dyn FnMut(u64, u64, &str)) -> Result<Reply, Failure> {
-    call_streaming(store, device, op, progress, None)
+/// Asks the daemon of `store` to run `op`, if it serves the mount of `device` (empty: any)
+/// at `mnt` (through which an ordinary user finds it); `progress` hears the progress frames.
+pub fn call(store: &Path, device: &str, mnt: Option<&Path>, op: &Op, progress: &mut dyn FnMut(u64, u64, &str)) -> Result<Reply, Failure> {
+    call_streaming(store, device, mnt, op, progress, None)
 }
 
 /// `call`, with the bytes of a send stream handed to `stream` as they come.
 pub fn call_streaming(
     store: &Path,
     device: &str,
+    mnt: Option<&Path>,
     op: &Op,
     progress: &mut dyn FnMut(u64, u64, &str),
     mut stream: Option<&mut dyn FnMut(&[u8]) -> Result<(), String>>,
@@ -585,24 +715,9 @@ pub fn call_streaming(
     let mut s = match UnixStream::connect(&sock) {
         Ok(s) => s,
         // The store is not ours to open (a mount made by root): the users' socket, if the
-        // daemon keeps one, answered by root only (anyone can bind an abstract name).
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) && !device.is_empty() => {
-            let name = user_socket_name(device);
-            let s = SocketAddr::from_abstract_name(name.as_bytes())
-                .and_then(|a| UnixStream::connect_addr(&a))
-                .map_err(|e2| {
-                    io(
-                        &format!("cannot reach the daemon at {} ({e}) nor at @{name}", sock.display()),
-                        e2,
-                    )
-                })?;
-            if peer_cred(&s).map(|c| c.uid) != Some(0) {
-                return Err(Failure::new(
-                    libc::EACCES,
-                    format!("@{name} is not served by root; refusing to talk to it"),
-                ));
-            }
-            s
+        // daemon keeps one, as its mount names it.
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) && mnt.is_some() => {
+            users_socket(mnt.expect("just checked")).map_err(|f| Failure::new(f.errno, format!("cannot reach the daemon at {} ({e}): {}", sock.display(), f.message)))?
         }
         Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNREFUSED | libc::ENOENT)) => {
             return Err(Failure::new(

@@ -70,7 +70,13 @@ pub struct ScionFuse {
     uring: bool,
     /// Ask for the kernel's writeback cache of file data.
     writeback: bool,
+    /// The users' control socket the root directory names (`CONTROL_XATTR`), if any.
+    control: Option<Vec<u8>>,
 }
+
+/// The root directory's attribute naming the users' control socket: answered by the
+/// daemon, never stored, listed or changed (`scion_daemon::server::CONTROL_XATTR`).
+pub const CONTROL_XATTR: &[u8] = b"user.scion.control";
 
 fn kind(k: Kind) -> FileType {
     match k {
@@ -192,7 +198,27 @@ impl ScionFuse {
             next_fh: AtomicU64::new(1),
             uring: false,
             writeback: true,
+            control: None,
         }
+    }
+
+    /// The root directory names `socket`, the abstract socket of the users' control socket.
+    pub fn with_control_socket(mut self, socket: Option<String>) -> ScionFuse {
+        self.control = socket.map(String::into_bytes);
+        self
+    }
+
+    /// The answer to the control attribute if `ino` and `name` ask for it: the socket's
+    /// name at the root, ENODATA where there is none, EPERM for a change (`set`).
+    fn control_attr(&self, ino: INodeNo, name: &OsStr, set: bool) -> Option<Result<Vec<u8>, Errno>> {
+        if ino.0 != scion_fs::ROOT_INO || name.as_bytes() != CONTROL_XATTR {
+            return None;
+        }
+        Some(match (&self.control, set) {
+            (_, true) => Err(Errno::EPERM),
+            (Some(c), false) => Ok(c.clone()),
+            (None, false) => Err(Errno::ENODATA),
+        })
     }
 
     /// Let the kernel cache written data and send it later in large writes (the default), or
@@ -861,6 +887,9 @@ impl Filesystem for ScionFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if let Some(Err(e)) = self.control_attr(ino, name, true) {
+            return reply.error(e);
+        }
         let at = route!(self, ino, reply);
         let r = at.fs().setxattr(at.ino, name.as_bytes(), value, flags);
         match r {
@@ -870,13 +899,19 @@ impl Filesystem for ScionFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let at = route!(self, ino, reply);
-        let r = at.fs().getxattr(at.ino, name.as_bytes());
+        let r = match self.control_attr(ino, name, false) {
+            Some(r) => r,
+            None => {
+                let at = route!(self, ino, reply);
+                let r = at.fs().getxattr(at.ino, name.as_bytes());
+                r.map_err(err)
+            }
+        };
         match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
             Ok(v) => reply.data(&v),
-            Err(e) => reply.error(err(e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -903,6 +938,9 @@ impl Filesystem for ScionFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Some(Err(e)) = self.control_attr(ino, name, true) {
+            return reply.error(e);
+        }
         let at = route!(self, ino, reply);
         let r = at.fs().removexattr(at.ino, name.as_bytes());
         match r {
