@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import random
+import re
 
 import pytest
 
@@ -34,11 +35,16 @@ def counted(log):
     return ["sh", "-c", f'echo "$1" >> {log}; sha256sum "$1"', "sh", "{}"]
 
 
+PIN = re.compile(r"/\.snapshot/\.scion-scan-[0-9a-f]+(?=/|$)")
+
+
 def runs(log):
+    """The paths COMMAND ran on, as the live paths they pinned: a scan that keeps results
+    runs COMMAND on a snapshot it takes for the purpose (DIR/.snapshot/.scion-scan-HEX)."""
     if not os.path.exists(log):
         return []
     with open(log) as h:
-        return h.read().splitlines()
+        return [PIN.sub("", line) for line in h.read().splitlines()]
 
 
 def test_scan_runs_once_per_content_and_reports_every_path(scion_mount, tmp_path):

@@ -110,7 +110,8 @@ def kind(m):
 def walk(root):
     # What `find ROOT` and `sha256sum` on every file it lists give this user: every entry of
     # each directory they may read and search; the hash of each regular file they may read.
-    out = {"root_ok": listable(root), "trouble": False, "visible": {}, "readable": {}, "unreadable": []}
+    out = {"root_ok": listable(root), "trouble": False, "visible": {}, "readable": {}, "unreadable": [],
+           "unsearchable": []}
     if not out["root_ok"]:
         out["trouble"] = True
         return out
@@ -130,6 +131,7 @@ def walk(root):
                 if listable(p):
                     todo.append(r)
                 else:
+                    out["unsearchable"].append(r)
                     out["trouble"] = True
             elif stat.S_ISREG(m):
                 try:
@@ -248,6 +250,7 @@ class SelfService:
             self.scratch[u] = d
         self.made_by = {}    # clone or snapshot id -> uid of who made it (0: root)
         self.rows = {}       # id -> row of root's `scion list --json`
+        self.had_nested = set()  # clones that ever held clones or snapshots of their subdirectories
         self.failures = []
         self.counts = {}
         self.round = None
@@ -257,7 +260,8 @@ class SelfService:
     # ---------------------------------------------------------------- running things
     def as_user(self, user, argv, stdin=None):
         return subprocess.run(["su", user, "-s", "/bin/sh", "-c", shlex.join(argv)], input=stdin,
-                              capture_output=True, text=True, timeout=CMD_TIMEOUT, cwd=self.m.root)
+                              capture_output=True, text=True, errors="replace", timeout=CMD_TIMEOUT,
+                              cwd=self.m.root)
 
     def scion(self, user, *args):
         return self.as_user(user, [self.exe, *args])
@@ -298,6 +302,14 @@ class SelfService:
         for i in new:
             self.made_by[i] = maker
         self.rows = rows
+        # A rollback is refused while a clone has (or had, when the snapshot was taken)
+        # snapshots of its subdirectories or clones in it: remembered, as the clones that ever did.
+        for i, r in rows.items():
+            if r["kind"] == "clone" and any(
+                    not x["path"].startswith(r["path"] + "/.snapshot/")
+                    or x["path"].count("/") > r["path"].count("/") + 2
+                    for x in map(rows.get, self.held_by(r))):
+                self.had_nested.add(i)
         return new, gone
 
     def row_at(self, full):
@@ -467,16 +479,19 @@ class SelfService:
         return self.rng.choice(rows) if rows else None
 
     # ---------------------------------------------------------------- requests
-    def req_clone(self, user, base, p):
+    def req_clone(self, user, base, p, src=None, parent=None):
+        """Returns DST if the clone was made."""
         rng = self.rng
-        src = rng.choice(p["snap_dirs"]) if p["snap_dirs"] and rng.random() < 0.3 else self.pick_dir(p)
+        if src is None:
+            src = rng.choice(p["snap_dirs"]) if p["snap_dirs"] and rng.random() < 0.3 else self.pick_dir(p)
         for _ in range(20):
-            parent = (rng.choice(p["snap_dirs"]) if p["snap_dirs"] and rng.random() < 0.08
-                      else self.pick_dir(p, user, 0.6))
+            parent = parent or (rng.choice(p["snap_dirs"]) if p["snap_dirs"] and rng.random() < 0.08
+                                else self.pick_dir(p, user, 0.6))
             if not below(parent, src):
                 break
+            parent = None
         else:
-            return
+            return None
         dst = f"{parent}/{self.next_name('c')}"
         args = ["clone", src, dst]
         src_ok, dst_ok = self.probe(user, [("listable", src), ("wx", parent)])
@@ -490,8 +505,9 @@ class SelfService:
         if r.returncode != 0:
             if os.path.lexists(dst) or new:
                 self.fail(user, args, f"a refused clone leaves nothing (found: {os.path.lexists(dst)}, new ids {new})", r)
-            return
+            return None
         self.check_clone(user, args, src, dst)
+        return dst
 
     def check_clone(self, user, args, src, dst):
         """What a user's clone gives them, against what they had at the source."""
@@ -526,10 +542,13 @@ class SelfService:
                 self.fail(user, args, f"(d) {rel} was unreadable to them at the source "
                                       f"({answers[2 * k + 1]}) and reads in the clone")
 
-    def req_snapshot(self, user, base, p):
+    def req_snapshot(self, user, base, p, d=None):
+        """Returns the snapshot's name if it was taken."""
         rng = self.rng
         x = rng.random()
-        if x < 0.1 and p["snap_dirs"]:
+        if d is not None:
+            pass
+        elif x < 0.1 and p["snap_dirs"]:
             d = rng.choice(p["snap_dirs"])
         elif x < 0.4 and self.pick_row(("clone",), base=base):
             d = self.fp(self.pick_row(("clone",), user, 0.7, base)["path"])
@@ -551,11 +570,12 @@ class SelfService:
         r = self.scion(user, *args)
         new, _ = self.sync(self.uid[user])
         if not self.outcome(user, args, r, allowed, why):
-            return
+            return None
         if r.returncode == 0 and not os.path.isdir(f"{d}/.snapshot/{name}"):
             self.fail(user, args, "the snapshot shows in DIR/.snapshot", r)
         if r.returncode != 0 and new:
             self.fail(user, args, f"a refused snapshot makes nothing: new ids {new}", r)
+        return name if r.returncode == 0 else None
 
     def req_restore(self, user, base, p):
         if not p["snap_all"]:
@@ -565,13 +585,17 @@ class SelfService:
         parent = self.pick_dir(p, user, 0.6)
         dst = f"{parent}/{self.next_name('r')}"
         args = ["restore", dst, "--from", src]
-        (dst_ok,) = self.probe(user, [("wx", parent)])
+        dst_ok, w = self.probe(user, [("wx", parent), ("walk", src)])
         copy = os.path.join(self.scratch[user], "copy")
         subprocess.run(["rm", "-rf", copy], check=True)
         cp = self.as_user(user, ["cp", "-a", src, copy])
-        allowed = dst_ok and cp.returncode == 0
+        # cp -a gets through an empty directory it may read but not search; scion asks for
+        # both (README), as cp -a does of every directory with something in it.
+        unsearchable = os.path.isdir(src) and not os.path.islink(src) and (not w["root_ok"] or w["unsearchable"])
+        allowed = dst_ok and cp.returncode == 0 and not unsearchable
         why = (f"as their own cp -a SRC DST: may write in DST's directory: {dst_ok}; "
-               f"cp -a as {user}: exit {cp.returncode} {tail(cp.stderr, 300)}")
+               f"cp -a as {user}: exit {cp.returncode} {tail(cp.stderr, 300)}; "
+               f"directories they may read but not search: {unsearchable}")
         r = self.scion(user, *args)
         if not self.outcome(user, args, r, allowed, why):
             if r.returncode == 0 and cp.returncode != 0 and os.path.lexists(dst):
@@ -662,8 +686,29 @@ class SelfService:
         if (r.returncode == 0) == os.path.lexists(target):
             self.fail(user, args, f"after exit {r.returncode}, {target} exists: {os.path.lexists(target)}", r)
 
+    def rollable(self, user, row):
+        """A clone `user` made, with a snapshot, that never held others."""
+        return (self.made_by.get(row["id"]) == self.uid[user] and bool(self.snapshots_of(row))
+                and row["id"] not in self.had_nested and not frozen(row["path"]))
+
+    def prepare_rollback(self, user, base, p):
+        """A clone for `user` to roll back, made as they would: they clone a directory that
+        holds no clones into their home and snapshot it (both checked as requests), then
+        change it by hand. Returns its row, or None."""
+        clones = [self.fp(r["path"]) for r in self.rows.values() if r["kind"] == "clone"]
+        plain = [d for d, _ in p["dirs"] if not any(below(c, d) for c in clones)]
+        if not plain:
+            return None
+        dst = self.req_clone(user, base, p, src=self.rng.choice(plain), parent=f"{base}/home/{user}")
+        if dst is None or self.req_snapshot(user, base, self.pool(base), d=dst) is None:
+            return None
+        self.as_user(user, ["sh", "-c", f"echo after > {shlex.quote(dst)}/new; rm -rf {shlex.quote(dst)}/d*"])
+        return self.row_at(dst)
+
     def req_rollback(self, user, base, p):
-        row = self.pick_row(("clone",), user, 0.7, base, want=self.snapshots_of)
+        row = self.pick_row(("clone",), user, 0.7, base, want=lambda r: self.rollable(user, r))
+        if (row is None or not self.rollable(user, row)) and self.rng.random() < 0.6:
+            row = self.prepare_rollback(user, base, p) or row
         if row is None:
             return
         snaps = self.snapshots_of(row)
@@ -673,7 +718,7 @@ class SelfService:
         (st,) = self.probe(user, [("lstat", target)])
         reachable = st["err"] is None
         mine = self.made_by.get(row["id"]) == self.uid[user]
-        nested = [h for h in self.held_by(row) if not self.rows[h]["path"].startswith(row["path"] + "/.snapshot/")]
+        nested = row["id"] in self.had_nested
         allowed = reachable and mine and to in snaps and not frozen(row["path"])
         why = (f"a clone they made, to one of its snapshots: made by {self.maker(row)}, "
                f"inside a snapshot: {frozen(row['path'])}, "
@@ -779,10 +824,14 @@ class SelfService:
                                       f"not compared", r)
         if r.returncode == 2:
             # --recursive lists what is inside a directory on one side only: diff -N reads it
-            by_hand = self.as_user(user, ["diff", "-r", "--no-dereference", a, b]
+            by_hand = self.as_user(user, ["diff", "-r", "-q", "--no-dereference", a, b]
                                    if "--recursive" not in flags else
-                                   ["diff", "-r", "-N", "--no-dereference", a, b])
-            if by_hand.returncode != 2:
+                                   ["diff", "-r", "-q", "-N", "--no-dereference", a, b])
+            # (diff -r gets through an empty directory it may read but not search; scion asks
+            # for both, as diff -r does of every directory with something in it)
+            excused = any(f"{d}: you may not read and search it" in r.stderr
+                          for d in wa["unsearchable"] + wb["unsearchable"])
+            if by_hand.returncode != 2 and not excused:
                 self.fail(user, args, f"refused, but {user}'s own diff -r works (exit {by_hand.returncode})", r)
 
     JSON_CHANGES = {"added": "A", "deleted": "D", "modified": "M", "metadata": "m", "type": "T", "renamed": "R"}
@@ -848,8 +897,8 @@ class SelfService:
         if missing:
             self.fail(user, args, f"every file {user} may read has its sha256sum: missing {missing[:6]}", r)
         if w["trouble"] and r.returncode == 0:
-            self.fail(user, args, f"{user}'s find/sha256sum meet a directory or file they may not read: "
-                                  f"exit not 0", r)
+            self.fail(user, args, f"{user}'s find/sha256sum meet a directory or file they may not read "
+                                  f"({(w['unsearchable'] + w['unreadable'])[:4]}): exit not 0", r)
         if not w["trouble"] and r.returncode != 0:
             self.fail(user, args, "everything below ROOT is readable to them: exit 0", r)
 

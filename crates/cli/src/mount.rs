@@ -185,6 +185,15 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
     })
 }
 
+/// Destroys the snapshots scans killed part way left (no scan runs before the mount serves).
+pub(crate) fn clear_scan_pins(fs: &mut Fs, what: &str) {
+    match scion_daemon::control::destroy_scan_pins(fs) {
+        Ok(0) => {}
+        Ok(n) => log::info!("{what}destroyed {n} snapshot(s) that scans killed part way left"),
+        Err(e) => log::warn!("{what}snapshots that killed scans left not destroyed: {e}"),
+    }
+}
+
 fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
     let store = canonical(store)?;
     require_store(&store)?;
@@ -239,6 +248,9 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     // refused too, and no background work writes (checkpoints find nothing to write).
     let read_only = options.iter().rev().find(|o| *o == "ro" || *o == "rw").is_some_and(|o| o == "ro");
     fs.read_only = read_only;
+    if !read_only {
+        clear_scan_pins(&mut fs, "");
+    }
     let engine = Engine::new(fs);
     // The store's main volume; each cube is one more (opened below, before any request).
     let router = std::sync::Arc::new(Router::new(engine.clone()).map_err(|e| format!("{}: {e}", store.display()))?);

@@ -56,9 +56,12 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, String> {
         since,
         command: (!a.no_cache).then(|| line.clone()),
     };
-    let Reply::Scan { listing, cached } = call(first, &op)? else {
+    let Reply::Scan { listing, cached, pins } = call(first, &op)? else {
         return Err("the daemon answered something else".into());
     };
+    // COMMAND reads each content where the daemon pinned it for the scan (the bytes its key
+    // names, whatever happens to the live file meanwhile); the pins go when the scan ends.
+    let _unpin = Unpin { at: first, pins: &pins };
     for d in &listing.denied {
         eprintln!("scion scan: {}: permission denied", mnt.join(rel(d)).display());
     }
@@ -77,7 +80,7 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, String> {
         .iter()
         .enumerate()
         .filter(|(_, r)| r.is_none())
-        .filter_map(|(i, _)| first_path[i].map(|p| (i, mnt.join(rel(p)))))
+        .filter_map(|(i, _)| first_path[i].map(|p| (i, mnt.join(rel(&pinned(p, &pins))))))
         .collect();
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1);
     let cmd = Scanner::new(&a.command);
@@ -104,6 +107,45 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, String> {
     );
     let code = if !listing.denied.is_empty() { 2 } else { status };
     Ok(ExitCode::from(code))
+}
+
+/// Destroys a scan's pins when it ends, however it ends (a killed scan's are destroyed
+/// when the store is next mounted).
+struct Unpin<'a> {
+    at: &'a Located,
+    pins: &'a [(Vec<u8>, Vec<u8>)],
+}
+
+impl Drop for Unpin<'_> {
+    fn drop(&mut self) {
+        for (_, pin) in self.pins {
+            let op = Op::Destroy { target: scion_daemon::control::Target::Path(pin.clone()), recursive: false };
+            if let Err(e) = call(self.at, &op) {
+                eprintln!("scion scan: its snapshot /{} not destroyed: {e}", String::from_utf8_lossy(pin));
+            }
+        }
+    }
+}
+
+/// Where `path` (from the mount root) is read: in the pin of the scanned directory it lies
+/// in, if that was pinned.
+fn pinned(path: &[u8], pins: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+    let below = |dir: &[u8]| dir.is_empty() || path == dir || (path.starts_with(dir) && path[dir.len()] == b'/');
+    match pins.iter().filter(|(d, _)| below(d)).max_by_key(|(d, _)| d.len()) {
+        Some((d, pin)) if d.is_empty() => [&pin[..], b"/", path].concat(),
+        Some((d, pin)) => [&pin[..], &path[d.len()..]].concat(),
+        None => path.to_vec(),
+    }
+}
+
+/// A path COMMAND was given, as the live path it pinned (`/.snapshot/.scion-scan-HEX` left
+/// out): where the content was when it ran.
+fn unpinned(p: &[u8]) -> Vec<u8> {
+    let mark = [b"/", scion_fs::clone::SNAPDIR_NAME, b"/", scion_daemon::control::SCAN_PIN].concat();
+    let Some(at) = p.windows(mark.len()).position(|w| w == mark) else { return p.to_vec() };
+    let rest = &p[at + mark.len()..];
+    let end = rest.iter().position(|&c| c == b'/').unwrap_or(rest.len());
+    [&p[..at], &rest[end..]].concat()
 }
 
 /// The command line as the cache knows it: its words, each ended by a NUL.
@@ -356,7 +398,7 @@ fn report(
                 "stdout": String::from_utf8_lossy(&stdout),
                 "stderr": String::from_utf8_lossy(&r.stderr),
                 "cached": cached,
-                "ran_on": String::from_utf8_lossy(&r.shown_as),
+                "ran_on": String::from_utf8_lossy(&unpinned(&r.shown_as)),
             });
             writeln!(out, "{v}").map_err(|e| e.to_string())?;
             continue;

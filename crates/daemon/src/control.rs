@@ -220,8 +220,11 @@ pub enum Reply {
     RolledBack,
     /// The differences, sorted by path.
     Diff(Vec<scion_fs::diff::Difference>),
-    /// The files found, and the results kept for their contents.
-    Scan { listing: ScanListing, cached: Vec<ScanResult> },
+    /// The files found, and the results kept for their contents. With a command line to
+    /// keep results for, each scanned directory that could change is pinned: listed from a
+    /// snapshot taken for the scan, `pins` (each scanned path and its pin's path), where the
+    /// command must read what the keys name (`scan_cmd`); the caller destroys the pins.
+    Scan { listing: ScanListing, cached: Vec<ScanResult>, pins: Vec<(Vec<u8>, Vec<u8>)> },
     ScanRecorded,
     TreeHash([u8; 32]),
     Found(Vec<Vec<u8>>),
@@ -396,7 +399,10 @@ fn restore(
 }
 
 /// The files below `paths` by content, walked as `user` would, and the results kept for
-/// `command`'s contents.
+/// `command`'s contents. With `command`, each path that could change while the command
+/// runs is pinned first (`pin_for_scan`) and listed from its pin, so that a result kept
+/// under a key is the result for exactly those bytes (another user swapping a file between
+/// the listing and the run cannot have a harmless file's result kept for theirs).
 fn scan(
     fs: &mut Fs,
     paths: &[Vec<u8>],
@@ -405,26 +411,43 @@ fn scan(
     user: Option<&scion_fs::access::Caller>,
 ) -> Result<Reply, Failure> {
     let mut roots = Vec::with_capacity(paths.len());
-    for p in paths {
-        let ino = fs.resolve_path_as(p, user).map_err(Failure::from_fs(show(p)))?;
-        let base = match since {
-            None => None,
-            Some(s) => {
-                let snap = if s.contains(&b'/') {
-                    s.to_vec()
-                } else {
-                    fs.in_snapshot(p, s).map_err(Failure::from_fs(show(p)))?
-                };
-                let what = format!("{} (the snapshot to compare {} with)", show(&snap), show(p));
-                Some(fs.resolve_path_as(&snap, user).map_err(Failure::from_fs(what))?)
+    let mut pins = Vec::new();
+    let r = (|| {
+        for p in paths {
+            let mut ino = fs.resolve_path_as(p, user).map_err(Failure::from_fs(show(p)))?;
+            let base = match since {
+                None => None,
+                Some(s) => {
+                    let snap = if s.contains(&b'/') {
+                        s.to_vec()
+                    } else {
+                        fs.in_snapshot(p, s).map_err(Failure::from_fs(show(p)))?
+                    };
+                    let what = format!("{} (the snapshot to compare {} with)", show(&snap), show(p));
+                    Some(fs.resolve_path_as(&snap, user).map_err(Failure::from_fs(what))?)
+                }
+            };
+            let rel = String::from_utf8_lossy(p).trim_matches('/').as_bytes().to_vec();
+            if command.is_some() {
+                if let Some((pin, at)) = pin_for_scan(fs, ino, &rel, user)? {
+                    pins.push((rel.clone(), pin));
+                    ino = at;
+                }
             }
-        };
-        let rel = String::from_utf8_lossy(p).trim_matches('/').as_bytes().to_vec();
-        roots.push((ino, rel, base));
-    }
-    let listing = fs
-        .scan_contents(&roots, user)
-        .map_err(Failure::from_fs(format!("scan of {}", paths.iter().map(|p| show(p)).collect::<Vec<_>>().join(" "))))?;
+            roots.push((ino, rel, base));
+        }
+        fs.scan_contents(&roots, user)
+            .map_err(Failure::from_fs(format!("scan of {}", paths.iter().map(|p| show(p)).collect::<Vec<_>>().join(" "))))
+    })();
+    let listing = match r {
+        Ok(l) => l,
+        Err(f) => {
+            for (_, pin) in &pins {
+                unpin(fs, pin);
+            }
+            return Err(f);
+        }
+    };
     let cached = match command {
         None => Vec::new(),
         Some(c) => {
@@ -432,7 +455,62 @@ fn scan(
             listing.contents.iter().filter_map(|(k, _)| kept.remove(k)).collect()
         }
     };
-    Ok(Reply::Scan { listing, cached })
+    Ok(Reply::Scan { listing, cached, pins })
+}
+
+/// Snapshots taken to pin a scan's directories are named `SCAN_PIN` + random hex; `scion
+/// scan` destroys its own when done, and a mount destroys those a killed scan left.
+pub const SCAN_PIN: &[u8] = b".scion-scan-";
+
+/// A snapshot of directory `ino` (at `path`, without a leading `/`) for a scan to read,
+/// made for `user`: its path and top. None where nothing can change: a directory inside a snapshot, or a read-only
+/// mount.
+fn pin_for_scan(
+    fs: &mut Fs,
+    ino: scion_fs::Ino,
+    path: &[u8],
+    user: Option<&scion_fs::access::Caller>,
+) -> Result<Option<(Vec<u8>, scion_fs::Ino)>, Failure> {
+    if fs.read_only || fs.check_writable(ino).is_err() {
+        return Ok(None);
+    }
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most `b.len()` bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    assert_eq!(n, 8, "getrandom");
+    let name: Vec<u8> = [SCAN_PIN, b.iter().map(|x| format!("{x:02x}")).collect::<String>().as_bytes()].concat();
+    let what = || format!("a snapshot of {} to scan", show(path));
+    fs.snapshot_for(ino, &name, &show(path).into_bytes(), false, scion_fs::Ts::now(), user.map(|u| u.uid))
+        .map_err(Failure::from_fs(what()))?;
+    let pin = [path, if path.is_empty() { b"" } else { b"/" }, scion_fs::clone::SNAPDIR_NAME, b"/", &name].concat();
+    let at = fs.resolve_path(&pin).map_err(Failure::from_fs(what()))?;
+    Ok(Some((pin, at)))
+}
+
+/// Destroys a scan's pin (best effort: a mount destroys what is left).
+fn unpin(fs: &mut Fs, pin: &[u8]) {
+    if let Ok(ino) = fs.resolve_path(pin) {
+        if let Err(e) = fs.destroy(ino) {
+            log::warn!("{}: a scan's snapshot not destroyed: {e}", show(pin));
+        }
+    }
+}
+
+/// Destroys the snapshots killed scans left (`SCAN_PIN`); at mount, when no scan runs.
+pub fn destroy_scan_pins(fs: &mut Fs) -> Result<usize, FsError> {
+    let pins: Vec<u32> = fs
+        .namespace_ids()
+        .into_iter()
+        .filter(|id| fs.ns_info(*id).is_some_and(|i| i.kind == scion_fs::NsKind::Snapshot && i.name.starts_with(SCAN_PIN)))
+        .collect();
+    for id in &pins {
+        match fs.destroy_id(*id) {
+            // (Taken already with a pin it was nested in.)
+            Err(e) if e == libc::ENOENT => {}
+            r => r?,
+        }
+    }
+    Ok(pins.len())
 }
 
 /// `Op::ChunkChanges`: patches beyond `MAX_PATCH_REPLY` bytes in all are sent as data, so

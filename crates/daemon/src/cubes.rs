@@ -166,6 +166,12 @@ impl Cubes {
         fs.set_punch_later(true);
         fs.read_only = self.read_only;
         configure(&mut fs, cube)?;
+        if !self.read_only {
+            // What scans killed part way left (no scan runs before the cube is served).
+            if let Err(e) = crate::control::destroy_scan_pins(&mut fs) {
+                log::warn!("cube /{}: snapshots that killed scans left not destroyed: {e}", show(&cube.path));
+            }
+        }
         Ok(Engine::new(fs))
     }
 

@@ -399,10 +399,14 @@ fn from_cube(reply: Reply, top: &[u8], cube: u32) -> Reply {
             r.kept_as.iter_mut().for_each(up);
             Reply::Restored(r)
         }
-        Reply::Scan { mut listing, cached } => {
+        Reply::Scan { mut listing, cached, mut pins } => {
             listing.files.iter_mut().for_each(|(p, _)| up(p));
             listing.denied.iter_mut().for_each(up);
-            Reply::Scan { listing, cached }
+            pins.iter_mut().for_each(|(p, q)| {
+                up(p);
+                up(q)
+            });
+            Reply::Scan { listing, cached, pins }
         }
         Reply::Found(mut ps) => {
             ps.iter_mut().for_each(up);

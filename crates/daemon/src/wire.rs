@@ -1,7 +1,8 @@
 //! The control protocol between `scion` commands and a mounted store's daemon, version 5
 //! (version 3 added the schedule operations and the scheduled mark of a listing's rows;
 //! version 4 the scan operations and part frames; version 5 compression of old versions and
-//! the stored size of a listing's rows).
+//! the stored size of a listing's rows; versions 6 and 7 are in `docs/format.md`; version 8
+//! the pins of a scan's reply).
 //! Decoded without trusting the other side: every length is checked against what remains
 //! (`scion_store::codec::Reader`), and a frame is at most `MAX_MESSAGE` bytes.
 //!
@@ -40,7 +41,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 7;
+pub const VERSION: u8 = 8;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -514,8 +515,8 @@ pub enum Frame {
 pub enum Gathered {
     /// Changes.
     Diff(u64),
-    /// Contents, files, denied directories, cached results.
-    Scan([u64; 4]),
+    /// Contents, files, denied directories, cached results; and the pins (version 8).
+    Scan([u64; 4], Vec<(Vec<u8>, Vec<u8>)>),
 }
 
 /// Some of the items of the reply that follows.
@@ -570,7 +571,7 @@ impl Parts {
                 counts([n, 0, 0, 0], [self.diff.len(), stray[1..].iter().sum::<usize>() + stray[0], 0, 0])?;
                 Reply::Diff(self.diff)
             }
-            Gathered::Scan(n) => {
+            Gathered::Scan(n, pins) => {
                 counts(n, stray)?;
                 if !self.diff.is_empty() {
                     return Err("diff changes in a scan's reply".into());
@@ -581,6 +582,7 @@ impl Parts {
                 Reply::Scan {
                     listing: self.scan,
                     cached: self.cached,
+                    pins,
                 }
             }
         })
@@ -597,7 +599,7 @@ pub fn encode_reply_frames(reply: &Reply) -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
     match reply {
         Reply::Diff(changes) => part_frames(&mut frames, 1, changes, encode_change),
-        Reply::Scan { listing, cached } => {
+        Reply::Scan { listing, cached, .. } => {
             part_frames(&mut frames, 2, &listing.contents, |w, (k, size)| {
                 w.raw(k).u64(*size);
             });
@@ -942,9 +944,14 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         Reply::Diff(changes) => {
             w.u8(14).u64(changes.len() as u64);
         }
-        Reply::Scan { listing, cached } => {
+        Reply::Scan { listing, cached, pins } => {
             w.u8(15).u64(listing.contents.len() as u64).u64(listing.files.len() as u64);
             w.u64(listing.denied.len() as u64).u64(cached.len() as u64);
+            assert!(pins.len() <= MAX_FIELDS, "{} pins", pins.len());
+            w.u32(pins.len() as u32);
+            for (path, pin) in pins {
+                w.bytes(path).bytes(pin);
+            }
         }
         Reply::ScanRecorded => {
             w.u8(16);
@@ -1272,8 +1279,16 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 for c in &mut n {
                     *c = r.u64().map_err(bad)?;
                 }
+                let k = r.count(8).map_err(bad)?;
+                if k > MAX_FIELDS {
+                    return Err(format!("{k} pins in a scan's reply (at most {MAX_FIELDS})"));
+                }
+                let mut pins = Vec::with_capacity(k);
+                for _ in 0..k {
+                    pins.push((r.bytes().map_err(bad)?.to_vec(), r.bytes().map_err(bad)?.to_vec()));
+                }
                 r.expect_end().map_err(bad)?;
-                return Ok(Frame::Gathered(Gathered::Scan(n)));
+                return Ok(Frame::Gathered(Gathered::Scan(n, pins)));
             }
             16 => Reply::ScanRecorded,
             17 => Reply::TreeHash(r.array().map_err(bad)?),

@@ -406,12 +406,14 @@ fn replies_in_parts_arrive_whole() {
         denied: vec![b"vm1/root".to_vec()],
     };
     let cached = vec![scan_result(1, 0), scan_result(9, 1)];
+    let pins = vec![(b"vm1".to_vec(), b"vm1/.snapshot/.scion-scan-00ff".to_vec())];
     let frames = wire::encode_reply_frames(&Reply::Scan {
         listing: listing.clone(),
         cached: cached.clone(),
+        pins: pins.clone(),
     });
-    let Ok(Reply::Scan { listing: l, cached: c }) = gather(&frames) else { panic!() };
-    assert_eq!((l, c), (listing, cached));
+    let Ok(Reply::Scan { listing: l, cached: c, pins: p }) = gather(&frames) else { panic!() };
+    assert_eq!((l, c, p), (listing, cached, pins));
     for b in &frames {
         for cut in [0, 1, b.len() / 2, b.len() - 1] {
             assert!(wire::decode_frame(&b[..cut]).is_err());
@@ -423,7 +425,7 @@ fn replies_in_parts_arrive_whole() {
         files: vec![(b"f".to_vec(), 1)],
         denied: vec![],
     };
-    let frames = wire::encode_reply_frames(&Reply::Scan { listing: bad, cached: vec![] });
+    let frames = wire::encode_reply_frames(&Reply::Scan { listing: bad, cached: vec![], pins: vec![] });
     assert!(gather(&frames).is_err());
 }
 

@@ -642,6 +642,11 @@ impl Fs {
         self.namespaces.get(&id).filter(|_| id != 1).map(|n| n.root)
     }
 
+    /// The ids of every clone and snapshot.
+    pub fn namespace_ids(&self) -> Vec<u32> {
+        self.namespaces.keys().copied().filter(|id| *id != 1).collect()
+    }
+
     /// What clone or snapshot `id` is, who made it and for whom.
     pub fn ns_info(&self, id: u32) -> Option<&NsInfo> {
         self.namespaces.get(&id).filter(|_| id != 1).map(|n| &n.info)
