@@ -202,6 +202,11 @@ def in_snapshot(path):
     return "/.snapshot/" in path + "/"
 
 
+def live_path(path):
+    """The live directory a path into a snapshot was taken of (`d/.snapshot/s/x` -> `d/x`)."""
+    return re.sub(r"/\.snapshot/[^/]+", "", path)
+
+
 def frozen(path):
     """Inside a snapshot, below its top: a clone listed there is part of the snapshot."""
     parts = path.split("/")
@@ -251,6 +256,7 @@ class SelfService:
         self.made_by = {}    # clone or snapshot id -> uid of who made it (0: root)
         self.rows = {}       # id -> row of root's `scion list --json`
         self.had_nested = set()  # clones that ever held clones or snapshots of their subdirectories
+        self.carried = set()     # directories that have or had snapshots (a clone copies the record)
         self.failures = []
         self.counts = {}
         self.round = None
@@ -303,7 +309,11 @@ class SelfService:
             self.made_by[i] = maker
         self.rows = rows
         # A rollback is refused while a clone has (or had, when the snapshot was taken)
-        # snapshots of its subdirectories or clones in it: remembered, as the clones that ever did.
+        # snapshots of its subdirectories or clones in it: remembered, as the clones that ever
+        # held others, and the directories that ever had snapshots (`carried`).
+        for r in rows.values():
+            if r["kind"] == "snapshot" and not frozen(r["path"]):
+                self.carried.add(r["origin"])
         for i, r in rows.items():
             if r["kind"] == "clone" and any(
                     not x["path"].startswith(r["path"] + "/.snapshot/")
@@ -430,11 +440,14 @@ class SelfService:
         live = [p for p in dirs if p != f"{base}/pub"]
         for d in rng.sample(live, 2):
             self.root_scion("snapshot", "--name", self.next_name("rs"), d)
-        src = rng.choice(live)
-        self.root_scion("clone", src, f"{base}/srv/{self.next_name('rootclone')}")
+        self.sync(0)
+        src, dst = rng.choice(live), f"{base}/srv/{self.next_name('rootclone')}"
+        self.root_scion("clone", src, dst)
+        self.carry(src, dst)
         u = rng.choice(USERS)
-        given = f"{base}/home/{u}/{self.next_name('given')}"
-        self.root_scion("clone", rng.choice(live), given)
+        src, given = rng.choice(live), f"{base}/home/{u}/{self.next_name('given')}"
+        self.root_scion("clone", src, given)
+        self.carry(src, given)
         os.chown(given, self.uid[u], self.gid[u])
         os.chmod(given, 0o755)
         self.root_scion("snapshot", "--name", self.next_name("rs"), given)
@@ -507,7 +520,18 @@ class SelfService:
                 self.fail(user, args, f"a refused clone leaves nothing (found: {os.path.lexists(dst)}, new ids {new})", r)
             return None
         self.check_clone(user, args, src, dst)
+        self.carry(src, dst)
         return dst
+
+    def carry(self, src, dst):
+        """A clone copies its source's record of the snapshots its subdirectories had."""
+        s = live_path(self.sp(src))
+        for t in [t for t in self.carried if t.startswith(s + "/")]:
+            self.carried.add(self.sp(dst) + t[len(s):])
+
+    def ever_held(self, row):
+        """Whether clone `row` holds or held clones, or snapshots of its subdirectories."""
+        return row["id"] in self.had_nested or any(t.startswith(row["path"] + "/") for t in self.carried)
 
     def check_clone(self, user, args, src, dst):
         """What a user's clone gives them, against what they had at the source."""
@@ -689,14 +713,15 @@ class SelfService:
     def rollable(self, user, row):
         """A clone `user` made, with a snapshot, that never held others."""
         return (self.made_by.get(row["id"]) == self.uid[user] and bool(self.snapshots_of(row))
-                and row["id"] not in self.had_nested and not frozen(row["path"]))
+                and not self.ever_held(row) and not frozen(row["path"]))
 
     def prepare_rollback(self, user, base, p):
         """A clone for `user` to roll back, made as they would: they clone a directory that
         holds no clones into their home and snapshot it (both checked as requests), then
         change it by hand. Returns its row, or None."""
         clones = [self.fp(r["path"]) for r in self.rows.values() if r["kind"] == "clone"]
-        plain = [d for d, _ in p["dirs"] if not any(below(c, d) for c in clones)]
+        plain = [d for d, _ in p["dirs"] if not any(below(c, d) for c in clones)
+                 and not any(t.startswith(self.sp(d) + "/") for t in self.carried)]
         if not plain:
             return None
         dst = self.req_clone(user, base, p, src=self.rng.choice(plain), parent=f"{base}/home/{user}")
@@ -718,7 +743,7 @@ class SelfService:
         (st,) = self.probe(user, [("lstat", target)])
         reachable = st["err"] is None
         mine = self.made_by.get(row["id"]) == self.uid[user]
-        nested = row["id"] in self.had_nested
+        nested = self.ever_held(row)
         allowed = reachable and mine and to in snaps and not frozen(row["path"])
         why = (f"a clone they made, to one of its snapshots: made by {self.maker(row)}, "
                f"inside a snapshot: {frozen(row['path'])}, "

@@ -792,7 +792,8 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
         Op::Scan { paths, since, command } => (scan(fs, paths, since.as_deref(), command.as_deref(), user)?, Vec::new()),
         Op::ScanRecord { command, results } => {
             let f = scan_cache::file_for(fs.store_dir(), uid, command);
-            scan_cache::append(&f, results)
+            let most = if uid.is_some() { scan_cache::MAX_USER_FILE } else { scan_cache::MAX_FILE };
+            scan_cache::append(&f, results, most)
                 .map_err(|e| Failure::new(e.raw_os_error().unwrap_or(libc::EIO), format!("{}: {e}", f.display())))?;
             (Reply::ScanRecorded, Vec::new())
         }

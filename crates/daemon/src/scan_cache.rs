@@ -24,6 +24,10 @@ const VERSION: u8 = 1;
 pub const MAX_OUTPUT: usize = 64 << 10;
 /// A cache file past this size starts again.
 pub const MAX_FILE: u64 = 64 << 20;
+/// An ordinary user's cache file past this size starts again: what users may keep in the
+/// store's directory is bounded (at most `rights::MAX_USER_SCAN_CACHES` files of this and
+/// one request's results more each).
+pub const MAX_USER_FILE: u64 = 2 << 20;
 /// Longest command line that keys a cache.
 pub const MAX_COMMAND: usize = 64 << 10;
 
@@ -124,11 +128,12 @@ pub fn load(path: &Path) -> HashMap<ContentKey, ScanResult> {
     records.into_iter().map(|x| (x.key, x)).collect()
 }
 
-/// Appends `results` (those short enough to keep) to the cache file `path`.
-pub fn append(path: &Path, results: &[ScanResult]) -> std::io::Result<()> {
+/// Appends `results` (those short enough to keep) to the cache file `path`, which starts
+/// again past `max_file` bytes (`MAX_FILE`, or `MAX_USER_FILE` for an ordinary user).
+pub fn append(path: &Path, results: &[ScanResult], max_file: u64) -> std::io::Result<()> {
     let _one = APPEND.lock().unwrap_or_else(|e| e.into_inner());
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    if size == 0 || size > MAX_FILE {
+    if size == 0 || size > max_file {
         return rewrite(path, results);
     }
     let mut w = Writer::new();
@@ -173,8 +178,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = file_for(d.path(), Some(1000), b"sha256sum {}");
         assert!(load(&p).is_empty());
-        append(&p, &[result(1, "one"), result(2, "two")]).unwrap();
-        append(&p, &[result(3, "three")]).unwrap();
+        append(&p, &[result(1, "one"), result(2, "two")], MAX_FILE).unwrap();
+        append(&p, &[result(3, "three")], MAX_FILE).unwrap();
         let got = load(&p);
         assert_eq!(got.len(), 3);
         assert_eq!(got[&[2; 32]], result(2, "two"));
@@ -182,16 +187,30 @@ mod tests {
         let b = std::fs::read(&p).unwrap();
         std::fs::write(&p, &b[..b.len() - 3]).unwrap();
         assert_eq!(load(&p).len(), 2);
-        append(&p, &[result(4, "four")]).unwrap();
+        append(&p, &[result(4, "four")], MAX_FILE).unwrap();
         let mut keys: Vec<_> = load(&p).keys().copied().collect();
         keys.sort();
         assert_eq!(keys, [[1; 32], [2; 32], [4; 32]]);
         // Too long to keep.
         let big = result(5, &"x".repeat(MAX_OUTPUT + 1));
-        append(&p, &[big]).unwrap();
+        append(&p, &[big], MAX_FILE).unwrap();
         assert!(!load(&p).contains_key(&[5; 32]));
         // Another user, another file.
         assert_ne!(p, file_for(d.path(), Some(1001), b"sha256sum {}"));
         assert_ne!(p, file_for(d.path(), None, b"sha256sum {}"));
+    }
+
+    #[test]
+    fn a_users_file_starts_again_past_its_smaller_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("u1000-x");
+        let mut big = result(1, "");
+        big.stdout = vec![b'x'; MAX_OUTPUT - 64];
+        for k in 0..(MAX_USER_FILE as usize / MAX_OUTPUT + 2) {
+            big.key = [k as u8; 32];
+            append(&p, std::slice::from_ref(&big), MAX_USER_FILE).unwrap();
+            assert!(std::fs::metadata(&p).unwrap().len() <= MAX_USER_FILE + MAX_OUTPUT as u64);
+        }
+        assert!(load(&p).len() < MAX_USER_FILE as usize / MAX_OUTPUT + 2, "it started again");
     }
 }

@@ -19,10 +19,12 @@ pub const SUPERBLOCK_SLOT: usize = 4096;
 /// journal record 16); version 8 lets data blocks of old versions be recompressed and
 /// relocated (checkpoint records of version 2 name the relocation tree); version 9 may hold
 /// cubes (`STORE/cubes`, `STORE/cubes.d/ID`), which an older build would show as empty
-/// directories it lets be removed. An older store is read as
-/// is and becomes the current version at its next checkpoint (every open makes one), after
-/// which older builds refuse it.
-pub const FORMAT_VERSION: u32 = 10;
+/// directories it lets be removed; version 10 journals a `writeback` cube's whole chunks
+/// (record 18); version 11 records who made a clone or snapshot apart from whom it is
+/// masked for (namespace records of version 5) and a user's clone whose top is theirs
+/// (journal record 19). An older store is read as is and becomes the current version at its
+/// next checkpoint (every open makes one), after which older builds refuse it.
+pub const FORMAT_VERSION: u32 = 11;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SCIONSB\0";
