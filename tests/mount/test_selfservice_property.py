@@ -17,19 +17,20 @@ real mount:
   Who made each clone and snapshot is recorded as the test goes (destroy and rollback are
   for what the user made, never for root's or another user's, even with the top theirs).
 
-Every difference is collected and the test fails at the end with all of them, each naming
-seed, round, user, request and what the oracle expected. Afterwards the store must pass
-`scion check`.
+Every difference is collected and the test fails at the end with them (all of them in
+/tmp/scion-tests/selfservice-seedN.log), each naming seed, round, user, request and what the
+oracle expected. Afterwards the store must pass `scion check`.
 
-    python3 -m pytest -q tests/mount/test_selfservice_property.py          # ~1 min
-    SCION_SEED=7 python3 -m pytest -q tests/mount/test_selfservice_property.py   # replay
-    SCION_SELFSERVICE_ROUNDS=30 SCION_TEST_TIMEOUT=3000 \\
-        python3 -m pytest -q tests/mount/test_selfservice_property.py      # longer
+    python3 -m pytest -q tests/mount/test_selfservice_property.py          # ~40 s on 2 cores
+    SCION_SEED=7 python3 -m pytest -q tests/mount/test_selfservice_property.py   # another seed
+    SCION_SELFSERVICE_ROUNDS=60 SCION_TEST_TIMEOUT=3000 \\
+        python3 -m pytest -q tests/mount/test_selfservice_property.py      # ~5 min
 
-  SCION_SEED                  seed (default 186; printed as seed=N)
-  SCION_SELFSERVICE_ROUNDS    rounds, each a new random tree (default 4)
-  SCION_SELFSERVICE_REQUESTS  requests per round (default 35)
-  (a longer run needs SCION_TEST_TIMEOUT, the per-test watchdog of conftest, raised too)
+  SCION_SEED                  seed (default 186, fixed; printed as seed=N)
+  SCION_SELFSERVICE_ROUNDS    rounds, each a new random tree (default 8)
+  SCION_SELFSERVICE_REQUESTS  random requests per round (default 45)
+  (a run much longer than the default needs conftest's per-test watchdog, SCION_TEST_TIMEOUT
+  (300 s), raised too)
 """
 
 import hashlib
@@ -48,7 +49,7 @@ import time
 
 import pytest
 
-from conftest import CMD_TIMEOUT, PLAIN, SCION_BIN
+from conftest import BASE, CMD_TIMEOUT, PLAIN, SCION_BIN
 from test_safety import ensure_user
 
 pytestmark = pytest.mark.skipif(PLAIN or os.geteuid() != 0,
@@ -99,7 +100,11 @@ def listable(p):
 
 def wx(p):
     # may create entries in p: write and search permission (what mkdir in it needs)
-    return listable(p) and os.access(p, os.W_OK | os.X_OK)
+    try:
+        os.lstat(os.path.join(p, "."))
+    except OSError:
+        return False
+    return os.access(p, os.W_OK | os.X_OK)
 
 KINDS = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "dir"), (stat.S_ISLNK, "symlink"),
          (stat.S_ISFIFO, "fifo"), (stat.S_ISCHR, "chardev"))
@@ -258,6 +263,7 @@ class SelfService:
         self.had_nested = set()  # clones that ever held clones or snapshots of their subdirectories
         self.carried = set()     # directories that have or had snapshots (a clone copies the record)
         self.failures = []
+        self.failed = {}     # verb -> differences found in its requests
         self.counts = {}
         self.round = None
         self.serial = 0
@@ -311,15 +317,14 @@ class SelfService:
         # A rollback is refused while a clone has (or had, when the snapshot was taken)
         # snapshots of its subdirectories or clones in it: remembered, as the clones that ever
         # held others, and the directories that ever had snapshots (`carried`).
-        for r in rows.values():
-            if r["kind"] == "snapshot" and not frozen(r["path"]):
-                self.carried.add(r["origin"])
-        for i, r in rows.items():
-            if r["kind"] == "clone" and any(
-                    not x["path"].startswith(r["path"] + "/.snapshot/")
-                    or x["path"].count("/") > r["path"].count("/") + 2
-                    for x in map(rows.get, self.held_by(r))):
-                self.had_nested.add(i)
+        for x in map(rows.get, new):
+            if x["kind"] == "snapshot" and not frozen(x["path"]):
+                self.carried.add(x["origin"])
+            for i, r in rows.items():
+                inside = x["path"][len(r["path"]) + 1:]
+                if r["kind"] == "clone" and x["path"].startswith(r["path"] + "/") and \
+                        not (inside.startswith(".snapshot/") and inside.count("/") == 1):
+                    self.had_nested.add(i)
         return new, gone
 
     def row_at(self, full):
@@ -349,6 +354,7 @@ class SelfService:
             if r.stderr.strip():
                 msg += f"\n  stderr: {tail(r.stderr)}"
         self.failures.append(msg)
+        self.failed[args[0]] = self.failed.get(args[0], 0) + 1
 
     def outcome(self, user, args, r, allowed, why):
         """Success where the oracle allows, refusal where it does not. True if so."""
@@ -445,7 +451,8 @@ class SelfService:
         self.root_scion("clone", src, dst)
         self.carry(src, dst)
         u = rng.choice(USERS)
-        src, given = rng.choice(live), f"{base}/home/{u}/{self.next_name('given')}"
+        given = f"{base}/home/{u}/{self.next_name('given')}"
+        src = rng.choice([d for d in live if not below(given, d)])
         self.root_scion("clone", src, given)
         self.carry(src, given)
         os.chown(given, self.uid[u], self.gid[u])
@@ -550,11 +557,9 @@ class SelfService:
         for rel, _ in opened:
             qs += [("open", at(dst, rel)), ("open", at(src, rel))]
         answers = self.probe(user, qs) if qs else []
+        self.check_setid(user, args, got, at_src, "the clone")
         for k, (rel, st) in enumerate(opened):
             in_clone, at_source = answers[2 * k] is None, answers[2 * k + 1] is None
-            if not stat.S_ISDIR(st.st_mode) and st.st_mode & 0o6000 and st.st_uid != uid:
-                self.fail(user, args, f"(b) {rel} is setuid/setgid ({oct(st.st_mode & 0o7777)}) in the clone "
-                                      f"and not theirs (owner {self.name.get(st.st_uid, st.st_uid)})")
             if stat.S_ISCHR(st.st_mode):
                 if in_clone and not at_source:
                     self.fail(user, args, f"(a) device {rel} ({os.major(st.st_rdev)}:{os.minor(st.st_rdev)}) "
@@ -565,6 +570,21 @@ class SelfService:
             elif in_clone and not at_source:
                 self.fail(user, args, f"(d) {rel} was unreadable to them at the source "
                                       f"({answers[2 * k + 1]}) and reads in the clone")
+
+    def check_setid(self, user, args, got, before, what):
+        """(b) In what a user made, others' files are not setuid or setgid; their own keep
+        the bits they showed (`before`: rel -> lstat), as their cp -a keeps them."""
+        uid = self.uid[user]
+        for rel, st in got:
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            bits = st.st_mode & 0o6000
+            if bits and st.st_uid != uid:
+                self.fail(user, args, f"(b) {rel} is setuid/setgid ({oct(st.st_mode & 0o7777)}) in {what} "
+                                      f"and not theirs (owner {self.name.get(st.st_uid, st.st_uid)})")
+            elif st.st_uid == uid and rel in before and before[rel].st_mode & 0o6000 & ~bits:
+                self.fail(user, args, f"(b) {rel} is theirs: its setuid/setgid bits stay as they were "
+                                      f"({oct(before[rel].st_mode & 0o7777)}), not {oct(st.st_mode & 0o7777)} in {what}")
 
     def req_snapshot(self, user, base, p, d=None):
         """Returns the snapshot's name if it was taken."""
@@ -595,16 +615,38 @@ class SelfService:
         new, _ = self.sync(self.uid[user])
         if not self.outcome(user, args, r, allowed, why):
             return None
-        if r.returncode == 0 and not os.path.isdir(f"{d}/.snapshot/{name}"):
-            self.fail(user, args, "the snapshot shows in DIR/.snapshot", r)
+        if r.returncode == 0:
+            self.check_snapshot(user, args, d, f"{d}/.snapshot/{name}")
         if r.returncode != 0 and new:
             self.fail(user, args, f"a refused snapshot makes nothing: new ids {new}", r)
         return name if r.returncode == 0 else None
 
+    def check_snapshot(self, user, args, d, snap):
+        """A user's snapshot holds what DIR holds, made for them: the setuid and setgid bits
+        of files they do not own hidden, nothing else changed."""
+        if not os.path.isdir(snap):
+            self.fail(user, args, "the snapshot shows in DIR/.snapshot")
+            return
+        live, got = dict(entries(d)), dict(entries(snap))
+        if set(live) != set(got):
+            self.fail(user, args, f"the snapshot holds what DIR holds: {sorted(set(live) ^ set(got))[:10]}")
+            return
+        for rel, a in live.items():
+            b = got[rel]
+            want = a.st_mode
+            if not stat.S_ISDIR(a.st_mode) and a.st_uid != self.uid[user]:
+                want &= ~0o6000
+            if (b.st_mode, b.st_uid, b.st_gid) != (want, a.st_uid, a.st_gid) \
+                    or content(at(snap, rel), b) != content(at(d, rel), a):
+                self.fail(user, args, f"{rel or '.'} in their snapshot: mode/uid/gid {oct(b.st_mode)}/{b.st_uid}/"
+                                      f"{b.st_gid}, expected {oct(want)}/{a.st_uid}/{a.st_gid} (live "
+                                      f"{oct(a.st_mode)}: only others' setuid/setgid bits hidden)")
+
     def req_restore(self, user, base, p):
         if not p["snap_all"]:
             return
-        singles = [x for x in p["snap_all"] if x not in set(p["snap_dirs"])]
+        dirs = set(p["snap_dirs"])
+        singles = [x for x in p["snap_all"] if x not in dirs]
         src = self.rng.choice(singles if singles and self.rng.random() < 0.5 else p["snap_all"])
         parent = self.pick_dir(p, user, 0.6)
         dst = f"{parent}/{self.next_name('r')}"
@@ -675,7 +717,6 @@ class SelfService:
         x = rng.random()
         recursive = False
         if x < 0.2:
-            row = None
             target = self.pick_dir(p, user, 0.5)        # most often not a clone at all
             row = self.row_at(target)
             args = ["destroy", target]
@@ -749,11 +790,18 @@ class SelfService:
                f"inside a snapshot: {frozen(row['path'])}, "
                f"reachable: {reachable} ({st['err']}), snapshot {to} exists: {to in snaps}")
         r = self.scion(user, *args)
-        self.sync(self.uid[user])
+        new, _ = self.sync(self.uid[user])
+        for i in new:
+            # a rolled back clone is listed under a new id: still made by whoever made it
+            if self.rows[i]["path"] == row["path"]:
+                self.made_by[i] = self.made_by.get(row["id"])
+                if row["id"] in self.had_nested:
+                    self.had_nested.add(i)
         if nested and allowed:
             return       # what a rollback does to clones nested in it is not this test's question
         if not self.outcome(user, args, r, allowed, why) or r.returncode != 0:
             return
+        self.check_setid(user, args, entries(target), {}, "the clone rolled back")
         now, then = dict(entries(target)), dict(entries(f"{target}/.snapshot/{to}"))
         if set(now) != set(then):
             self.fail(user, args, f"after the rollback the clone holds what the snapshot does: {sorted(set(now) ^ set(then))[:10]}")
@@ -762,7 +810,9 @@ class SelfService:
             a, b = now[rel], then[rel]
             if (a.st_mode, a.st_uid, a.st_gid) != (b.st_mode, b.st_uid, b.st_gid) or \
                     content(at(target, rel), a) != content(at(f"{target}/.snapshot/{to}", rel), b):
-                self.fail(user, args, f"after the rollback {rel or '.'} is not as the snapshot holds it")
+                self.fail(user, args, f"after the rollback {rel or '.'} is not as the snapshot holds it: "
+                                      f"mode/uid/gid {oct(a.st_mode)}/{a.st_uid}/{a.st_gid}, in the snapshot "
+                                      f"{oct(b.st_mode)}/{b.st_uid}/{b.st_gid}")
 
     def req_versions(self, user, base, p):
         rng = self.rng
@@ -784,6 +834,9 @@ class SelfService:
             live = [x for x in rows if x.get("live")]
             if r.returncode != 0 or not live:
                 self.fail(user, args, f"stat PATH as {user} works: its live version is listed", r)
+            elif stat.S_ISLNK(st["mode"]) and live[-1].get("kind") != "symlink":
+                self.fail(user, args, "PATH is a symlink: its versions are the symlink's, as stat "
+                                      "and ls -l show it (not followed)", r)
             elif stat.S_ISREG(st["mode"]) and live[-1].get("size") != st["size"]:
                 self.fail(user, args, f"the live version's size is stat's {st['size']}", r)
 
@@ -961,7 +1014,11 @@ def test_users_get_through_scion_what_they_get_by_hand(scion_mount):
     m.umount()
     assert "clean" in m.check()
     if w.failures:
+        log = os.path.join(BASE, f"selfservice-seed{seed}.log")
+        with open(log, "w") as f:
+            f.write("\n\n".join(w.failures) + "\n")
         shown = "\n\n".join(w.failures[:40])
-        more = f"\n\n... and {len(w.failures) - 40} more" if len(w.failures) > 40 else ""
+        more = f"\n\n... and {len(w.failures) - 40} more (all in {log})" if len(w.failures) > 40 else ""
         pytest.fail(f"seed={seed}: {len(w.failures)} differences between scion and what the user "
-                    f"can do by hand (replay: SCION_SEED={seed})\n\n{shown}{more}", pytrace=False)
+                    f"can do by hand (replay: SCION_SEED={seed}); by request: {sorted(w.failed.items())}"
+                    f"\n\n{shown}{more}", pytrace=False)

@@ -349,6 +349,15 @@ fn snapshot(fs: &mut Fs, path: &[u8], name: &[u8], masked_for: Option<u32>) -> R
             ),
         ));
     }
+    if scion_fs::clone::is_transient(name) {
+        return Err(Failure::new(
+            libc::EINVAL,
+            format!(
+                "{:?} is not a snapshot name: names beginning with '.scion-' are kept for scion's own",
+                String::from_utf8_lossy(name)
+            ),
+        ));
+    }
     let d = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
     fs.snapshot_for(d, name, &show(path).into_bytes(), false, scion_fs::Ts::now(), masked_for)
         .map_err(|e| {
@@ -479,6 +488,7 @@ fn pin_for_scan(
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
     assert_eq!(n, 8, "getrandom");
     let name: Vec<u8> = [SCAN_PIN, b.iter().map(|x| format!("{x:02x}")).collect::<String>().as_bytes()].concat();
+    assert!(scion_fs::clone::is_transient(&name), "a scan's pin is no version of its directory");
     let what = || format!("a snapshot of {} to scan", show(path));
     fs.snapshot_for(ino, &name, &show(path).into_bytes(), false, scion_fs::Ts::now(), user.map(|u| u.uid))
         .map_err(Failure::from_fs(what()))?;

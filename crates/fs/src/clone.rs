@@ -59,6 +59,17 @@ pub fn summary_snap_key(oid: u64) -> Vec<u8> {
     k
 }
 
+/// Snapshots whose names begin so are the system's own, taken for the span of one command
+/// (a scan's pins): reachable by name under `.snapshot` as any other, but no version of
+/// their directory (`dir_snapshots` leaves them out: versions, retention, mirrors). Names
+/// users give may not begin so.
+pub const TRANSIENT_SNAPSHOT: &[u8] = b".scion-";
+
+/// Whether snapshot `name` is the system's own, for one command (`TRANSIENT_SNAPSHOT`).
+pub fn is_transient(name: &[u8]) -> bool {
+    name.starts_with(TRANSIENT_SNAPSHOT)
+}
+
 /// The ordinary user a clone is made for, and the group its top directory gets: theirs,
 /// as their own `cp -a` would make it (the source's group if they are in it, else their
 /// own; the daemon decides, knowing their groups).

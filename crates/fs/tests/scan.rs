@@ -273,3 +273,21 @@ fn a_user_gets_no_key_of_a_file_they_may_not_read() {
     assert_eq!(got.contents.len(), 2, "private.txt and guess share a key for root");
     assert!(got.denied.is_empty());
 }
+
+/// A scan's pin (a snapshot named `.scion-...`) is reachable by its name under `.snapshot`
+/// but is no version of its directory: versions, retention and mirrors do not see it.
+#[test]
+fn a_transient_snapshot_is_reachable_but_no_version() {
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let d = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    mkfile(&mut fs, d, "f", b"pinned");
+    fs.snapshot(d, b"kept", b"/d").unwrap();
+    fs.snapshot(d, b".scion-scan-00ff", b"/d").unwrap();
+    let names: Vec<Vec<u8>> = fs.dir_snapshots(d).unwrap().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, [b"kept".to_vec()]);
+    let f = fs.resolve_path(b"d/.snapshot/.scion-scan-00ff/f").unwrap();
+    assert_eq!(read_all(&mut fs, f), b"pinned");
+    let v = fs.versions(b"d/f").unwrap();
+    assert!(v.iter().all(|x| x.snapshots.iter().all(|s| !s.windows(7).any(|w| w == b".scion-"))), "{v:?}");
+}

@@ -199,6 +199,7 @@ impl Fs {
             .namespaces
             .iter()
             .filter(|(_, s)| s.info.kind == NsKind::Snapshot && s.info.parent == ns && s.info.anchor == oid)
+            .filter(|(_, s)| !crate::clone::is_transient(&s.info.name))
             .map(|(id, s)| DirSnapshot {
                 id: *id,
                 name: s.info.name.clone(),
