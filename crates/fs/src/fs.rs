@@ -2653,10 +2653,14 @@ impl Fs {
 
     /// Stops (or starts again) journaling changes: without a journal, a crash goes back to
     /// the last checkpoint, and `fsync` takes a checkpoint (`journaled` false: mode
-    /// `nojournal` of a cube). Turning it off takes a checkpoint first, so nothing journaled
-    /// before waits on a journal that is no longer written.
+    /// `nojournal` of a cube). A switch either way takes a checkpoint first: turning it off,
+    /// so nothing journaled before waits on a journal that is no longer written; turning it
+    /// on, so the journal starts from a committed state that holds every change made
+    /// without it (a record replayed over a checkpoint that lacks what it builds on, a file
+    /// in a directory made unjournaled, fails replay; and an fsync acknowledged after the
+    /// switch must keep what was written before it).
     pub fn set_journaled(&mut self, on: bool) -> FsResult<()> {
-        if !on && self.journaled {
+        if on != self.journaled {
             self.checkpoint_for_sync()?;
         }
         self.journaled = on;

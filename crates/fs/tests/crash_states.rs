@@ -76,6 +76,9 @@ enum Step {
     /// The store stops journaling (a `nojournal` cube): only checkpoints make it durable,
     /// and its fsync takes one.
     NoJournal,
+    /// The store journals again (`cube set --mode ordered` of a `nojournal` cube): it takes
+    /// a checkpoint first, so the journal starts from a state that holds what came before.
+    Journal,
     /// The store journals file data with the metadata (a `data` cube): nothing is written
     /// ahead to the packs.
     JournalData,
@@ -106,6 +109,7 @@ impl Step {
             self,
             Step::Fsync
                 | Step::NoJournal
+                | Step::Journal
                 | Step::Checkpoint
                 | Step::Clone(..)
                 | Step::Snapshot(..)
@@ -282,6 +286,7 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
             Ok(()) => panic!("{inner:?} succeeded, expected errno {errno}"),
         },
         Step::NoJournal => fs.set_journaled(false)?,
+        Step::Journal => fs.set_journaled(true)?,
         Step::JournalData => fs.set_journal_data(true),
         Step::Writeback => fs.set_writeback(true),
         Step::SyncJournal => {
@@ -1065,6 +1070,17 @@ fn cubes(rng: &mut StdRng) -> Vec<Step> {
         in4(Step::Truncate("j".into(), 70_000)),
         in4(Step::Checkpoint),
         in4(Step::Write("j".into(), 0, bytes(rng, 65536))),
+        // Store 3 journals again: made unjournaled before the switch, then changed after it
+        // and fsynced through the journal.
+        in3(Step::Mkdir("u".into())),
+        in3(Step::Create("u/f".into())),
+        in3(Step::Write("u/f".into(), 0, bytes(rng, 5000))),
+        in3(Step::Journal),
+        in3(Step::Create("u/g".into())),
+        in3(Step::Write("u/f".into(), 5000, bytes(rng, 3000))),
+        in3(Step::Write("u/g".into(), 0, bytes(rng, 70_000))),
+        in3(Step::Fsync),
+        in3(Step::Rename("u/g".into(), "u/h".into())),
     ]
 }
 
