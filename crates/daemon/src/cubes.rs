@@ -368,10 +368,12 @@ impl Cubes {
         if let Some(b) = background {
             b.stop();
         }
+        // The same store served again: the same inode numbers, the same generation.
+        let generation = self.router.generation(vol);
         retire(path, self.router.take_out(vol).expect("a served cube's volume is in the router"));
         let report = scion_fs::check::check(&self.host, &cube.store_dir(&self.store)).map_err(fail);
         let back = self.open_engine(&cube).and_then(|engine| {
-            self.router.put_back(vol, engine.clone(), serving(&cube))?;
+            self.router.put_back(vol, engine.clone(), serving(&cube), generation)?;
             Ok(self.start(vol, engine))
         });
         let mut st = self.state.lock().unwrap();

@@ -96,6 +96,10 @@ pub struct Serving {
 struct Served {
     engine: Engine,
     serving: Serving,
+    /// The generation of every entry this volume gives the kernel: new for each volume a
+    /// slot serves, so an inode the kernel still holds of a volume the slot served before is
+    /// found stale (the kernel compares generations when it finds an inode by number).
+    generation: u64,
 }
 
 /// Where cubes hang in the tree: a directory of one volume (the graft) shows another
@@ -119,6 +123,13 @@ pub struct Router {
     fenced: RwLock<std::collections::HashSet<VolumeId>>,
     /// Cubes by id, as `MNT/.cubes/ID` shows them.
     cube_ids: RwLock<std::collections::BTreeMap<u32, VolumeId>>,
+    /// Slots of volumes no longer served whose inodes the kernel still holds: the kernel
+    /// references not yet forgotten. A slot is not given to another volume until the kernel
+    /// has forgotten every inode of the last one: its numbers would name the new volume's
+    /// inodes, and its FORGETs would count against them.
+    retired: std::sync::Mutex<std::collections::HashMap<VolumeId, u64>>,
+    /// The last generation given to a volume.
+    generations: std::sync::atomic::AtomicU64,
 }
 
 /// The main volume's inode number of the `.cubes` directory at the mount root (above every
@@ -133,10 +144,12 @@ impl Router {
     pub fn new(main: Engine) -> FsResult<Router> {
         main.lock().limit_namespaces(MAIN_NS_LIMIT)?;
         Ok(Router {
-            volumes: RwLock::new(vec![Some(Served { engine: main, serving: Serving::default() })]),
+            volumes: RwLock::new(vec![Some(Served { engine: main, serving: Serving::default(), generation: 0 })]),
             grafts: RwLock::default(),
             fenced: RwLock::default(),
             cube_ids: RwLock::default(),
+            retired: Default::default(),
+            generations: Default::default(),
         })
     }
 
@@ -150,13 +163,20 @@ impl Router {
         engine.lock().limit_namespaces(VOLUME_NS_LIMIT)?;
         let mut v = self.volumes.write().unwrap();
         let slot = self.free_slot(&mut v)?;
-        v[slot] = Some(Served { engine, serving });
+        let generation = self.generations.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        v[slot] = Some(Served { engine, serving, generation });
         Ok(VolumeId(slot as u16))
     }
 
-    /// A slot no volume holds or keeps (taken out, unavailable), made if there is none.
+    /// A slot no volume holds or keeps (taken out, unavailable, retired), made if there is
+    /// none.
     fn free_slot(&self, v: &mut Vec<Option<Served>>) -> FsResult<usize> {
-        let free = v.iter().enumerate().skip(1).find(|(i, s)| s.is_none() && !self.is_taken_out(VolumeId(*i as u16)));
+        let retired = self.retired.lock().unwrap();
+        let free = v
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(i, s)| s.is_none() && !self.is_taken_out(VolumeId(*i as u16)) && !retired.contains_key(&VolumeId(*i as u16)));
         match free.map(|(i, _)| i) {
             Some(i) => Ok(i),
             None if v.len() < MAX_VOLUMES => {
@@ -176,11 +196,11 @@ impl Router {
     }
 
     /// Serves `engine` again as volume `id`, taken out before.
-    pub fn put_back(&self, id: VolumeId, engine: Engine, serving: Serving) -> FsResult<()> {
+    pub fn put_back(&self, id: VolumeId, engine: Engine, serving: Serving, generation: u64) -> FsResult<()> {
         engine.lock().limit_namespaces(VOLUME_NS_LIMIT)?;
         let mut v = self.volumes.write().unwrap();
         assert!(v[id.index()].is_none(), "volume {} is served already", id.0);
-        v[id.index()] = Some(Served { engine, serving });
+        v[id.index()] = Some(Served { engine, serving, generation });
         self.fenced.write().unwrap().remove(&id);
         Ok(())
     }
@@ -269,12 +289,38 @@ impl Router {
         g.pinned.values().any(|p| p.contains(&(at, ino)))
     }
 
-    /// Stops serving a volume (not the main one): its inode numbers get ESTALE from now on.
+    /// Stops serving a volume (not the main one): its inode numbers get ESTALE from now on,
+    /// and its slot is retired while the kernel holds any of its inodes (`forget_retired`).
     /// Returns its engine, for the caller to close.
     pub fn remove(&self, id: VolumeId) -> Option<Engine> {
         assert_ne!(id, VolumeId::MAIN, "the main volume is served for the mount's lifetime");
         self.ungraft(id);
-        self.volumes.write().unwrap().get_mut(id.index()).and_then(Option::take).map(|s| s.engine)
+        let engine = self.volumes.write().unwrap().get_mut(id.index()).and_then(Option::take).map(|s| s.engine)?;
+        let held = engine.lock().kernel_references();
+        if held > 0 {
+            self.retired.lock().unwrap().insert(id, held);
+        }
+        Some(engine)
+    }
+
+    /// The kernel forgot `n` references to `ino`; true if it was of a retired volume (whose
+    /// slot is free again once the kernel holds none of its inodes).
+    pub fn forget_retired(&self, ino: Ino, n: u64) -> bool {
+        let id = VolumeId::of(ino);
+        let mut r = self.retired.lock().unwrap();
+        let Some(held) = r.get_mut(&id) else { return false };
+        *held = held.saturating_sub(n);
+        if *held == 0 {
+            r.remove(&id);
+            log::debug!("volume slot {} free again: the kernel holds none of its inodes", id.0);
+        }
+        true
+    }
+
+    /// The generation of volume `id`'s entries (0 for the main volume and for a slot that
+    /// serves nothing).
+    pub fn generation(&self, id: VolumeId) -> u64 {
+        self.volumes.read().unwrap().get(id.index()).and_then(|s| s.as_ref().map(|s| s.generation)).unwrap_or(0)
     }
 
     /// The engine of volume `id`. EIO for a fenced volume that failed.

@@ -268,6 +268,8 @@ fn routing_refuses_what_it_does_not_serve() {
         .unwrap();
     let fb = create(&router, vb, b"b");
     assert!(router.route(fb).is_ok());
+    let gen_b = router.generation(vb);
+    assert_ne!(gen_b, 0, "a cube's entries have a generation of their own");
     let engine = router.remove(vb).unwrap();
     engine.close().unwrap();
     assert_eq!(
@@ -276,9 +278,19 @@ fn routing_refuses_what_it_does_not_serve() {
         "a removed volume's inodes are stale"
     );
     assert_eq!(router.volumes().len(), 1);
-    // The slot is taken again by the next volume.
+    // The kernel still holds fb (mknod's reference): the slot is not given to the next
+    // volume, whose inodes fb's number would name, and whose counts fb's FORGET would take.
     let vc = router
         .add(volume(&tmp.path().join("c"), scion_store::os_host()))
         .unwrap();
-    assert_eq!(vc, vb);
+    assert_ne!(vc, vb, "a slot whose inodes the kernel holds went to another volume");
+    // Once the kernel forgets them, the slot serves again, with a new generation.
+    assert!(router.forget_retired(fb, 1));
+    let vd = router
+        .add(volume(&tmp.path().join("d"), scion_store::os_host()))
+        .unwrap();
+    assert_eq!(vd, vb);
+    assert_ne!(router.generation(vd), gen_b);
+    assert_ne!(router.generation(vd), router.generation(vc));
+    assert_eq!(router.generation(VolumeId::MAIN), 0);
 }

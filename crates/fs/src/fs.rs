@@ -966,6 +966,12 @@ impl Fs {
         ino & SNAPDIR_BIT == 0 && self.nodes.get(&ino).is_some_and(|n| n.lookups > 0)
     }
 
+    /// The references the kernel holds to this volume's inodes, in all: what its FORGETs
+    /// will give back.
+    pub fn kernel_references(&self) -> u64 {
+        self.nodes.values().map(|n| n.lookups).sum()
+    }
+
     /// The kernel dropped `count` references.
     pub fn forget(&mut self, ino: Ino, count: u64) {
         if let Some(n) = self.nodes.get_mut(&ino) {

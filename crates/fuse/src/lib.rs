@@ -132,6 +132,8 @@ struct At {
     vol: VolumeId,
     engine: Engine,
     ino: u64,
+    /// The generation of the volume's entries (`Router::generation`).
+    generation: u64,
 }
 
 impl At {
@@ -145,7 +147,7 @@ impl At {
 
     fn entry(&self, r: FsResult<Attr>, reply: ReplyEntry) {
         match r {
-            Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &entry_ttl(&a), &self.attr(&a), Generation(0)),
+            Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &entry_ttl(&a), &self.attr(&a), Generation(self.generation)),
             Err(e) => reply.error(err(self.localize(e))),
         }
     }
@@ -184,7 +186,7 @@ impl At {
 macro_rules! route {
     ($self:ident, $ino:expr, $reply:ident) => {
         match $self.router.route($ino.0) {
-            Ok((vol, engine, ino)) => At { vol, engine, ino },
+            Ok((vol, engine, ino)) => At { vol, engine, ino, generation: $self.router.generation(vol) },
             Err(e) => return $reply.error(err(e)),
         }
     };
@@ -285,7 +287,7 @@ impl ScionFuse {
             Ok(e) => e,
             Err(e) => return reply.error(err(e)),
         };
-        let root = At { vol, engine, ino: scion_fs::ROOT_INO };
+        let root = At { vol, engine, ino: scion_fs::ROOT_INO, generation: self.router.generation(vol) };
         let r = root.fs().remember(scion_fs::ROOT_INO);
         root.entry(r, reply)
     }
@@ -430,7 +432,7 @@ impl Filesystem for ScionFuse {
             // cache the entry, or it would serve it to the next caller without asking.
             let r = at.fs().lookup_as(at.ino, name.as_bytes(), &caller(req));
             return match r {
-                Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &Duration::ZERO, &at.attr(&a), Generation(0)),
+                Ok(a) => reply.entry_with_ttls(&attr_ttl(&a), &Duration::ZERO, &at.attr(&a), Generation(at.generation)),
                 Err(e) => reply.error(err(e)),
             };
         }
@@ -448,9 +450,13 @@ impl Filesystem for ScionFuse {
 
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        // A volume no longer served has nothing left to forget.
-        if let Ok((_, engine, ino)) = self.router.route(ino.0) {
-            engine.lock().forget(ino, nlookup);
+        // A volume no longer served has nothing left to forget, but its slot waits until the
+        // kernel has forgotten its inodes.
+        match self.router.route(ino.0) {
+            Ok((_, engine, ino)) => engine.lock().forget(ino, nlookup),
+            Err(_) => {
+                self.router.forget_retired(ino.0, nlookup);
+            }
         }
     }
 
@@ -609,7 +615,7 @@ impl Filesystem for ScionFuse {
         let at = route!(self, parent, reply);
         let r = at.same_volume(newparent).and_then(|to| {
             self.not_pinned(&at, name.as_bytes())?;
-            let dst = At { vol: at.vol, engine: at.engine.clone(), ino: to };
+            let dst = At { vol: at.vol, engine: at.engine.clone(), ino: to, generation: at.generation };
             self.not_pinned(&dst, newname.as_bytes())?;
             at.fs()
                 .rename(at.ino, name.as_bytes(), to, newname.as_bytes(), flags.bits())
@@ -841,7 +847,7 @@ impl Filesystem for ScionFuse {
                 OsStr::from_bytes(name),
                 &attr_ttl(&a),
                 &at.attr(&a),
-                Generation(0),
+                Generation(at.generation),
             ) {
                 if counted {
                     fs.forget(a.ino, 1);
@@ -981,7 +987,7 @@ impl Filesystem for ScionFuse {
             Ok(a) => reply.created(
                 &TTL,
                 &at.attr(&a),
-                Generation(0),
+                Generation(at.generation),
                 FileHandle(0),
                 FopenFlags::FOPEN_KEEP_CACHE,
             ),
