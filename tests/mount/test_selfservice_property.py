@@ -8,8 +8,9 @@ real mount:
 
 - each round root builds a random tree: directories and files with random owners and modes
   (0700, 0711, 0755, 0640, 0600, setuid and setgid files...), POSIX ACLs naming a user,
-  character devices (1:3 as /dev/null, 1:11 as /dev/kmsg), FIFOs and symlinks; root takes
-  snapshots and clones of its own, and gives some of its clones to a user (chown of the top);
+  character devices (1:3 as /dev/null, 1:11 as /dev/kmsg; an image with its /dev), FIFOs and
+  symlinks; root takes snapshots and clones of its own, and gives some of its clones to a user
+  (chown of the top);
 - then random users ask random requests, on paths they may and may not reach: snapshot,
   destroy (a path or @ID), clone, rollback, restore, versions, list, diff, scan;
 - the oracle is what the same user can do by hand, asked as that user through the mount
@@ -311,8 +312,13 @@ class SelfService:
         rows = {r["id"]: r for r in map(json.loads, out.splitlines())}
         new = sorted(set(rows) - set(self.rows))
         gone = sorted(set(self.rows) - set(rows))
+        was = {self.rows[g]["path"]: g for g in gone}
         for i in new:
-            self.made_by[i] = maker
+            # (a clone rolled back is listed again under a new id: made by whoever made it)
+            old = was.get(rows[i]["path"])
+            self.made_by[i] = self.made_by.get(old, maker) if old else maker
+            if old in self.had_nested:
+                self.had_nested.add(i)
         self.rows = rows
         # A rollback is refused while a clone has (or had, when the snapshot was taken)
         # snapshots of its subdirectories or clones in it: remembered, as the clones that ever
@@ -387,13 +393,20 @@ class SelfService:
         os.mkdir(f"{base}/pub")
         os.chmod(f"{base}/pub", 0o1777)            # anyone may make things here (sticky)
         os.mkdir(f"{base}/srv", 0o755)
-        dirs = [f"{base}/pub", f"{base}/srv"]
+        # An image a root filesystem is made from (README's /srv/images/base), with its /dev.
+        image = f"{base}/srv/image"
+        os.makedirs(f"{image}/dev", 0o755)
+        os.mknod(f"{image}/dev/null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        os.chmod(f"{image}/dev/null", 0o666)
+        os.mknod(f"{image}/dev/kmsg", stat.S_IFCHR | 0o600, os.makedev(1, 11))
+        os.chmod(f"{image}/dev/kmsg", rng.choice([0o600, 0o644, 0o660]))
+        dirs = [f"{base}/pub", f"{base}/srv", image, f"{image}/dev"]
         modes = {}                                 # directories get their modes at the end
         for u in USERS:
             h = f"{base}/home/{u}"
             os.mkdir(h)
             own(h, self.uid[u], 0o755)
-            modes[h] = (self.uid[u], rng.choice([0o700, 0o711, 0o750, 0o755, 0o755]))
+            modes[h] = rng.choice([0o700, 0o711, 0o750, 0o755, 0o755])
             dirs.append(h)
         for i in range(rng.randint(22, 32)):
             parent = rng.choice(dirs)
@@ -403,7 +416,7 @@ class SelfService:
                 p = f"{parent}/d{i}"
                 os.mkdir(p)
                 os.lchown(p, uid, gid_of[uid])
-                modes[p] = (uid, rng.choice([0o755, 0o755, 0o711, 0o700, 0o750, 0o777, 0o555, 0o744]))
+                modes[p] = rng.choice([0o755, 0o755, 0o711, 0o700, 0o750, 0o777, 0o555, 0o744])
                 dirs.append(p)
             elif kind in ("file", "setid"):
                 p = f"{parent}/f{i}"
@@ -432,22 +445,22 @@ class SelfService:
             if kind in ("dir", "file") and rng.random() < 0.15:
                 who = self.uid[rng.choice(USERS)]
                 if kind == "dir":
-                    mode, perm = modes[p][1], 5
-                    os.setxattr(p, "system.posix_acl_access", acl_granting(mode, who, perm))
-                    modes[p] = (uid, None)          # the ACL set the mode already
+                    os.setxattr(p, "system.posix_acl_access", acl_granting(modes[p], who, 5))
+                    modes[p] = None                 # the ACL set the mode already
                 else:
                     mode = os.lstat(p).st_mode & 0o777
                     os.setxattr(p, "system.posix_acl_access", acl_granting(mode, who, 4))
-        for p, (uid, mode) in modes.items():
+        for p, mode in modes.items():
             if mode is not None:
                 os.chmod(p, mode)
         # Root's own: snapshots of some directories (users' included), a clone, and a clone
         # given to a user (its top chowned to them), with a snapshot to roll it back to.
         live = [p for p in dirs if p != f"{base}/pub"]
-        for d in rng.sample(live, 2):
+        for d in [image] + rng.sample(live, 2):
             self.root_scion("snapshot", "--name", self.next_name("rs"), d)
         self.sync(0)
-        src, dst = rng.choice(live), f"{base}/srv/{self.next_name('rootclone')}"
+        dst = f"{base}/srv/{self.next_name('rootclone')}"
+        src = rng.choice([d for d in live if not below(dst, d)])
         self.root_scion("clone", src, dst)
         self.carry(src, dst)
         u = rng.choice(USERS)
@@ -645,9 +658,14 @@ class SelfService:
     def req_restore(self, user, base, p):
         if not p["snap_all"]:
             return
+        # Half the time one entry rather than a tree; device nodes, which a user's cp -a cannot
+        # make, often.
         dirs = set(p["snap_dirs"])
         singles = [x for x in p["snap_all"] if x not in dirs]
-        src = self.rng.choice(singles if singles and self.rng.random() < 0.5 else p["snap_all"])
+        devices = [x for x in singles if stat.S_ISCHR(os.lstat(x).st_mode)]
+        x = self.rng.random()
+        src = self.rng.choice(devices if devices and x < 0.15 else
+                              singles if singles and x < 0.5 else p["snap_all"])
         parent = self.pick_dir(p, user, 0.6)
         dst = f"{parent}/{self.next_name('r')}"
         args = ["restore", dst, "--from", src]
@@ -689,6 +707,10 @@ class SelfService:
         uid = self.uid[user]
         at_src = dict(entries(src))
         got, want = dict(entries(dst)), dict(entries(copy))
+        if stat.S_IFMT(got[""].st_mode) != stat.S_IFMT(want[""].st_mode):
+            self.fail(user, args, f"DST is what cp -a makes of SRC: kind {oct(stat.S_IFMT(got[''].st_mode))}, "
+                                  f"cp -a made {oct(stat.S_IFMT(want[''].st_mode))} (a symlink is copied, not followed)")
+            return
         if set(got) != set(want):
             self.fail(user, args, f"restore holds what cp -a copied; differ: {sorted(set(got) ^ set(want))[:10]}")
             return
@@ -790,13 +812,7 @@ class SelfService:
                f"inside a snapshot: {frozen(row['path'])}, "
                f"reachable: {reachable} ({st['err']}), snapshot {to} exists: {to in snaps}")
         r = self.scion(user, *args)
-        new, _ = self.sync(self.uid[user])
-        for i in new:
-            # a rolled back clone is listed under a new id: still made by whoever made it
-            if self.rows[i]["path"] == row["path"]:
-                self.made_by[i] = self.made_by.get(row["id"])
-                if row["id"] in self.had_nested:
-                    self.had_nested.add(i)
+        self.sync(self.uid[user])
         if nested and allowed:
             return       # what a rollback does to clones nested in it is not this test's question
         if not self.outcome(user, args, r, allowed, why) or r.returncode != 0:

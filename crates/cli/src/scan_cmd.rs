@@ -119,7 +119,8 @@ struct Unpin<'a> {
 impl Drop for Unpin<'_> {
     fn drop(&mut self) {
         for (_, pin) in self.pins {
-            let op = Op::Destroy { target: scion_daemon::control::Target::Path(pin.clone()), recursive: false };
+            // Recursive: a pin holds the clones nested in what it pinned, frozen with it.
+            let op = Op::Destroy { target: scion_daemon::control::Target::Path(pin.clone()), recursive: true };
             if let Err(e) = call(self.at, &op) {
                 eprintln!("scion scan: its snapshot /{} not destroyed: {e}", String::from_utf8_lossy(pin));
             }

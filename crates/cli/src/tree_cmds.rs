@@ -90,6 +90,25 @@ pub(crate) fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Resu
     })
 }
 
+/// `locate` of what `path`'s last name itself is, as `lstat` and `cp -a` take it: the
+/// directories above are resolved, a symlink at the end is not followed (nor need anything
+/// be there: a path gone from the live tree still names its versions).
+pub(crate) fn locate_entry(path: &Path, store: &Option<PathBuf>) -> Result<Located, String> {
+    let (Some(name), None) = (path.file_name(), store) else {
+        return locate(path, store.is_some() || path.exists(), store);
+    };
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut l = locate(&parent, true, store)?;
+    if !l.rel.is_empty() {
+        l.rel.push(b'/');
+    }
+    l.rel.extend_from_slice(name.as_bytes());
+    Ok(l)
+}
+
 impl Located {
     /// An unmounted store (what --store names).
     pub(crate) fn unmounted(store: PathBuf) -> Located {
@@ -340,19 +359,10 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>, recursive: bool, mount: Op
     let at = if store.is_some() {
         locate(&path, true, &store)?
     } else {
-        let parent = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = path
-            .file_name()
-            .ok_or_else(|| format!("{}: not a clone", path.display()))?;
-        let mut l = locate(&parent, true, &store)?;
-        if !l.rel.is_empty() {
-            l.rel.push(b'/');
+        if path.file_name().is_none() {
+            return Err(format!("{}: not a clone", path.display()));
         }
-        l.rel.extend_from_slice(name.as_bytes());
-        l
+        locate_entry(&path, &store)?
     };
     // Clones made from a snapshot keep their files: said, as `zfs destroy` would refuse.
     let made: Vec<String> = match call(&at, &Op::List { under: None }) {
@@ -612,12 +622,9 @@ pub fn versions(
     store: Option<PathBuf>,
 ) -> Result<std::process::ExitCode, String> {
     use scion_daemon::control::Reply;
-    // The path may be gone from the live tree: its parent is what must exist.
-    let at = if store.is_some() || path.exists() {
-        locate(&path, true, &store)?
-    } else {
-        locate(&path, false, &store)?
-    };
+    // The path may be gone from the live tree: its parent is what must exist. A symlink is
+    // the link's versions, as `ls -l` shows the link.
+    let at = locate_entry(&path, &store)?;
     let rel = store_path(&at);
     if deleted {
         let Reply::Deleted(rows) = call(&at, &Op::Deleted { dir: rel })? else {
@@ -735,11 +742,12 @@ pub fn restore(
     store: Option<PathBuf>,
 ) -> Result<(), String> {
     use scion_daemon::control::Reply;
-    // PATH may be gone from the live tree: its parent must exist.
-    let at = locate(&path, path.exists() || store.is_some(), &store)?;
+    // PATH may be gone from the live tree: its parent must exist. A symlink, here or in the
+    // snapshot, is restored as the link, as `cp -a` copies it.
+    let at = locate_entry(&path, &store)?;
     let rel = store_path(&at);
     let from_rel = if from.contains('/') {
-        let f = locate(Path::new(&from), true, &store)?;
+        let f = locate_entry(Path::new(&from), &store)?;
         if f.store != at.store {
             return Err(format!("{from} is not in the same store as {}", path.display()));
         }

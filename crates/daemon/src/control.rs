@@ -483,6 +483,13 @@ fn pin_for_scan(
     if fs.read_only || fs.check_writable(ino).is_err() {
         return Ok(None);
     }
+    // A directory the caller may not list gives them nothing to run on (and a pin there
+    // they could not reach to destroy).
+    if let Some(u) = user {
+        if !fs.permits(ino, u, scion_fs::access::R | scion_fs::access::X).map_err(Failure::from_fs(show(path)))? {
+            return Ok(None);
+        }
+    }
     let mut b = [0u8; 8];
     // SAFETY: getrandom writes at most `b.len()` bytes into `b`.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };

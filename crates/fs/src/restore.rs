@@ -181,7 +181,10 @@ impl Fs {
         let mut a = self.getattr(from)?;
         if let Some(w) = who {
             self.readable_to(from, &a, w)?;
-            if matches!(a.kind, Kind::CharDev | Kind::BlockDev) {
+            // (A character device 0:0 is a whiteout, which anyone may make: overlayfs's mark
+            // of a removed name, and what a device hidden in a user's copy shows as.)
+            let whiteout = a.kind == Kind::CharDev && a.rdev == 0;
+            if matches!(a.kind, Kind::CharDev | Kind::BlockDev) && !whiteout {
                 // Their `cp -a` fails at mknod(2): only root makes device nodes.
                 let path = self.path_of_dir(parent).unwrap_or_default();
                 return Err(errno::EPERM.with(format!(
@@ -291,9 +294,9 @@ impl Fs {
     }
 
     /// EACCES unless `who` may read `from` (and search it, a directory), as their `cp -a`
-    /// must.
+    /// must. A symlink, FIFO or socket is made anew, not read: nothing to check.
     fn readable_to(&mut self, from: Ino, a: &crate::Attr, who: &Caller) -> FsResult<()> {
-        if a.kind == Kind::Symlink {
+        if !matches!(a.kind, Kind::File | Kind::Dir) {
             return Ok(());
         }
         let want = if a.kind == Kind::Dir { R | X } else { R };

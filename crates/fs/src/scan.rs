@@ -194,6 +194,11 @@ impl Fs {
             (Some(c), false) => Some((c.hash, if self.shares_below(&inode)? { ns } else { 0 })),
             _ => None,
         };
+        // The directory's own permissions are its parent's record, not its tree's: the same
+        // tree elsewhere may be open where this one is closed. Checked before the memo.
+        if !self.may_list(d, &path, w)? {
+            return Ok(());
+        }
         if let Some(&(start, end, len)) = memo.as_ref().and_then(|m| w.dirs.get(m)) {
             for i in start..end {
                 let (p, k) = &w.out.files[i];
@@ -208,9 +213,7 @@ impl Fs {
             return Ok(());
         }
         let start = w.out.files.len();
-        if !self.may_list(d, &path, w)? {
-            // (Remembered as walked: the same tree elsewhere is refused alike.)
-        } else if overlays {
+        if overlays {
             self.scan_entries_loaded(d, &path, w, depth)?;
         } else {
             self.scan_entries_committed(d, &inode, ns, &path, w, depth)?;

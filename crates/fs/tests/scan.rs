@@ -291,3 +291,28 @@ fn a_transient_snapshot_is_reachable_but_no_version() {
     let v = fs.versions(b"d/f").unwrap();
     assert!(v.iter().all(|x| x.snapshots.iter().all(|s| !s.windows(7).any(|w| w == b".scion-"))), "{v:?}");
 }
+
+/// The same tree at two places, open at one and closed at the other (a directory's mode is
+/// its parent's record, not its tree's): a user's scan lists it where they may list it
+/// only, whichever it walks first.
+#[test]
+fn a_tree_walked_once_is_listed_again_only_where_the_user_may_list_it() {
+    let who = scion_fs::access::Caller { uid: 1000, gid: 1000, groups: vec![] };
+    for closed_first in [true, false] {
+        let (_tmp, _store, mut fs) = new_store();
+        let root = fs.root();
+        let top = fs.mknod(root, b"top", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+        let a = fs.mknod(top, b"a", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+        mkfile(&mut fs, a, "f", b"same bytes, same tree");
+        let b = fs.mknod(top, b"b", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+        mkfile(&mut fs, b, "f", b"same bytes, same tree");
+        let closed = if closed_first { a } else { b };
+        fs.setattr(closed, scion_fs::SetAttr { mode: Some(0o700), ..Default::default() }).unwrap();
+        fs.checkpoint().unwrap();
+        let got = fs.scan_contents(&[(top, b"top".to_vec(), None)], Some(&who)).unwrap();
+        let paths: Vec<&[u8]> = got.files.iter().map(|(p, _)| &p[..]).collect();
+        let (open, shut) = if closed_first { ("top/b/f", "top/a") } else { ("top/a/f", "top/b") };
+        assert_eq!(paths, [open.as_bytes()], "closed first: {closed_first}");
+        assert_eq!(got.denied, [shut.as_bytes().to_vec()], "closed first: {closed_first}");
+    }
+}
