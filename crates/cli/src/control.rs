@@ -155,6 +155,7 @@ pub fn check_json(r: &scion_fs::check::Report) -> serde_json::Value {
         "journal_records": r.journal_records,
         "journal_tail": r.journal_tail,
         "unnamed_tail_bytes": r.unnamed_tail_bytes,
+        "leftovers": r.leftovers,
         "problems": r.problems,
     })
 }

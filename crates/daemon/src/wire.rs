@@ -835,6 +835,12 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                 n += 1;
             }
             w.u32(n).raw(&body.finish());
+            // Since version 8: what crashes left (a few short lines, bounded).
+            let left: Vec<&String> = rep.leftovers.iter().take(64).collect();
+            w.u32(left.len() as u32);
+            for l in left {
+                w.bytes(&l.as_bytes()[..l.len().min(4096)]);
+            }
         }
         Reply::Status(st) => {
             let f = &st.facts;
@@ -1103,12 +1109,18 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 let tail = text(r.bytes().map_err(bad)?);
                 let n = r.count(4).map_err(bad)?;
                 let problems = (0..n).map(|_| r.bytes().map(text).map_err(bad)).collect::<Result<_, _>>()?;
+                let k = r.count(4).map_err(bad)?;
+                if k > 64 {
+                    return Err(format!("{k} leftovers in a check report (at most 64)"));
+                }
+                let leftovers = (0..k).map(|_| r.bytes().map(text).map_err(bad)).collect::<Result<_, _>>()?;
                 let [generation, namespaces, dirs, files, symlinks, specials, hardlinked, file_bytes, blocks, block_bytes, shared_blocks, patched_chunks, patch_bytes, page_summed_chunks, inline_files, inline_bytes, direct_files, relocated_blocks, relocated_bytes, journal_records, unnamed_tail_bytes] = v;
                 Reply::Checked(Box::new(scion_fs::check::Report {
                     generation, namespaces, dirs, files, symlinks, specials, hardlinked, file_bytes, blocks, block_bytes,
                     shared_blocks, patched_chunks, patch_bytes, page_summed_chunks, inline_files, inline_bytes,
                     direct_files, relocated_blocks, relocated_bytes, journal_records, unnamed_tail_bytes,
                     journal_tail: has.then_some(tail),
+                    leftovers,
                     problems,
                 }))
             }

@@ -53,6 +53,9 @@ pub struct Report {
     /// by a crash (blocks written behind, reserved, or of unlinked files), given back by the
     /// next open.
     pub unnamed_tail_bytes: u64,
+    /// Commands of several steps a crash cut short (`records::intents`): not damage, and
+    /// finished or undone at the next mount.
+    pub leftovers: Vec<String>,
     pub problems: Vec<String>,
 }
 
@@ -118,6 +121,9 @@ impl std::fmt::Display for Report {
                 "{} bytes of pack space past the checkpoint hold nothing the journal names (left by a crash; given back at the next mount)",
                 self.unnamed_tail_bytes
             )?;
+        }
+        for l in &self.leftovers {
+            writeln!(f, "left by a crash: {l}")?;
         }
         if self.problems.is_empty() {
             writeln!(f, "clean")
@@ -216,6 +222,10 @@ pub fn check_committed(host: &Host, dir: &Path) -> Result<Report> {
             }
         }
         Err(e) => rep.problems.push(format!("journal: {e}")),
+    }
+    match crate::records::intents::load(host, dir) {
+        Ok(s) => rep.leftovers = s.intents.iter().map(|i| i.describe()).collect(),
+        Err(e) => rep.problems.push(format!("intents: {e}")),
     }
     Ok(rep)
 }

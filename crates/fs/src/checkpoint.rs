@@ -281,6 +281,8 @@ impl Fs {
             log::error!("mirrors not run: {e}");
             e.to_string()
         });
+        // A restore --replace a crash cut short: what it left at its hidden name goes.
+        fs.finish_replacements().map_err(|e| Error::Format(format!("finishing an interrupted restore --replace: {e}")))?;
         // Everything into the trees: the nodes are dropped below.
         fs.checkpoint_with(Fold::All)?;
         // The store is format 4 now: files of the one-per-generation journals (format 3 and

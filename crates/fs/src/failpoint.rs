@@ -5,7 +5,9 @@
 //! The daemon arms them from `SCION_FAILPOINTS=name:n[,name:n...]` (tests/mount only; a name
 //! `place@PART` fires only in a store whose path holds PART, one cube's for instance);
 //! engine tests call [`arm`]. Places that panic on their nth pass: `checkpoint` (after the
-//! checkpoint took the set of changed inodes, before it wrote anything). Places that wait
+//! checkpoint took the set of changed inodes, before it wrote anything), `restore.copied`
+//! and `restore.exchanged` (a restore --replace with its tree built at the hidden name, and
+//! then exchanged with the old one). Places that wait
 //! n milliseconds on every pass ([`pause`]): `control.hold` (a control command that has
 //! done its work and still holds the engine's `Arc`, not its lock).
 

@@ -112,7 +112,7 @@ impl Fs {
         let mut aside = None;
         if self.child(parent, &name)?.is_some() {
             if replace {
-                self.remove_tree(parent, &name, 0)?;
+                return self.replace_tree(from, parent, dst, &name, stamp, who);
             } else {
                 // Two restores in one second: `-2`, `-3`... after the stamp.
                 let mut suffix = None;
@@ -142,6 +142,85 @@ impl Fs {
             return Err(e);
         }
         Ok(report)
+    }
+
+    /// `restore --replace` of what stands at `parent/name` (at `dst`), all or nothing across
+    /// a crash: the tree is built at a hidden sibling, exchanged with the old one in one step
+    /// (`RENAME_EXCHANGE`, one journal record), and the old one, now at the hidden name,
+    /// removed. The hidden name is recorded first (`records::intents`, synced), so what a
+    /// crash leaves there, a partial copy or the old tree, is removed at the next open.
+    fn replace_tree(
+        &mut self,
+        from: Ino,
+        parent: Ino,
+        dst: &[u8],
+        name: &[u8],
+        stamp: &str,
+        who: Option<&Caller>,
+    ) -> FsResult<RestoreReport> {
+        use crate::records::intents::{self, Intent};
+        let mut tmp = Vec::new();
+        for i in 1..1000u32 {
+            let t = format!(".{}.scion-restore-{stamp}{}", String::from_utf8_lossy(name), if i == 1 { String::new() } else { format!("-{i}") });
+            if t.len() <= 255 && self.child(parent, t.as_bytes())?.is_none() {
+                tmp = t.into_bytes();
+                break;
+            }
+        }
+        if tmp.is_empty() {
+            return Err(errno::EEXIST.with("no hidden name left beside the destination for the restored tree"));
+        }
+        let dir = crate::clone::split_path(dst.strip_suffix(b"/").unwrap_or(dst)).0;
+        let dir = String::from_utf8_lossy(dir).trim_matches('/').as_bytes().to_vec();
+        let tmp_path = if dir.is_empty() { tmp.clone() } else { [&dir[..], b"/", &tmp[..]].concat() };
+        let intent = Intent::Replace { pid: std::process::id(), tmp: tmp_path };
+        let (host, store) = (self.vol.host.clone(), self.vol.dir.clone());
+        intents::add(&host, &store, intent.clone()).map_err(|e| errno::EIO.with(format!("restore --replace: {e}")))?;
+        let mut report = RestoreReport::default();
+        let mut links = HashMap::new();
+        let r = self.copy_tree(from, parent, &tmp, &mut links, &mut report, 0, who);
+        for made in links.into_values() {
+            self.forget(made, 1);
+        }
+        let at = self.vol.dir.to_string_lossy().into_owned();
+        crate::failpoint::hit_at("restore.copied", &at);
+        let r = r.and_then(|()| self.rename(parent, &tmp, parent, name, crate::RENAME_EXCHANGE));
+        crate::failpoint::hit_at("restore.exchanged", &at);
+        // Either way, what is at the hidden name now goes: the old tree, or a partial copy.
+        let gone = self.remove_tree(parent, &tmp, 0);
+        if let Err(e) = &gone {
+            log::warn!("restore --replace: /{} stays for the next mount to remove: {e}", String::from_utf8_lossy(&dir));
+        }
+        r?;
+        gone?;
+        // Durable before the intent goes: the journal must not replay to a state where the
+        // hidden tree is back and nothing says to remove it.
+        self.fsync()?;
+        intents::update(&host, &store, &intent, None).map_err(|e| errno::EIO.with(format!("restore --replace: {e}")))?;
+        Ok(report)
+    }
+
+    /// Finishes what `replace_tree`s cut short by a crash left: the tree at each recorded
+    /// hidden name is removed (part of the open, after the journal is replayed).
+    pub(crate) fn finish_replacements(&mut self) -> FsResult<()> {
+        use crate::records::intents::{self, Intent};
+        let (host, store) = (self.vol.host.clone(), self.vol.dir.clone());
+        let eio = |e: scion_store::Error| errno::EIO.with(format!("intents: {e}"));
+        for i in intents::load(&host, &store).map_err(eio)?.intents {
+            let Intent::Replace { tmp, .. } = &i else { continue };
+            if let Ok((parent, name)) = self.resolve_parent(tmp) {
+                if self.child(parent, &name)?.is_some() {
+                    self.remember(parent)?;
+                    let r = self.remove_tree(parent, &name, 0);
+                    self.forget(parent, 1);
+                    r?;
+                    log::info!("removed /{}, which a restore --replace cut short left", String::from_utf8_lossy(tmp));
+                }
+            }
+            self.fsync()?;
+            intents::update(&host, &store, &i, None).map_err(eio)?;
+        }
+        Ok(())
     }
 
     /// After a failed restore into `parent/name`: what it made is removed and what it set

@@ -34,6 +34,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("send_stream", send_stream),
     ("mirrors_file", mirrors_file),
     ("cubes_file", cubes_file),
+    ("intents_file", intents_file),
     ("apply_frames", apply_frames),
 ];
 
@@ -379,6 +380,19 @@ pub fn cubes_file(data: &[u8]) {
     }
     if let Ok(list) = cubes::decode_payload(data) {
         assert_eq!(cubes::decode_payload(&cubes::encode_payload(&list)).ok(), Some(list));
+    }
+}
+
+/// The intents file (`STORE/intents`): what decodes re-encodes to the same intents, as a
+/// file and as a payload.
+pub fn intents_file(data: &[u8]) {
+    use scion_fs::records::intents;
+    if let Ok(stored) = intents::decode_file(data) {
+        let again = intents::decode_payload(&intents::encode_payload(&stored.intents)).expect("re-encoded intents decode");
+        assert_eq!(again, stored.intents, "the intents change through encoding");
+    }
+    if let Ok(list) = intents::decode_payload(data) {
+        assert_eq!(intents::decode_payload(&intents::encode_payload(&list)).ok(), Some(list));
     }
 }
 

@@ -12,6 +12,7 @@
 //! | schedules file (`STORE/schedules`) | `records::schedules` | `schedules_file` |
 //! | mirrors file (`STORE/mirrors`) | `records::mirrors` | `mirrors_file` |
 //! | cube table (`STORE/cubes`) | `records::cubes` | `cubes_file` |
+//! | commands under way (`STORE/intents`) | `records::intents` | `intents_file` |
 //!
 //! (Block framing, superblock and tree nodes are the lower layers': `scion-store` and
 //! `scion-tree`, fuzzed as `pack_block`, `superblock`, `tree_node` and `ref_table`.)
@@ -19,6 +20,7 @@
 pub mod checkpoint;
 pub mod cubes;
 pub mod inode;
+pub mod intents;
 pub mod journal;
 pub mod namespace;
 pub mod mirrors;
