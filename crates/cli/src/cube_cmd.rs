@@ -3,7 +3,7 @@
 
 use crate::control::human;
 use crate::tree_cmds::{call, locate, optional_path, store_path};
-use scion_daemon::control::{Op, Reply};
+use scion_daemon::control::{Op, Reply, Step};
 use scion_daemon::cubes::CubeRow;
 use scion_fs::records::cubes;
 use std::path::{Path, PathBuf};
@@ -49,60 +49,74 @@ fn beside(dir: &Path, what: &str) -> Result<PathBuf, String> {
     Ok(dir.with_file_name(format!(".{}.scion-{what}-{}", name.to_string_lossy(), std::process::id())))
 }
 
-/// `create --convert`: DIR set aside, a cube made in its place, what DIR held copied in,
-/// the original removed. A failure on the way puts DIR back as it was.
+/// `create --convert`, all or nothing across a crash (`scion_daemon::cubes` `cube_moves.rs`):
+/// the cube is made at a hidden sibling of DIR (recorded first), what DIR holds is copied in
+/// through the mount, then the daemon puts the cube in DIR's place in one step and removes
+/// the original. A failure on the way ends the cube; DIR is never touched until the copy is
+/// whole and durable.
 fn convert_dir(dir: PathBuf, mode: String, on_error: String, progress: bool) -> Result<(), String> {
     let m = dir.symlink_metadata().map_err(|e| format!("{}: {e}", dir.display()))?;
     if !m.is_dir() {
         return Err(format!("{}: not a directory", dir.display()));
     }
-    let old = beside(&dir, "convert")?;
-    std::fs::rename(&dir, &old).map_err(|e| format!("{}: {e} (a cube, or a directory holding one, is not converted)", dir.display()))?;
-    let back = |why: String| -> String {
-        match std::fs::rename(&old, &dir) {
-            Ok(()) => why,
-            Err(e) => format!("{why}; the original stays at {} ({e})", old.display()),
-        }
+    let at = mounted(&dir, true)?;
+    let hidden = beside(&dir, "convert")?;
+    let hat = mounted(&hidden, false)?;
+    let op = |step| Op::CubeConvert {
+        hidden: store_path(&hat),
+        target: store_path(&at),
+        mode: mode.clone(),
+        on_error: on_error.clone(),
+        pid: std::process::id(),
+        step,
     };
-    let at = match mounted(&dir, false) {
-        Ok(at) => at,
-        Err(e) => return Err(back(e)),
-    };
-    let r = match call(&at, &Op::CubeCreate { path: store_path(&at), mode, on_error }).and_then(one) {
-        Ok(r) => r,
-        Err(e) => return Err(back(e)),
-    };
+    one(call(&at, &op(Step::Begin))?)?;
     let mut p = crate::send_cmd::Progress::new(progress);
-    match crate::copy::copy_contents(&old, &dir, &mut p) {
-        Ok(done) => {
-            p.done(done.bytes);
-            if let Err(e) = std::fs::remove_dir_all(&old) {
-                eprintln!("scion cube: the original stays at {}: {e}", old.display());
-            }
-            println!(
-                "cube {} at {} ({}, on error {}): {} entries, {} copied in",
-                r.id,
-                dir.display(),
-                r.mode,
-                r.on_error,
-                done.entries,
-                human(done.bytes)
-            );
-            Ok(())
-        }
+    let copied = crate::copy::copy_contents(&dir, &hidden, &mut p).and_then(|done| {
+        // What the kernel still caches of the copy reaches the daemon before it is synced.
+        sync_mount(&hidden)?;
+        Ok(done)
+    });
+    let done = match copied {
+        Ok(d) => d,
         Err(e) => {
-            let undone = call(&at, &Op::CubeRemove { path: store_path(&at) });
             let e = format!("copying into the cube: {e}");
-            Err(match undone {
-                Ok(_) => back(e),
-                Err(u) => format!("{e}; the cube stays ({u}) and the original is at {}", old.display()),
-            })
+            return Err(match call(&at, &op(Step::Abandon)) {
+                Ok(_) => format!("{e}; {} stays as it was", dir.display()),
+                Err(u) => format!("{e}; undoing it failed too ({u}): the next mount undoes it"),
+            });
         }
-    }
+    };
+    p.done(done.bytes);
+    let r = one(call(&at, &op(Step::Finish))?)?;
+    println!(
+        "cube {} at {} ({}, on error {}): {} entries, {} copied in",
+        r.id,
+        dir.display(),
+        r.mode,
+        r.on_error,
+        done.entries,
+        human(done.bytes)
+    );
+    Ok(())
 }
 
-/// `cube remove`: what the cube holds copied into a hidden sibling in the main tree, the
-/// cube ended, the copy renamed into its place.
+/// `syncfs` of the filesystem holding `path`: written data the kernel caches goes to the
+/// daemon (the mount's writeback cache).
+fn sync_mount(path: &Path) -> Result<(), String> {
+    let d = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: syncfs of an open descriptor.
+    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+        return Err(format!("{}: {}", path.display(), std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// `cube remove`, all or nothing across a crash: recorded first, what the cube holds copied
+/// into a hidden sibling in the main tree through the mount, then the daemon puts the copy in
+/// the cube's place in one step and ends the cube. A failure on the way removes the partial
+/// copy; the cube stays as it was.
 pub fn remove(dir: PathBuf, progress: bool) -> Result<(), String> {
     let at = mounted(&dir, true)?;
     let row = match call(&at, &Op::CubeList)? {
@@ -111,18 +125,29 @@ pub fn remove(dir: PathBuf, progress: bool) -> Result<(), String> {
     };
     let row = row.ok_or_else(|| format!("{} is not a cube", dir.display()))?;
     let tmp = beside(&dir, "uncube")?;
-    std::fs::create_dir(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let tat = mounted(&tmp, false)?;
+    let op = |step| Op::CubeUncube { path: store_path(&at), tmp: store_path(&tat), pid: std::process::id(), step };
+    call(&at, &op(Step::Begin))?;
     let mut p = crate::send_cmd::Progress::new(progress);
-    let done = match crate::copy::copy_contents(&dir, &tmp, &mut p) {
+    let copied = std::fs::create_dir(&tmp)
+        .map_err(|e| format!("{}: {e}", tmp.display()))
+        .and_then(|()| crate::copy::copy_contents(&dir, &tmp, &mut p))
+        .and_then(|done| {
+            sync_mount(&tmp)?;
+            Ok(done)
+        });
+    let done = match copied {
         Ok(d) => d,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(format!("copying out of the cube (it stays as it was): {e}"));
+            let e = format!("copying out of the cube: {e}");
+            return Err(match call(&at, &op(Step::Abandon)) {
+                Ok(_) => format!("{e}; the cube stays as it was"),
+                Err(u) => format!("{e}; undoing it failed too ({u}): the next mount undoes it"),
+            });
         }
     };
     p.done(done.bytes);
-    call(&at, &Op::CubeRemove { path: store_path(&at) }).map_err(|e| format!("{e}; the copy is at {}", tmp.display()))?;
-    std::fs::rename(&tmp, &dir).map_err(|e| format!("{}: {e}; the copy is at {}", dir.display(), tmp.display()))?;
+    call(&at, &op(Step::Finish))?;
     println!("{} is an ordinary directory again (cube {} removed): {} entries, {} copied", dir.display(), row.id, done.entries, human(done.bytes));
     Ok(())
 }

@@ -187,6 +187,25 @@ pub enum Op {
     CubeCheck { path: Vec<u8> },
     /// Ends a cube, deleting what it holds (`scion cube remove` copies it out first).
     CubeRemove { path: Vec<u8> },
+    /// `cube create --convert TARGET`, all or nothing (`cube_moves.rs`): begun, the cube made
+    /// at `hidden` (a hidden sibling of `target`) to take a copy of it; finished, the copy
+    /// whole: put in `target`'s place, the original removed. `pid`: the command's process.
+    CubeConvert { hidden: Vec<u8>, target: Vec<u8>, mode: String, on_error: String, pid: u32, step: Step },
+    /// `cube remove PATH`, all or nothing: begun, recorded with the hidden sibling `tmp` the
+    /// command copies the cube into; finished, the copy put in the cube's place and the cube
+    /// ended.
+    CubeUncube { path: Vec<u8>, tmp: Vec<u8>, pid: u32, step: Step },
+}
+
+/// Which step of a command of several steps a request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Recorded, and the first change made.
+    Begin,
+    /// The command's own part done: finished.
+    Finish,
+    /// The command's own part failed: undone.
+    Abandon,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -827,7 +846,14 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
         Op::Send { .. } => {
             return Err(Failure::new(libc::EINVAL, "a stream is sent by a mounted store's daemon: mount the store"))
         }
-        Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } | Op::CubeCheck { .. } | Op::CubeRemove { .. } => {
+        Op::CubeCreate { .. }
+        | Op::CubeSet { .. }
+        | Op::CubeList
+        | Op::CubeRecover { .. }
+        | Op::CubeCheck { .. }
+        | Op::CubeRemove { .. }
+        | Op::CubeConvert { .. }
+        | Op::CubeUncube { .. } => {
             return Err(Failure::new(libc::EINVAL, "cubes are served by a mounted store's daemon: mount the store"))
         }
         Op::Apply { top, base, open, frames } => (apply(fs, top, base.as_deref(), open.as_deref(), frames)?, Vec::new()),
@@ -878,6 +904,8 @@ pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
         Op::Checkpoint { path } => vec![path],
         Op::Apply { top, base, .. } => std::iter::once(top).chain(base.as_mut()).collect(),
         Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } | Op::CubeCheck { path } | Op::CubeRemove { path } => vec![path],
+        Op::CubeConvert { hidden, target, .. } => vec![hidden, target],
+        Op::CubeUncube { path, tmp, .. } => vec![path, tmp],
         Op::Destroy { target: Target::Id(_), .. }
         | Op::List { under: None }
         | Op::Scrub

@@ -20,6 +20,9 @@ use scion_fs::{errno, Fs, FsError, FsResult, Ino, Inval, Kind, MountOptions, Set
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+#[path = "cube_moves.rs"]
+mod moves;
+
 /// Starts a served cube's background worker (checkpoints, write-behind, punching, its own
 /// schedules); the invalidations it asks for are in the kernel's inode numbers already.
 pub type StartBackground = Box<dyn Fn(Engine, Box<dyn Fn(&[Inval]) + Send>) -> Background + Send + Sync>;
@@ -92,6 +95,11 @@ impl Cubes {
             let fs = main.lock();
             (fs.read_only, fs.host())
         };
+        // Converts and removals a crash cut short: finished or undone before anything is
+        // served (`moves.rs`).
+        if !read_only {
+            moves::finish_intents(&host, store, &router.main())?;
+        }
         let table = cubes::load(&host, store).map_err(fail)?;
         let cubes = Cubes {
             read_only,
@@ -187,6 +195,11 @@ impl Cubes {
     /// Makes the new directory `path` (its parent in the store's main tree, not in a clone
     /// or snapshot) a cube, owned as its parent is.
     pub fn create(&self, path: &[u8], mode: Mode, on_error: OnError) -> FsResult<Cube> {
+        self.create_as(path, mode, on_error, None)
+    }
+
+    /// `create`, as cube `id` if given (a convert records the id before it creates).
+    fn create_as(&self, path: &[u8], mode: Mode, on_error: OnError, id: Option<u32>) -> FsResult<Cube> {
         self.changeable()?;
         let path = trim(path);
         let mut st = self.state.lock().unwrap();
@@ -199,7 +212,11 @@ impl Cubes {
         if st.0.cubes.len() >= cubes::MAX_CUBES as usize {
             return Err(errno::ENOSPC.with(format!("a store holds at most {} cubes", cubes::MAX_CUBES)));
         }
-        let id = (1..=cubes::MAX_CUBES).find(|i| !st.0.cubes.iter().any(|c| c.id == *i)).expect("fewer than the most");
+        let id = match id {
+            Some(i) if st.0.cubes.iter().any(|c| c.id == i) => return Err(errno::EBUSY.with(format!("cube id {i} was taken meanwhile"))),
+            Some(i) => i,
+            None => free_id(&st.0),
+        };
         let mut cube = Cube { id, mode, on_error, graft: 0, path: path.to_vec() };
         let (parent_path, name) = split_last(path);
         let main = self.router.main();
@@ -489,6 +506,11 @@ impl Cubes {
             Err(errors.join("; "))
         }
     }
+}
+
+/// The lowest id no cube of `table` has.
+fn free_id(table: &Stored) -> u32 {
+    (1..=cubes::MAX_CUBES).find(|i| !table.cubes.iter().any(|c| c.id == *i)).expect("fewer than the most")
 }
 
 fn not_a_cube(path: &[u8]) -> FsError {

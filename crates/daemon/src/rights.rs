@@ -160,7 +160,7 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             libc::EPERM,
             "scrub, repack and compress work on the whole store: root's or the store owner's",
         )),
-        Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } | Op::CubeCheck { .. } | Op::CubeRemove { .. } => Err(Failure::new(
+        Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } | Op::CubeCheck { .. } | Op::CubeRemove { .. } | Op::CubeConvert { .. } | Op::CubeUncube { .. } => Err(Failure::new(
             libc::EPERM,
             "cubes are stores of their own inside the store: root's or the store owner's",
         )),

@@ -9,7 +9,7 @@
 //! take each frame of its reply. Operations still take the engine lock one at a time, except
 //! scrub, repack's copy and list, which read a pinned committed state without it.
 
-use crate::control::{execute, Failure, Op, Reply};
+use crate::control::{execute, Failure, Op, Reply, Step};
 use crate::cubes::Cubes;
 use crate::router::VolumeId;
 use scion_fs::records::cubes::{Mode, OnError};
@@ -278,7 +278,7 @@ fn run_routed(
 ) -> Result<Reply, Failure> {
     if matches!(
         op,
-        Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } | Op::CubeCheck { .. } | Op::CubeRemove { .. }
+        Op::CubeCreate { .. } | Op::CubeSet { .. } | Op::CubeList | Op::CubeRecover { .. } | Op::CubeCheck { .. } | Op::CubeRemove { .. } | Op::CubeConvert { .. } | Op::CubeUncube { .. }
     ) {
         if let Rights::User(c) = who {
             let mut fs = main.lock();
@@ -538,6 +538,29 @@ fn cube_op(cubes: &Cubes, op: &Op) -> Result<Reply, Failure> {
         Op::CubeRemove { path } => {
             let before = row(path)?;
             cubes.remove(path).map_err(refused)?;
+            Ok(before)
+        }
+        Op::CubeConvert { hidden, target, mode, on_error, pid, step } => {
+            let c = match step {
+                Step::Begin => {
+                    let (m, o) = parse(mode, on_error)?;
+                    cubes.convert_begin(hidden, target, m.unwrap_or(Mode::Ordered), o.unwrap_or(OnError::ReadOnly), *pid)
+                }
+                Step::Finish => cubes.convert_end(hidden, *pid),
+                // (The cube is gone: the cubes that are left.)
+                Step::Abandon => return cubes.convert_abandon(hidden).map(|_| Reply::Cubes(cubes.list())).map_err(refused),
+            }
+            .map_err(refused)?;
+            row(&c.path)
+        }
+        Op::CubeUncube { path, tmp, pid, step } => {
+            let before = row(path)?;
+            match step {
+                Step::Begin => cubes.uncube_begin(path, tmp, *pid).map(drop),
+                Step::Finish => cubes.uncube_end(path, *pid).map(drop),
+                Step::Abandon => cubes.uncube_abandon(path),
+            }
+            .map_err(refused)?;
             Ok(before)
         }
         Op::CubeCheck { path } => {

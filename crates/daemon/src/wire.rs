@@ -25,7 +25,7 @@
 //! Version 1 (before issue 17) answered with a status byte, 0 or 1, and a text: a body that
 //! begins with either is an older daemon's, and is reported as such.
 
-use crate::control::{Failure, Op, Reply, SendDedup, Target, MAX_HASHES_PER_REQUEST};
+use crate::control::{Failure, Op, Reply, SendDedup, Step, Target, MAX_HASHES_PER_REQUEST};
 use crate::scan_cache::{ScanResult, MAX_COMMAND};
 use scion_fs::diff::{Change, Difference};
 use scion_fs::scan::{ContentKey, ScanListing};
@@ -104,6 +104,23 @@ fn get_hashes(r: &mut Reader) -> Result<Vec<[u8; 32]>, String> {
     (0..n).map(|_| r.array().map_err(bad)).collect()
 }
 
+fn step_code(s: Step) -> u8 {
+    match s {
+        Step::Begin => 0,
+        Step::Finish => 1,
+        Step::Abandon => 2,
+    }
+}
+
+fn step_of(b: u8) -> Result<Step, String> {
+    Ok(match b {
+        0 => Step::Begin,
+        1 => Step::Finish,
+        2 => Step::Abandon,
+        b => return Err(format!("step {b} (0 begin, 1 finish, 2 abandon)")),
+    })
+}
+
 fn bad(e: scion_store::Error) -> String {
     e.to_string()
 }
@@ -178,6 +195,13 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         }
         Op::CubeRemove { path } => {
             w.u8(33).bytes(path);
+        }
+        Op::CubeConvert { hidden, target, mode, on_error, pid, step } => {
+            w.u8(36).bytes(hidden).bytes(target).bytes(mode.as_bytes()).bytes(on_error.as_bytes());
+            w.u32(*pid).u8(step_code(*step));
+        }
+        Op::CubeUncube { path, tmp, pid, step } => {
+            w.u8(37).bytes(path).bytes(tmp).u32(*pid).u8(step_code(*step));
         }
         Op::ScheduleSet(s) => {
             w.u8(8).bytes(&schedules::encode_payload(std::slice::from_ref(s)));
@@ -365,6 +389,22 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
         31 => Op::CubeRecover { path: r.bytes().map_err(bad)?.to_vec() },
         32 => Op::CubeCheck { path: r.bytes().map_err(bad)?.to_vec() },
         33 => Op::CubeRemove { path: r.bytes().map_err(bad)?.to_vec() },
+        36 => {
+            let hidden = r.bytes().map_err(bad)?.to_vec();
+            let target = r.bytes().map_err(bad)?.to_vec();
+            let mode = text(r.bytes().map_err(bad)?);
+            let on_error = text(r.bytes().map_err(bad)?);
+            let pid = r.u32().map_err(bad)?;
+            let step = step_of(r.u8().map_err(bad)?)?;
+            Op::CubeConvert { hidden, target, mode, on_error, pid, step }
+        }
+        37 => {
+            let path = r.bytes().map_err(bad)?.to_vec();
+            let tmp = r.bytes().map_err(bad)?.to_vec();
+            let pid = r.u32().map_err(bad)?;
+            let step = step_of(r.u8().map_err(bad)?)?;
+            Op::CubeUncube { path, tmp, pid, step }
+        }
         8 => match schedules::decode_payload(r.bytes().map_err(bad)?)
             .map_err(bad)?
             .as_slice()

@@ -386,6 +386,14 @@ impl Fs {
         Ok(())
     }
 
+    /// `rm -rf parent/name`, for the commands that put one tree in another's place.
+    pub fn remove_all(&mut self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.remember(parent)?;
+        let r = self.remove_tree(parent, name, 0);
+        self.forget(parent, 1);
+        r
+    }
+
     /// `rm -rf parent/name`.
     pub(crate) fn remove_tree(&mut self, parent: Ino, name: &[u8], depth: usize) -> FsResult<()> {
         if depth > MAX_DEPTH {
