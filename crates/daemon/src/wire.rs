@@ -881,6 +881,7 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             for l in left {
                 w.bytes(&l.as_bytes()[..l.len().min(4096)]);
             }
+            w.u64(rep.unreferenced_bytes);
         }
         Reply::Status(st) => {
             let f = &st.facts;
@@ -1154,6 +1155,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     return Err(format!("{k} leftovers in a check report (at most 64)"));
                 }
                 let leftovers = (0..k).map(|_| r.bytes().map(text).map_err(bad)).collect::<Result<_, _>>()?;
+                let unreferenced_bytes = r.u64().map_err(bad)?;
                 let [generation, namespaces, dirs, files, symlinks, specials, hardlinked, file_bytes, blocks, block_bytes, shared_blocks, patched_chunks, patch_bytes, page_summed_chunks, inline_files, inline_bytes, direct_files, relocated_blocks, relocated_bytes, journal_records, unnamed_tail_bytes] = v;
                 Reply::Checked(Box::new(scion_fs::check::Report {
                     generation, namespaces, dirs, files, symlinks, specials, hardlinked, file_bytes, blocks, block_bytes,
@@ -1161,6 +1163,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     direct_files, relocated_blocks, relocated_bytes, journal_records, unnamed_tail_bytes,
                     journal_tail: has.then_some(tail),
                     leftovers,
+                    unreferenced_bytes,
                     problems,
                 }))
             }

@@ -208,6 +208,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
             unnamed_tail_bytes: 7,
             journal_tail: Some("torn record at 4096".into()),
             leftovers: vec!["a restore --replace left /d/.x.scion-restore-t".into()],
+            unreferenced_bytes: 17 << 20,
             problems: vec!["block 7: hash mismatch".into(), "refcount of 9: 2, counted 1".into()],
             ..Default::default()
         }))),

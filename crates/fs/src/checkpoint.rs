@@ -258,6 +258,10 @@ impl Fs {
             );
         }
         let n = j.records.len();
+        // A journal with records, a torn one, or a tail of blocks nothing named: the store was
+        // not closed, and a crash may have left pack space below the append position that
+        // nothing references (given back below).
+        let after_crash = n > 0 || j.tail_reason.is_some() || reclaimed > 0 || !was_closed(&fs.vol.host, dir);
         fs.lost_blocks = lost;
         for (i, rec) in j.records.into_iter().enumerate() {
             fs.replay(&rec).map_err(|errno| {
@@ -298,9 +302,36 @@ impl Fs {
                 log::warn!("could not remove old journal {name}: {e}");
             }
         }
+        if after_crash {
+            fs.give_back_unreferenced();
+        }
+        // Open: until a close marks it closed again, the next open looks for what a crash left.
+        mark_closed(&fs.vol.host, dir, false)?;
         // Start clean: the kernel knows no inode yet.
         fs.nodes.retain(|_, n| n.loc == Loc::Root);
         Ok(fs)
+    }
+
+    /// After a crash: gives back the pack space below the append position that nothing
+    /// reachable from the checkpoint just committed names (`check::unreferenced_runs`: a walk
+    /// of the whole committed state, as `scion check` does). Nothing is given back if the walk
+    /// finds damage or the host cannot tell data from holes; failures are logged, not fatal.
+    fn give_back_unreferenced(&mut self) {
+        let t = Instant::now();
+        match crate::check::unreferenced_runs(&self.vol.host, &self.vol.dir) {
+            Ok(Some(runs)) if !runs.is_empty() => {
+                let bytes: u64 = runs.iter().map(|(_, s, e)| e - s).sum();
+                match self.vol.forest.store.punch_runs(&runs) {
+                    Ok(()) => log::info!(
+                        "{bytes} bytes of pack space that nothing references (a crash left them) given back ({} ms)",
+                        t.elapsed().as_millis()
+                    ),
+                    Err(e) => log::warn!("pack space a crash left stays allocated: {e}"),
+                }
+            }
+            Ok(_) => {}
+            Err(e) => log::warn!("pack space a crash left not looked for: {e}"),
+        }
     }
 
     fn load_namespaces(&mut self) -> Result<()> {
@@ -1292,4 +1323,27 @@ fn plain_value(block: BlockPtr, sums: Option<crate::delta::Sums>) -> Value {
         sums,
     }
     .to_value()
+}
+
+/// `STORE/closed`: present while the store is closed whole (written after a close's final
+/// checkpoint, removed by the next open), so that an open knows whether the store was left
+/// by a crash, even one after which the journal holds nothing.
+const CLOSED_MARK: &str = "closed";
+
+fn was_closed(host: &scion_store::Host, dir: &Path) -> bool {
+    host.exists(&dir.join(CLOSED_MARK))
+}
+
+/// Marks the store at `dir` closed whole, or open (durably either way).
+pub(crate) fn mark_closed(host: &scion_store::Host, dir: &Path, closed: bool) -> Result<()> {
+    let path = dir.join(CLOSED_MARK);
+    let io = |e| Error::io(format!("{}", path.display()), e);
+    if closed {
+        host.open(&path, scion_store::OpenMode::Create).and_then(|f| f.sync_data()).map_err(io)?;
+    } else if host.exists(&path) {
+        host.remove_file(&path).map_err(io)?;
+    } else {
+        return Ok(());
+    }
+    scion_store::sync_dir(host, dir)
 }

@@ -2873,6 +2873,8 @@ impl Fs {
                     .and_then(|f| f.set_len(0))
                     .map_err(|e| Error::io(format!("truncation of {}", old.display()), e))?;
             }
+            // Closed whole: the next open need not look for what a crash leaves.
+            crate::checkpoint::mark_closed(&self.vol.host, &self.vol.dir, true)?;
         }
         Ok(())
     }

@@ -240,6 +240,9 @@ impl HostFile for FaultyFile {
         fail(&self.rules, Call::Write, &self.path)?;
         self.inner.allocate(offset, len)
     }
+    fn data_ranges(&self) -> io::Result<Option<Vec<(u64, u64)>>> {
+        self.inner.data_ranges()
+    }
 }
 
 impl HostFs for FaultyHost {

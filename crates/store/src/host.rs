@@ -52,6 +52,11 @@ pub trait HostFile: Send + Sync {
     fn allocate(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Err(io::ErrorKind::Unsupported.into())
     }
+    /// The ranges `[start, end)` that hold data (not holes), in order (`SEEK_DATA` and
+    /// `SEEK_HOLE`). `None` where the host cannot tell.
+    fn data_ranges(&self) -> io::Result<Option<Vec<(u64, u64)>>> {
+        Ok(None)
+    }
 }
 
 /// Space of the host filesystem, as `statvfs` gives it.
@@ -118,6 +123,32 @@ impl HostFile for OsFile {
     }
     fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
+    }
+    fn data_ranges(&self) -> io::Result<Option<Vec<(u64, u64)>>> {
+        let fd = self.0.as_raw_fd();
+        let len = self.len()? as libc::off_t;
+        let mut out = Vec::new();
+        let mut at: libc::off_t = 0;
+        while at < len {
+            // SAFETY: lseek on an open descriptor.
+            let start = unsafe { libc::lseek(fd, at, libc::SEEK_DATA) };
+            if start < 0 {
+                let e = io::Error::last_os_error();
+                return match e.raw_os_error() {
+                    Some(libc::ENXIO) => Ok(Some(out)), // no data past `at`
+                    Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => Ok(None),
+                    _ => Err(e),
+                };
+            }
+            // SAFETY: as above.
+            let end = unsafe { libc::lseek(fd, start, libc::SEEK_HOLE) };
+            if end < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            out.push((start as u64, end as u64));
+            at = end;
+        }
+        Ok(Some(out))
     }
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
         let r = unsafe {

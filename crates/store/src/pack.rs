@@ -948,6 +948,50 @@ impl BlockStore {
         Ok(punched)
     }
 
+    /// The page runs of the packs below append position `below` that hold data no span of
+    /// `live` (pack, start, end) touches: space nothing references, which a crash between
+    /// writing blocks and committing or freeing them leaves. `None` where the host cannot
+    /// tell data from holes.
+    pub fn unreferenced(&self, below: (u32, u64), live: &[(u32, u64, u64)]) -> Result<Option<Vec<(u32, u64, u64)>>> {
+        let mut spans: Vec<(u32, u64, u64)> = live
+            .iter()
+            .map(|&(p, s, e)| (p, s / BLOCK_ALIGN * BLOCK_ALIGN, e.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN))
+            .collect();
+        spans.sort_unstable();
+        let mut out = Vec::new();
+        for pack in self.pack_ids()?.into_iter().filter(|p| *p <= below.0) {
+            let limit = if pack == below.0 { below.1 } else { u64::MAX };
+            let Some(data) = self.reader(pack)?.data_ranges().map_err(|e| Error::io("data ranges of a pack", e))? else {
+                return Ok(None);
+            };
+            let mine: Vec<(u64, u64)> = spans.iter().filter(|x| x.0 == pack).map(|x| (x.1, x.2)).collect();
+            for (s, e) in data {
+                let (mut at, end) = (s, e.min(limit));
+                for &(ls, le) in &mine {
+                    if le <= at || ls >= end {
+                        continue;
+                    }
+                    if ls > at {
+                        out.push((pack, at, ls));
+                    }
+                    at = at.max(le);
+                }
+                if end > at {
+                    out.push((pack, at, end));
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// Gives back the runs `unreferenced` found (after a crash).
+    pub fn punch_runs(&self, runs: &[(u32, u64, u64)]) -> Result<()> {
+        for &(pack, s, e) in runs {
+            self.punch_run(pack, s, e - s)?;
+        }
+        Ok(())
+    }
+
     /// Bytes of pack files past append position `from` (an uncommitted tail).
     pub fn bytes_past(&self, from: (u32, u64)) -> Result<u64> {
         let mut total = 0;
