@@ -226,15 +226,15 @@ fn walk_committed(host: &Host, dir: &Path) -> Result<(Report, Option<Vec<(u32, u
     }
     c.namespaces();
     c.finish(&rec.refs, &rec.freed);
-    // Every span the packs must keep below the append position: reachable blocks (where a
-    // relocated one's compressed form lies too), the freed list (given back at the next
-    // checkpoint), the checkpoint's own pages.
+    // Every span the packs must keep below the append position: reachable blocks (and the
+    // whole frame a relocated one's compressed form lies in, kept until its last member
+    // goes), the freed list (given back at the next checkpoint), the checkpoint's own pages.
     let mut live: Vec<(u32, u64, u64)> = Vec::with_capacity(c.refs_found.len() + rec.freed.len() + rec.meta.len());
     let span = |p: &BlockPtr| (p.pack(), p.offset(), p.offset() + p.footprint());
     for (_, p) in c.refs_found.values() {
         live.push(span(p));
-        if let Some(r) = store.relocation(p) {
-            live.push((r.pack(), r.offset(), r.offset() + r.footprint()));
+        if let Some(frame) = store.relocation_frame(p) {
+            live.push(frame);
         }
     }
     live.extend(rec.freed.iter().chain(&rec.meta).map(span));

@@ -325,6 +325,12 @@ impl BlockStore {
         self.moved.get(ptr.addr)
     }
 
+    /// The span `(pack, start, end)` of the frame holding `ptr`'s compressed form, if it was
+    /// relocated: a frame is kept whole while any member lives (punched with its last).
+    pub fn relocation_frame(&self, ptr: &BlockPtr) -> Option<(u32, u64, u64)> {
+        self.moved.frame_span(ptr.addr)
+    }
+
     /// Sets the relocation map, as the committed checkpoint records it (at open).
     pub fn load_relocations(&self, entries: Vec<(u64, Relocation)>) {
         self.moved.load(entries);

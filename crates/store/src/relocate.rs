@@ -170,6 +170,15 @@ impl Relocations {
         Some((r.pack(), r.frame_offset(), end.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN))
     }
 
+    /// The span `(pack, start, end)` of the frame holding `addr`'s compressed form: kept
+    /// whole while any of its members lives.
+    pub(crate) fn frame_span(&self, addr: u64) -> Option<(u32, u64, u64)> {
+        let map = self.map.read().unwrap();
+        let r = map.moved.get(&addr)?;
+        let f = map.frames.get(&r.addr)?;
+        Some((r.pack(), r.frame_offset(), r.frame_offset() + f.end.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN))
+    }
+
     pub(crate) fn take_changes(&self) -> Vec<(u64, Option<Relocation>)> {
         std::mem::take(&mut *self.changes.lock().unwrap())
     }
