@@ -53,3 +53,28 @@ def test_fstab_line_mounts_with_mount_and_unmounts_with_umount(scion_store, tmp_
     m.mount()
     with open(f"{m.mnt}/d/.snapshot/s/f") as h:
         assert h.read() == "written through the fstab mount\n"
+
+
+def test_mount_right_after_a_plain_umount(scion_mount):
+    """Issue 35 item 3: `umount MNT; mount MNT` (mount(8), systemd, a test harness): the
+    daemon still writes its final checkpoint after the kernel let the mount go, and a mount
+    right after waits for it instead of refusing the store as in use; nothing is lost."""
+    m = scion_mount
+    p = os.path.join(m.mnt, "big")
+    with open(p, "wb") as h:
+        for i in range(160):
+            h.write(bytes([i]) * (1 << 20))  # buffered in the daemon: the final checkpoint writes it
+    for _ in range(3):
+        r = subprocess.run(["umount", m.mnt], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        m.mounted = False
+        r = m.run("mount", m.store, m.mnt)
+        assert r.returncode == 0, r.describe()
+        m.mounted = True
+        with open(p, "rb") as h:
+            for i in (0, 80, 159):
+                h.seek(i << 20)
+                assert h.read(16) == bytes([i]) * 16
+        with open(p, "r+b") as h:
+            h.seek(120 << 20)
+            h.write(b"x" * (8 << 20))  # more for the next final checkpoint to write

@@ -12,6 +12,10 @@ use std::path::Path;
 /// moment), and it holds the lock until the last of them is gone; a mount right after the
 /// kill should not be refused for that.
 const DYING_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a lock held by a daemon whose mount is gone is waited for: after a plain
+/// `umount MNT` (mount(8), systemd, a test harness) the daemon still writes its final
+/// checkpoint, and `mount` right after must wait for it, as any filesystem's remount does.
+const UNMOUNTED_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 pub struct StoreLock {
     file: File,
@@ -83,13 +87,52 @@ fn take_or_wait_for_the_dying(file: &mut File) -> bool {
         return false;
     };
     let start = std::time::Instant::now();
-    while exiting(pid) && start.elapsed() < DYING_HOLDER_WAIT {
+    let mut said = false;
+    loop {
+        let waited = start.elapsed();
+        let dying = exiting(pid) && waited < DYING_HOLDER_WAIT;
+        let finishing = waited < UNMOUNTED_HOLDER_WAIT && unmounted_holder(pid, &who);
+        if !dying && !finishing {
+            return try_lock(file);
+        }
+        if finishing && !said && waited > std::time::Duration::from_secs(2) {
+            eprintln!("scion: waiting for process {pid}, which is finishing the unmount of this store (its final checkpoint)");
+            said = true;
+        }
         std::thread::sleep(std::time::Duration::from_millis(20));
         if try_lock(file) {
             return true;
         }
     }
-    try_lock(file)
+}
+
+/// True if process `pid` lives, holds the lock as a mount's daemon (`mounted at MNT`), and
+/// MNT is no longer mounted: it is finishing after an unmount.
+fn unmounted_holder(pid: u32, who: &str) -> bool {
+    let Some(mnt) = who.lines().nth(1).and_then(|l| l.strip_prefix("mounted at ")) else { return false };
+    std::path::Path::new(&format!("/proc/{pid}")).exists() && !mount_point(mnt)
+}
+
+/// Whether `path` is a mount point now (`/proc/self/mountinfo`, its octal escapes undone).
+fn mount_point(path: &str) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return true };
+    info.lines().filter_map(|l| l.split(' ').nth(4)).any(|m| unescape_octal(m) == path)
+}
+
+fn unescape_octal(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// True if process `pid` is a zombie: it is exiting, and its other threads may still be
