@@ -34,10 +34,15 @@ def test_fstab_line_mounts_with_mount_and_unmounts_with_umount(scion_store, tmp_
         if ours:
             os.unlink(link)
     assert r.returncode == 0, r.stdout + r.stderr
+    # A mount helper is silent on success (issue 35 item 4: every boot's `mount -a` printed).
+    assert r.stdout == "" and r.stderr == "", r.stdout + r.stderr
     m._wait(lambda: is_mounted(m.mnt), 10, "the fstab mount")
     m.mounted = True
+    # The mount's source is the store as given: `findmnt -S STORE` finds it.
     r = subprocess.run(["findmnt", "-n", "-o", "FSTYPE,SOURCE", m.mnt], capture_output=True, text=True)
-    assert r.stdout.split() == ["fuse.scion", f"scion:{m.store}"], r.stdout
+    assert r.stdout.split() == ["fuse.scion", m.store], r.stdout
+    r = subprocess.run(["findmnt", "-n", "-o", "TARGET", "-S", m.store], capture_output=True, text=True)
+    assert r.stdout.split() == [m.mnt], r.stdout
     os.makedirs(f"{m.mnt}/d")
     with open(f"{m.mnt}/d/f", "w") as h:
         h.write("written through the fstab mount\n")
@@ -53,6 +58,30 @@ def test_fstab_line_mounts_with_mount_and_unmounts_with_umount(scion_store, tmp_
     m.mount()
     with open(f"{m.mnt}/d/.snapshot/s/f") as h:
         assert h.read() == "written through the fstab mount\n"
+
+
+def test_mount_t_with_the_source_the_table_shows(scion_store):
+    """`mount -t fuse.scion SOURCE MNT` with SOURCE as mountinfo shows it (the store's path, or
+    `scion:PATH` as older mounts named it) mounts: the round trip tools like xfstests'
+    `_check_mounted_on` rely on."""
+    m = scion_store
+    link = "/usr/local/bin/scion"
+    ours = not os.path.lexists(link)
+    if ours:
+        os.symlink(m.bin, link)
+    try:
+        for source in (m.store, f"scion:{m.store}"):
+            r = subprocess.run(["mount", "-t", "fuse.scion", source, m.mnt], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+            m._wait(lambda: is_mounted(m.mnt), 10, "the mount")
+            m.mounted = True
+            r = subprocess.run(["findmnt", "-n", "-o", "SOURCE", m.mnt], capture_output=True, text=True)
+            assert r.stdout.split() == [m.store], r.stdout
+            assert m.run("list", m.mnt).returncode == 0
+            m.umount()
+    finally:
+        if ours:
+            os.unlink(link)
 
 
 def test_mount_right_after_a_plain_umount(scion_mount):

@@ -22,13 +22,16 @@ pub fn args(args: Vec<OsString>) -> Vec<OsString> {
         .first()
         .and_then(|a| Path::new(a).file_name())
         .is_some_and(|n| n.to_string_lossy().starts_with("mount."));
-    // `scion STORE MOUNTPOINT ...`: the first argument is a store, not a command.
-    let bare = args.len() >= 3 && args.get(1).is_some_and(|a| Path::new(a).join("superblock").is_file());
+    // `scion STORE MOUNTPOINT ...`: the first argument is a store (or `scion:STORE`), not a
+    // command.
+    let bare = args.len() >= 3
+        && args.get(1).is_some_and(|a| crate::mount::store_arg(Path::new(a)).join("superblock").is_file());
     if !helper && !bare {
         return args;
     }
     let mut positional = Vec::new();
     let mut options: Vec<String> = Vec::new();
+    let mut verbose = false;
     let mut it = args.into_iter().skip(1);
     while let Some(a) = it.next() {
         match a.to_str() {
@@ -41,11 +44,16 @@ pub fn args(args: Vec<OsString>) -> Vec<OsString> {
             Some("-t" | "-N") => {
                 it.next();
             }
-            Some("-n" | "-f" | "-v" | "-s") => {}
+            // Verbose: say what was mounted, as `scion mount` does; helpers are silent otherwise.
+            Some("-v") => verbose = true,
+            Some("-n" | "-f" | "-s") => {}
             _ => positional.push(a),
         }
     }
     let mut out: Vec<OsString> = vec!["scion".into(), "mount".into()];
+    if !verbose {
+        out.push("--quiet".into());
+    }
     if !options.is_empty() {
         out.push("-o".into());
         out.push(options.join(",").into());
@@ -72,9 +80,12 @@ mod tests {
             "rw,defaults,allow_other,_netdev,nofail,x-systemd.requires=a.mount,snapdir=visible",
             "-n",
         ]));
-        assert_eq!(got, v(&["scion", "mount", "-o", "allow_other,snapdir=visible", "/srv/store", "/srv/mnt"]));
+        assert_eq!(got, v(&["scion", "mount", "--quiet", "-o", "allow_other,snapdir=visible", "/srv/store", "/srv/mnt"]));
         let got = args(v(&["mount.fuse.scion", "/s", "/m", "-o", "defaults"]));
-        assert_eq!(got, v(&["scion", "mount", "/s", "/m"]));
+        assert_eq!(got, v(&["scion", "mount", "--quiet", "/s", "/m"]));
+        // mount(8)'s -v: say what was mounted.
+        let got = args(v(&["mount.fuse.scion", "scion:/s", "/m", "-v"]));
+        assert_eq!(got, v(&["scion", "mount", "scion:/s", "/m"]));
         // Anything else is left to clap.
         let plain = v(&["scion", "list", "/m"]);
         assert_eq!(args(plain.clone()), plain);

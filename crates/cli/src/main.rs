@@ -47,6 +47,9 @@ enum Cmd {
         /// Stay attached to the terminal instead of running in the background.
         #[arg(long, short = 'f')]
         foreground: bool,
+        /// Print nothing on success (as mount(8)'s helpers are; the helper forms set it).
+        #[arg(long, short = 'q')]
+        quiet: bool,
         /// Mount options, comma separated: the kernel's (ro, noexec, nosuid, nodev,
         /// allow_other, ...) and scion's own: snapdir=hidden|visible (list `.snapshot` in
         /// directories), uring=auto|off (FUSE over io_uring when the kernel offers it),
@@ -705,12 +708,15 @@ fn main() -> ExitCode {
             store,
             mountpoint,
             foreground,
+            quiet,
             options,
         } => {
+            // `scion:STORE`, as the mount table once named a store (and as fstab lines may).
+            let store = mount::store_arg(&store);
             if foreground {
                 mount::foreground(&store, &mountpoint, &options)
             } else {
-                mount::background(&store, &mountpoint, &options)
+                mount::background(&store, &mountpoint, &options, quiet)
             }
         }
         Cmd::Umount { mountpoint } => mount::umount(&mountpoint),

@@ -63,7 +63,9 @@ fn report_ready(msg: &str) {
 fn mount_options(store: &Path, user: &[String]) -> Config {
     let mut cfg = Config::default();
     let mut opts = vec![
-        MountOption::FSName(format!("scion:{}", store.display())),
+        // The store's path is the mount's source, as `findmnt -S STORE` and tools comparing
+        // what they mounted with the mount table expect.
+        MountOption::FSName(store.display().to_string()),
         MountOption::Subtype("scion".into()),
         MountOption::DefaultPermissions,
     ];
@@ -403,10 +405,29 @@ fn require_store(store: &Path) -> Result<(), String> {
     scion_store::Superblock::read(&scion_store::os_host(), store).map(drop).map_err(|e| e.to_string())
 }
 
-pub fn background(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
+pub fn background(store: &Path, mountpoint: &Path, options: &[String], quiet: bool) -> Result<(), String> {
     let (store, mnt, pid) = spawn_daemon(store, mountpoint, options, false)?;
-    println!("mounted {} at {} (daemon pid {pid})", store.display(), mnt.display());
+    if !quiet {
+        println!("mounted {} at {} (daemon pid {pid})", store.display(), mnt.display());
+    }
     Ok(())
+}
+
+/// A store as given to `mount`: a path, or `scion:PATH`.
+pub fn store_arg(p: &Path) -> PathBuf {
+    match p.to_str().and_then(|s| s.strip_prefix("scion:")) {
+        Some(rest) if !Path::new(p).exists() => PathBuf::from(rest),
+        _ => p.to_path_buf(),
+    }
+}
+
+/// The store a mount-table line names, if it is a scion mount: type `fuse.scion` (the store's
+/// path as given is its source), or an older scion's `scion:PATH` source.
+pub(crate) fn mounted_store(fstype: &str, source: &str) -> Option<String> {
+    if let Some(p) = source.strip_prefix("scion:") {
+        return fstype.starts_with("fuse").then(|| p.to_string());
+    }
+    (fstype == "fuse.scion").then(|| source.to_string())
 }
 
 /// A store mounted for one command that works through a mount (`receive --store`, a
@@ -523,8 +544,8 @@ fn store_of(mnt: &Path) -> Option<PathBuf> {
     for line in table.lines() {
         let f: Vec<&str> = line.split(' ').collect();
         let dash = f.iter().position(|x| *x == "-")?;
-        if f.get(4) == Some(&want) && f.get(dash + 1).is_some_and(|t| t.starts_with("fuse")) {
-            if let Some(src) = f.get(dash + 2).and_then(|s| s.strip_prefix("scion:")) {
+        if f.get(4) == Some(&want) {
+            if let Some(src) = mounted_store(f.get(dash + 1).unwrap_or(&""), f.get(dash + 2).unwrap_or(&"")) {
                 return Some(PathBuf::from(src.replace("\\040", " ")));
             }
         }

@@ -21,7 +21,7 @@ pub(crate) struct Located {
 }
 
 /// Scion mounts: (mount point, store, device), from the kernel's mount table. The store is
-/// what the mount *claims* (any FUSE filesystem may call itself `scion:STORE`): `run` asks
+/// what the mount *claims* (any FUSE filesystem may call itself `fuse.scion`): `run` asks
 /// the store's daemon to confirm the device before trusting it.
 pub(crate) fn scion_mounts() -> Vec<(PathBuf, PathBuf, String)> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
@@ -32,13 +32,11 @@ pub(crate) fn scion_mounts() -> Vec<(PathBuf, PathBuf, String)> {
         let Some(dash) = f.iter().position(|x| *x == "-") else {
             continue;
         };
-        if !f.get(dash + 1).is_some_and(|t| t.starts_with("fuse")) {
-            continue;
-        }
-        if let (Some(mp), Some(src)) = (f.get(4), f.get(dash + 2).and_then(|s| s.strip_prefix("scion:"))) {
+        let src = crate::mount::mounted_store(f.get(dash + 1).unwrap_or(&""), f.get(dash + 2).unwrap_or(&""));
+        if let (Some(mp), Some(src)) = (f.get(4), src) {
             out.push((
                 PathBuf::from(unescape(mp)),
-                PathBuf::from(unescape(src)),
+                PathBuf::from(unescape(&src)),
                 f[2].to_string(),
             ));
         }
