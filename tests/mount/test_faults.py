@@ -6,6 +6,7 @@ clean and every fsynced byte back."""
 
 import errno
 import hashlib
+import json
 import os
 
 import pytest
@@ -140,3 +141,58 @@ def test_failing_pack_writes_give_eio_and_lose_nothing(scion_mount):
     assert read(os.path.join(m.mnt, "small")) == small
     m.umount()
     m.check()
+
+
+def test_a_host_filled_by_another_program_is_no_failure(scion_store):
+    """Issue 35 item 1: another program fills the host to the last byte while the store has
+    changes waiting for their checkpoint. Writers get ENOSPC (never EIO), the checkpoint
+    still writes (into the room of the store's reserve), `scion status` says the host is
+    full, and once the other program's file is gone the store takes changes again by itself,
+    with no remount; nothing acknowledged is lost and the store checks clean."""
+    m = scion_store
+    with small_host(m):
+        synced = {}
+        for i in range(10):
+            p = os.path.join(m.mnt, f"f{i}")
+            data = os.urandom(1 << 20)
+            write_synced(p, data)
+            synced[p] = digest(data)
+        # Changes waiting for a checkpoint: small files and a directory, fsynced.
+        os.makedirs(os.path.join(m.mnt, "d"))
+        for i in range(50):
+            p = os.path.join(m.mnt, "d", f"s{i}")
+            data = os.urandom(3000)
+            write_synced(p, data)
+            synced[p] = digest(data)
+        filler = os.path.join(m.store, "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\xff" * (1 << 20))
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+        errs = set()
+        for i in range(8):
+            try:
+                write_synced(os.path.join(m.mnt, f"late{i}"), os.urandom(256 << 10))
+            except OSError as e:
+                errs.add(e.errno)
+        assert errs == {errno.ENOSPC}, f"errors seen: {sorted(errno.errorcode[e] for e in errs)}"
+        # A checkpoint now (list takes one): it must not fail the store.
+        r = m.run("list", m.mnt)
+        assert r.returncode == 0, r.describe()
+        st = json.loads(m.run("status", "--json", m.mnt).stdout.splitlines()[0])
+        assert st["failed"] is None and st["host_full"], st
+        os.unlink(filler)
+        # Room again: changes are taken, with no remount.
+        p = os.path.join(m.mnt, "after")
+        data = os.urandom(1 << 20)
+        write_synced(p, data)
+        synced[p] = digest(data)
+        st = json.loads(m.run("status", "--json", m.mnt).stdout.splitlines()[0])
+        assert st["failed"] is None and not st["host_full"], st
+        verify(m, synced)
+        m.umount()
+        m.check()
+        m.mount()
+        verify(m, synced)

@@ -434,7 +434,7 @@ enum Cmd {
         /// "host_free", "pack_bytes", "snapshots_only_bytes", "compressed_blocks",
         /// "compressed_bytes", "clones", "snapshots", "schedules", "mirrors",
         /// "mirrors_failing", "cubes", "cubes_failing", "generation", "checkpoint_age_s", "journal_bytes",
-        /// "dirty_bytes", "unpunched_blocks", "repack_age_s", "compress_age_s", "failed"}.
+        /// "dirty_bytes", "unpunched_blocks", "repack_age_s", "compress_age_s", "failed", "host_full"}.
         #[arg(long)]
         json: bool,
     },

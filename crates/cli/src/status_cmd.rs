@@ -90,6 +90,7 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
             "repack_age_s": f.repack_age_s,
             "compress_age_s": f.compress_age_s,
             "failed": f.failed,
+            "host_full": f.host_full,
         });
         return format!("{v}\n");
     }
@@ -135,6 +136,7 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
     }
     out += &format!("  background: repack {}, compression of old versions {}\n", ago(f.repack_age_s), ago(f.compress_age_s));
     out += &match &f.failed {
+        None if f.host_full => "  state: host filesystem full: changes get ENOSPC until there is room (no remount needed)\n".to_string(),
         None => "  state: ok\n".to_string(),
         Some(why) => format!("  state: FAILED, changes refused until it is mounted again: {why}\n"),
     };

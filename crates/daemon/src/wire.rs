@@ -897,6 +897,8 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                 w.u8(v.is_some() as u8).u64(v.unwrap_or(0));
             }
             w.u8(f.failed.is_some() as u8).bytes(f.failed.as_deref().unwrap_or_default().as_bytes());
+            // Since version 8.
+            w.u8(f.host_full as u8);
         }
         Reply::MirrorRemoved(n) => {
             w.u8(24).u32(*n);
@@ -1182,6 +1184,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 }
                 let has = r.u8().map_err(bad)? != 0;
                 let failed = String::from_utf8_lossy(r.bytes().map_err(bad)?).into_owned();
+                let host_full = r.u8().map_err(bad)? != 0;
                 let facts = scion_fs::status::StatusFacts {
                     generation: v[9],
                     checkpoint_age_s: v[10],
@@ -1196,6 +1199,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     repack_age_s: ages[0],
                     compress_age_s: ages[1],
                     failed: has.then_some(failed),
+                    host_full,
                 };
                 Reply::Status(Box::new(crate::control::Status {
                     facts,

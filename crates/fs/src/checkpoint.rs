@@ -201,6 +201,7 @@ impl Fs {
             orphans: Default::default(),
             sweep_at: 1 << 16,
             room: Default::default(),
+            reserve: Default::default(),
             kernel_inval: Vec::new(),
         };
         match (&sb.checkpoint, rec) {
@@ -307,6 +308,7 @@ impl Fs {
         }
         // Open: until a close marks it closed again, the next open looks for what a crash left.
         mark_closed(&fs.vol.host, dir, false)?;
+        fs.take_reserve();
         // Start clean: the kernel knows no inode yet.
         fs.nodes.retain(|_, n| n.loc == Loc::Root);
         Ok(fs)
@@ -743,6 +745,8 @@ impl Fs {
         if let Some(why) = &self.vol.failed {
             return Err(Error::Format(format!("filesystem failed earlier: {why}")));
         }
+        // A host filled by others since the last look: the reserve makes room first.
+        self.room_for_checkpoint();
         let r = self.checkpoint_inner(fold);
         if let Err(e) = &r {
             log::error!("checkpoint failed, refusing changes until remount: {e}");

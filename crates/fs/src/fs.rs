@@ -405,6 +405,8 @@ pub struct Fs {
     /// Inode table size that triggers a full sweep of unused inodes at a checkpoint.
     pub(crate) sweep_at: usize,
     pub(crate) room: Room,
+    /// The host's reserve for checkpoints (`reserve.rs`).
+    pub(crate) reserve: crate::reserve::Reserve,
     /// What the kernel must forget after changes it did not make itself (a destroyed
     /// clone's inodes): sent by the daemon outside the engine lock (`take_invalidations`).
     pub(crate) kernel_inval: Vec<Inval>,
@@ -878,7 +880,9 @@ impl Fs {
             return Ok(());
         }
         let cost = 2 * bytes;
-        if cost <= self.room.slack && self.room.checked_at.elapsed() < std::time::Duration::from_secs(1) {
+        // (While the host is full every change looks: the first that finds room takes the
+        // reserve back and ends the state.)
+        if !self.reserve.host_full && cost <= self.room.slack && self.room.checked_at.elapsed() < std::time::Duration::from_secs(1) {
             self.room.slack -= cost;
             return Ok(());
         }
@@ -890,9 +894,13 @@ impl Fs {
         self.room.checked_at = Instant::now();
         if avail < need {
             self.room.slack = 0;
-            log::warn!("host filesystem nearly full ({avail} bytes free): refusing a change of {bytes} bytes");
+            if !self.reserve.host_full {
+                log::warn!("host filesystem nearly full ({avail} bytes free): refusing changes (ENOSPC) until there is room");
+            }
+            self.reserve.host_full = true;
             return Err(errno::ENOSPC);
         }
+        self.room_is_back(avail - need);
         // Half the margin: the host may be filled by others meanwhile.
         self.room.slack = (avail - need) / 2;
         Ok(())

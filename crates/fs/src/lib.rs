@@ -34,6 +34,7 @@ pub mod records;
 pub use records::inode;
 pub mod repack;
 pub mod repair;
+pub mod reserve;
 pub mod restore;
 pub mod rollback;
 pub mod schedule;

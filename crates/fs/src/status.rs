@@ -28,6 +28,8 @@ pub struct StatusFacts {
     pub mirrors: u64,
     /// Why the store refuses changes until it is mounted again, if it does.
     pub failed: Option<String>,
+    /// The host filesystem is full: changes get ENOSPC until there is room (`reserve.rs`).
+    pub host_full: bool,
 }
 
 impl Fs {
@@ -49,6 +51,7 @@ impl Fs {
             schedules: self.schedule_list().map_or(0, |l| l.len() as u64),
             mirrors: self.mirror_list().map_or(0, |l| l.len() as u64),
             failed: self.vol.failed.clone(),
+            host_full: self.host_full(),
         }
     }
 }
