@@ -227,6 +227,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
                 schedules: 2,
                 mirrors: 1,
                 failed: Some("a checkpoint failed".into()),
+                host_full: true,
             },
             store: b"/srv/store".to_vec(),
             pid: 4242,
