@@ -890,7 +890,10 @@ impl Fs {
             return Ok(()); // a host that cannot say is not refused
         };
         let avail = sp.available.saturating_mul(sp.block_size);
-        let need = self.dirty_bytes + cost + HOST_RESERVE;
+        // The margin for the next checkpoint's metadata: held back already while the reserve
+        // file is (`reserve.rs`), which a checkpoint short of room gives back first.
+        let margin = if self.reserve_held() { 0 } else { HOST_RESERVE };
+        let need = self.dirty_bytes + cost + margin;
         self.room.checked_at = Instant::now();
         if avail < need {
             self.room.slack = 0;

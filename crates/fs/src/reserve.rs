@@ -90,6 +90,11 @@ impl Fs {
         }
     }
 
+    /// Whether the reserve is held (its room kept back for checkpoints).
+    pub(crate) fn reserve_held(&self) -> bool {
+        self.reserve.held
+    }
+
     /// Whether the host is full now (changes get ENOSPC), for `scion status`.
     pub fn host_full(&self) -> bool {
         self.reserve.host_full
