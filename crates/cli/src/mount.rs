@@ -331,6 +331,9 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         });
     }
     let r = session.run();
+    // The mount is gone: a mount of this store from now on waits for the final checkpoint
+    // instead of refusing the store as in use (`scion_store::lock`).
+    engine.lock().note_unmounting(&format!("unmounting (was mounted at {})", mnt.display()));
     background.stop();
     if let Err(e) = cubes.close() {
         log::error!("{e}");

@@ -2689,6 +2689,16 @@ impl Fs {
         self.journal_data = on;
     }
 
+    /// Says in the store's lock file that this owner is finishing an unmount (a mount of
+    /// the store waits for it: `scion_store::StoreLock`).
+    pub fn note_unmounting(&mut self, holder: &str) {
+        if let Some(l) = self.vol._lock.downcast_mut::<scion_store::StoreLock>() {
+            if let Err(e) = l.describe(holder) {
+                log::warn!("lock file: {e}");
+            }
+        }
+    }
+
     /// The filesystem the store lives on.
     pub fn host(&self) -> Host {
         self.vol.host.clone()

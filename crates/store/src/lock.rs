@@ -106,33 +106,12 @@ fn take_or_wait_for_the_dying(file: &mut File) -> bool {
     }
 }
 
-/// True if process `pid` lives, holds the lock as a mount's daemon (`mounted at MNT`), and
-/// MNT is no longer mounted: it is finishing after an unmount.
+/// True if process `pid` lives and says, in the lock file, that it is finishing an unmount
+/// (`unmounting ...`: a daemon whose mount is gone, writing its final checkpoint).
 fn unmounted_holder(pid: u32, who: &str) -> bool {
-    let Some(mnt) = who.lines().nth(1).and_then(|l| l.strip_prefix("mounted at ")) else { return false };
-    std::path::Path::new(&format!("/proc/{pid}")).exists() && !mount_point(mnt)
-}
-
-/// Whether `path` is a mount point now (`/proc/self/mountinfo`, its octal escapes undone).
-fn mount_point(path: &str) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return true };
-    info.lines().filter_map(|l| l.split(' ').nth(4)).any(|m| unescape_octal(m) == path)
-}
-
-fn unescape_octal(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    pid != std::process::id()
+        && who.lines().nth(1).is_some_and(|l| l.starts_with("unmounting"))
+        && std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// True if process `pid` is a zombie: it is exiting, and its other threads may still be
