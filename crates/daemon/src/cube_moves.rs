@@ -197,7 +197,7 @@ impl Cubes {
 
     /// Stops serving the cube at `dir` (its worker, its volume; the engine closed) without
     /// touching its table entry or store.
-    fn stop(&self, dir: &[u8]) -> FsResult<cubes::Cube> {
+    pub(super) fn stop(&self, dir: &[u8]) -> FsResult<cubes::Cube> {
         let mut st = self.state.lock().unwrap();
         let i = st.1.iter().position(|s| s.cube.path == dir).ok_or_else(|| super::not_a_cube(dir))?;
         let old = st.1.remove(i);

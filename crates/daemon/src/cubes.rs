@@ -332,23 +332,17 @@ impl Cubes {
     pub fn remove(&self, path: &[u8]) -> FsResult<Cube> {
         self.changeable()?;
         let path = trim(path);
-        let mut st = self.state.lock().unwrap();
-        let i = st.1.iter().position(|s| s.cube.path == path).ok_or_else(|| not_a_cube(path))?;
-        let mut list = st.0.cubes.clone();
-        list.retain(|c| c.path != path);
-        st.0 = cubes::save(&self.host, &self.store, &st.0, list).map_err(fail)?;
-        let old = st.1.remove(i);
-        drop(st);
-        if let Some(b) = old.background {
-            b.stop();
+        {
+            let mut st = self.state.lock().unwrap();
+            if !st.1.iter().any(|s| s.cube.path == path) {
+                return Err(not_a_cube(path));
+            }
+            let mut list = st.0.cubes.clone();
+            list.retain(|c| c.path != path);
+            st.0 = cubes::save(&self.host, &self.store, &st.0, list).map_err(fail)?;
         }
-        if let Some(d) = old.dead {
-            self.router.release(d);
-        }
-        if let Some(e) = old.vol.and_then(|vol| self.router.remove(vol)) {
-            retire(path, e);
-        }
-        let dir = old.cube.store_dir(&self.store);
+        let cube = self.stop(path)?;
+        let dir = cube.store_dir(&self.store);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             log::warn!("cube /{}: its store {} stays: {e}", show(path), dir.display());
         }
@@ -364,7 +358,7 @@ impl Cubes {
         }
         self.forget_entry(path);
         log::info!("cube /{} removed", show(path));
-        Ok(old.cube)
+        Ok(cube)
     }
 
     /// Checks a served cube's store while the rest of the mount goes on: the cube is taken
