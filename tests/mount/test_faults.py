@@ -37,6 +37,29 @@ def verify(m, synced):
         assert digest(read(p)) == h, f"{p}: fsynced content lost"
 
 
+def fill_host(m):
+    """Another program fills the store's host to the last byte; returns its file."""
+    filler = os.path.join(m.store, "filler")
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\xff" * (1 << 20))
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+    return filler
+
+
+def late_write_errors(m):
+    """The errnos of eight fsynced writes into the mount of a full host."""
+    errs = set()
+    for i in range(8):
+        try:
+            write_synced(os.path.join(m.mnt, f"late{i}"), os.urandom(256 << 10))
+        except OSError as e:
+            errs.add(e.errno)
+    return errs
+
+
 def mount_with_faults(m, spec):
     os.environ["SCION_FAULTS"] = spec
     try:
@@ -79,19 +102,8 @@ def test_full_host_gives_enospc_and_keeps_the_store(scion_store):
 
         # Another program fills the host to the last byte: scion's changes fail, nothing
         # acknowledged is lost, and once the space is back a restart gives a clean store.
-        filler = os.path.join(m.store, "filler")
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * (1 << 20))
-            except OSError as e:
-                assert e.errno == errno.ENOSPC
-        errs = set()
-        for i in range(8):
-            try:
-                write_synced(os.path.join(m.mnt, f"late{i}"), os.urandom(256 << 10))
-            except OSError as e:
-                errs.add(e.errno)
+        filler = fill_host(m)
+        errs = late_write_errors(m)
         assert errs and errs <= {errno.ENOSPC, errno.EIO}, f"errors seen: {errs}"
         print("errors with the host filled by another program:", sorted(errno.errorcode[e] for e in errs))
         m.kill9()
@@ -164,19 +176,8 @@ def test_a_host_filled_by_another_program_is_no_failure(scion_store):
             data = os.urandom(3000)
             write_synced(p, data)
             synced[p] = digest(data)
-        filler = os.path.join(m.store, "filler")
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\xff" * (1 << 20))
-            except OSError as e:
-                assert e.errno == errno.ENOSPC
-        errs = set()
-        for i in range(8):
-            try:
-                write_synced(os.path.join(m.mnt, f"late{i}"), os.urandom(256 << 10))
-            except OSError as e:
-                errs.add(e.errno)
+        filler = fill_host(m)
+        errs = late_write_errors(m)
         assert errs == {errno.ENOSPC}, f"errors seen: {sorted(errno.errorcode[e] for e in errs)}"
         # A checkpoint now (list takes one): it must not fail the store.
         r = m.run("list", m.mnt)

@@ -23,6 +23,7 @@ import pytest
 
 from conftest import PLAIN, SCION_BIN
 from test_safety import ensure_user
+from test_selfservice import refused
 
 pytestmark = pytest.mark.skipif(PLAIN or os.geteuid() != 0, reason="needs root to mount for everyone and make users")
 
@@ -36,13 +37,6 @@ def sh(user, cmd, timeout=60):
 
 def as_user(user, exe, *args, timeout=60):
     return sh(user, " ".join([exe] + [f"'{a}'" for a in args]), timeout)
-
-
-def refused(r, *words):
-    out = r.stdout + r.stderr
-    assert r.returncode != 0, out
-    for w in words:
-        assert w in out, out
 
 
 def ok(r):
