@@ -1,10 +1,11 @@
 """A kill loop through the mount (issue 34): the daemon SIGKILLed at random moments of
 commands of several steps (cube create --convert, cube remove, restore --replace, rollback,
-destroy, compress, repack), with a writer beside them that fsyncs what it writes. After each
-kill the store is mounted again and must hold every fsynced byte, the command done or not
-done (the tree it works on whole, in its old form or its new), and after an unmount `scion
-check --json` must be clean, with nothing left by the crash (no pending command, no pack
-space that nothing references).
+destroy, compress, repack, a mirror's send to a second store), with a writer beside them
+that fsyncs what it writes. After each kill the store is mounted again and must hold every
+fsynced byte, the command done or not done (the tree it works on whole, in its old form or
+its new; a mirrored snapshot arrives whole), and after an unmount `scion check --json` must
+be clean, with nothing left by the crash (no pending command, no pack space that nothing
+references), in the source store and in the mirror's.
 
     SCION_SEED=N SCION_KILLLOOP_SECONDS=600 python3 -m pytest -q tests/mount/test_killloop.py
 
@@ -23,6 +24,8 @@ import time
 import pytest
 
 from conftest import PLAIN
+from test_mirror import status as mirror_status
+from test_mirror import tree
 
 pytestmark = pytest.mark.skipif(PLAIN, reason="kills the scion daemon")
 
@@ -75,12 +78,19 @@ class Writer(threading.Thread):
             i += 1
 
 
-def setup_round(m, rng, kind):
+def setup_round(m, rng, kind, target):
     """Makes what command `kind` works on; returns (argv, the path, the acceptable digests)."""
     M = m.mnt
     p = os.path.join(M, "work")
     fill(p, rng, 300)
     before = digest(p)
+    if kind == "mirror":
+        # The snapshot starts the daemon's send of it to `target` (in another store); the
+        # kill lands before, during or after that send.
+        os.makedirs(target)
+        assert m.run("mirror", "add", p, "--to", target).returncode == 0
+        fill(os.path.join(p, "big"), rng, 40)
+        return ["snapshot", p, "--name", "s"], p, {digest(p)}
     if kind == "convert":
         return ["cube", "create", p, "--convert"], p, {before}
     if kind == "remove":
@@ -109,6 +119,7 @@ def setup_round(m, rng, kind):
 
 
 def check_clean(m):
+    """`m` unmounted, checked clean with no pack space unreferenced, and mounted again."""
     m.umount()
     r = m.run("check", "--json", m.store)
     assert r.returncode == 0, r.describe()
@@ -118,16 +129,27 @@ def check_clean(m):
     m.mount()
 
 
-def test_kill_loop(scion_mount):
-    m = scion_mount
+def mirror_arrived(m, path, target, what):
+    """After a mirror round's remount: the snapshot reaches the target, equal to the source's."""
+    snap = os.path.join(path, ".snapshot", "s")
+    if os.path.exists(snap):  # else the kill came before the snapshot: nothing to send
+        m._wait(lambda: mirror_status(m)[0]["last"] == "s", 90, f"{what}: s on the mirror")
+        assert tree(os.path.join(target, "s")) == tree(snap), f"{what}: the mirror differs"
+    assert m.run("mirror", "remove", path).returncode == 0
+
+
+def test_kill_loop(scion_mount, scion_store):
+    m, b = scion_mount, scion_store
+    b.mount()
     seed = int(os.environ.get("SCION_SEED", "34"))
     rng = random.Random(seed)
     print(f"seed={seed}")
-    kinds = ["convert", "remove", "restore", "rollback", "destroy", "compress", "repack"]
+    kinds = ["convert", "remove", "restore", "rollback", "destroy", "compress", "repack", "mirror"]
     end, rounds = time.time() + SECONDS, 0
     while time.time() < end or rounds < len(kinds):
         kind = kinds[rounds % len(kinds)] if rounds < len(kinds) else rng.choice(kinds)
-        argv, path, ok = setup_round(m, rng, kind)
+        target = os.path.join(b.mnt, f"m{rounds}")
+        argv, path, ok = setup_round(m, rng, kind, target)
         os.sync()
         w = Writer(os.path.join(m.mnt, "w"), rng.random())
         w.start()
@@ -145,6 +167,8 @@ def test_kill_loop(scion_mount):
         got = digest(path) if os.path.exists(path) else None
         assert got in ok, f"{what}: {path} is neither before nor after the command"
         assert not [n for n in os.listdir(m.mnt) if "scion-" in n], f"{what}: {os.listdir(m.mnt)}"
+        if kind == "mirror":
+            mirror_arrived(m, path, target, what)
         check_clean(m)
         # Clean for the next round.
         if "work" in json.dumps([json.loads(x) for x in m.run("cube", "list", "--json", m.mnt).stdout.splitlines()]):
@@ -160,3 +184,4 @@ def test_kill_loop(scion_mount):
         rounds += 1
     print(f"{rounds} rounds")
     check_clean(m)
+    check_clean(b)
