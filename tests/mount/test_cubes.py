@@ -761,3 +761,48 @@ def test_a_killed_convert_is_settled_by_the_next_one(scion_mount):
     m.umount()
     out = m.check()
     assert "clean" in out and "left by a crash" not in out, out
+
+
+def _killed_at_the_swap(m, argv):
+    """Runs `scion ARGV` with the daemon waiting at the failpoint `cube.swap` (the copy made
+    durable and recorded so, not yet exchanged with the original) and SIGKILLs it there."""
+    def waits():
+        logs = [os.path.join(m.store, n) for n in os.listdir(m.store) if n.endswith(".log")]
+        return sum(open(p, errors="replace").read().count("failpoint cube.swap: waiting") for p in logs)
+
+    before = waits()
+    cmd = subprocess.Popen([m.bin, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    m._wait(lambda: waits() > before, 60, "the command at its swap")
+    m.kill9()
+    cmd.wait(timeout=60)
+
+
+def test_the_copy_is_durable_before_the_original_goes(scion_mount):
+    """Issue 34 item 7: a convert into a `nojournal` cube (whose changes live in the daemon's
+    memory until a checkpoint) and a cube removal (whose copy's journal is written behind)
+    killed after the command recorded that the copy is whole, before the exchange: the next
+    mount finishes the command from the copy, so the copy must be durable by then. Both
+    hold every file after the remount (without the syncs before the swap, the convert's cube
+    came back empty and the mount after the removal's kill failed)."""
+    m = scion_mount
+    p = os.path.join(m.mnt, "proj")
+    os.makedirs(p)
+    for i in range(300):
+        with open(os.path.join(p, f"f{i}"), "wb") as h:
+            h.write(os.urandom(3000 + i))
+    want = _files(p)
+    m.umount()
+    os.environ["SCION_FAILPOINTS"] = "cube.swap:3000"
+    try:
+        m.mount()
+        _killed_at_the_swap(m, ["cube", "create", p, "--convert", "--mode", "nojournal"])
+        m.mount()
+        assert cubes(m)["proj"]["mode"] == "nojournal" and _files(p) == want
+        _killed_at_the_swap(m, ["cube", "remove", p])
+        m.mount()
+        assert "proj" not in cubes(m) and _files(p) == want
+    finally:
+        del os.environ["SCION_FAILPOINTS"]
+    m.umount()
+    out = m.check()
+    assert "clean" in out and "left by a crash" not in out, out

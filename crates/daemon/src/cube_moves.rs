@@ -70,6 +70,7 @@ impl Cubes {
         vol.1.fsync()?;
         let swap = Intent::Convert { pid, stage: Stage::Swap, cube: id, target: target.clone(), hidden: hidden.to_vec() };
         intents::update(&self.host, &self.store, &intent, Some(swap.clone())).map_err(fail)?;
+        scion_fs::failpoint::pause("cube.swap");
         let main = self.router.main();
         exchange(&main, hidden, &target)?;
         self.moved(id, &target)?;
@@ -111,6 +112,7 @@ impl Cubes {
         main.fsync()?;
         let swap = Intent::Uncube { pid, stage: Stage::Swap, cube: id, dir: dir.to_vec(), tmp: tmp.clone() };
         intents::update(&self.host, &self.store, &intent, Some(swap.clone())).map_err(fail)?;
+        scion_fs::failpoint::pause("cube.swap");
         let cube = self.stop(dir)?;
         let r = finish_uncube(&self.host, &self.store, &main, id, dir, &tmp);
         self.serve_table_again()?;

@@ -9,7 +9,9 @@
 //! and `restore.exchanged` (a restore --replace with its tree built at the hidden name, and
 //! then exchanged with the old one). Places that wait
 //! n milliseconds on every pass ([`pause`]): `control.hold` (a control command that has
-//! done its work and still holds the engine's `Arc`, not its lock).
+//! done its work and still holds the engine's `Arc`, not its lock), `cube.swap` (a convert
+//! or cube removal whose copy is durable and recorded so, before it is exchanged with the
+//! original).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
