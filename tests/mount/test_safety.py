@@ -312,8 +312,10 @@ def test_an_idle_control_client_blocks_no_one(scion_mount):
     import socket
     import stat
     m = scion_mount
-    sock = os.path.join(m.store, "control.sock")
+    with open(os.path.join(m.store, "control")) as f:
+        sock = f.read().strip()  # in the runtime directory, private to its user
     assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(sock)).st_mode) == 0o700
     idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     idle.connect(sock)
     try:

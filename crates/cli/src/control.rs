@@ -6,7 +6,6 @@ use scion_daemon::control::{show, Op, Reply, Target};
 use scion_fs::NsKind;
 use std::os::unix::ffi::OsStrExt;
 
-pub use scion_daemon::server::socket_path;
 pub use scion_fs::Inval as Invalidate;
 
 /// Tells the kernel to forget what changes behind its back made wrong (without the engine

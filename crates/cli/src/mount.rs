@@ -343,7 +343,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let closed = engine.close();
     // No one is listening any more; the store's lock still keeps another daemon out until
     // this process exits.
-    let _ = std::fs::remove_file(crate::control::socket_path(&store));
+    scion_daemon::server::forget_socket(&store);
     closed.map_err(|e| format!("final checkpoint failed: {e}"))?;
     log::info!("unmounted {}; store flushed", mnt.display());
     r.map_err(|e| format!("FUSE session ended with an error: {e}"))

@@ -1,5 +1,5 @@
-//! The control socket of a mounted store (`STORE/control.sock`, mode 0600: only the user
-//! who mounted it may ask) and, on a mount made by root for everyone, the users' socket (an
+//! The control socket of a mounted store (in a runtime directory private to the user who
+//! mounted it, mode 0600, named by `STORE/control`: only that user may ask) and, on a mount made by root for everyone, the users' socket (an
 //! abstract socket with a random name, `new_user_socket_name`, that the mount's root
 //! directory names, `CONTROL_XATTR`), where other local users ask with the rights
 //! `rights.rs` gives them. Who asks is what the kernel says of the connection (SO_PEERCRED,
@@ -33,8 +33,60 @@ const MAX_CLIENTS: usize = 16;
 /// Clients one ordinary user may have served at once on the users' socket.
 const MAX_CLIENTS_PER_USER: usize = 4;
 
+/// The file in a mounted store that names its daemon's control socket. The socket itself
+/// lives in a runtime directory (`runtime_socket`), not in the store: a store may sit on a
+/// filesystem without Unix sockets (exFAT, vfat, SMB, most object-store mounts).
+pub const SOCKET_NAME_FILE: &str = "control";
+/// Where daemons before format 11's runtime sockets listened, and where a client looks when
+/// the store names no socket (or is not the client's to read: then the connect's EACCES sends
+/// it to the users' socket).
+const OLD_SOCKET: &str = "control.sock";
+
+/// The control socket of the daemon serving `store`, as the store names it.
 pub fn socket_path(store: &Path) -> PathBuf {
-    store.join("control.sock")
+    use std::os::unix::ffi::OsStrExt;
+    match std::fs::read(store.join(SOCKET_NAME_FILE)) {
+        Ok(b) if b.starts_with(b"/") => PathBuf::from(std::ffi::OsStr::from_bytes(b.trim_ascii_end())),
+        _ => store.join(OLD_SOCKET),
+    }
+}
+
+/// Where a daemon of this user serving `store` binds its control socket: `/run/scion` for
+/// root, `$XDG_RUNTIME_DIR/scion` for others (else `/tmp/scion-UID`), each private to its
+/// user; the name is a hash of the store's path, short enough for any runtime directory.
+pub fn runtime_socket(store: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        _ if uid == 0 => PathBuf::from("/run/scion"),
+        Some(x) if x.is_absolute() && std::fs::metadata(&x).is_ok_and(|m| m.uid() == uid) => x.join("scion"),
+        _ => PathBuf::from(format!("/tmp/scion-{uid}")),
+    };
+    let mk = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    if let Some(e) = mk.as_ref().err().filter(|e| e.kind() != std::io::ErrorKind::AlreadyExists) {
+        return Err(format!("runtime directory {}: {e}", dir.display()));
+    }
+    // Another user's directory (or one others may enter) would let them reach the socket,
+    // or put theirs in its place.
+    let m = std::fs::symlink_metadata(&dir).map_err(|e| format!("runtime directory {}: {e}", dir.display()))?;
+    if !m.is_dir() || m.uid() != uid || m.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "runtime directory {} is not a directory private to uid {uid}: remove it, or set XDG_RUNTIME_DIR",
+            dir.display()
+        ));
+    }
+    let store = std::fs::canonicalize(store).map_err(|e| format!("store {}: {e}", store.display()))?;
+    let id = blake3::hash(store.as_os_str().as_bytes()).to_hex();
+    Ok(dir.join(format!("{}.sock", &id[..32])))
+}
+
+/// Removes the socket `serve` bound for `store` and the store's note of it (a clean
+/// unmount: no one is listening any more).
+pub fn forget_socket(store: &Path) {
+    let _ = std::fs::remove_file(socket_path(store));
+    let _ = std::fs::remove_file(store.join(SOCKET_NAME_FILE));
 }
 
 /// The extended attribute of a mount's root directory that names its users' socket. Only
@@ -77,13 +129,16 @@ pub fn serve(
     invalidate: SharedInvalidator,
     for_users: Option<&str>,
 ) -> Result<(), String> {
-    let path = socket_path(store);
-    // We hold the store's lock, so a socket left here is a dead daemon's.
+    let path = runtime_socket(store)?;
+    // We hold the store's lock, so a socket left at this store's name is a dead daemon's
+    // (and so is an old daemon's in the store).
     let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(store.join(OLD_SOCKET));
     let listener = UnixListener::bind(&path).map_err(|e| format!("control socket {}: {e}", path.display()))?;
     use std::os::unix::fs::PermissionsExt;
     // Only the user who mounted the store may ask here: a socket left open to others would
-    // let any local user clone, snapshot and destroy with the owner's rights.
+    // let any local user clone, snapshot and destroy with the owner's rights. (Its directory
+    // is private too; the mode is a second lock.)
     if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)) {
         let _ = std::fs::remove_file(&path);
         return Err(format!(
@@ -91,6 +146,12 @@ pub fn serve(
             path.display()
         ));
     }
+    // Written whole or not at all: a client reads it to find the socket.
+    let note = store.join(SOCKET_NAME_FILE);
+    let tmp = store.join(format!("{SOCKET_NAME_FILE}.tmp"));
+    std::fs::write(&tmp, format!("{}\n", path.display()))
+        .and_then(|()| std::fs::rename(&tmp, &note))
+        .map_err(|e| format!("{}: {e}", note.display()))?;
     let serving = Serving { engine, cubes, device, invalidate };
     accept(listener, serving.clone(), Arc::new(Limits::default()));
     if let Some(name) = for_users {

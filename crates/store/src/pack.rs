@@ -959,6 +959,9 @@ impl BlockStore {
     /// writing blocks and committing or freeing them leaves. `None` where the host cannot
     /// tell data from holes.
     pub fn unreferenced(&self, below: (u32, u64), live: &[(u32, u64, u64)]) -> Result<Option<Vec<(u32, u64, u64)>>> {
+        if !self.host_punches_holes() {
+            return Ok(None);
+        }
         let mut spans: Vec<(u32, u64, u64)> = live
             .iter()
             .map(|&(p, s, e)| (p, s / BLOCK_ALIGN * BLOCK_ALIGN, e.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN))
@@ -988,6 +991,22 @@ impl BlockStore {
             }
         }
         Ok(Some(out))
+    }
+
+    /// Whether the host gives space back through hole punches, tried on a scratch file
+    /// beside the packs. One that does not (exFAT and vfat through FUSE) keeps every byte
+    /// written to a pack, freed or not, and its lseek sees no holes: there is no leak to
+    /// count there, only space that repack gives back. Unknown (a read-only store): no.
+    fn host_punches_holes(&self) -> bool {
+        let p = self.dir.join("packs").join(".punch-probe");
+        let probe = || -> std::io::Result<()> {
+            let f = self.host.open(&p, OpenMode::Truncate)?;
+            f.write_all_at(&[1u8; 2 * BLOCK_ALIGN as usize], 0)?;
+            f.punch_hole(0, BLOCK_ALIGN)
+        };
+        let r = probe();
+        let _ = self.host.remove_file(&p);
+        r.is_ok()
     }
 
     /// Gives back the runs `unreferenced` found (after a crash).
