@@ -76,13 +76,15 @@ def test_rollback_of_a_clone(scion_mount):
     # The source is untouched.
     with open(os.path.join(src, "etc", "conf")) as h:
         assert h.read() == "original\n"
-    # Refusals: no such snapshot (1), a plain directory (2), a path for --to (2).
+    # Refusals: no such snapshot (1), a path for --to (2). A plain directory rolls back in
+    # place (test_restore_replace.py), the mount's root is refused (2).
     r = m.run("rollback", sb, "--to", "nope")
     assert r.returncode == 1 and "no snapshot nope" in r.stderr, r.describe()
-    r = m.run("snapshot", "--name", "s", src)
+    r = m.run("snapshot", "--name", "s", m.mnt)
     assert r.returncode == 0, r.describe()
-    r = m.run("rollback", src, "--to", "s")
+    r = m.run("rollback", m.mnt, "--to", "s")
     assert r.returncode == 2 and "not a clone" in r.stderr and "restore" in r.stderr, r.describe()
+    assert m.run("destroy", "-r", os.path.join(m.mnt, ".snapshot", "s")).returncode == 0
     r = m.run("rollback", sb, "--to", os.path.join(sb, ".snapshot", "clean"))
     assert r.returncode == 2, r.describe()
     assert m.run("rollback", "--help").returncode == 0

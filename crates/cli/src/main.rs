@@ -221,15 +221,16 @@ enum Cmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
-    /// Make a clone exactly one of its snapshots again, in one step
+    /// Make a directory exactly one of its snapshots again
     ///
     /// Make a clone exactly one of its snapshots again, in one step whatever its size (ZFS
     /// rollback). The clone's files become new files: a process holding one open keeps what
-    /// it opened, as after a rename over it. Every snapshot of the clone stays. Only clones
-    /// roll back; for another directory use `scion restore DIR --from SNAP --replace`.
+    /// it opened, as after a rename over it. Every snapshot of the clone stays. Another
+    /// directory is restored in place (`scion restore DIR --from SNAP --replace`): in time
+    /// with its size, all or nothing, its snapshots kept.
     /// Exit 0: rolled back; 1: no such snapshot; 2: bad usage or failure.
     Rollback {
-        /// The clone (its top directory).
+        /// The directory (a clone's top, or any directory).
         dir: PathBuf,
         /// A snapshot of it: a name in DIR/.snapshot.
         #[arg(long)]

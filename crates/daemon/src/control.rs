@@ -868,9 +868,19 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
         }
         Op::Rollback { dir, to } => {
             let d = fs.resolve_path(dir).map_err(Failure::from_fs(show(dir)))?;
-            fs.rollback(d, to).map_err(|e| rollback_failure(e, dir, to))?;
-            // The engine queued what the kernel must forget (the mount entry, the old files).
-            (Reply::RolledBack, Vec::new())
+            if fs.ns_at(d).is_none() && d != fs.root() {
+                // A plain directory: restored in place from its snapshot, in time with its
+                // size (its snapshots, inode number and path stay; see `refill.rs`).
+                if !fs.in_snapshot(dir, to).is_ok_and(|p| fs.resolve_path(&p).is_ok()) {
+                    return Err(rollback_failure(scion_fs::FsError::new(libc::ENOENT), dir, to));
+                }
+                let (_, inval) = restore(fs, dir, to, None, true, user)?;
+                (Reply::RolledBack, inval)
+            } else {
+                fs.rollback(d, to).map_err(|e| rollback_failure(e, dir, to))?;
+                // The engine queued what the kernel must forget (the mount entry, the old files).
+                (Reply::RolledBack, Vec::new())
+            }
         }
     };
     inval.extend(fs.take_invalidations());

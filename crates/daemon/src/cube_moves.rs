@@ -162,7 +162,7 @@ impl Cubes {
             let on = match &i {
                 Intent::Convert { target, .. } => target.as_slice(),
                 Intent::Uncube { dir, .. } => dir.as_slice(),
-                Intent::Replace { .. } => continue,
+                Intent::Replace { .. } | Intent::Refill { .. } => continue,
             };
             if on != path {
                 continue;
@@ -237,7 +237,7 @@ impl Cubes {
 /// before any cube is served; the main volume open and replayed).
 pub(super) fn finish_intents(host: &scion_store::Host, store: &Path, main: &Engine) -> FsResult<()> {
     for i in intents::load(host, store).map_err(fail)?.intents {
-        if matches!(i, Intent::Replace { .. }) {
+        if matches!(i, Intent::Replace { .. } | Intent::Refill { .. }) {
             continue; // the volume's own open does these
         }
         log::info!("{}: settled at mount", i.describe());
@@ -269,7 +269,7 @@ fn settle(host: &scion_store::Host, store: &Path, main: &Engine, i: &Intent) -> 
         }
         Intent::Uncube { stage: Stage::Copy, tmp, .. } => remove_if_there(main, tmp)?,
         Intent::Uncube { stage: Stage::Swap, cube, dir, tmp, .. } => finish_uncube(host, store, main, *cube, dir, tmp)?,
-        Intent::Replace { .. } => return Ok(()),
+        Intent::Replace { .. } | Intent::Refill { .. } => return Ok(()),
     }
     intents::update(host, store, i, None).map_err(fail)
 }

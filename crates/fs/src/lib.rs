@@ -35,6 +35,7 @@ pub use records::inode;
 pub mod repack;
 pub mod repair;
 pub mod reserve;
+mod refill;
 pub mod restore;
 pub mod rollback;
 pub mod schedule;

@@ -19,7 +19,7 @@
 use crate::access::{Caller, R, X};
 use crate::clone::SNAPDIR_NAME;
 use crate::error::errno;
-use crate::fs::{Fs, Ino};
+use crate::fs::{Fs, Ino, Loc};
 use crate::inode::{Kind, Ts};
 use crate::{FsResult, SetAttr};
 use std::collections::HashMap;
@@ -159,6 +159,12 @@ impl Fs {
         who: Option<&Caller>,
     ) -> FsResult<RestoreReport> {
         use crate::records::intents::{self, Intent};
+        let there = self.lookup(parent, name)?.ino;
+        let in_place = self.dir_node(there).is_ok_and(|n| n.loc != Loc::Root) && self.getattr(from)?.kind == Kind::Dir;
+        self.forget(there, 1);
+        if in_place {
+            return self.refill_dir(from, parent, dst, name, stamp);
+        }
         let mut tmp = Vec::new();
         for i in 1..1000u32 {
             let t = format!(".{}.scion-restore-{stamp}{}", String::from_utf8_lossy(name), if i == 1 { String::new() } else { format!("-{i}") });
@@ -207,6 +213,10 @@ impl Fs {
         let (host, store) = (self.vol.host.clone(), self.vol.dir.clone());
         let eio = |e: scion_store::Error| errno::EIO.with(format!("intents: {e}"));
         for i in intents::load(&host, &store).map_err(eio)?.intents {
+            if matches!(i, Intent::Refill { .. }) {
+                self.settle_refill(&i)?;
+                continue;
+            }
             let Intent::Replace { tmp, .. } = &i else { continue };
             if let Ok((parent, name)) = self.resolve_parent(tmp) {
                 if self.child(parent, &name)?.is_some() {

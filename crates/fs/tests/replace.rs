@@ -1,7 +1,8 @@
 //! `restore --replace` is all or nothing across a crash (issue 34 item 3): a crash with the
-//! restored tree half built, or built and exchanged but the old one not yet removed, leaves
-//! after the next open the old tree or the restored one whole at the destination, nothing at
-//! the hidden name, no intent left, and a clean store. Its own test binary: the failpoints
+//! restored tree half built, or with the directory emptied and not yet filled, leaves after
+//! the next open the old tree or the restored one whole at the destination, nothing at the
+//! hidden names, no intent left, and a clean store. The directory stays the same object, so
+//! its snapshots stay in its `.snapshot` (issue 35 item 2). Its own test binary: the failpoints
 //! it arms are process-wide.
 
 mod common;
@@ -29,7 +30,7 @@ fn files(fs: &mut Fs, dir: Ino, at: &str, out: &mut Vec<(String, Vec<u8>)>) {
 #[test]
 fn a_crash_during_restore_replace_leaves_one_tree_whole() {
     // (None: a crash before the restore returned may leave either tree, whole.)
-    for (point, restored) in [("restore.copied", Some(false)), ("restore.exchanged", None), ("", Some(true))] {
+    for (point, restored) in [("restore.copied", Some(false)), ("restore.emptied", Some(true)), ("", Some(true))] {
         let (_tmp, store, mut fs) = new_store();
         let root = fs.root();
         let d = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
@@ -37,6 +38,7 @@ fn a_crash_during_restore_replace_leaves_one_tree_whole() {
             mkfile(&mut fs, d, &format!("f{i}"), format!("snapshot's {i}").repeat(200).as_bytes());
         }
         fs.snapshot(d, b"s", b"/d").unwrap();
+        fs.setxattr(d, b"user.then", b"1", 0).unwrap();
         let mut want_new = Vec::new();
         files(&mut fs, d, "d", &mut want_new);
         for i in 0..40 {
@@ -63,7 +65,14 @@ fn a_crash_during_restore_replace_leaves_one_tree_whole() {
         let root = fs.root();
         let names: Vec<Vec<u8>> = fs.readdir(root).unwrap().into_iter().map(|e| e.name).collect();
         assert!(!names.iter().any(|n| n.starts_with(b".d.scion-restore")), "{point}: the hidden tree stays: {names:?}");
-        let d = lookup(&mut fs, root, "d").unwrap();
+        let d2 = lookup(&mut fs, root, "d").unwrap();
+        if restored == Some(true) {
+            assert_eq!(d2, d, "{point}: the directory is the same inode");
+            assert_eq!(fs.listxattr(d).unwrap(), Vec::<Vec<u8>>::new(), "{point}: the snapshot's attributes");
+        }
+        let snaps: Vec<Vec<u8>> = fs.readdir(d2 | scion_fs::clone::SNAPDIR_BIT).unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(snaps, vec![b"s".to_vec()], "{point}: the directory's snapshot stays");
+        let d = d2;
         let mut got = Vec::new();
         files(&mut fs, d, "d", &mut got);
         let ok = match restored {

@@ -7,6 +7,7 @@
 //!
 //! ```text
 //! replace PID TMP                           a restore --replace: TMP is removed
+//! refill PID STEP DIR TMP OLD               a restore --replace of directory DIR in place
 //! convert PID STAGE CUBE TARGET HIDDEN      cube create --convert of TARGET into cube CUBE
 //! uncube PID STAGE CUBE DIR TMP             cube remove of cube CUBE at DIR, copied to TMP
 //! ```
@@ -15,6 +16,12 @@
 //! STAGE is `copy` while the copy is under way (undone after a crash: what was copied so far
 //! is removed, the source stays) or `swap` once the copy is whole and durable (finished after
 //! a crash: the copy put in the source's place, the source removed).
+//!
+//! A refill keeps DIR itself (its object, so its snapshots, and its inode number) and
+//! changes what is in it: STEP is `copy` while the restored tree is built at TMP (undone:
+//! TMP removed), `empty` once TMP is whole and durable, while DIR's entries move into OLD,
+//! and `fill` once they all have, while TMP's entries move into DIR (both finished after a
+//! crash; then DIR takes TMP's attributes and TMP and OLD are removed).
 
 use super::slots::{escape, unescape, SlotFile};
 use scion_store::{Error, Host, Result};
@@ -38,6 +45,17 @@ pub enum Stage {
     Swap,
 }
 
+/// How far a restore in place (`Intent::Refill`) got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The restored tree is being built at `tmp`: undone after a crash.
+    Copy,
+    /// The directory's entries are moving into `old`: finished after a crash.
+    Empty,
+    /// `tmp`'s entries are moving into the directory: finished after a crash.
+    Fill,
+}
+
 /// A command of several steps under way.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Intent {
@@ -45,6 +63,9 @@ pub enum Intent {
     /// destination) and exchanged with the destination in one step; what is at `tmp` after
     /// either (a partial copy, or the tree it replaced) is removed.
     Replace { pid: u32, tmp: Vec<u8> },
+    /// `restore --replace` of directory `dir` in place: the restored tree is built at `tmp`,
+    /// `dir`'s entries move into `old`, `tmp`'s into `dir`; `tmp` and `old` are removed.
+    Refill { pid: u32, step: Step, dir: Vec<u8>, tmp: Vec<u8>, old: Vec<u8> },
     /// `cube create --convert`: cube `cube`, made at `hidden`, takes a copy of `target`;
     /// then it is exchanged with `target` and the original (then at `hidden`) removed.
     Convert { pid: u32, stage: Stage, cube: u32, target: Vec<u8>, hidden: Vec<u8> },
@@ -56,7 +77,7 @@ pub enum Intent {
 impl Intent {
     pub fn pid(&self) -> u32 {
         match self {
-            Intent::Replace { pid, .. } | Intent::Convert { pid, .. } | Intent::Uncube { pid, .. } => *pid,
+            Intent::Replace { pid, .. } | Intent::Refill { pid, .. } | Intent::Convert { pid, .. } | Intent::Uncube { pid, .. } => *pid,
         }
     }
 
@@ -65,6 +86,11 @@ impl Intent {
         let s = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
         match self {
             Intent::Replace { tmp, .. } => format!("a restore --replace left /{}", s(tmp)),
+            Intent::Refill { step, dir, .. } => format!(
+                "a restore --replace of /{} {}",
+                s(dir),
+                if *step == Step::Copy { "was copying (undone at the next mount)" } else { "was putting the restored entries in place (finished at the next mount)" }
+            ),
             Intent::Convert { stage, target, .. } => format!(
                 "a cube create --convert of /{} {}",
                 s(target),
@@ -102,6 +128,14 @@ pub fn encode_payload(list: &[Intent]) -> Vec<u8> {
     for i in list {
         let line = match i {
             Intent::Replace { pid, tmp } => format!("replace {pid} {}", escape(tmp)),
+            Intent::Refill { pid, step, dir, tmp, old } => {
+                let step = match step {
+                    Step::Copy => "copy",
+                    Step::Empty => "empty",
+                    Step::Fill => "fill",
+                };
+                format!("refill {pid} {step} {} {} {}", escape(dir), escape(tmp), escape(old))
+            }
             Intent::Convert { pid, stage, cube, target, hidden } => {
                 format!("convert {pid} {} {cube} {} {}", stage_name(*stage), escape(target), escape(hidden))
             }
@@ -135,6 +169,18 @@ pub fn decode_payload(b: &[u8]) -> Result<Vec<Intent>> {
         };
         let i = match f[..] {
             ["replace", pid, tmp] => Intent::Replace { pid: num(pid, "pid")?, tmp: path(tmp)? },
+            ["refill", pid, step, dir, tmp, old] => Intent::Refill {
+                pid: num(pid, "pid")?,
+                step: match step {
+                    "copy" => Step::Copy,
+                    "empty" => Step::Empty,
+                    "fill" => Step::Fill,
+                    _ => return Err(bad(format!("step {step:?} in {line:?}"))),
+                },
+                dir: path(dir)?,
+                tmp: path(tmp)?,
+                old: path(old)?,
+            },
             ["convert", pid, st, cube, target, hidden] => Intent::Convert {
                 pid: num(pid, "pid")?,
                 stage: stage(st)?,
@@ -218,6 +264,7 @@ mod tests {
             Intent::Replace { pid: 7, tmp: b"home/a/.docs.scion-restore-x".to_vec() },
             Intent::Convert { pid: 8, stage: Stage::Copy, cube: 3, target: b"srv/db".to_vec(), hidden: b"srv/.db.scion-convert-8".to_vec() },
             Intent::Uncube { pid: 9, stage: Stage::Swap, cube: 4, dir: b"ci cache".to_vec(), tmp: b".ci cache.scion-uncube-9".to_vec() },
+            Intent::Refill { pid: 6, step: Step::Fill, dir: b"home/a b".to_vec(), tmp: b"home/.a b.scion-restore-x".to_vec(), old: b"home/.a b.scion-restore-old-x".to_vec() },
         ]
     }
 
@@ -234,9 +281,9 @@ mod tests {
         let swapped = Intent::Convert { pid: 8, stage: Stage::Swap, cube: 3, target: b"srv/db".to_vec(), hidden: b"srv/.db.scion-convert-8".to_vec() };
         update(&host, tmp.path(), &s[1], Some(swapped.clone())).unwrap();
         update(&host, tmp.path(), &s[0], None).unwrap();
-        assert_eq!(load(&host, tmp.path()).unwrap().intents, vec![swapped, s[2].clone()]);
+        assert_eq!(load(&host, tmp.path()).unwrap().intents, vec![swapped, s[2].clone(), s[3].clone()]);
         assert_eq!(decode_payload(&encode_payload(&s)).unwrap(), s);
-        for bad_line in ["replace 7", "replace x a", "convert 1 half 3 a b", "uncube 1 copy 3 /abs b", "move 1 a b", "replace 7 /"] {
+        for bad_line in ["replace 7", "replace x a", "convert 1 half 3 a b", "uncube 1 copy 3 /abs b", "move 1 a b", "replace 7 /", "refill 1 move a b c", "refill 1 fill a b"] {
             assert!(decode_payload(bad_line.as_bytes()).is_err(), "{bad_line}");
         }
         // A cut write of the newer slot leaves the older state.
@@ -245,6 +292,6 @@ mod tests {
         let newer = if load(&host, tmp.path()).unwrap().seq % 2 == 0 { 0 } else { super::super::slots::SLOT };
         b[newer + super::super::slots::HEADER] ^= 0xff;
         std::fs::write(&f, &b).unwrap();
-        assert_eq!(decode_file(&b).unwrap().intents.len(), 3);
+        assert_eq!(decode_file(&b).unwrap().intents.len(), 4);
     }
 }
