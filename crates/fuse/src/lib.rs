@@ -63,8 +63,9 @@ const MAX_WRITE: u32 = 1 << 20;
 pub struct ScionFuse {
     /// The volumes served, found by inode number.
     router: Arc<Router>,
-    /// Directory listings taken at opendir, read by offset.
-    dirs: Mutex<HashMap<u64, Arc<Vec<(Vec<u8>, u64, Kind)>>>>,
+    /// Directory listings taken at opendir, read by offset; taken again when a handle
+    /// already read is read from offset 0 (rewinddir).
+    dirs: Mutex<HashMap<u64, DirHandle>>,
     next_fh: AtomicU64,
     /// Ask for FUSE over io_uring (per-CPU queues: no cross-CPU wake-up per round trip).
     uring: bool,
@@ -363,6 +364,54 @@ fn kill_privs(fs: &mut Fs, ino: u64, req: &Request) -> FsResult<()> {
         )?;
     }
     Ok(())
+}
+
+/// An open directory: its listing, and whether it was read (a read from offset 0 after
+/// that is a rewinddir, which POSIX says must see the directory as it is now).
+struct DirHandle {
+    list: Arc<Vec<(Vec<u8>, u64, Kind)>>,
+    read: bool,
+}
+
+impl ScionFuse {
+    /// Directory `ino`'s entries with `.` and `..`, in the volume's own inode numbers
+    /// (`readdir` makes them the kernel's).
+    fn listing(&self, ino: INodeNo) -> Result<Vec<(Vec<u8>, u64, Kind)>, Errno> {
+        let at = match self.router.route(ino.0) {
+            Ok((vol, engine, ino)) => At { vol, engine, ino, generation: self.router.generation(vol) },
+            Err(e) => return Err(err(e)),
+        };
+        let mut fs = at.fs();
+        let list = fs.readdir(at.ino).map_err(err)?;
+        let parent = fs.parent_of(at.ino);
+        drop(fs);
+        let mut v = Vec::with_capacity(list.len() + 2);
+        v.push((b".".to_vec(), at.ino, Kind::Dir));
+        v.push((b"..".to_vec(), parent, Kind::Dir));
+        v.extend(list.into_iter().map(|e| (e.name, e.ino, e.kind)));
+        Ok(v)
+    }
+
+    /// The listing of open directory `fh` to read from `offset`: taken again for a read from
+    /// 0 of a handle already read.
+    fn dir_handle(&self, ino: INodeNo, fh: FileHandle, offset: u64) -> Result<Arc<Vec<(Vec<u8>, u64, Kind)>>, Errno> {
+        let again = {
+            let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+            let h = dirs.get_mut(&fh.0).ok_or(Errno::EBADF)?;
+            let again = offset == 0 && h.read && ino.0 != CUBES_DIR_INO;
+            h.read = true;
+            if !again {
+                return Ok(h.list.clone());
+            }
+            again
+        };
+        debug_assert!(again);
+        let list = Arc::new(self.listing(ino)?);
+        if let Some(h) = self.dirs.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&fh.0) {
+            h.list = list.clone();
+        }
+        Ok(list)
+    }
 }
 
 impl Filesystem for ScionFuse {
@@ -735,35 +784,27 @@ impl Filesystem for ScionFuse {
             let mut v = vec![(b".".to_vec(), CUBES_DIR_INO, Kind::Dir), (b"..".to_vec(), scion_fs::ROOT_INO, Kind::Dir)];
             v.extend(self.router.cube_ids().into_iter().map(|(id, vol)| (id.to_string().into_bytes(), vol.global(scion_fs::ROOT_INO), Kind::Dir)));
             let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-            self.dirs.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, Arc::new(v));
+            self.dirs.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, DirHandle { list: Arc::new(v), read: false });
             return reply.opened(FileHandle(fh), FopenFlags::empty());
         }
-        let at = route!(self, ino, reply);
-        let mut fs = at.fs();
-        let list = match fs.readdir(at.ino) {
-            Ok(l) => l,
-            Err(e) => return reply.error(err(e)),
+        let v = match self.listing(ino) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
         };
-        let parent = fs.parent_of(at.ino);
-        drop(fs);
-        // Inode numbers of the volume's own: `readdir` makes them the kernel's.
-        let mut v = Vec::with_capacity(list.len() + 2);
-        v.push((b".".to_vec(), at.ino, Kind::Dir));
-        v.push((b"..".to_vec(), parent, Kind::Dir));
-        v.extend(list.into_iter().map(|e| (e.name, e.ino, e.kind)));
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, Arc::new(v));
+            .insert(fh, DirHandle { list: Arc::new(v), read: false });
         // No FOPEN_CACHE_DIR: the listing is taken at opendir, and a kernel cache filled from
         // a listing taken while the directory changed stayed stale (found by tests/soak.py).
         reply.opened(FileHandle(fh), FopenFlags::empty())
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let Some(list) = self.dirs.lock().unwrap_or_else(|p| p.into_inner()).get(&fh.0).cloned() else {
-            return reply.error(Errno::EBADF);
+        let list = match self.dir_handle(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
         };
         let vol = VolumeId::of(ino.0);
         for (i, (name, child, k)) in list.iter().enumerate().skip(offset as usize) {
@@ -785,8 +826,9 @@ impl Filesystem for ScionFuse {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let Some(list) = self.dirs.lock().unwrap_or_else(|p| p.into_inner()).get(&fh.0).cloned() else {
-            return reply.error(Errno::EBADF);
+        let list = match self.dir_handle(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
         };
         if ino.0 == CUBES_DIR_INO {
             // Names only (node id 0): each is looked up, through `lookup_cube`, before use.
