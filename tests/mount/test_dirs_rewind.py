@@ -53,3 +53,18 @@ def test_rewinddir_sees_names_added_and_removed(scion_mount, count):
         assert "added" in again and "f0" not in again, sorted(again - first)
     finally:
         libc.closedir(d)
+
+
+def test_names_made_between_opendir_and_rewinddir(scion_mount):
+    """generic/471's case: nothing read before the rewind, 2,000 names made after opendir."""
+    top = os.path.join(scion_mount.mnt, "d")
+    os.makedirs(top)
+    d = libc.opendir(top.encode())
+    assert d
+    try:
+        for i in range(2000):
+            open(os.path.join(top, str(i)), "w").close()
+        libc.rewinddir(d)
+        assert names(d) == {".", ".."} | {str(i) for i in range(2000)}
+    finally:
+        libc.closedir(d)

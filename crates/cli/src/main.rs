@@ -713,6 +713,11 @@ fn main() -> ExitCode {
             options,
         } => {
             // `scion:STORE`, as the mount table once named a store (and as fstab lines may).
+            // The mount's source is the store as given, so `umount scion:STORE` finds it
+            // (umount of a directory's path looks for a mount point, never a source).
+            if mount::store_arg(&store) != store {
+                std::env::set_var(mount::SOURCE_ENV, &store);
+            }
             let store = mount::store_arg(&store);
             if foreground {
                 mount::foreground(&store, &mountpoint, &options)

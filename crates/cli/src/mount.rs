@@ -60,12 +60,17 @@ fn report_ready(msg: &str) {
     }
 }
 
+/// The mount's source when the store was named `scion:STORE` (set by `scion mount` for the
+/// daemon it starts): the mount table shows that, not the path.
+pub const SOURCE_ENV: &str = "SCION_MOUNT_SOURCE";
+
 fn mount_options(store: &Path, user: &[String]) -> Config {
     let mut cfg = Config::default();
+    let source = std::env::var(SOURCE_ENV).unwrap_or_else(|_| store.display().to_string());
     let mut opts = vec![
-        // The store's path is the mount's source, as `findmnt -S STORE` and tools comparing
+        // The store as given is the mount's source, as `findmnt -S STORE` and tools comparing
         // what they mounted with the mount table expect.
-        MountOption::FSName(store.display().to_string()),
+        MountOption::FSName(source),
         MountOption::Subtype("scion".into()),
         MountOption::DefaultPermissions,
     ];

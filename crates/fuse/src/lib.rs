@@ -63,8 +63,8 @@ const MAX_WRITE: u32 = 1 << 20;
 pub struct ScionFuse {
     /// The volumes served, found by inode number.
     router: Arc<Router>,
-    /// Directory listings taken at opendir, read by offset; taken again when a handle
-    /// already read is read from offset 0 (rewinddir).
+    /// Directory listings, read by offset: taken at each read from offset 0 (the first read,
+    /// or one after rewinddir).
     dirs: Mutex<HashMap<u64, DirHandle>>,
     next_fh: AtomicU64,
     /// Ask for FUSE over io_uring (per-CPU queues: no cross-CPU wake-up per round trip).
@@ -366,11 +366,12 @@ fn kill_privs(fs: &mut Fs, ino: u64, req: &Request) -> FsResult<()> {
     Ok(())
 }
 
-/// An open directory: its listing, and whether it was read (a read from offset 0 after
-/// that is a rewinddir, which POSIX says must see the directory as it is now).
+/// An open directory: its listing as of the last read from offset 0. POSIX says a stream
+/// rewound (rewinddir) sees the directory as it is then, names made since opendir included.
 struct DirHandle {
     list: Arc<Vec<(Vec<u8>, u64, Kind)>>,
-    read: bool,
+    /// Listed once at opendir, never again (the cubes directory).
+    fixed: bool,
 }
 
 impl ScionFuse {
@@ -392,20 +393,15 @@ impl ScionFuse {
         Ok(v)
     }
 
-    /// The listing of open directory `fh` to read from `offset`: taken again for a read from
-    /// 0 of a handle already read.
+    /// The listing of open directory `fh` to read from `offset`: taken anew for a read from 0.
     fn dir_handle(&self, ino: INodeNo, fh: FileHandle, offset: u64) -> Result<Arc<Vec<(Vec<u8>, u64, Kind)>>, Errno> {
-        let again = {
-            let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-            let h = dirs.get_mut(&fh.0).ok_or(Errno::EBADF)?;
-            let again = offset == 0 && h.read && ino.0 != CUBES_DIR_INO;
-            h.read = true;
-            if !again {
+        {
+            let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+            let h = dirs.get(&fh.0).ok_or(Errno::EBADF)?;
+            if offset != 0 || h.fixed {
                 return Ok(h.list.clone());
             }
-            again
-        };
-        debug_assert!(again);
+        }
         let list = Arc::new(self.listing(ino)?);
         if let Some(h) = self.dirs.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&fh.0) {
             h.list = list.clone();
@@ -784,18 +780,18 @@ impl Filesystem for ScionFuse {
             let mut v = vec![(b".".to_vec(), CUBES_DIR_INO, Kind::Dir), (b"..".to_vec(), scion_fs::ROOT_INO, Kind::Dir)];
             v.extend(self.router.cube_ids().into_iter().map(|(id, vol)| (id.to_string().into_bytes(), vol.global(scion_fs::ROOT_INO), Kind::Dir)));
             let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-            self.dirs.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, DirHandle { list: Arc::new(v), read: false });
+            self.dirs.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, DirHandle { list: Arc::new(v), fixed: true });
             return reply.opened(FileHandle(fh), FopenFlags::empty());
         }
-        let v = match self.listing(ino) {
-            Ok(v) => v,
-            Err(e) => return reply.error(e),
-        };
+        let at = route!(self, ino, reply);
+        if let Err(e) = at.fs().getattr(at.ino) {
+            return reply.error(err(e));
+        }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, DirHandle { list: Arc::new(v), read: false });
+            .insert(fh, DirHandle { list: Arc::new(Vec::new()), fixed: false });
         // No FOPEN_CACHE_DIR: the listing is taken at opendir, and a kernel cache filled from
         // a listing taken while the directory changed stayed stale (found by tests/soak.py).
         reply.opened(FileHandle(fh), FopenFlags::empty())
