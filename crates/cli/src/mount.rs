@@ -265,15 +265,21 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     // Root's mount for everyone: other users may help themselves (rights.rs), through a
     // socket the mount's root directory names; `users=off` offers them nothing.
     let users_socket = (users && is_root() && cfg.acl == SessionACL::All).then(scion_daemon::server::new_user_socket_name);
-    let session = fuser::Session::new(
-        scion_fuse::ScionFuse::new(router.clone())
-            .with_uring(uring)
-            .with_writeback(writeback)
-            .with_control_socket(users_socket.clone()),
-        &mnt,
-        &cfg,
-    )
-    .map_err(|e| format!("mount of {} failed: {e}", mnt.display()))?;
+    let front = scion_fuse::ScionFuse::new(router.clone())
+        .with_uring(uring)
+        .with_writeback(writeback)
+        .with_control_socket(users_socket.clone());
+    let stale_attrs = front.attr_invalidator();
+    let session = fuser::Session::new(front, &mnt, &cfg).map_err(|e| format!("mount of {} failed: {e}", mnt.display()))?;
+    {
+        // Offset -1: the attributes only, never the page cache.
+        let notifier = session.notifier();
+        let _ = stale_attrs.set(Box::new(move |ino| {
+            if let Err(e) = notifier.inval_inode(fuser::INodeNo(ino), -1, 0) {
+                log::debug!("attribute invalidation of {ino}: {e}");
+            }
+        }));
+    }
     // The mount's device number: read from the mount table, not by stat (the session does
     // not serve requests yet, so a stat would wait for itself).
     let device = mount_field(&mnt, 2).ok_or_else(|| format!("{} is not in the mount table", mnt.display()))?;

@@ -73,7 +73,15 @@ pub struct ScionFuse {
     writeback: bool,
     /// The users' control socket the root directory names (`CONTROL_XATTR`), if any.
     control: Option<Vec<u8>>,
+    /// Tells the kernel to drop its cached attributes of an inode (its number as the kernel
+    /// knows it): set once the session exists (`attr_invalidator`).
+    stale_attrs: AttrInvalidator,
 }
+
+/// Where the front end puts the function that makes the kernel forget an inode's cached
+/// attributes (a notification, attributes only: no page cache, so it cannot wait on the
+/// request that sends it).
+pub type AttrInvalidator = Arc<std::sync::OnceLock<Box<dyn Fn(u64) + Send + Sync>>>;
 
 /// The root directory's attribute naming the users' control socket: answered by the
 /// daemon, never stored, listed or changed (`scion_daemon::server::CONTROL_XATTR`).
@@ -198,6 +206,7 @@ impl ScionFuse {
         ScionFuse {
             router,
             dirs: Mutex::new(HashMap::new()),
+            stale_attrs: Arc::new(std::sync::OnceLock::new()),
             next_fh: AtomicU64::new(1),
             uring: false,
             writeback: true,
@@ -226,6 +235,19 @@ impl ScionFuse {
 
     /// Let the kernel cache written data and send it later in large writes (the default), or
     /// send every write as it is made.
+    /// The slot for the function that makes the kernel forget an inode's attributes.
+    pub fn attr_invalidator(&self) -> AttrInvalidator {
+        self.stale_attrs.clone()
+    }
+
+    /// The kernel caches a file's mode (the writeback cache keeps attributes): a change it
+    /// did not ask for, setuid and setgid cleared by a write, must reach it.
+    fn attrs_changed(&self, global: u64) {
+        if let Some(f) = self.stale_attrs.get() {
+            f(global);
+        }
+    }
+
     pub fn with_writeback(mut self, on: bool) -> ScionFuse {
         self.writeback = on;
         self
@@ -351,19 +373,23 @@ fn chown_unchanged(cur: &Attr, a: &SetAttr) -> bool {
     }
 }
 
-/// Clear a file's setuid/setgid bits as a write by `req` requires (FUSE_WRITE_KILL_SUIDGID).
-fn kill_privs(fs: &mut Fs, ino: u64, req: &Request) -> FsResult<()> {
+/// Clear a file's setuid/setgid bits as a write by `req` requires (FUSE_WRITE_KILL_SUIDGID);
+/// true if they were set.
+fn kill_privs(fs: &mut Fs, ino: u64, req: &Request) -> FsResult<bool> {
     let cur = fs.getattr(ino)?;
-    if let Some(mode) = mode_without_privs(&cur, None, req) {
-        fs.setattr(
-            ino,
-            SetAttr {
-                mode: Some(mode),
-                ..Default::default()
-            },
-        )?;
+    match mode_without_privs(&cur, None, req) {
+        Some(mode) => {
+            fs.setattr(
+                ino,
+                SetAttr {
+                    mode: Some(mode),
+                    ..Default::default()
+                },
+            )?;
+            Ok(true)
+        }
+        None => Ok(false),
     }
-    Ok(())
 }
 
 /// An open directory: its listing as of the last read from offset 0. POSIX says a stream
@@ -728,12 +754,16 @@ impl Filesystem for ScionFuse {
         reply: ReplyWrite,
     ) {
         let at = route!(self, ino, reply);
+        let mut killed = false;
         let r = at.engine.write(at.ino, offset, data, |fs| {
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-                kill_privs(fs, at.ino, req)?;
+                killed = kill_privs(fs, at.ino, req)?;
             }
             Ok(())
         });
+        if killed {
+            self.attrs_changed(ino.0);
+        }
         match r {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(err(at.localize(e))),
@@ -923,7 +953,7 @@ impl Filesystem for ScionFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -935,7 +965,26 @@ impl Filesystem for ScionFuse {
             return reply.error(e);
         }
         let at = route!(self, ino, reply);
-        let r = at.fs().setxattr(at.ino, name.as_bytes(), value, flags);
+        let r = {
+            let mut fs = at.fs();
+            fs.setxattr(at.ino, name.as_bytes(), value, flags).and_then(|()| {
+                // An access ACL sets the mode; setgid goes, as with chmod, unless the caller
+                // is privileged or in the file's group (posix_acl_update_mode).
+                if name.as_bytes() != scion_fs::acl::ACCESS || req.uid() == 0 {
+                    return Ok(false);
+                }
+                let a = fs.getattr(at.ino)?;
+                if u32::from(a.perm) & libc::S_ISGID == 0 || caller_in_group(req, a.gid) {
+                    return Ok(false);
+                }
+                let mode = Some(u32::from(a.perm) & !libc::S_ISGID);
+                fs.setattr(at.ino, SetAttr { mode, ..Default::default() }).map(|_| true)
+            })
+        };
+        if r.as_ref().is_ok_and(|k| *k) {
+            self.attrs_changed(ino.0);
+        }
+        let r = r.map(|_| ());
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -1035,7 +1084,7 @@ impl Filesystem for ScionFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1044,7 +1093,19 @@ impl Filesystem for ScionFuse {
         reply: ReplyEmpty,
     ) {
         let at = route!(self, ino, reply);
-        let r = at.fs().fallocate(at.ino, mode, offset, length);
+        let r = {
+            let mut fs = at.fs();
+            // Every mode changes the file's data or allocation: setuid and setgid go as after
+            // a write, unless the caller may keep them (the kernel asks only for writes).
+            fs.fallocate(at.ino, mode, offset, length).and_then(|()| match req.uid() {
+                0 => Ok(false),
+                _ => kill_privs(&mut fs, at.ino, req),
+            })
+        };
+        if r.as_ref().is_ok_and(|k| *k) {
+            self.attrs_changed(ino.0);
+        }
+        let r = r.map(|_| ());
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
