@@ -197,3 +197,26 @@ def test_a_host_filled_by_another_program_is_no_failure(scion_store):
         m.check()
         m.mount()
         verify(m, synced)
+
+
+def test_fallocate_past_the_free_space_is_enospc(scion_store):
+    """Issue 36 item 6 (xfstests generic/213): fallocate promises the space it is asked for,
+    so a request larger than the host's free space gets ENOSPC and changes nothing (before,
+    it succeeded and grew the file); one that fits succeeds; the store is not full."""
+    m = scion_store
+    with small_host(m):
+        p = os.path.join(m.mnt, "f")
+        with open(p, "wb") as h:
+            h.write(b"x" * 100)
+        fd = os.open(p, os.O_WRONLY)
+        try:
+            with pytest.raises(OSError) as e:
+                os.posix_fallocate(fd, 0, 1 << 30)
+            assert e.value.errno == errno.ENOSPC
+            assert os.fstat(fd).st_size == 100
+            os.posix_fallocate(fd, 0, 4 << 20)
+            assert os.fstat(fd).st_size == 4 << 20
+        finally:
+            os.close(fd)
+        st = json.loads(m.run("status", "--json", m.mnt).stdout.splitlines()[0])
+        assert st["failed"] is None and not st["host_full"], st

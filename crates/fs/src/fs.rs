@@ -875,6 +875,25 @@ impl Fs {
     /// ENOSPC if a change adding about `bytes` would leave the host less than the next
     /// checkpoint needs (the data waiting in memory, the journal and data copies of these
     /// bytes, and `HOST_RESERVE` for metadata).
+    /// ENOSPC unless the host has room for `bytes` more now (and for what waits for the
+    /// next checkpoint): what `fallocate` promises. Blocks are written at checkpoints, never
+    /// in place, so nothing is set aside: the promise is checked when made, as ZFS does. A
+    /// request too large is no full host (`room_for`'s state is left alone).
+    fn room_for_allocation(&mut self, bytes: u64) -> FsResult<()> {
+        if self.replaying {
+            return Ok(());
+        }
+        let Ok(sp) = self.vol.host.space(&self.vol.dir) else {
+            return Ok(()); // a host that cannot say is not refused
+        };
+        let avail = sp.available.saturating_mul(sp.block_size);
+        let margin = if self.reserve_held() { 0 } else { HOST_RESERVE };
+        if avail < self.dirty_bytes.saturating_add(bytes).saturating_add(margin) {
+            return Err(errno::ENOSPC.with(format!("fallocate of {bytes} bytes: the host has {avail} free")));
+        }
+        Ok(())
+    }
+
     fn room_for(&mut self, bytes: u64) -> FsResult<()> {
         if self.replaying {
             return Ok(());
@@ -2410,6 +2429,9 @@ impl Fs {
         }
         if punch && (!keep || zero) {
             return Err(errno::EINVAL);
+        }
+        if !punch && !zero {
+            self.room_for_allocation(len)?;
         }
         if punch || zero {
             self.zero_range(ino, offset, end)?;
