@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::path::Path;
 
 /// Options that only fstab and mount(8) read.
-fn fstab_only(o: &str) -> bool {
+pub(crate) fn fstab_only(o: &str) -> bool {
     matches!(o, "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "owner" | "group" | "nofail" | "_netdev" | "rw")
         || o.starts_with("x-")
         || o.starts_with("comment=")
@@ -37,7 +37,10 @@ pub fn args(args: Vec<OsString>) -> Vec<OsString> {
         match a.to_str() {
             Some("-o") => {
                 if let Some(o) = it.next() {
-                    options.extend(o.to_string_lossy().split(',').filter(|o| !o.is_empty() && !fstab_only(o)).map(str::to_string));
+                    let o = o.to_string_lossy();
+                    // A remount's `rw` is the change asked for, not fstab's default.
+                    let remount = o.split(',').any(|x| x == "remount");
+                    options.extend(o.split(',').filter(|o| !o.is_empty() && (!fstab_only(o) || remount && *o == "rw")).map(str::to_string));
                 }
             }
             // mount(8)'s: a type, a namespace, no mtab, fake, verbose, sloppy.

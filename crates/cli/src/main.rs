@@ -719,7 +719,9 @@ fn main() -> ExitCode {
                 std::env::set_var(mount::SOURCE_ENV, &store);
             }
             let store = mount::store_arg(&store);
-            if foreground {
+            if options.iter().any(|o| o == "remount") {
+                mount::remount(&mountpoint, &options)
+            } else if foreground {
                 mount::foreground(&store, &mountpoint, &options)
             } else {
                 mount::background(&store, &mountpoint, &options, quiet)

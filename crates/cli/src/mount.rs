@@ -628,3 +628,97 @@ fn umount_quiet(abs: &Path) -> Result<(PathBuf, PathBuf), String> {
     }
     Ok((mnt, store))
 }
+
+/// `scion mount -o remount,OPTIONS [STORE] MOUNTPOINT` (what `mount -o remount,ro MNT`
+/// runs through the helper): the mount's kernel flags changed in place, read-only and back
+/// included. Going read-only, the kernel stops taking changes first and then the daemon
+/// checkpoints every volume and pauses its background work; going writable, the daemon
+/// first. Options other than the kernel's flags (FUSE's, scion's own) are fixed at mount
+/// and ignored here, as mount(8) passes them all again.
+pub fn remount(mountpoint: &Path, options: &[String]) -> Result<(), String> {
+    let mnt = std::fs::canonicalize(mountpoint).map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // After the optional fields, "-", then the type and the source.
+    let line = table.lines().map(|l| l.split(' ').collect::<Vec<_>>()).filter(|f| f.get(4).copied() == mnt.to_str()).last();
+    let tail = line.as_ref().and_then(|f| f.iter().position(|x| *x == "-").map(|i| &f[i + 1..]));
+    let (fstype, source) = match tail {
+        Some([t, s, ..]) => (*t, *s),
+        _ => ("", ""),
+    };
+    if mounted_store(fstype, source).is_none() {
+        return Err(format!("{} is not a scion mount", mnt.display()));
+    }
+    // The flags the mount has now, changed by those asked for (a remount sets them all).
+    let now = mount_field(&mnt, 5).unwrap_or_default();
+    let mut flags: std::collections::BTreeMap<libc::c_ulong, bool> = now.split(',').filter_map(kernel_flag).collect();
+    for o in options.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty() && *o != "remount") {
+        match kernel_flag(o) {
+            Some((f, on)) => {
+                flags.insert(f, on);
+                // The atime modes exclude each other.
+                if on && matches!(f, libc::MS_NOATIME | libc::MS_RELATIME | libc::MS_STRICTATIME) {
+                    for g in [libc::MS_NOATIME, libc::MS_RELATIME, libc::MS_STRICTATIME] {
+                        if g != f {
+                            flags.insert(g, false);
+                        }
+                    }
+                }
+            }
+            // Options fixed at mount, FUSE's and scion's own: mount(8) passes all the
+            // mount's options again (and fstab's); they stay as they are.
+            None => {}
+        }
+    }
+    let ro = flags.get(&libc::MS_RDONLY).copied().unwrap_or(false);
+    let bits = flags.iter().filter(|(_, on)| **on).fold(libc::MS_REMOUNT, |b, (f, _)| b | f);
+    let at = crate::tree_cmds::locate(&mnt, true, &None)?;
+    let ask = |on: bool| crate::tree_cmds::call(&at, &scion_daemon::control::Op::ReadOnly { on }).map(drop);
+    if !ro {
+        ask(false)?;
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(mnt.as_os_str().as_bytes()).map_err(|_| "a mount point with a NUL".to_string())?;
+    // SAFETY: a NUL-terminated path; no source, type or data (a remount of flags).
+    let r = unsafe { libc::mount(std::ptr::null(), c.as_ptr(), std::ptr::null(), bits, std::ptr::null()) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        if !ro {
+            let _ = ask(flags_ro(&now));
+        }
+        return Err(format!("remount of {}: {e}", mnt.display()));
+    }
+    if ro {
+        ask(true)?;
+    }
+    Ok(())
+}
+
+/// Whether the mount options `opts` (mountinfo's) say read-only.
+fn flags_ro(opts: &str) -> bool {
+    opts.split(',').any(|o| o == "ro")
+}
+
+/// A kernel mount flag an option names, and whether it sets it.
+fn kernel_flag(o: &str) -> Option<(libc::c_ulong, bool)> {
+    Some(match o {
+        "ro" => (libc::MS_RDONLY, true),
+        "rw" => (libc::MS_RDONLY, false),
+        "nosuid" => (libc::MS_NOSUID, true),
+        "suid" => (libc::MS_NOSUID, false),
+        "nodev" => (libc::MS_NODEV, true),
+        "dev" => (libc::MS_NODEV, false),
+        "noexec" => (libc::MS_NOEXEC, true),
+        "exec" => (libc::MS_NOEXEC, false),
+        "sync" => (libc::MS_SYNCHRONOUS, true),
+        "async" => (libc::MS_SYNCHRONOUS, false),
+        "dirsync" => (libc::MS_DIRSYNC, true),
+        "noatime" => (libc::MS_NOATIME, true),
+        "atime" => (libc::MS_NOATIME, false),
+        "nodiratime" => (libc::MS_NODIRATIME, true),
+        "diratime" => (libc::MS_NODIRATIME, false),
+        "relatime" => (libc::MS_RELATIME, true),
+        "norelatime" => (libc::MS_RELATIME, false),
+        "strictatime" => (libc::MS_STRICTATIME, true),
+        _ => return None,
+    })
+}

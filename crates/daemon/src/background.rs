@@ -106,6 +106,11 @@ impl Background {
 
 /// One round of background work.
 fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, first: bool) {
+    // Read-only (remounted so): nothing to write, nothing to start; the checkpoint that made
+    // it so left nothing waiting.
+    if engine.lock().read_only {
+        return;
+    }
     // Buffered data of closed files goes to the packs now, without the engine lock, so the
     // checkpoint that folds it holds requests up for less. Bounded, so that the sync below
     // still comes every half second or so.

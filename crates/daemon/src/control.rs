@@ -165,6 +165,9 @@ pub enum Op {
     /// A checkpoint of the volume holding `path`, so that the space of what was removed is
     /// given back to the host now (`scion receive` after removing a tree it failed to build).
     Checkpoint { path: Vec<u8> },
+    /// The store read-only (`on`: every volume checkpointed, then changes refused and
+    /// background work paused) or writable again: `mount -o remount,ro|rw`.
+    ReadOnly { on: bool },
     /// Applies a batch of send-stream frames (`frames`, encoded back to back) to the tree
     /// at `top`, copies coming from `base`; `open` is the File frame of a file a previous
     /// batch left open.
@@ -611,6 +614,16 @@ fn apply(fs: &mut Fs, top: &[u8], base: Option<&[u8]>, open: Option<&[u8]>, fram
 }
 
 /// Why a rollback was refused, in words.
+/// One volume read-only (after a checkpoint, so that nothing waits in memory or the
+/// journal) or writable again.
+pub(crate) fn set_read_only(fs: &mut Fs, on: bool) -> Result<(), Failure> {
+    if on && !fs.read_only {
+        fs.checkpoint().map_err(|e| Failure::new(libc::EIO, format!("checkpoint before going read-only: {e}")))?;
+    }
+    fs.read_only = on;
+    Ok(())
+}
+
 fn rollback_failure(e: scion_fs::FsError, dir: &[u8], to: &[u8]) -> Failure {
     let (d, t) = (show(dir), String::from_utf8_lossy(to).into_owned());
     match e.errno() {
@@ -861,6 +874,10 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             Reply::Blocks(fs.find_blocks(hashes).map_err(Failure::from_fs("blocks offered".into()))?),
             Vec::new(),
         ),
+        Op::ReadOnly { on } => {
+            set_read_only(fs, *on)?;
+            (Reply::Checkpointed, Vec::new())
+        }
         Op::Checkpoint { .. } => {
             fs.writable().map_err(Failure::from_fs("checkpoint".into()))?;
             fs.checkpoint().map_err(|e| Failure::new(libc::EIO, format!("checkpoint: {e}")))?;
@@ -910,7 +927,7 @@ pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
         Op::Scan { paths, since, .. } => paths.iter_mut().chain(since.as_mut()).collect(),
         Op::ChunkChanges { old, new } => vec![old, new],
         Op::Send { snap, base, .. } => std::iter::once(snap).chain(base.as_mut()).collect(),
-        Op::FindBlocks { .. } => Vec::new(),
+        Op::FindBlocks { .. } | Op::ReadOnly { .. } => Vec::new(),
         Op::Checkpoint { path } => vec![path],
         Op::Apply { top, base, .. } => std::iter::once(top).chain(base.as_mut()).collect(),
         Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } | Op::CubeCheck { path } | Op::CubeRemove { path } => vec![path],

@@ -481,6 +481,15 @@ impl Cubes {
     }
 
     /// Stops every cube's worker and closes its engine (its final checkpoint).
+    /// Every volume served, the main one last.
+    pub fn volumes(&self) -> Vec<(VolumeId, Engine)> {
+        let mut v = self.router.volumes();
+        // (The router lists them by slot: the main volume's comes first.)
+        let n = 1.min(v.len());
+        v.rotate_left(n);
+        v
+    }
+
     pub fn close(&self) -> Result<(), String> {
         let mut st = self.state.lock().unwrap();
         let mut errors = Vec::new();

@@ -148,7 +148,7 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
         }
         // They would tell about files the caller may not read (whether they are equal to
         // others, where they changed).
-        Op::TreeHash { .. } | Op::FindTree { .. } | Op::ChunkChanges { .. } | Op::Apply { .. } | Op::Send { .. } | Op::FindBlocks { .. } | Op::Checkpoint { .. } => Err(Failure::new(
+        Op::TreeHash { .. } | Op::FindTree { .. } | Op::ChunkChanges { .. } | Op::Apply { .. } | Op::Send { .. } | Op::FindBlocks { .. } | Op::Checkpoint { .. } | Op::ReadOnly { .. } => Err(Failure::new(
             libc::EPERM,
             "send and receive are root's and the store owner's for now",
         )),

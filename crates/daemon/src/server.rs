@@ -347,6 +347,22 @@ fn run_routed(
         }
         return cube_op(cubes, op);
     }
+    // Read-only or writable: the whole store, every volume (main last going read-only,
+    // first going back).
+    if let Op::ReadOnly { on } = op {
+        if let Rights::User(c) = who {
+            let mut fs = main.lock();
+            return Err(rights::authorize(&mut fs, c, op).err().unwrap_or_else(|| Failure::new(libc::EPERM, "remount is root's")));
+        }
+        let mut vols = cubes.volumes();
+        if !*on {
+            vols.reverse();
+        }
+        for (_, engine) in vols {
+            crate::control::set_read_only(&mut engine.lock(), *on)?;
+        }
+        return Ok(Reply::Checkpointed);
+    }
     // `@ID` of a cube's clone or snapshot (`cubes::global_id`): its own id, in its cube.
     if let Op::Destroy { target: crate::control::Target::Id(id), recursive } = op {
         if let Some((cube, ns)) = crate::cubes::split_global_id(*id) {

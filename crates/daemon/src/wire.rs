@@ -41,7 +41,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 8;
+pub const VERSION: u8 = 9;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -287,6 +287,9 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::Checkpoint { path } => {
             w.u8(35).bytes(path);
         }
+        Op::ReadOnly { on } => {
+            w.u8(38).u8(*on as u8);
+        }
         Op::Apply { top, base, open, frames } => {
             w.u8(21).bytes(top).u8(base.is_some() as u8).bytes(base.as_deref().unwrap_or_default());
             w.u8(open.is_some() as u8).bytes(open.as_deref().unwrap_or_default()).bytes(frames);
@@ -519,6 +522,7 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
         }
         34 => Op::FindBlocks { hashes: get_hashes(&mut r)? },
         35 => Op::Checkpoint { path: r.bytes().map_err(bad)?.to_vec() },
+        38 => Op::ReadOnly { on: r.u8().map_err(bad)? != 0 },
         21 => {
             let top = r.bytes().map_err(bad)?.to_vec();
             let has_base = r.u8().map_err(bad)? != 0;

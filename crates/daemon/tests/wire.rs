@@ -20,6 +20,8 @@ fn ops() -> Vec<Op> {
         Op::Send { snap: b"s".to_vec(), base: None, resume: None, dedup: SendDedup::Use(vec![[1; 32], [2; 32]]) },
         Op::FindBlocks { hashes: vec![[9; 32]; 3] },
         Op::Checkpoint { path: b"x/.y.scion-receive-7".to_vec() },
+        Op::ReadOnly { on: true },
+        Op::ReadOnly { on: false },
         Op::Clone {
             src: b"a/b".to_vec(),
             dst: b"c".to_vec(),
