@@ -93,6 +93,8 @@ fn mount_options(store: &Path, user: &[String]) -> Config {
             "dev" => dev = true,
             "noatime" => opts.push(MountOption::NoAtime),
             "atime" => opts.push(MountOption::Atime),
+            // The daemon keeps atime (`scion_fuse::Atime`); the kernel's flags do nothing for FUSE.
+            "relatime" | "strictatime" => {}
             "sync" => opts.push(MountOption::Sync),
             "async" => opts.push(MountOption::Async),
             "dirsync" => opts.push(MountOption::DirSync),
@@ -145,8 +147,8 @@ struct ScionOptions {
 /// The kernel's mount options scion passes on (`mount_options`); `max_read=` and `blksize=`
 /// take a number.
 const KERNEL_OPTIONS: &[&str] = &[
-    "ro", "rw", "allow_other", "noexec", "exec", "nosuid", "suid", "nodev", "dev", "noatime", "atime", "sync", "async",
-    "dirsync", "default_permissions",
+    "ro", "rw", "allow_other", "noexec", "exec", "nosuid", "suid", "nodev", "dev", "noatime", "atime", "relatime",
+    "strictatime", "sync", "async", "dirsync", "default_permissions",
 ];
 
 /// Parses scion's own options (`snapdir=`, `uring=`, `repack=`, `compress_old=`, `cache=`,
@@ -266,6 +268,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     // socket the mount's root directory names; `users=off` offers them nothing.
     let users_socket = (users && is_root() && cfg.acl == SessionACL::All).then(scion_daemon::server::new_user_socket_name);
     let front = scion_fuse::ScionFuse::new(router.clone())
+        .with_atime(scion_fuse::Atime::from_options(options.iter().map(String::as_str)))
         .with_uring(uring)
         .with_writeback(writeback)
         .with_control_socket(users_socket.clone());

@@ -73,9 +73,64 @@ pub struct ScionFuse {
     writeback: bool,
     /// The users' control socket the root directory names (`CONTROL_XATTR`), if any.
     control: Option<Vec<u8>>,
+    /// When an open for reading sets a file's atime (`-o noatime|relatime|strictatime`).
+    atime: Atime,
     /// Tells the kernel to drop its cached attributes of an inode (its number as the kernel
     /// knows it): set once the session exists (`attr_invalidator`).
     stale_attrs: AttrInvalidator,
+}
+
+/// When a file's access time changes. FUSE leaves atime to the filesystem, and reads the
+/// kernel serves from its cache never reach it, so scion sets it when a file is opened for
+/// reading, by the mount's rule: `relatime` (the default, as on ext4: when it is older than
+/// the last change, or than a day), `strictatime` (every open), `noatime` (never).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Atime {
+    Never,
+    Relative,
+    Strict,
+}
+
+impl Atime {
+    /// The rule the last of the kernel's atime options in `options` names (default relatime).
+    pub fn from_options<'a>(options: impl IntoIterator<Item = &'a str>) -> Atime {
+        let mut a = Atime::Relative;
+        for o in options {
+            match o {
+                "noatime" => a = Atime::Never,
+                "relatime" | "atime" => a = Atime::Relative,
+                "strictatime" => a = Atime::Strict,
+                _ => {}
+            }
+        }
+        a
+    }
+}
+
+/// The longest the kernel's coarse clock lags the precise one (a tick at HZ=100).
+const TICK_NS: i128 = 10_000_000;
+
+fn ts_ns(t: Ts) -> i128 {
+    i128::from(t.sec) * 1_000_000_000 + i128::from(t.nsec)
+}
+
+/// Sets `ino`'s atime to now if the rule `rule` says an open for reading does (ctime stays:
+/// an access is no change); true if it did.
+fn touch_atime(fs: &mut Fs, ino: u64, rule: Atime) -> bool {
+    if rule == Atime::Never || fs.check_writable(ino).is_err() {
+        return false;
+    }
+    let Ok(a) = fs.getattr(ino) else { return false };
+    let now = Ts::now();
+    let day_old = now.sec - a.atime.sec >= 24 * 3600;
+    // "Newer than the last change" with a tick's slack: the kernel stamps the writeback
+    // cache's mtime and ctime from its coarse clock, up to a tick behind the daemon's.
+    let newer = |t: Ts| ts_ns(a.atime) > ts_ns(t) + TICK_NS;
+    if rule == Atime::Relative && newer(a.mtime) && newer(a.ctime) && !day_old {
+        return false;
+    }
+    let set = SetAttr { atime: Some(now), ctime: Some(a.ctime), ..Default::default() };
+    fs.setattr(ino, set).is_ok()
 }
 
 /// Where the front end puts the function that makes the kernel forget an inode's cached
@@ -207,6 +262,7 @@ impl ScionFuse {
             router,
             dirs: Mutex::new(HashMap::new()),
             stale_attrs: Arc::new(std::sync::OnceLock::new()),
+            atime: Atime::Relative,
             next_fh: AtomicU64::new(1),
             uring: false,
             writeback: true,
@@ -246,6 +302,11 @@ impl ScionFuse {
         if let Some(f) = self.stale_attrs.get() {
             f(global);
         }
+    }
+
+    pub fn with_atime(mut self, rule: Atime) -> ScionFuse {
+        self.atime = rule;
+        self
     }
 
     pub fn with_writeback(mut self, on: bool) -> ScionFuse {
@@ -715,10 +776,15 @@ impl Filesystem for ScionFuse {
                 return reply.error(err(e));
             }
         }
-        match fs.open_file(at.ino) {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(err(e)),
+        if let Err(e) = fs.open_file(at.ino) {
+            return reply.error(err(e));
         }
+        let reads = flags.0 & libc::O_ACCMODE != libc::O_WRONLY && flags.0 & libc::O_NOATIME == 0;
+        if reads && touch_atime(&mut fs, at.ino, self.atime) {
+            drop(fs);
+            self.attrs_changed(ino.0);
+        }
+        reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE)
     }
 
     fn read(
