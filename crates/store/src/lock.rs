@@ -16,6 +16,9 @@ const DYING_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(10
 /// `umount MNT` (mount(8), systemd, a test harness) the daemon still writes its final
 /// checkpoint, and `mount` right after must wait for it, as any filesystem's remount does.
 const UNMOUNTED_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+/// How long a holder whose mount point left the mount table may take to say it is
+/// unmounting (it notices when the kernel ends its session).
+const GONE_MOUNT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub struct StoreLock {
     file: File,
@@ -90,9 +93,18 @@ fn take_or_wait_for_the_dying(file: &mut File) -> bool {
     let mut said = false;
     loop {
         let waited = start.elapsed();
+        // The holder rewrites the file when its mount goes: read it afresh each time.
+        let _ = file.rewind();
+        let mut now = String::new();
+        if file.read_to_string(&mut now).is_ok() && !now.is_empty() {
+            who = now;
+        }
         let dying = exiting(pid) && waited < DYING_HOLDER_WAIT;
         let finishing = waited < UNMOUNTED_HOLDER_WAIT && unmounted_holder(pid, &who);
-        if !dying && !finishing {
+        // `umount MNT; mount ...` at once: the kernel let the mount go before its daemon saw
+        // it and said so in the file; give it a moment to.
+        let unmounting_soon = waited < GONE_MOUNT_GRACE && mount_gone(pid, &who);
+        if !dying && !finishing && !unmounting_soon {
             return try_lock(file);
         }
         if finishing && !said && waited > std::time::Duration::from_secs(2) {
@@ -112,6 +124,24 @@ fn unmounted_holder(pid: u32, who: &str) -> bool {
     pid != std::process::id()
         && who.lines().nth(1).is_some_and(|l| l.starts_with("unmounting"))
         && std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// True if process `pid` lives and says it is mounted at a mount point that is not in the
+/// mount table any more.
+fn mount_gone(pid: u32, who: &str) -> bool {
+    let Some(mnt) = who.lines().nth(1).and_then(|l| l.strip_prefix("mounted at ")) else { return false };
+    // mountinfo escapes space, tab, newline and backslash as octal.
+    let escaped: String = mnt
+        .chars()
+        .map(|c| match c {
+            ' ' | '\t' | '\n' | '\\' => format!("\\{:03o}", c as u32),
+            c => c.to_string(),
+        })
+        .collect();
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    pid != std::process::id()
+        && std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !table.lines().any(|l| l.split(' ').nth(4) == Some(escaped.as_str()))
 }
 
 /// True if process `pid` is a zombie: it is exiting, and its other threads may still be
