@@ -94,7 +94,7 @@ fn mount_options(store: &Path, user: &[String]) -> Config {
             "noatime" => opts.push(MountOption::NoAtime),
             "atime" => opts.push(MountOption::Atime),
             // The daemon keeps atime (`scion_fuse::Atime`); the kernel's flags do nothing for FUSE.
-            "relatime" | "strictatime" => {}
+            "relatime" | "strictatime" | "nodiratime" | "diratime" => {}
             "sync" => opts.push(MountOption::Sync),
             "async" => opts.push(MountOption::Async),
             "dirsync" => opts.push(MountOption::DirSync),
@@ -148,7 +148,7 @@ struct ScionOptions {
 /// take a number.
 const KERNEL_OPTIONS: &[&str] = &[
     "ro", "rw", "allow_other", "noexec", "exec", "nosuid", "suid", "nodev", "dev", "noatime", "atime", "relatime",
-    "strictatime", "sync", "async", "dirsync", "default_permissions",
+    "strictatime", "nodiratime", "diratime", "sync", "async", "dirsync", "default_permissions",
 ];
 
 /// Parses scion's own options (`snapdir=`, `uring=`, `repack=`, `compress_old=`, `cache=`,
