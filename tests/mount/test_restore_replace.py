@@ -9,22 +9,10 @@ import os
 import pytest
 
 from conftest import PLAIN
+from test_rollback import tree
 from test_schedules import schedules
 
 pytestmark = pytest.mark.skipif(PLAIN, reason="scion commands")
-
-
-def tree(root):
-    out = {}
-    for d, dirs, files in os.walk(root):
-        dirs[:] = [x for x in dirs if x != ".snapshot"]
-        for n in files:
-            p = os.path.join(d, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, root)] = f.read()
-        for n in dirs:
-            out[os.path.relpath(os.path.join(d, n), root) + "/"] = oct(os.stat(os.path.join(d, n)).st_mode)
-    return out
 
 
 def test_restore_replace_keeps_the_directorys_snapshots(scion_mount):

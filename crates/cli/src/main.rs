@@ -57,7 +57,9 @@ enum Cmd {
         /// compress_old=idle|off (compress blocks only snapshots hold when idle),
         /// cache=writeback|writethrough (the kernel's cache of written data),
         /// users=on|off (on root's mount for everyone, other users' own snapshots, clones,
-        /// restores and the like through scion's commands).
+        /// restores and the like through scion's commands). With `remount` (what
+        /// `mount -o remount,...` runs): the kernel's flags of the mount at MOUNTPOINT change
+        /// in place, ro and rw included; scion's own options stay as mounted.
         #[arg(short = 'o', value_delimiter = ',')]
         options: Vec<String>,
     },

@@ -18,8 +18,8 @@ use crate::error::errno;
 use crate::inode::Kind;
 use crate::fs::*;
 use crate::records::intents::{self, Intent, Step};
-use crate::restore::RestoreReport;
-use crate::{Inval, SetAttr};
+use crate::restore::{beside, last_component, same_attrs, RestoreReport};
+use crate::Inval;
 use std::collections::HashMap;
 
 impl Fs {
@@ -27,9 +27,7 @@ impl Fs {
     pub(crate) fn refill_dir(&mut self, from: Ino, parent: Ino, dst: &[u8], name: &[u8], stamp: &str) -> FsResult<RestoreReport> {
         let tmp = self.hidden_sibling(parent, name, &format!("restore-{stamp}"))?;
         let old = self.hidden_sibling(parent, name, &format!("restore-old-{stamp}"))?;
-        let dir = crate::clone::split_path(dst.strip_suffix(b"/").unwrap_or(dst)).0;
-        let dir = String::from_utf8_lossy(dir).trim_matches('/').as_bytes().to_vec();
-        let at = |n: &[u8]| if dir.is_empty() { n.to_vec() } else { [&dir[..], b"/", n].concat() };
+        let at = beside(dst);
         let intent = Intent::Refill { pid: std::process::id(), step: Step::Copy, dir: at(name), tmp: at(&tmp), old: at(&old) };
         self.record_intent(None, Some(&intent))?;
         let mut report = RestoreReport::default();
@@ -48,18 +46,19 @@ impl Fs {
         }
         let at_store = self.vol.dir.to_string_lossy().into_owned();
         crate::failpoint::hit_at("restore.copied", &at_store);
-        self.next_step(intent, Step::Empty)?;
-        self.refill_steps(parent, name, &tmp, &old, Step::Empty)?;
+        let intent = self.next_step(intent, Step::Empty)?;
+        self.refill_steps(parent, name, intent)?;
         Ok(report)
     }
 
-    /// Finishes a refill of `parent/name` from step `step` (`Empty` or `Fill`): the rest of
-    /// the moves, the attributes, the removal of `tmp` and `old`, and the intent's end.
-    pub(crate) fn refill_steps(&mut self, parent: Ino, name: &[u8], tmp: &[u8], old: &[u8], step: Step) -> FsResult<()> {
-        assert!(step != Step::Copy, "a refill's copy is undone, not finished");
-        let intent = self.refill_intent(name, tmp)?;
+    /// Finishes the refill `intent` of `parent/name` from its step (`Empty` or `Fill`): the
+    /// rest of the moves, the attributes, the removal of its two hidden trees, and its end.
+    fn refill_steps(&mut self, parent: Ino, name: &[u8], intent: Intent) -> FsResult<()> {
+        let Intent::Refill { step, tmp, old, .. } = &intent else { unreachable!("a refill's intent") };
+        assert!(*step != Step::Copy, "a refill's copy is undone, not finished");
+        let (step, tmp, old) = (*step, last_component(tmp), last_component(old));
         let d = self.lookup(parent, name)?.ino;
-        let r = self.refill_moves(parent, d, tmp, old, step, intent);
+        let r = self.refill_moves(parent, d, &tmp, &old, step, intent);
         self.forget(d, 1);
         r
     }
@@ -115,36 +114,7 @@ impl Fs {
             self.setxattr(to, &x, &v, 0)?;
         }
         let a = self.getattr(from)?;
-        let set = SetAttr {
-            mode: Some(u32::from(a.perm)),
-            uid: Some(a.uid),
-            gid: Some(a.gid),
-            atime: Some(a.atime),
-            mtime: Some(a.mtime),
-            ..Default::default()
-        };
-        self.setattr(to, set).map(|_| ())
-    }
-
-    /// A name `.NAME.scion-WHAT` (or with `-2`, `-3`...) free in `parent`.
-    fn hidden_sibling(&mut self, parent: Ino, name: &[u8], what: &str) -> FsResult<Vec<u8>> {
-        for i in 1..1000u32 {
-            let n = format!(".{}.scion-{what}{}", String::from_utf8_lossy(name), if i == 1 { String::new() } else { format!("-{i}") });
-            if n.len() <= 255 && self.child(parent, n.as_bytes())?.is_none() {
-                return Ok(n.into_bytes());
-            }
-        }
-        Err(errno::EEXIST.with("no hidden name left beside the destination for the restored tree"))
-    }
-
-    /// The recorded refill of `name` through `tmp` (by its last components).
-    fn refill_intent(&mut self, name: &[u8], tmp: &[u8]) -> FsResult<Intent> {
-        let (host, store) = (self.vol.host.clone(), self.vol.dir.clone());
-        let list = intents::load(&host, &store).map_err(|e| errno::EIO.with(format!("intents: {e}")))?.intents;
-        let last = |p: &[u8]| p.rsplit(|&b| b == b'/').next().map(<[u8]>::to_vec).unwrap_or_default();
-        list.into_iter()
-            .find(|i| matches!(i, Intent::Refill { dir, tmp: t, .. } if last(dir) == name && last(t) == tmp))
-            .ok_or_else(|| errno::EIO.with("restore --replace: its record in the store's intents is gone"))
+        self.setattr(to, same_attrs(&a)).map(|_| ())
     }
 
     /// Step `step` of a refill begins: what came before is made durable, then recorded.
@@ -171,8 +141,7 @@ impl Fs {
     pub(crate) fn settle_refill(&mut self, i: &Intent) -> FsResult<()> {
         let Intent::Refill { step, dir, tmp, old, .. } = i else { unreachable!("a refill's intent") };
         let (parent, name) = self.resolve_parent(dir)?;
-        let last = |p: &[u8]| p.rsplit(|&b| b == b'/').next().map(<[u8]>::to_vec).unwrap_or_default();
-        let (tmp, old) = (last(tmp), last(old));
+        let (tmp, old) = (last_component(tmp), last_component(old));
         self.remember(parent)?;
         let r = if *step == Step::Copy {
             let r = (|| {
@@ -186,7 +155,7 @@ impl Fs {
             })();
             r
         } else {
-            self.refill_steps(parent, &name, &tmp, &old, *step)
+            self.refill_steps(parent, &name, i.clone())
         };
         self.forget(parent, 1);
         log::info!("{}: {}", i.describe(), if r.is_ok() { "settled" } else { "not settled" });

@@ -165,21 +165,9 @@ impl Fs {
         if in_place {
             return self.refill_dir(from, parent, dst, name, stamp);
         }
-        let mut tmp = Vec::new();
-        for i in 1..1000u32 {
-            let t = format!(".{}.scion-restore-{stamp}{}", String::from_utf8_lossy(name), if i == 1 { String::new() } else { format!("-{i}") });
-            if t.len() <= 255 && self.child(parent, t.as_bytes())?.is_none() {
-                tmp = t.into_bytes();
-                break;
-            }
-        }
-        if tmp.is_empty() {
-            return Err(errno::EEXIST.with("no hidden name left beside the destination for the restored tree"));
-        }
-        let dir = crate::clone::split_path(dst.strip_suffix(b"/").unwrap_or(dst)).0;
-        let dir = String::from_utf8_lossy(dir).trim_matches('/').as_bytes().to_vec();
-        let tmp_path = if dir.is_empty() { tmp.clone() } else { [&dir[..], b"/", &tmp[..]].concat() };
-        let intent = Intent::Replace { pid: std::process::id(), tmp: tmp_path };
+        let tmp = self.hidden_sibling(parent, name, &format!("restore-{stamp}"))?;
+        let tmp_path = beside(dst)(&tmp);
+        let intent = Intent::Replace { pid: std::process::id(), tmp: tmp_path.clone() };
         let (host, store) = (self.vol.host.clone(), self.vol.dir.clone());
         intents::add(&host, &store, intent.clone()).map_err(|e| errno::EIO.with(format!("restore --replace: {e}")))?;
         let mut report = RestoreReport::default();
@@ -195,7 +183,7 @@ impl Fs {
         // Either way, what is at the hidden name now goes: the old tree, or a partial copy.
         let gone = self.remove_tree(parent, &tmp, 0);
         if let Err(e) = &gone {
-            log::warn!("restore --replace: /{} stays for the next mount to remove: {e}", String::from_utf8_lossy(&dir));
+            log::warn!("restore --replace: /{} stays for the next mount to remove: {e}", String::from_utf8_lossy(&tmp_path));
         }
         r?;
         gone?;
@@ -366,14 +354,7 @@ impl Fs {
             _ => report.others += 1,
         }
         // Mode again (mknod masks it with a default ACL), owner, and times, last.
-        let set = SetAttr {
-            mode: Some(u32::from(a.perm)),
-            uid: Some(a.uid),
-            gid: Some(a.gid),
-            atime: Some(a.atime),
-            mtime: Some(a.mtime),
-            ..Default::default()
-        };
+        let set = same_attrs(a);
         if a.kind == Kind::Symlink {
             self.setattr(made, SetAttr { mode: None, ..set })?;
         } else {
@@ -474,6 +455,45 @@ fn as_their_copy(mut a: crate::Attr, who: &Caller) -> crate::Attr {
 }
 
 /// `2026-11-24T201502Z` for a time, as restore names what it sets aside.
+/// What makes a copy's mode, owner and times those of `a`.
+pub(crate) fn same_attrs(a: &crate::Attr) -> SetAttr {
+    SetAttr {
+        mode: Some(u32::from(a.perm)),
+        uid: Some(a.uid),
+        gid: Some(a.gid),
+        atime: Some(a.atime),
+        mtime: Some(a.mtime),
+        ..Default::default()
+    }
+}
+
+/// For the destination path `dst`: the path from the volume's root of a sibling named `n`
+/// (as `records::intents` keeps paths: no leading slash).
+pub(crate) fn beside(dst: &[u8]) -> impl Fn(&[u8]) -> Vec<u8> {
+    let dir = crate::clone::split_path(dst.strip_suffix(b"/").unwrap_or(dst)).0;
+    let dir = String::from_utf8_lossy(dir).trim_matches('/').as_bytes().to_vec();
+    move |n: &[u8]| if dir.is_empty() { n.to_vec() } else { [&dir[..], b"/", n].concat() }
+}
+
+/// The last component of a path.
+pub(crate) fn last_component(p: &[u8]) -> Vec<u8> {
+    p.rsplit(|&b| b == b'/').next().map(<[u8]>::to_vec).unwrap_or_default()
+}
+
+impl Fs {
+    /// A name `.NAME.scion-WHAT` (or with `-2`, `-3`...) free in `parent`, for a tree a
+    /// command builds beside `parent/name`.
+    pub(crate) fn hidden_sibling(&mut self, parent: Ino, name: &[u8], what: &str) -> FsResult<Vec<u8>> {
+        for i in 1..1000u32 {
+            let n = format!(".{}.scion-{what}{}", String::from_utf8_lossy(name), if i == 1 { String::new() } else { format!("-{i}") });
+            if n.len() <= 255 && self.child(parent, n.as_bytes())?.is_none() {
+                return Ok(n.into_bytes());
+            }
+        }
+        Err(errno::EEXIST.with("no hidden name left beside the destination for the restored tree"))
+    }
+}
+
 pub fn stamp(t: Ts) -> String {
     crate::schedule::clock::snapshot_name(t.sec)
 }

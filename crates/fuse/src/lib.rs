@@ -309,6 +309,14 @@ impl ScionFuse {
         self
     }
 
+    /// `r`, whether the daemon changed a mode the kernel did not ask for, with the kernel told.
+    fn told(&self, ino: INodeNo, r: FsResult<bool>) -> FsResult<()> {
+        if r.as_ref().is_ok_and(|changed| *changed) {
+            self.attrs_changed(ino.0);
+        }
+        r.map(drop)
+    }
+
     pub fn with_writeback(mut self, on: bool) -> ScionFuse {
         self.writeback = on;
         self
@@ -1047,11 +1055,7 @@ impl Filesystem for ScionFuse {
                 fs.setattr(at.ino, SetAttr { mode, ..Default::default() }).map(|_| true)
             })
         };
-        if r.as_ref().is_ok_and(|k| *k) {
-            self.attrs_changed(ino.0);
-        }
-        let r = r.map(|_| ());
-        match r {
+        match self.told(ino, r) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
@@ -1168,11 +1172,7 @@ impl Filesystem for ScionFuse {
                 _ => kill_privs(&mut fs, at.ino, req),
             })
         };
-        if r.as_ref().is_ok_and(|k| *k) {
-            self.attrs_changed(ino.0);
-        }
-        let r = r.map(|_| ());
-        match r {
+        match self.told(ino, r) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
