@@ -203,7 +203,12 @@ fn negotiate(at: &Located, snap: &[u8], base: &Option<Vec<u8>>, out: &mut dyn Wr
     })?;
     let mut hashes: Vec<[u8; 32]> = offered.chunks_exact(32).map(|h| h.try_into().expect("32 bytes")).collect();
     hashes.truncate(scion::stream::MAX_OFFER);
-    let io = |e: std::io::Error| format!("offering blocks to the receiver: {e}");
+    // A receiver that refuses the stream (its destination exists, say) exits before it reads
+    // the offer: the pipe breaks, and the same words as a missing answer say so.
+    let io = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::BrokenPipe => "the receiver stopped before it answered the block offer (its messages say why)".to_string(),
+        _ => format!("offering blocks to the receiver: {e}"),
+    };
     scion::stream::write_offer(&mut &mut *out, &hashes).map_err(io)?;
     out.flush().map_err(io)?;
     let held = scion::stream::read_answer(&mut &mut *back, hashes.len())?;
