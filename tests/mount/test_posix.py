@@ -505,6 +505,22 @@ def test_mtime_ctime_change_on_write_and_truncate(scion_mount):
     assert abs(os.stat(f).st_mtime_ns - now) < 120 * 10**9
 
 
+def test_a_change_made_later_never_looks_older(scion_mount):
+    """Times the daemon sets and times the kernel sets (its writeback cache stamps writes) come
+    from one clock: a file written after another node was made never has an older mtime or
+    ctime (make, rsync and xfstests generic/423 compare them). Before, the daemon's finer clock
+    ran up to a tick ahead of the kernel's coarse one and most rounds failed."""
+    m = scion_mount
+    for i in range(40):
+        ref = P(m, f"ref{i}")
+        os.mkfifo(ref)
+        f = P(m, f"f{i}")
+        with open(f, "wb") as h:
+            h.write(b"x" * 20480)
+        r, s = os.stat(ref), os.stat(f)
+        assert s.st_mtime_ns >= r.st_mtime_ns and s.st_ctime_ns >= r.st_ctime_ns, (i, r, s)
+
+
 def test_parent_mtime_on_create_unlink_rename(scion_mount):
     m = scion_mount
     a, b = P(m, "a"), P(m, "b")

@@ -45,12 +45,14 @@ impl Engine {
 
     /// `write(2)`: the write's whole chunks go to a pack before the lock is taken (writers
     /// overlap there), then the write is applied and journaled under it; `then` runs under
-    /// the same lock after a successful write (dropping privileges, say).
+    /// the same lock after a successful write (dropping privileges, say). `stamp`: whether
+    /// the write sets the file's times (not when the kernel's writeback cache keeps them).
     pub fn write(
         &self,
         ino: Ino,
         offset: u64,
         data: &[u8],
+        stamp: scion_fs::Stamp,
         then: impl FnOnce(&mut Fs) -> FsResult<()>,
     ) -> FsResult<u32> {
         let (store, journal_data) = {
@@ -61,7 +63,7 @@ impl Engine {
         let ahead = if journal_data { Default::default() } else { scion_fs::write_ahead(&store, offset, data)? };
         let mut fs = self.lock();
         // Takes the blocks written ahead (or frees them if the write is refused).
-        let n = fs.write_with(ino, offset, data, ahead)?;
+        let n = fs.write_with(ino, offset, data, ahead, stamp)?;
         then(&mut fs)?;
         Ok(n)
     }

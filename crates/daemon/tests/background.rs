@@ -37,7 +37,7 @@ fn the_worker_syncs_and_checkpoints_on_its_own() {
                     .unwrap()
                     .ino;
                 let data = vec![w + 1; 200_000];
-                assert_eq!(engine.write(ino, 0, &data, |_| Ok(())), Ok(200_000));
+                assert_eq!(engine.write(ino, 0, &data, scion_fs::Stamp::Now, |_| Ok(())), Ok(200_000));
             })
         })
         .collect();

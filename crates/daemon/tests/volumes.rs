@@ -136,7 +136,7 @@ fn create(router: &Router, vol: VolumeId, name: &[u8]) -> Ino {
 /// A 4 KiB write then an fsync, routed as a FUSE request is; returns the fsync's latency.
 fn write_and_fsync(router: &Router, ino: Ino, at: u64) -> Duration {
     let (_, engine, local) = router.route(ino).unwrap();
-    engine.write(local, at * 4096, &[at as u8; 4096], |_| Ok(())).unwrap();
+    engine.write(local, at * 4096, &[at as u8; 4096], scion_fs::Stamp::Now, |_| Ok(())).unwrap();
     let t0 = Instant::now();
     engine.fsync().unwrap();
     t0.elapsed()

@@ -1973,7 +1973,7 @@ impl Fs {
         } else {
             write_ahead(&*self.store_for_write(ino)?, offset, data)?
         };
-        self.write_with(ino, offset, data, ahead)
+        self.write_with(ino, offset, data, ahead, Stamp::Now)
     }
 
     /// The block store, for `write_ahead` of a write to `ino` (refused here if the write
@@ -1988,7 +1988,8 @@ impl Fs {
     /// engine lock so that writers' pack writes overlap). Blocks written ahead that end up
     /// unused (the write is refused, or the file was unlinked meanwhile and keeps its data
     /// in memory) are garbage, freed by the next checkpoint.
-    pub fn write_with(&mut self, ino: Ino, offset: u64, data: &[u8], mut ahead: WrittenAhead) -> FsResult<u32> {
+    /// `stamp` says whether the write sets the file's mtime and ctime to now.
+    pub fn write_with(&mut self, ino: Ino, offset: u64, data: &[u8], mut ahead: WrittenAhead, stamp: Stamp) -> FsResult<u32> {
         // (Kept even for blocks that turn out garbage: the next checkpoint drops them all.)
         self.vol.fresh_sums.extend(std::mem::take(&mut ahead.sums));
         let checks = (|| {
@@ -2000,7 +2001,12 @@ impl Fs {
             self.vol.garbage.extend(ahead.chunks.into_iter().flatten());
             return Err(e);
         }
-        let now = Ts::now();
+        // The record's time is what the write leaves as mtime (and ctime at least): the file's
+        // own mtime when the kernel stamps, so that a replay leaves the times as they were.
+        let now = match stamp {
+            Stamp::Now => Ts::now(),
+            Stamp::Kernel => self.node(ino)?.inode.mtime,
+        };
         let target = self.target(ino);
         let end = offset.checked_add(data.len() as u64).ok_or(errno::EFBIG)?;
         // Whole chunks go to the packs, an unlinked file's too (not journaled: its data dies
@@ -2112,7 +2118,7 @@ impl Fs {
         let n = self.node_mut(ino)?;
         n.inode.size = n.inode.size.max(end);
         n.inode.mtime = now;
-        n.inode.ctime = now;
+        n.inode.ctime = n.inode.ctime.max(now); // (`Stamp::Kernel`: unchanged)
         self.touch(ino);
         if !shared {
             self.pending_chunks += chunks.len() as u64;
@@ -2183,7 +2189,7 @@ impl Fs {
         let n = self.node_mut(ino)?;
         n.inode.size = n.inode.size.max(end);
         n.inode.mtime = now;
-        n.inode.ctime = now;
+        n.inode.ctime = n.inode.ctime.max(now); // (`Stamp::Kernel`: unchanged)
         self.touch(ino);
         // Back-to-back ranges (a piece spanning chunks) as one.
         changed.dedup_by(|next, prev| {
@@ -2990,6 +2996,19 @@ impl SyncTicket {
     pub fn run_journal_only(&self) -> Result<()> {
         self.journal.as_ref().map_or(Ok(()), |j| j.run())
     }
+}
+
+/// Who stamps a write's mtime and ctime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stamp {
+    /// The engine, now.
+    Now,
+    /// The kernel: with the writeback cache it keeps a file's times, stamps writes from its own
+    /// clock and sends the times in a SETATTR (before an fsync returns, at close, at
+    /// writeback). Stamping here too would store a time the kernel never showed: a remount
+    /// would change the file's mtime, and the kernel, seeing no change of its own in the same
+    /// clock tick, would never send its time to correct it.
+    Kernel,
 }
 
 /// The whole chunks of one write, in a pack ahead of the write itself (`write_ahead`).

@@ -52,7 +52,7 @@ pub use error::{errno, FsError, FsResult};
 pub use flush::{FlushBatch, FlushedBatch, FLUSH_FROM};
 pub use fs::{
     make_ino, read_only_refusal, write_ahead, Attr, DirEntry, Fs, Ino, Inval, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket,
-    WrittenAhead, MAIN_NS_LIMIT, ROOT_INO,
+    Stamp, WrittenAhead, MAIN_NS_LIMIT, ROOT_INO,
 };
 pub use inode::{Kind, Ts, INLINE_MAX};
 pub use punch::PunchBatch;

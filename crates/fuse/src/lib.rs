@@ -16,7 +16,7 @@ use fuser::{
 use scion_daemon::router::{Router, VolumeId, CUBES_DIR_INO, CUBES_DIR_NAME};
 use scion_daemon::Engine;
 use scion_fs::clone::SNAPDIR_BIT;
-use scion_fs::{Attr, Fs, FsError, FsResult, Kind, SetAttr, Ts};
+use scion_fs::{Attr, Fs, FsError, FsResult, Kind, SetAttr, Stamp, Ts};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -508,6 +508,7 @@ impl ScionFuse {
 impl Filesystem for ScionFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let writeback = self.writeback && config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE).is_ok();
+        self.writeback = writeback; // (what `write` goes by: who stamps the times)
         log::info!(
             "file data: {}",
             if writeback {
@@ -829,7 +830,8 @@ impl Filesystem for ScionFuse {
     ) {
         let at = route!(self, ino, reply);
         let mut killed = false;
-        let r = at.engine.write(at.ino, offset, data, |fs| {
+        let stamp = if self.writeback { Stamp::Kernel } else { Stamp::Now };
+        let r = at.engine.write(at.ino, offset, data, stamp, |fs| {
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                 killed = kill_privs(fs, at.ino, req)?;
             }

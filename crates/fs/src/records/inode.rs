@@ -82,8 +82,17 @@ pub struct Ts {
 }
 
 impl Ts {
+    /// The kernel's clock for file times: `CLOCK_REALTIME_COARSE`, the clock `current_time()`
+    /// reads. Under the writeback cache the kernel stamps writes itself; times from a finer
+    /// clock here could be later than a change the kernel stamps after them (xfstests
+    /// generic/423: a file written after a reference was made must not look older).
     pub fn now() -> Ts {
-        Ts::from_system(SystemTime::now())
+        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes one timespec through a valid pointer.
+        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut t) } != 0 {
+            return Ts::from_system(SystemTime::now());
+        }
+        Ts { sec: t.tv_sec, nsec: t.tv_nsec as u32 }
     }
     pub fn from_system(t: SystemTime) -> Ts {
         match t.duration_since(UNIX_EPOCH) {
