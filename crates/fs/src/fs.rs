@@ -894,7 +894,7 @@ impl Fs {
         Ok(())
     }
 
-    fn room_for(&mut self, bytes: u64) -> FsResult<()> {
+    pub(crate) fn room_for(&mut self, bytes: u64) -> FsResult<()> {
         if self.replaying {
             return Ok(());
         }
@@ -928,7 +928,7 @@ impl Fs {
         Ok(())
     }
 
-    fn maybe_checkpoint(&mut self) -> FsResult<()> {
+    pub(crate) fn maybe_checkpoint(&mut self) -> FsResult<()> {
         if self.replaying {
             return Ok(());
         }
@@ -1132,6 +1132,24 @@ impl Fs {
         rdev: u32,
         target: &[u8],
     ) -> FsResult<Attr> {
+        let ino = self.make_node(parent, name, kind, mode, umask, uid, gid, rdev, target)?;
+        self.remember(ino)
+    }
+
+    /// `mknod` but for the kernel's reference to the new node, which a whiteout never gets.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn make_node(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        kind: Kind,
+        mode: u32,
+        umask: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+        target: &[u8],
+    ) -> FsResult<Ino> {
         self.writable()?;
         check_name(name)?;
         self.rw(parent)?;
@@ -1189,7 +1207,7 @@ impl Fs {
                 time: now,
             })
         })?;
-        self.remember(ino)
+        Ok(ino)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1393,10 +1411,24 @@ impl Fs {
         {
             return Err(errno::EINVAL);
         }
+        self.rename_part(false, parent, name, newparent, newname, flags)?;
+        self.maybe_checkpoint()
+    }
+
+    /// `rename`, journaled as the first record of several when `more` (`whiteout.rs`).
+    pub(crate) fn rename_part(
+        &mut self,
+        more: bool,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
         let now = Ts::now();
         let (pt, npt) = (self.target(parent), self.target(newparent));
         self.op_rename(parent, name, newparent, newname, flags, now)?;
-        self.log(|| match (pt, npt) {
+        self.log_part(more, || match (pt, npt) {
             (Some(parent), Some(newparent)) => Some(Record::Rename {
                 parent,
                 name: name.to_vec(),
@@ -1406,8 +1438,7 @@ impl Fs {
                 time: now,
             }),
             _ => None,
-        })?;
-        self.maybe_checkpoint()
+        })
     }
 
     /// The overlay entry that puts `ino` under a name.

@@ -36,6 +36,7 @@ pub mod repack;
 pub mod repair;
 pub mod reserve;
 mod refill;
+mod whiteout;
 pub mod restore;
 pub mod rollback;
 pub mod schedule;
@@ -91,3 +92,5 @@ pub struct SetAttr {
 /// Flags of `rename`, as renameat2 has them.
 pub const RENAME_NOREPLACE: u32 = 1;
 pub const RENAME_EXCHANGE: u32 = 2;
+/// Leaves a whiteout (a character device 0/0) at the old name: overlayfs's upper layer.
+pub const RENAME_WHITEOUT: u32 = 4;

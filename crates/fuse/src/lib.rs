@@ -745,7 +745,7 @@ impl Filesystem for ScionFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -758,8 +758,12 @@ impl Filesystem for ScionFuse {
             self.not_pinned(&at, name.as_bytes())?;
             let dst = At { vol: at.vol, engine: at.engine.clone(), ino: to, generation: at.generation };
             self.not_pinned(&dst, newname.as_bytes())?;
-            at.fs()
-                .rename(at.ino, name.as_bytes(), to, newname.as_bytes(), flags.bits())
+            let (name, newname, flags) = (name.as_bytes(), newname.as_bytes(), flags.bits());
+            if flags & scion_fs::RENAME_WHITEOUT != 0 {
+                at.fs().rename_whiteout(at.ino, name, to, newname, flags, req.uid(), req.gid())
+            } else {
+                at.fs().rename(at.ino, name, to, newname, flags)
+            }
         });
         match r {
             Ok(()) => reply.ok(),
