@@ -60,7 +60,7 @@ impl Engine {
             (fs.store_for_write(ino)?, fs.journals_data())
         };
         // Mode `data`: the bytes go into the journal, nothing is written ahead.
-        let ahead = if journal_data { Default::default() } else { scion_fs::write_ahead(&store, offset, data)? };
+        let ahead = if journal_data { Default::default() } else { scion_fs::write_ahead(&store, ino, offset, data)? };
         let mut fs = self.lock();
         // Takes the blocks written ahead (or frees them if the write is refused).
         let n = fs.write_with(ino, offset, data, ahead, stamp)?;

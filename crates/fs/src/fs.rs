@@ -2002,7 +2002,7 @@ impl Fs {
         let ahead = if self.replaying || self.journal_data {
             WrittenAhead::default()
         } else {
-            write_ahead(&*self.store_for_write(ino)?, offset, data)?
+            write_ahead(&*self.store_for_write(ino)?, ino, offset, data)?
         };
         self.write_with(ino, offset, data, ahead, Stamp::Now)
     }
@@ -3057,7 +3057,9 @@ pub struct WrittenAhead {
 /// of non-zero ones with one write. Needs only the block store, not the engine: the FUSE
 /// adapter calls it before taking the engine lock, so two writers' pack writes overlap (a
 /// direct write of 1 MiB waits ~1 ms for the device here). `Fs::write_with` then journals them.
-pub fn write_ahead(store: &BlockStore, offset: u64, data: &[u8]) -> FsResult<WrittenAhead> {
+/// `key` names the file (its inode number): its chunks go on from where its last ones lie
+/// in the pack, so that a file written front to back lands back to back.
+pub fn write_ahead(store: &BlockStore, key: u64, offset: u64, data: &[u8]) -> FsResult<WrittenAhead> {
     let end = offset.checked_add(data.len() as u64).ok_or(errno::EFBIG)?;
     let first_full = offset.div_ceil(CHUNK);
     let last_full = end / CHUNK; // exclusive
@@ -3069,17 +3071,23 @@ pub fn write_ahead(store: &BlockStore, offset: u64, data: &[u8]) -> FsResult<Wri
     let at = |idx: u64| (idx * CHUNK - offset) as usize;
     let mut idx = first_full;
     while idx < last_full {
-        if data[at(idx)..at(idx + 1)].iter().all(|b| *b == 0) {
-            ahead.chunks.push(None);
-            idx += 1;
+        let zero = |i: u64| data[at(i)..at(i + 1)].iter().all(|b| *b == 0);
+        if zero(idx) {
+            let mut stop = idx + 1;
+            while stop < last_full && zero(stop) {
+                stop += 1;
+            }
+            ahead.chunks.extend((idx..stop).map(|_| None));
+            store.note_zero_chunks(key, idx, stop);
+            idx = stop;
             continue;
         }
         let mut stop = idx + 1;
-        while stop < last_full && data[at(stop)..at(stop + 1)].iter().any(|b| *b != 0) {
+        while stop < last_full && !zero(stop) {
             stop += 1;
         }
         let run = &data[at(idx)..at(stop)];
-        let ptrs = store.write_data_run(run, CHUNK as usize).map_err(FsError::from)?;
+        let ptrs = store.write_data_run_for(key, idx, run, CHUNK as usize).map_err(FsError::from)?;
         for (p, block) in ptrs.iter().zip(run.chunks(CHUNK as usize)) {
             ahead.sums.push((p.addr, scion_store::page_sums(block).into()));
         }

@@ -345,7 +345,7 @@ impl Fs {
         let stored = self.stored_chunks(ino)?;
         let patched = stored.iter().any(|(_, c)| !c.patches.is_empty());
         let blocks: Vec<(u64, BlockPtr)> = stored.into_iter().map(|(i, c)| (i, c.block)).collect();
-        if is_contiguous(&blocks) {
+        if is_laid_out(&blocks) {
             report.contiguous += 1;
             return Ok(None);
         }
@@ -407,9 +407,27 @@ impl Fs {
 /// True if the blocks lie back to back in one pack, in chunk order (holes between chunks
 /// do not count).
 pub fn is_contiguous(blocks: &[(u64, BlockPtr)]) -> bool {
+    breaks(blocks) == 0
+}
+
+/// Blocks per break in a file's layout that leave nothing for repack to do: runs of 4 MiB on
+/// average are read at the disk's streaming speed. A large file written front to back while
+/// checkpoints append their metadata breaks once per checkpoint; moving it would write it all
+/// twice for nothing (issue 37). Smaller files must be contiguous.
+const BLOCKS_PER_BREAK: usize = 64;
+
+/// True if the file's blocks need no repack: contiguous, or in runs of `BLOCKS_PER_BREAK`
+/// blocks on average.
+pub fn is_laid_out(blocks: &[(u64, BlockPtr)]) -> bool {
+    breaks(blocks) * BLOCKS_PER_BREAK <= blocks.len().saturating_sub(1)
+}
+
+/// Places where the next block does not follow the last one in its pack.
+fn breaks(blocks: &[(u64, BlockPtr)]) -> usize {
     blocks
         .windows(2)
-        .all(|w| w[0].1.pack() == w[1].1.pack() && w[1].1.offset() == w[0].1.offset() + w[0].1.footprint())
+        .filter(|w| !(w[0].1.pack() == w[1].1.pack() && w[1].1.offset() == w[0].1.offset() + w[0].1.footprint()))
+        .count()
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ fn short_reads_verify_their_pages_alone() {
     // fifth through the checkpoint.
     let data: Vec<u8> = (0..(4 * 65536 + 5000)).map(|i| (i * 7 % 251) as u8).collect();
     let f = fs.mknod(root, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
-    let ahead = scion_fs::write_ahead(fs.block_store(), 0, &data).unwrap();
+    let ahead = scion_fs::write_ahead(fs.block_store(), f, 0, &data).unwrap();
     fs.write_with(f, 0, &data, ahead, scion_fs::Stamp::Now).unwrap();
     fs.close().unwrap();
     let rep = committed(&store);

@@ -15,7 +15,7 @@ fn kernel_stamped_writes_leave_the_times_also_on_replay() {
     fs.setattr(f, SetAttr { mtime: Some(m), ctime: Some(c), ..Default::default() }).unwrap();
     let data: Vec<u8> = (0..(2 * 65536 + 300)).map(|i| (i % 253) as u8).collect();
     for (off, bytes) in [(0, &data[..]), (10, &b"small"[..]), (1 << 20, &b"tail"[..])] {
-        let ahead = scion_fs::write_ahead(fs.block_store(), off, bytes).unwrap();
+        let ahead = scion_fs::write_ahead(fs.block_store(), f, off, bytes).unwrap();
         fs.write_with(f, off, bytes, ahead, Stamp::Kernel).unwrap();
     }
     let a = fs.getattr(f).unwrap();

@@ -99,6 +99,38 @@ struct Active {
     /// the store's size on the host says what it holds once it is durable, and a crash leaves
     /// at most this much past the committed end, which the next open cuts off.
     allocated: u64,
+    /// Each writing file's run of whole chunks (`write_data_run_for`), at most `MAX_STREAMS`.
+    streams: HashMap<u64, Stream>,
+    /// Counts placements; the stream placed least recently goes first.
+    tick: u64,
+    /// Places kept for writes that never came (a file with holes, a write refused), dropped
+    /// from their streams: given back by the next `write_run` (the pack may be allocated there).
+    unkept: Vec<(u32, u64, u64)>,
+}
+
+/// Files' streams of whole chunks followed at once; more streams than this and the one
+/// written least recently is forgotten.
+const MAX_STREAMS: usize = 256;
+/// Chunks a write may run ahead of its file's next one and still take its place in the run:
+/// the kernel sends a file's writeback WRITEs in order, but several are served at once and
+/// a later one may reach the pack first. The earlier ones' places are kept for them.
+const MAX_GAP_CHUNKS: u64 = 256;
+/// Places kept for earlier writes, per stream.
+const MAX_GAPS: usize = 16;
+
+/// Where a file's next whole chunks go so that a file written front to back lands back to
+/// back in its pack (and repack has nothing to do for it), whatever else is written
+/// meanwhile between its runs: chunk `next_idx` at `next_off` while nothing else has been
+/// appended since, and places kept for writes still in flight (`gaps`: first and end chunk,
+/// pack offset).
+struct Stream {
+    pack: u32,
+    /// Bytes per chunk.
+    unit: u64,
+    next_idx: u64,
+    next_off: u64,
+    gaps: Vec<(u64, u64, u64)>,
+    tick: u64,
 }
 
 impl Active {
@@ -175,6 +207,9 @@ impl BlockStore {
                 unsynced: Vec::new(),
                 direct: Direct::Untried,
                 allocated: end,
+                streams: HashMap::new(),
+                tick: 0,
+                unkept: Vec::new(),
             }),
         })
     }
@@ -208,6 +243,7 @@ impl BlockStore {
         a.file = file;
         a.end = end;
         a.allocated = end;
+        a.streams.clear(); // (places kept past `end` are gone)
         if let Direct::Open(_) = a.direct {
             a.direct = Direct::Untried;
         }
@@ -410,6 +446,7 @@ impl BlockStore {
         a.file = f;
         a.end = 0;
         a.allocated = 0;
+        a.streams.clear();
         if let Direct::Open(_) = a.direct {
             a.direct = Direct::Untried;
         }
@@ -425,15 +462,113 @@ impl BlockStore {
     /// pack joins the list `sync` covers only once the write is done: a caller journals the
     /// blocks after this returns, and the next `sync` then covers them.
     pub fn write_data_run(&self, data: &[u8], block_len: usize) -> Result<Vec<BlockPtr>> {
+        self.write_run(data, block_len, |s, a, len| s.reserve(a, len))
+    }
+
+    /// `write_data_run` of chunks `first..` of file `key` (chunks of `block_len`): placed
+    /// where the file's run of chunks in the pack goes on (`Stream`) when it can, else
+    /// appended as `write_data_run` does.
+    pub fn write_data_run_for(&self, key: u64, first: u64, data: &[u8], block_len: usize) -> Result<Vec<BlockPtr>> {
+        let n = (data.len() / block_len.max(1)) as u64;
+        self.write_run(data, block_len, |s, a, len| s.place(a, key, first, n, len))
+    }
+
+    /// Chunks `first..end` of file `key` are zeros (holes): its run goes on past them
+    /// without keeping them a place.
+    pub fn note_zero_chunks(&self, key: u64, first: u64, end: u64) {
+        let mut a = self.active.lock().unwrap();
+        if let Some(s) = a.streams.get_mut(&key) {
+            if s.next_idx == first {
+                s.next_idx = end;
+            }
+        }
+    }
+
+    /// The pack offset for chunks `idx..idx + n` (`len` bytes) of file `key`: a place kept for
+    /// them, the run's next place if nothing was appended since, or a new run at the end.
+    fn place(&self, a: &mut Active, key: u64, idx: u64, n: u64, len: u64) -> Result<u64> {
+        assert!(n > 0 && len % n == 0, "{n} chunks in {len} bytes");
+        let unit = len / n;
+        a.tick += 1;
+        let (tick, id, end) = (a.tick, a.id, a.end);
+        let mut dropped = None;
+        let mut placed = None;
+        if let Some(s) = a.streams.get_mut(&key).filter(|s| s.pack == id && s.unit == unit) {
+            s.tick = tick;
+            if let Some(k) = s.gaps.iter().position(|g| g.0 <= idx && idx + n <= g.1) {
+                let (gs, ge, goff) = s.gaps.swap_remove(k);
+                let off = goff + (idx - gs) * unit;
+                if gs < idx {
+                    s.gaps.push((gs, idx, goff));
+                }
+                if idx + n < ge {
+                    s.gaps.push((idx + n, ge, off + len));
+                }
+                return Ok(off);
+            }
+            let gap = idx.checked_sub(s.next_idx).filter(|g| *g <= MAX_GAP_CHUNKS && end == s.next_off);
+            if let Some(gap) = gap.filter(|g| end + (g * unit) + len <= PACK_ROLL_BYTES) {
+                if gap > 0 {
+                    if s.gaps.len() >= MAX_GAPS {
+                        dropped = Some(s.gaps.remove(0));
+                    }
+                    s.gaps.push((s.next_idx, idx, end));
+                }
+                let off = end + gap * unit;
+                s.next_idx = idx + n;
+                s.next_off = off + len;
+                placed = Some(off);
+            }
+        }
+        if let Some((gs, ge, off)) = dropped {
+            a.unkept.push((id, off, off + (ge - gs) * unit));
+        }
+        if let Some(off) = placed {
+            a.end = off + len;
+            return Ok(off);
+        }
+        let off = self.reserve(a, len)?;
+        if a.streams.get(&key).is_some_and(|s| s.pack == a.id && idx + n <= s.next_idx) {
+            return Ok(off); // a write that came late: the run goes on where it was
+        }
+        if a.streams.len() >= MAX_STREAMS && !a.streams.contains_key(&key) {
+            if let Some(old) = a.streams.iter().min_by_key(|(_, s)| s.tick).map(|(k, _)| *k) {
+                Self::unkeep(a, old);
+            }
+        }
+        Self::unkeep(a, key);
+        let stream = Stream { pack: a.id, unit, next_idx: idx + n, next_off: off + len, gaps: Vec::new(), tick };
+        a.streams.insert(key, stream);
+        Ok(off)
+    }
+
+    /// Forgets file `key`'s stream; the places it kept are to be given back.
+    fn unkeep(a: &mut Active, key: u64) {
+        if let Some(s) = a.streams.remove(&key) {
+            if s.pack == a.id {
+                a.unkept.extend(s.gaps.iter().map(|g| (s.pack, g.2, g.2 + (g.1 - g.0) * s.unit)));
+            }
+        }
+    }
+
+    /// Writes whole blocks at the offset `place` gives (under the active pack's lock).
+    fn write_run(
+        &self,
+        data: &[u8],
+        block_len: usize,
+        place: impl FnOnce(&Self, &mut Active, u64) -> Result<u64>,
+    ) -> Result<Vec<BlockPtr>> {
         assert!(
             block_len > 0 && block_len as u64 % BLOCK_ALIGN == 0 && block_len <= MAX_BLOCK_LEN,
             "data block of {block_len} bytes"
         );
         assert_eq!(data.len() % block_len, 0, "a run of whole blocks");
         let hashes: Vec<[u8; 32]> = data.chunks(block_len).map(|b| *blake3::hash(b).as_bytes()).collect();
+        let unkept;
         let (id, off, file, direct) = {
             let mut a = self.active.lock().unwrap();
-            let off = self.reserve(&mut a, data.len() as u64)?;
+            let off = place(self, &mut a, data.len() as u64)?;
+            unkept = std::mem::take(&mut a.unkept);
             let direct = if data.len() >= DIRECT_WRITE_MIN {
                 self.direct_handle(&mut a)
             } else {
@@ -449,6 +584,12 @@ impl BlockStore {
             }
             (a.id, off, a.file.clone(), direct)
         };
+        for (pack, start, end) in unkept {
+            // Never written (the pack may be allocated there): a leak of space, not of data.
+            if let Err(e) = self.punch_run(pack, start, end - start) {
+                log::warn!("a place kept for a write that never came stays allocated: {e}");
+            }
+        }
         if let Some(f) = direct {
             match write_aligned(&*f, data, off) {
                 Ok(()) => return Ok(self.written(id, off, file, block_len, hashes)),
