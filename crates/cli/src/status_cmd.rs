@@ -91,6 +91,16 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
             "compress_age_s": f.compress_age_s,
             "failed": f.failed,
             "host_full": f.host_full,
+            "written": {
+                "user_bytes": f.written.user,
+                "host_bytes": f.written.host(),
+                "data_bytes": f.written.data,
+                "journal_bytes": f.written.journal,
+                "meta_bytes": f.written.meta,
+                "repack_bytes": f.written.repack,
+                "compress_bytes": f.written.compress,
+                "amplification": amplification(&f.written),
+            },
         });
         return format!("{v}\n");
     }
@@ -135,10 +145,27 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
         );
     }
     out += &format!("  background: repack {}, compression of old versions {}\n", ago(f.repack_age_s), ago(f.compress_age_s));
+    let w = &f.written;
+    out += &format!(
+        "  written since mount: {} by users, {} to the host ({} data, {} journal, {} metadata, {} repack, {} compression){}\n",
+        human(w.user),
+        human(w.host()),
+        human(w.data),
+        human(w.journal),
+        human(w.meta),
+        human(w.repack),
+        human(w.compress),
+        amplification(w).map_or(String::new(), |a| format!("; write amplification {a:.2}"))
+    );
     out += &match &f.failed {
         None if f.host_full => "  state: host filesystem full: changes get ENOSPC until there is room (no remount needed)\n".to_string(),
         None => "  state: ok\n".to_string(),
         Some(why) => format!("  state: FAILED, changes refused until it is mounted again: {why}\n"),
     };
     out
+}
+
+/// Bytes written to the host per byte users wrote, once users have written something.
+fn amplification(w: &scion_fs::status::Written) -> Option<f64> {
+    (w.user > 0).then(|| w.host() as f64 / w.user as f64)
 }

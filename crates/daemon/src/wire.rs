@@ -41,7 +41,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 9;
+pub const VERSION: u8 = 10;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -903,6 +903,11 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             w.u8(f.failed.is_some() as u8).bytes(f.failed.as_deref().unwrap_or_default().as_bytes());
             // Since version 8.
             w.u8(f.host_full as u8);
+            // Since version 10.
+            let b = &f.written;
+            for v in [b.user, b.data, b.journal, b.meta, b.repack, b.compress] {
+                w.u64(v);
+            }
         }
         Reply::MirrorRemoved(n) => {
             w.u8(24).u32(*n);
@@ -1189,7 +1194,13 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 let has = r.u8().map_err(bad)? != 0;
                 let failed = String::from_utf8_lossy(r.bytes().map_err(bad)?).into_owned();
                 let host_full = r.u8().map_err(bad)? != 0;
+                let mut b = [0u64; 6];
+                for x in b.iter_mut() {
+                    *x = r.u64().map_err(bad)?;
+                }
+                let written = scion_fs::status::Written { user: b[0], data: b[1], journal: b[2], meta: b[3], repack: b[4], compress: b[5] };
                 let facts = scion_fs::status::StatusFacts {
+                    written,
                     generation: v[9],
                     checkpoint_age_s: v[10],
                     journal_bytes: v[11],

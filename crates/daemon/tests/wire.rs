@@ -230,6 +230,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
                 mirrors: 1,
                 failed: Some("a checkpoint failed".into()),
                 host_full: true,
+                written: scion_fs::status::Written { user: 1 << 30, data: 1 << 30, journal: 12345, meta: 678, repack: 9, compress: 10 },
             },
             store: b"/srv/store".to_vec(),
             pid: 4242,

@@ -173,6 +173,7 @@ impl Fs {
             ns_root: None,
             relocations: None,
             incompressible: Default::default(),
+            io: Default::default(),
             replaying: true,
             dirty_bytes: 0,
             flushed_bytes: 0,

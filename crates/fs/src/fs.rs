@@ -348,6 +348,8 @@ pub struct Fs {
     pub(crate) last_change: Instant,
     /// When the last background repack pass ran, and whether it stopped at its budget.
     pub(crate) last_repack: Option<(Instant, bool)>,
+    /// Bytes written since mount, for `status` (`status::Written`).
+    pub(crate) io: crate::status::IoCounts,
     /// When the last background compression pass ran, and whether it left blocks for later.
     pub(crate) last_compress: Option<(Instant, bool)>,
     /// Namespaces destroyed since the last checkpoint: their records leave the table then.
@@ -832,7 +834,10 @@ impl Fs {
         }
         if let Some(r) = rec() {
             if let Some(j) = self.vol.journal.as_mut() {
-                if let Err(e) = j.append(&r, more) {
+                let before = j.len;
+                let appended = j.append(&r, more);
+                self.io.journal += j.len.saturating_sub(before);
+                if let Err(e) = appended {
                     // The change is already applied in memory, and its caller is told it
                     // failed: that memory must never reach a checkpoint. The journal holds
                     // neither this record nor anything after it, so a remount replays the
@@ -2106,6 +2111,9 @@ impl Fs {
                     time: now,
                 })
             })?;
+        }
+        if !self.replaying {
+            self.io.user += data.len() as u64;
         }
         self.maybe_checkpoint()?;
         Ok(data.len() as u32)

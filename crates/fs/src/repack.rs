@@ -207,6 +207,7 @@ impl Fs {
             self.touch(f.ino);
             report.moved_files += 1;
             report.moved_bytes += bytes;
+            self.io.repack += bytes;
         }
         // Installed copies are committed even if the copy stopped on an error: left in memory,
         // their blocks could end up behind a later written-ahead block, unreferenced for ever.

@@ -30,6 +30,39 @@ pub struct StatusFacts {
     pub failed: Option<String>,
     /// The host filesystem is full: changes get ENOSPC until there is room (`reserve.rs`).
     pub host_full: bool,
+    /// Bytes written since mount.
+    pub written: Written,
+}
+
+/// Bytes written since mount: by users (through the mount), and to the host by what they
+/// hold. Their ratio is the store's write amplification.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    pub user: u64,
+    /// Data blocks, but for repack's copies.
+    pub data: u64,
+    pub journal: u64,
+    /// Tree blocks: directories, inodes, content trees, namespaces.
+    pub meta: u64,
+    /// Data blocks repack copied.
+    pub repack: u64,
+    /// Compressed forms of old versions.
+    pub compress: u64,
+}
+
+impl Written {
+    /// Bytes written to the host.
+    pub fn host(&self) -> u64 {
+        self.data + self.journal + self.meta + self.repack + self.compress
+    }
+}
+
+/// The engine's own counts behind `Written` (the block store counts the rest).
+#[derive(Debug, Default)]
+pub(crate) struct IoCounts {
+    pub user: u64,
+    pub journal: u64,
+    pub repack: u64,
 }
 
 impl Fs {
@@ -52,6 +85,17 @@ impl Fs {
             mirrors: self.mirror_list().map_or(0, |l| l.len() as u64),
             failed: self.vol.failed.clone(),
             host_full: self.host_full(),
+            written: {
+                let (data, meta, compress) = store.written();
+                Written {
+                    user: self.io.user,
+                    data: data.saturating_sub(self.io.repack),
+                    journal: self.io.journal,
+                    meta,
+                    repack: self.io.repack,
+                    compress,
+                }
+            },
         }
     }
 }

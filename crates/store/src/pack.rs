@@ -179,6 +179,28 @@ pub struct BlockStore {
     sync_io: Mutex<Option<String>>,
     /// Data blocks recompressed elsewhere (`relocate.rs`); every read looks here first.
     moved: Relocations,
+    /// Bytes written to the packs since open, by what they hold (`written`).
+    wrote: Written,
+}
+
+/// Bytes written to the packs since the store was opened: data blocks, other blocks (the
+/// trees: metadata), and compressed forms of old versions (`write_relocated`).
+#[derive(Default)]
+struct Written {
+    data: std::sync::atomic::AtomicU64,
+    meta: std::sync::atomic::AtomicU64,
+    relocated: std::sync::atomic::AtomicU64,
+}
+
+impl Written {
+    fn add(&self, kind: Option<BlockKind>, bytes: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        match kind {
+            Some(BlockKind::Data) => self.data.fetch_add(bytes as u64, Relaxed),
+            Some(_) => self.meta.fetch_add(bytes as u64, Relaxed),
+            None => self.relocated.fetch_add(bytes as u64, Relaxed),
+        };
+    }
 }
 
 impl BlockStore {
@@ -200,6 +222,7 @@ impl BlockStore {
             direct_readers: Default::default(),
             sync_io: Mutex::new(None),
             moved: Relocations::default(),
+            wrote: Written::default(),
             active: Mutex::new(Active {
                 id: pack,
                 file,
@@ -292,8 +315,10 @@ impl BlockStore {
             &framed
         };
 
+        let addr = self.append(bytes)?;
+        self.wrote.add(Some(kind), bytes.len());
         Ok(BlockPtr {
-            addr: self.append(bytes)?,
+            addr,
             len: payload.len() as u32,
             kind,
             hash,
@@ -330,6 +355,7 @@ impl BlockStore {
         let mut sizes = forms.iter().map(|(_, c)| c.len() as u32);
         for (bytes, offsets) in relocate::frames(&list) {
             let addr = self.append(&bytes)?;
+            self.wrote.add(None, bytes.len());
             for at in offsets {
                 out.push(Relocation {
                     addr,
@@ -409,6 +435,7 @@ impl BlockStore {
         };
         file.write_all_at(&buf, off)
             .map_err(|e| Error::io(format!("write to pack {id}"), e))?;
+        self.wrote.add(Some(kind), buf.len());
         self.active.lock().unwrap().to_sync(file);
         Ok(blocks
             .into_iter()
@@ -592,7 +619,7 @@ impl BlockStore {
         }
         if let Some(f) = direct {
             match write_aligned(&*f, data, off) {
-                Ok(()) => return Ok(self.written(id, off, file, block_len, hashes)),
+                Ok(()) => return Ok(self.written_run(id, off, file, block_len, hashes)),
                 Err(e) => {
                     // Whatever part of it reached the file is written again below.
                     log::warn!("direct write to pack {id}: {e}; pack data goes through the page cache from now on");
@@ -602,11 +629,19 @@ impl BlockStore {
         }
         file.write_all_at(data, off)
             .map_err(|e| Error::io(format!("write to pack {id}"), e))?;
-        Ok(self.written(id, off, file, block_len, hashes))
+        Ok(self.written_run(id, off, file, block_len, hashes))
+    }
+
+    /// Bytes written to the packs since open: data blocks, metadata blocks, compressed forms
+    /// of old versions.
+    pub fn written(&self) -> (u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let w = &self.wrote;
+        (w.data.load(Relaxed), w.meta.load(Relaxed), w.relocated.load(Relaxed))
     }
 
     /// The end of `write_data_run`: the pack is now one `sync` must cover.
-    fn written(
+    fn written_run(
         &self,
         id: u32,
         off: u64,
@@ -615,6 +650,7 @@ impl BlockStore {
         hashes: Vec<[u8; 32]>,
     ) -> Vec<BlockPtr> {
         self.active.lock().unwrap().to_sync(file);
+        self.wrote.add(Some(BlockKind::Data), hashes.len() * block_len);
         hashes
             .into_iter()
             .enumerate()
