@@ -749,6 +749,9 @@ impl Fs {
         // A host filled by others since the last look: the reserve makes room first.
         self.room_for_checkpoint();
         let r = self.checkpoint_inner(fold);
+        if r.is_ok() {
+            self.vol.forest.store.settle_streams();
+        }
         if let Err(e) = &r {
             log::error!("checkpoint failed, refusing changes until remount: {e}");
             self.vol.failed = Some(format!("checkpoint failed: {e}"));

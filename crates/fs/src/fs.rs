@@ -2961,6 +2961,8 @@ impl Fs {
                     .and_then(|f| f.set_len(0))
                     .map_err(|e| Error::io(format!("truncation of {}", old.display()), e))?;
             }
+            // Pack space kept for writes that will not come now.
+            self.vol.forest.store.end_streams();
             // Closed whole: the next open need not look for what a crash leaves.
             crate::checkpoint::mark_closed(&self.vol.host, &self.vol.dir, true)?;
         }

@@ -106,6 +106,8 @@ struct Active {
     /// Places kept for writes that never came (a file with holes, a write refused), dropped
     /// from their streams: given back by the next `write_run` (the pack may be allocated there).
     unkept: Vec<(u32, u64, u64)>,
+    /// When the store was opened: kept places carry their age from it, in milliseconds.
+    since: std::time::Instant,
 }
 
 /// Files' streams of whole chunks followed at once; more streams than this and the one
@@ -114,23 +116,62 @@ const MAX_STREAMS: usize = 256;
 /// Chunks a write may run ahead of its file's next one and still take its place in the run:
 /// the kernel sends a file's writeback WRITEs in order, but several are served at once and
 /// a later one may reach the pack first. The earlier ones' places are kept for them.
-const MAX_GAP_CHUNKS: u64 = 256;
+const MAX_GAP_CHUNKS: u64 = 1024;
+/// A stream keeps places ahead of its writes once it has placed this many chunks (1 MiB):
+/// smaller files never do.
+const AHEAD_MIN_CHUNKS: u64 = 16;
+/// At most this many (8 MiB).
+const AHEAD_MAX_CHUNKS: u64 = 128;
+/// How long a place is kept for a write that has not come. The kernel sends a file's dirty
+/// pages over seconds (some at background writeback, the rest at fsync).
+const GAP_WAIT_MS: u64 = 10_000;
 /// Places kept for earlier writes, per stream.
-const MAX_GAPS: usize = 16;
+const MAX_GAPS: usize = 64;
 
 /// Where a file's next whole chunks go so that a file written front to back lands back to
 /// back in its pack (and repack has nothing to do for it), whatever else is written
 /// meanwhile between its runs: chunk `next_idx` at `next_off` while nothing else has been
 /// appended since, and places kept for writes still in flight (`gaps`: first and end chunk,
-/// pack offset).
+/// pack offset, and when it was kept: milliseconds from `Active::since`).
 struct Stream {
     pack: u32,
     /// Bytes per chunk.
     unit: u64,
     next_idx: u64,
     next_off: u64,
-    gaps: Vec<(u64, u64, u64)>,
+    gaps: Vec<(u64, u64, u64, u64)>,
     tick: u64,
+    /// Chunks placed for it in this pack.
+    placed: u64,
+}
+
+impl Stream {
+    fn new(pack: u32, unit: u64) -> Stream {
+        Stream { pack, unit, next_idx: 0, next_off: 0, gaps: Vec::new(), tick: 0, placed: 0 }
+    }
+
+    /// The place kept for chunks `idx..idx + n`, if one is (taken out of the kept ones).
+    fn fill(&mut self, idx: u64, n: u64) -> Option<u64> {
+        let k = self.gaps.iter().position(|g| g.0 <= idx && idx + n <= g.1)?;
+        let (gs, ge, goff, born) = self.gaps.swap_remove(k);
+        let off = goff + (idx - gs) * self.unit;
+        if gs < idx {
+            self.gaps.push((gs, idx, goff, born));
+        }
+        if idx + n < ge {
+            self.gaps.push((idx + n, ge, off + n * self.unit, born));
+        }
+        Some(off)
+    }
+
+    /// Keeps a place; past `MAX_GAPS` the oldest is given up (onto `unkept`).
+    fn keep(&mut self, gap: (u64, u64, u64, u64), unkept: &mut Vec<(u32, u64, u64)>) {
+        if self.gaps.len() >= MAX_GAPS {
+            let (gs, ge, off, _) = self.gaps.remove(0);
+            unkept.push((self.pack, off, off + (ge - gs) * self.unit));
+        }
+        self.gaps.push(gap);
+    }
 }
 
 impl Active {
@@ -233,6 +274,7 @@ impl BlockStore {
                 streams: HashMap::new(),
                 tick: 0,
                 unkept: Vec::new(),
+                since: std::time::Instant::now(),
             }),
         })
     }
@@ -489,15 +531,22 @@ impl BlockStore {
     /// pack joins the list `sync` covers only once the write is done: a caller journals the
     /// blocks after this returns, and the next `sync` then covers them.
     pub fn write_data_run(&self, data: &[u8], block_len: usize) -> Result<Vec<BlockPtr>> {
-        self.write_run(data, block_len, |s, a, len| s.reserve(a, len))
+        self.write_run(data, block_len, |s, a, len| Ok((s.reserve(a, len)?, len)))
     }
 
     /// `write_data_run` of chunks `first..` of file `key` (chunks of `block_len`): placed
     /// where the file's run of chunks in the pack goes on (`Stream`) when it can, else
     /// appended as `write_data_run` does.
     pub fn write_data_run_for(&self, key: u64, first: u64, data: &[u8], block_len: usize) -> Result<Vec<BlockPtr>> {
-        let n = (data.len() / block_len.max(1)) as u64;
-        self.write_run(data, block_len, |s, a, len| s.place(a, key, first, n, len))
+        let unit = block_len.max(1);
+        let mut out = Vec::with_capacity(data.len() / unit);
+        // Each pass places the longest first part that goes to one place.
+        while out.len() * unit < data.len() {
+            let (idx, rest) = (first + out.len() as u64, &data[out.len() * unit..]);
+            let n = (rest.len() / unit) as u64;
+            out.extend(self.write_run(rest, block_len, |s, a, len| s.place(a, key, idx, n, len))?);
+        }
+        Ok(out)
     }
 
     /// Chunks `first..end` of file `key` are zeros (holes): its run goes on past them
@@ -511,62 +560,112 @@ impl BlockStore {
         }
     }
 
-    /// The pack offset for chunks `idx..idx + n` (`len` bytes) of file `key`: a place kept for
-    /// them, the run's next place if nothing was appended since, or a new run at the end.
-    fn place(&self, a: &mut Active, key: u64, idx: u64, n: u64, len: u64) -> Result<u64> {
+    /// The pack offset for chunks `idx..idx + n` (`len` bytes) of file `key`, or for the first
+    /// of them (the bytes taken are returned too): a place kept for them, the run's next
+    /// place if nothing was appended since, or a new run at the end. A write that meets a
+    /// place kept for part of it is cut there.
+    fn place(&self, a: &mut Active, key: u64, idx: u64, n: u64, len: u64) -> Result<(u64, u64)> {
         assert!(n > 0 && len % n == 0, "{n} chunks in {len} bytes");
+        let unit = len / n;
+        let n = match a.streams.get(&key).filter(|s| s.unit == unit) {
+            Some(s) => s.gaps.iter().fold(n, |n, g| match () {
+                _ if g.0 <= idx && idx < g.1 => n.min(g.1 - idx),
+                _ if idx < g.0 && g.0 < idx + n => n.min(g.0 - idx),
+                _ => n,
+            }),
+            None => n,
+        };
+        let len = n * unit;
+        self.place_whole(a, key, idx, n, len).map(|off| (off, len))
+    }
+
+    /// `place` of chunks none of which a kept place covers but wholly.
+    fn place_whole(&self, a: &mut Active, key: u64, idx: u64, n: u64, len: u64) -> Result<u64> {
         let unit = len / n;
         a.tick += 1;
         let (tick, id, end) = (a.tick, a.id, a.end);
-        let mut dropped = None;
-        let mut placed = None;
-        if let Some(s) = a.streams.get_mut(&key).filter(|s| s.pack == id && s.unit == unit) {
-            s.tick = tick;
-            if let Some(k) = s.gaps.iter().position(|g| g.0 <= idx && idx + n <= g.1) {
-                let (gs, ge, goff) = s.gaps.swap_remove(k);
-                let off = goff + (idx - gs) * unit;
-                if gs < idx {
-                    s.gaps.push((gs, idx, goff));
-                }
-                if idx + n < ge {
-                    s.gaps.push((idx + n, ge, off + len));
-                }
-                return Ok(off);
-            }
-            let gap = idx.checked_sub(s.next_idx).filter(|g| *g <= MAX_GAP_CHUNKS && end == s.next_off);
-            if let Some(gap) = gap.filter(|g| end + (g * unit) + len <= PACK_ROLL_BYTES) {
-                if gap > 0 {
-                    if s.gaps.len() >= MAX_GAPS {
-                        dropped = Some(s.gaps.remove(0));
+        let epoch = a.since.elapsed().as_millis() as u64;
+        let mine = a.streams.get_mut(&key).filter(|s| s.pack == id && s.unit == unit);
+        let off = match mine {
+            Some(s) => {
+                s.tick = tick;
+                if let Some(off) = s.fill(idx, n) {
+                    off
+                } else if let Some(gap) = idx.checked_sub(s.next_idx).filter(|g| *g <= MAX_GAP_CHUNKS && end == s.next_off) {
+                    // The run goes on (past places kept for writes still on their way).
+                    if gap > 0 {
+                        s.keep((s.next_idx, idx, end, epoch), &mut a.unkept);
                     }
-                    s.gaps.push((s.next_idx, idx, end));
+                    let off = end + gap * unit;
+                    s.next_idx = idx + n;
+                    s.next_off = off + len;
+                    a.end = off + len;
+                    off
+                } else if idx + n <= s.next_idx {
+                    return self.reserve(a, len); // a write that came late, its place not kept
+                } else {
+                    self.new_run(a, key, idx, n, unit, epoch)?
                 }
-                let off = end + gap * unit;
-                s.next_idx = idx + n;
-                s.next_off = off + len;
-                placed = Some(off);
             }
+            None => self.new_run(a, key, idx, n, unit, epoch)?,
+        };
+        self.keep_ahead(a, key, n, epoch);
+        Ok(off)
+    }
+
+    /// A new run of file `key`'s chunks at the end: its first here, or something else was
+    /// appended since its last. The writes between its last and this one may still be on
+    /// their way (with the whole cache written back at once, some are served far behind):
+    /// their places are kept ahead of this one. Places kept before stay kept.
+    fn new_run(&self, a: &mut Active, key: u64, idx: u64, n: u64, unit: u64, epoch: u64) -> Result<u64> {
+        let from = a.streams.get(&key).filter(|s| s.pack == a.id && s.unit == unit).map_or(0, |s| s.next_idx);
+        let lead = idx.checked_sub(from).filter(|g| *g <= MAX_GAP_CHUNKS).unwrap_or(0);
+        let base = self.reserve(a, (lead + n) * unit)?;
+        let mut stream = match a.streams.remove(&key) {
+            Some(s) if s.pack == a.id && s.unit == unit => s,
+            Some(s) => {
+                a.streams.insert(key, s);
+                Self::unkeep(a, key);
+                Stream::new(a.id, unit)
+            }
+            None => Stream::new(a.id, unit),
+        };
+        if lead > 0 {
+            stream.keep((from, idx, base, epoch), &mut a.unkept);
         }
-        if let Some((gs, ge, off)) = dropped {
-            a.unkept.push((id, off, off + (ge - gs) * unit));
-        }
-        if let Some(off) = placed {
-            a.end = off + len;
-            return Ok(off);
-        }
-        let off = self.reserve(a, len)?;
-        if a.streams.get(&key).is_some_and(|s| s.pack == a.id && idx + n <= s.next_idx) {
-            return Ok(off); // a write that came late: the run goes on where it was
-        }
-        if a.streams.len() >= MAX_STREAMS && !a.streams.contains_key(&key) {
+        if a.streams.len() >= MAX_STREAMS {
             if let Some(old) = a.streams.iter().min_by_key(|(_, s)| s.tick).map(|(k, _)| *k) {
                 Self::unkeep(a, old);
             }
         }
-        Self::unkeep(a, key);
-        let stream = Stream { pack: a.id, unit, next_idx: idx + n, next_off: off + len, gaps: Vec::new(), tick };
+        let off = base + lead * unit;
+        (stream.next_idx, stream.next_off, stream.tick) = (idx + n, off + n * unit, a.tick);
         a.streams.insert(key, stream);
         Ok(off)
+    }
+
+    /// Counts `n` chunks placed for `key`, and once its writes have run on for a while keeps
+    /// the places of as many chunks again past its run's end (at most `AHEAD_MAX_CHUNKS`), so
+    /// that what else is appended meanwhile (checkpoints, late writes, other files) goes after
+    /// them rather than between its runs.
+    fn keep_ahead(&self, a: &mut Active, key: u64, n: u64, epoch: u64) {
+        let (id, end) = (a.id, a.end);
+        let Some(s) = a.streams.get_mut(&key) else { return };
+        s.placed += n;
+        let kept_ahead = s.gaps.iter().filter(|g| g.1 == s.next_idx).map(|g| g.1 - g.0).sum::<u64>();
+        let want = s.placed.min(AHEAD_MAX_CHUNKS);
+        if s.pack != id || end != s.next_off || want < AHEAD_MIN_CHUNKS || kept_ahead * 2 > want {
+            return;
+        }
+        let bytes = want * s.unit;
+        if end + bytes > PACK_ROLL_BYTES {
+            return;
+        }
+        let (from, at) = (s.next_idx, s.next_off);
+        s.keep((from, from + want, at, epoch), &mut a.unkept);
+        s.next_idx = from + want;
+        s.next_off = at + bytes;
+        a.end = at + bytes;
     }
 
     /// Forgets file `key`'s stream; the places it kept are to be given back.
@@ -578,23 +677,64 @@ impl BlockStore {
         }
     }
 
+    /// Gives back the places kept for writes that have not come in `GAP_WAIT_MS`; the owner
+    /// calls this at each checkpoint. Without it, a file written with holes, or from the
+    /// middle, would keep allocated pack space that nothing will ever fill.
+    pub fn settle_streams(&self) {
+        self.give_back_kept(GAP_WAIT_MS);
+    }
+
+    /// Gives back every place kept and forgets the streams: at unmount, so that a closed
+    /// store holds no space that nothing references.
+    pub fn end_streams(&self) {
+        self.give_back_kept(0);
+        self.active.lock().unwrap().streams.clear();
+    }
+
+    /// Gives back the places kept at least `age_ms` ago.
+    fn give_back_kept(&self, age_ms: u64) {
+        let unkept = {
+            let mut a = self.active.lock().unwrap();
+            let (now, id) = (a.since.elapsed().as_millis() as u64, a.id);
+            let mut out = std::mem::take(&mut a.unkept);
+            for s in a.streams.values_mut().filter(|s| s.pack == id) {
+                let unit = s.unit;
+                s.gaps.retain(|g| {
+                    let old = g.3 + age_ms <= now;
+                    if old {
+                        out.push((id, g.2, g.2 + (g.1 - g.0) * unit));
+                    }
+                    !old
+                });
+            }
+            out
+        };
+        for (pack, start, end) in unkept {
+            // Never written (the pack may be allocated there): a leak of space, not of data.
+            if let Err(e) = self.punch_run(pack, start, end - start) {
+                log::warn!("a place kept for a write that never came stays allocated: {e}");
+            }
+        }
+    }
+
     /// Writes whole blocks at the offset `place` gives (under the active pack's lock).
     fn write_run(
         &self,
         data: &[u8],
         block_len: usize,
-        place: impl FnOnce(&Self, &mut Active, u64) -> Result<u64>,
+        place: impl FnOnce(&Self, &mut Active, u64) -> Result<(u64, u64)>,
     ) -> Result<Vec<BlockPtr>> {
         assert!(
             block_len > 0 && block_len as u64 % BLOCK_ALIGN == 0 && block_len <= MAX_BLOCK_LEN,
             "data block of {block_len} bytes"
         );
         assert_eq!(data.len() % block_len, 0, "a run of whole blocks");
-        let hashes: Vec<[u8; 32]> = data.chunks(block_len).map(|b| *blake3::hash(b).as_bytes()).collect();
         let unkept;
-        let (id, off, file, direct) = {
+        let (id, off, file, direct, data) = {
             let mut a = self.active.lock().unwrap();
-            let off = place(self, &mut a, data.len() as u64)?;
+            let (off, taken) = place(self, &mut a, data.len() as u64)?;
+            assert!(taken > 0 && taken <= data.len() as u64 && taken % block_len as u64 == 0);
+            let data = &data[..taken as usize];
             unkept = std::mem::take(&mut a.unkept);
             let direct = if data.len() >= DIRECT_WRITE_MIN {
                 self.direct_handle(&mut a)
@@ -609,8 +749,10 @@ impl BlockStore {
                     Err(e) => log::debug!("allocation ahead in pack {}: {e}", a.id),
                 }
             }
-            (a.id, off, a.file.clone(), direct)
+            (a.id, off, a.file.clone(), direct, data)
         };
+        // (Hashed outside the lock.)
+        let hashes: Vec<[u8; 32]> = data.chunks(block_len).map(|b| *blake3::hash(b).as_bytes()).collect();
         for (pack, start, end) in unkept {
             // Never written (the pack may be allocated there): a leak of space, not of data.
             if let Err(e) = self.punch_run(pack, start, end - start) {
