@@ -106,6 +106,9 @@ struct Active {
     /// Places kept for writes that never came (a file with holes, a write refused), dropped
     /// from their streams: given back by the next `write_run` (the pack may be allocated there).
     unkept: Vec<(u32, u64, u64)>,
+    /// Places just kept: made holes before the lock is let go (after the allocation ahead),
+    /// so that a kept place holds no host space until a write fills it.
+    kept: Vec<(u32, u64, u64)>,
     /// When the store was opened: kept places carry their age from it, in milliseconds.
     since: std::time::Instant,
 }
@@ -117,6 +120,10 @@ const MAX_STREAMS: usize = 256;
 /// the kernel sends a file's writeback WRITEs in order, but several are served at once and
 /// a later one may reach the pack first. The earlier ones' places are kept for them.
 const MAX_GAP_CHUNKS: u64 = 1024;
+/// The same for a file whose writes have not run on for `AHEAD_MIN_CHUNKS` (a first write
+/// near the start of a file, or chunks written here and there): a random writer's runs
+/// keep little pack address space this way.
+const MAX_GAP_SHORT: u64 = 16;
 /// A stream keeps places ahead of its writes once it has placed this many chunks (1 MiB):
 /// smaller files never do.
 const AHEAD_MIN_CHUNKS: u64 = 16;
@@ -141,7 +148,7 @@ struct Stream {
     next_off: u64,
     gaps: Vec<(u64, u64, u64, u64)>,
     tick: u64,
-    /// Chunks placed for it in this pack.
+    /// Chunks placed for it since its run began.
     placed: u64,
 }
 
@@ -164,12 +171,14 @@ impl Stream {
         Some(off)
     }
 
-    /// Keeps a place; past `MAX_GAPS` the oldest is given up (onto `unkept`).
-    fn keep(&mut self, gap: (u64, u64, u64, u64), unkept: &mut Vec<(u32, u64, u64)>) {
+    /// Keeps a place (onto `kept`, to be made a hole); past `MAX_GAPS` the oldest is given
+    /// up (onto `unkept`).
+    fn keep(&mut self, gap: (u64, u64, u64, u64), unkept: &mut Vec<(u32, u64, u64)>, kept: &mut Vec<(u32, u64, u64)>) {
         if self.gaps.len() >= MAX_GAPS {
             let (gs, ge, off, _) = self.gaps.remove(0);
             unkept.push((self.pack, off, off + (ge - gs) * self.unit));
         }
+        kept.push((self.pack, gap.2, gap.2 + (gap.1 - gap.0) * self.unit));
         self.gaps.push(gap);
     }
 }
@@ -274,6 +283,7 @@ impl BlockStore {
                 streams: HashMap::new(),
                 tick: 0,
                 unkept: Vec::new(),
+                kept: Vec::new(),
                 since: std::time::Instant::now(),
             }),
         })
@@ -594,7 +604,7 @@ impl BlockStore {
                 } else if let Some(gap) = idx.checked_sub(s.next_idx).filter(|g| *g <= MAX_GAP_CHUNKS && end == s.next_off) {
                     // The run goes on (past places kept for writes still on their way).
                     if gap > 0 {
-                        s.keep((s.next_idx, idx, end, epoch), &mut a.unkept);
+                        s.keep((s.next_idx, idx, end, epoch), &mut a.unkept, &mut a.kept);
                     }
                     let off = end + gap * unit;
                     s.next_idx = idx + n;
@@ -618,8 +628,14 @@ impl BlockStore {
     /// their way (with the whole cache written back at once, some are served far behind):
     /// their places are kept ahead of this one. Places kept before stay kept.
     fn new_run(&self, a: &mut Active, key: u64, idx: u64, n: u64, unit: u64, epoch: u64) -> Result<u64> {
-        let from = a.streams.get(&key).filter(|s| s.pack == a.id && s.unit == unit).map_or(0, |s| s.next_idx);
-        let lead = idx.checked_sub(from).filter(|g| *g <= MAX_GAP_CHUNKS).unwrap_or(0);
+        let mine = a.streams.get(&key).filter(|s| s.pack == a.id && s.unit == unit);
+        let from = mine.map_or(0, |s| s.next_idx);
+        let reach = match mine {
+            Some(s) if s.placed >= AHEAD_MIN_CHUNKS => MAX_GAP_CHUNKS,
+            None if idx <= MAX_GAP_CHUNKS / 4 => MAX_GAP_CHUNKS / 4,
+            _ => MAX_GAP_SHORT,
+        };
+        let lead = idx.checked_sub(from).filter(|g| *g <= reach).unwrap_or(0);
         let base = self.reserve(a, (lead + n) * unit)?;
         let mut stream = match a.streams.remove(&key) {
             Some(s) if s.pack == a.id && s.unit == unit => s,
@@ -631,7 +647,7 @@ impl BlockStore {
             None => Stream::new(a.id, unit),
         };
         if lead > 0 {
-            stream.keep((from, idx, base, epoch), &mut a.unkept);
+            stream.keep((from, idx, base, epoch), &mut a.unkept, &mut a.kept);
         }
         if a.streams.len() >= MAX_STREAMS {
             if let Some(old) = a.streams.iter().min_by_key(|(_, s)| s.tick).map(|(k, _)| *k) {
@@ -639,7 +655,7 @@ impl BlockStore {
             }
         }
         let off = base + lead * unit;
-        (stream.next_idx, stream.next_off, stream.tick) = (idx + n, off + n * unit, a.tick);
+        (stream.next_idx, stream.next_off, stream.tick, stream.placed) = (idx + n, off + n * unit, a.tick, 0);
         a.streams.insert(key, stream);
         Ok(off)
     }
@@ -662,7 +678,7 @@ impl BlockStore {
             return;
         }
         let (from, at) = (s.next_idx, s.next_off);
-        s.keep((from, from + want, at, epoch), &mut a.unkept);
+        s.keep((from, from + want, at, epoch), &mut a.unkept, &mut a.kept);
         s.next_idx = from + want;
         s.next_off = at + bytes;
         a.end = at + bytes;
@@ -747,6 +763,12 @@ impl BlockStore {
                     Ok(()) => a.allocated = to,
                     // A host without it, or short of space: the write extends the file.
                     Err(e) => log::debug!("allocation ahead in pack {}: {e}", a.id),
+                }
+            }
+            // Under the lock: a write may fill a kept place as soon as it is let go.
+            for (pack, start, end) in std::mem::take(&mut a.kept) {
+                if let Err(e) = self.punch_run(pack, start, end - start) {
+                    log::debug!("a kept place in pack {pack} stays allocated: {e}");
                 }
             }
             (a.id, off, a.file.clone(), direct, data)
