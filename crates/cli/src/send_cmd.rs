@@ -123,7 +123,11 @@ fn send_snapshot(a: &SendArgs, at: &Located, snap: &[u8]) -> Result<(), String> 
     if a.dedup {
         flags |= scion::stream::FLAG_NEGOTIATE;
     }
-    scion::stream::write_header(&mut out, flags).map_err(io)?;
+    scion::stream::write_header(&mut out, flags).map_err(|e| match e.kind() {
+        // A receiver that refuses at once (its destination exists) may be gone already.
+        std::io::ErrorKind::BrokenPipe if a.dedup => RECEIVER_GONE.to_string(),
+        _ => io(e),
+    })?;
     // What comes back from the receiving command: the answer to the offer, then its output,
     // shown here as it comes.
     let mut back = child.as_mut().map(|c| c.stdout.take().expect("a piped stdout"));
@@ -180,6 +184,10 @@ fn send_snapshot(a: &SendArgs, at: &Located, snap: &[u8]) -> Result<(), String> 
     Ok(())
 }
 
+/// Why a `--dedup` send stops when its receiver exits before answering (as `read_answer`
+/// says when the answer is cut short).
+const RECEIVER_GONE: &str = "the receiver stopped before it answered the block offer (its messages say why)";
+
 /// `--through CMD`: the command, run by sh with the stream on its stdin and its stdout read
 /// back (its stderr is ours).
 fn spawn_receiver(cmd: &str) -> Result<std::process::Child, String> {
@@ -206,7 +214,7 @@ fn negotiate(at: &Located, snap: &[u8], base: &Option<Vec<u8>>, out: &mut dyn Wr
     // A receiver that refuses the stream (its destination exists, say) exits before it reads
     // the offer: the pipe breaks, and the same words as a missing answer say so.
     let io = |e: std::io::Error| match e.kind() {
-        std::io::ErrorKind::BrokenPipe => "the receiver stopped before it answered the block offer (its messages say why)".to_string(),
+        std::io::ErrorKind::BrokenPipe => RECEIVER_GONE.to_string(),
         _ => format!("offering blocks to the receiver: {e}"),
     };
     scion::stream::write_offer(&mut &mut *out, &hashes).map_err(io)?;
