@@ -100,7 +100,7 @@ struct Active {
     /// at most this much past the committed end, which the next open cuts off.
     allocated: u64,
     /// Each writing file's run of whole chunks (`write_data_run_for`), at most `MAX_STREAMS`.
-    streams: HashMap<u64, Stream>,
+    streams: HashMap<StreamKey, Stream>,
     /// Counts placements; the stream placed least recently goes first.
     tick: u64,
     /// Places kept for writes that never came (a file with holes, a write refused), dropped
@@ -112,6 +112,13 @@ struct Active {
     /// When the store was opened: kept places carry their age from it, in milliseconds.
     since: std::time::Instant,
 }
+
+/// A stream follows one file's chunks within one region of this many (64 MiB): the kernel
+/// writes a large file back from two places at once (the flusher behind, the writer's own
+/// throttled writeback ahead), each in order, and each region's writes go on in their own run.
+const REGION_CHUNKS: u64 = 1024;
+/// A file and one of its regions.
+type StreamKey = (u64, u64);
 
 /// Files' streams of whole chunks followed at once; more streams than this and the one
 /// written least recently is forgotten.
@@ -127,13 +134,13 @@ const MAX_GAP_SHORT: u64 = 16;
 /// A stream keeps places ahead of its writes once it has placed this many chunks (1 MiB):
 /// smaller files never do.
 const AHEAD_MIN_CHUNKS: u64 = 16;
-/// At most this many (8 MiB).
-const AHEAD_MAX_CHUNKS: u64 = 128;
+/// At most this many (16 MiB).
+const AHEAD_MAX_CHUNKS: u64 = 256;
 /// How long a place is kept for a write that has not come. The kernel sends a file's dirty
 /// pages over seconds (some at background writeback, the rest at fsync).
 const GAP_WAIT_MS: u64 = 10_000;
 /// Places kept for earlier writes, per stream.
-const MAX_GAPS: usize = 64;
+const MAX_GAPS: usize = 512;
 
 /// Where a file's next whole chunks go so that a file written front to back lands back to
 /// back in its pack (and repack has nothing to do for it), whatever else is written
@@ -550,11 +557,13 @@ impl BlockStore {
     pub fn write_data_run_for(&self, key: u64, first: u64, data: &[u8], block_len: usize) -> Result<Vec<BlockPtr>> {
         let unit = block_len.max(1);
         let mut out = Vec::with_capacity(data.len() / unit);
-        // Each pass places the longest first part that goes to one place.
+        // Each pass places the longest first part that goes to one place, within one region.
         while out.len() * unit < data.len() {
-            let (idx, rest) = (first + out.len() as u64, &data[out.len() * unit..]);
-            let n = (rest.len() / unit) as u64;
-            out.extend(self.write_run(rest, block_len, |s, a, len| s.place(a, key, idx, n, len))?);
+            let idx = first + out.len() as u64;
+            let region = idx / REGION_CHUNKS;
+            let n = ((data.len() / unit - out.len()) as u64).min((region + 1) * REGION_CHUNKS - idx);
+            let part = &data[out.len() * unit..out.len() * unit + n as usize * unit];
+            out.extend(self.write_run(part, block_len, |s, a, len| s.place(a, (key, region), idx, n, len))?);
         }
         Ok(out)
     }
@@ -563,7 +572,7 @@ impl BlockStore {
     /// without keeping them a place.
     pub fn note_zero_chunks(&self, key: u64, first: u64, end: u64) {
         let mut a = self.active.lock().unwrap();
-        if let Some(s) = a.streams.get_mut(&key) {
+        if let Some(s) = a.streams.get_mut(&(key, first / REGION_CHUNKS)) {
             if s.next_idx == first {
                 s.next_idx = end;
             }
@@ -574,7 +583,7 @@ impl BlockStore {
     /// of them (the bytes taken are returned too): a place kept for them, the run's next
     /// place if nothing was appended since, or a new run at the end. A write that meets a
     /// place kept for part of it is cut there.
-    fn place(&self, a: &mut Active, key: u64, idx: u64, n: u64, len: u64) -> Result<(u64, u64)> {
+    fn place(&self, a: &mut Active, key: StreamKey, idx: u64, n: u64, len: u64) -> Result<(u64, u64)> {
         assert!(n > 0 && len % n == 0, "{n} chunks in {len} bytes");
         let unit = len / n;
         let n = match a.streams.get(&key).filter(|s| s.unit == unit) {
@@ -586,11 +595,12 @@ impl BlockStore {
             None => n,
         };
         let len = n * unit;
-        self.place_whole(a, key, idx, n, len).map(|off| (off, len))
+        let r = self.place_whole(a, key, idx, n, len);
+        r.map(|off| (off, len))
     }
 
     /// `place` of chunks none of which a kept place covers but wholly.
-    fn place_whole(&self, a: &mut Active, key: u64, idx: u64, n: u64, len: u64) -> Result<u64> {
+    fn place_whole(&self, a: &mut Active, key: StreamKey, idx: u64, n: u64, len: u64) -> Result<u64> {
         let unit = len / n;
         a.tick += 1;
         let (tick, id, end) = (a.tick, a.id, a.end);
@@ -627,12 +637,13 @@ impl BlockStore {
     /// appended since its last. The writes between its last and this one may still be on
     /// their way (with the whole cache written back at once, some are served far behind):
     /// their places are kept ahead of this one. Places kept before stay kept.
-    fn new_run(&self, a: &mut Active, key: u64, idx: u64, n: u64, unit: u64, epoch: u64) -> Result<u64> {
+    fn new_run(&self, a: &mut Active, key: StreamKey, idx: u64, n: u64, unit: u64, epoch: u64) -> Result<u64> {
         let mine = a.streams.get(&key).filter(|s| s.pack == a.id && s.unit == unit);
-        let from = mine.map_or(0, |s| s.next_idx);
+        let start = key.1 * REGION_CHUNKS;
+        let from = mine.map_or(start, |s| s.next_idx);
         let reach = match mine {
             Some(s) if s.placed >= AHEAD_MIN_CHUNKS => MAX_GAP_CHUNKS,
-            None if idx <= MAX_GAP_CHUNKS / 4 => MAX_GAP_CHUNKS / 4,
+            None if idx - start <= MAX_GAP_CHUNKS / 4 => MAX_GAP_CHUNKS / 4,
             _ => MAX_GAP_SHORT,
         };
         let lead = idx.checked_sub(from).filter(|g| *g <= reach).unwrap_or(0);
@@ -664,7 +675,7 @@ impl BlockStore {
     /// the places of as many chunks again past its run's end (at most `AHEAD_MAX_CHUNKS`), so
     /// that what else is appended meanwhile (checkpoints, late writes, other files) goes after
     /// them rather than between its runs.
-    fn keep_ahead(&self, a: &mut Active, key: u64, n: u64, epoch: u64) {
+    fn keep_ahead(&self, a: &mut Active, key: StreamKey, n: u64, epoch: u64) {
         let (id, end) = (a.id, a.end);
         let Some(s) = a.streams.get_mut(&key) else { return };
         s.placed += n;
@@ -685,7 +696,7 @@ impl BlockStore {
     }
 
     /// Forgets file `key`'s stream; the places it kept are to be given back.
-    fn unkeep(a: &mut Active, key: u64) {
+    fn unkeep(a: &mut Active, key: StreamKey) {
         if let Some(s) = a.streams.remove(&key) {
             if s.pack == a.id {
                 a.unkept.extend(s.gaps.iter().map(|g| (s.pack, g.2, g.2 + (g.1 - g.0) * s.unit)));
