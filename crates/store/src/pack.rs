@@ -680,7 +680,8 @@ impl BlockStore {
         let Some(s) = a.streams.get_mut(&key) else { return };
         s.placed += n;
         let kept_ahead = s.gaps.iter().filter(|g| g.1 == s.next_idx).map(|g| g.1 - g.0).sum::<u64>();
-        let want = s.placed.min(AHEAD_MAX_CHUNKS);
+        // (Not past the region's end: the next region's writes go to a stream of their own.)
+        let want = s.placed.min(AHEAD_MAX_CHUNKS).min(((key.1 + 1) * REGION_CHUNKS).saturating_sub(s.next_idx));
         if s.pack != id || end != s.next_off || want < AHEAD_MIN_CHUNKS || kept_ahead * 2 > want {
             return;
         }
