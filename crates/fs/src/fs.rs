@@ -876,10 +876,6 @@ impl Fs {
         Ok(())
     }
 
-    /// Takes a checkpoint if enough has accumulated.
-    /// ENOSPC if a change adding about `bytes` would leave the host less than the next
-    /// checkpoint needs (the data waiting in memory, the journal and data copies of these
-    /// bytes, and `HOST_RESERVE` for metadata).
     /// ENOSPC unless the host has room for `bytes` more now (and for what waits for the
     /// next checkpoint): what `fallocate` promises. Blocks are written at checkpoints, never
     /// in place, so nothing is set aside: the promise is checked when made, as ZFS does. A
@@ -899,6 +895,9 @@ impl Fs {
         Ok(())
     }
 
+    /// ENOSPC if a change adding about `bytes` would leave the host less than the next
+    /// checkpoint needs (the data waiting in memory, the journal and data copies of these
+    /// bytes, and `HOST_RESERVE` for metadata).
     pub(crate) fn room_for(&mut self, bytes: u64) -> FsResult<()> {
         if self.replaying {
             return Ok(());
@@ -933,6 +932,7 @@ impl Fs {
         Ok(())
     }
 
+    /// Takes a checkpoint if enough has accumulated.
     pub(crate) fn maybe_checkpoint(&mut self) -> FsResult<()> {
         if self.replaying {
             return Ok(());

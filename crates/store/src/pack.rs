@@ -182,11 +182,16 @@ impl Stream {
     /// up (onto `unkept`).
     fn keep(&mut self, gap: (u64, u64, u64, u64), unkept: &mut Vec<(u32, u64, u64)>, kept: &mut Vec<(u32, u64, u64)>) {
         if self.gaps.len() >= MAX_GAPS {
-            let (gs, ge, off, _) = self.gaps.remove(0);
-            unkept.push((self.pack, off, off + (ge - gs) * self.unit));
+            let old = self.gaps.remove(0);
+            unkept.push(self.span(&old));
         }
-        kept.push((self.pack, gap.2, gap.2 + (gap.1 - gap.0) * self.unit));
+        kept.push(self.span(&gap));
         self.gaps.push(gap);
+    }
+
+    /// The pack span of a kept place: pack, start and end offset.
+    fn span(&self, g: &(u64, u64, u64, u64)) -> (u32, u64, u64) {
+        (self.pack, g.2, g.2 + (g.1 - g.0) * self.unit)
     }
 }
 
@@ -595,8 +600,7 @@ impl BlockStore {
             None => n,
         };
         let len = n * unit;
-        let r = self.place_whole(a, key, idx, n, len);
-        r.map(|off| (off, len))
+        self.place_whole(a, key, idx, n, len).map(|off| (off, len))
     }
 
     /// `place` of chunks none of which a kept place covers but wholly.
@@ -700,7 +704,7 @@ impl BlockStore {
     fn unkeep(a: &mut Active, key: StreamKey) {
         if let Some(s) = a.streams.remove(&key) {
             if s.pack == a.id {
-                a.unkept.extend(s.gaps.iter().map(|g| (s.pack, g.2, g.2 + (g.1 - g.0) * s.unit)));
+                a.unkept.extend(s.gaps.iter().map(|g| s.span(g)));
             }
         }
     }
@@ -726,17 +730,17 @@ impl BlockStore {
             let (now, id) = (a.since.elapsed().as_millis() as u64, a.id);
             let mut out = std::mem::take(&mut a.unkept);
             for s in a.streams.values_mut().filter(|s| s.pack == id) {
-                let unit = s.unit;
-                s.gaps.retain(|g| {
-                    let old = g.3 + age_ms <= now;
-                    if old {
-                        out.push((id, g.2, g.2 + (g.1 - g.0) * unit));
-                    }
-                    !old
-                });
+                let (old, kept): (Vec<_>, Vec<_>) = s.gaps.drain(..).partition(|g| g.3 + age_ms <= now);
+                out.extend(old.iter().map(|g| s.span(g)));
+                s.gaps = kept;
             }
             out
         };
+        self.punch_unkept(unkept);
+    }
+
+    /// Punches places given up (no longer in any stream, so no write will come there).
+    fn punch_unkept(&self, unkept: Vec<(u32, u64, u64)>) {
         for (pack, start, end) in unkept {
             // Never written (the pack may be allocated there): a leak of space, not of data.
             if let Err(e) = self.punch_run(pack, start, end - start) {
@@ -787,12 +791,7 @@ impl BlockStore {
         };
         // (Hashed outside the lock.)
         let hashes: Vec<[u8; 32]> = data.chunks(block_len).map(|b| *blake3::hash(b).as_bytes()).collect();
-        for (pack, start, end) in unkept {
-            // Never written (the pack may be allocated there): a leak of space, not of data.
-            if let Err(e) = self.punch_run(pack, start, end - start) {
-                log::warn!("a place kept for a write that never came stays allocated: {e}");
-            }
-        }
+        self.punch_unkept(unkept);
         if let Some(f) = direct {
             match write_aligned(&*f, data, off) {
                 Ok(()) => return Ok(self.written_run(id, off, file, block_len, hashes)),
