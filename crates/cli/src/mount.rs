@@ -141,6 +141,8 @@ struct ScionOptions {
     writeback: bool,
     /// Self-service for other users on root's mount for everyone (`users=off`: none).
     users: bool,
+    /// The bound of each volume's cache of tree nodes, in bytes (`node_cache=SIZE`).
+    node_cache: Option<usize>,
     kernel: Vec<String>,
 }
 
@@ -156,7 +158,22 @@ const KERNEL_OPTIONS: &[&str] = &[
 /// it does not know by name, before anything is opened or mounted; so is an option that is
 /// neither scion's nor one of the kernel's it passes on.
 /// scion's own options' names (each `NAME=VALUE`).
-const OURS: &[&str] = &["snapdir", "uring", "repack", "compress_old", "cache", "users"];
+const OURS: &[&str] = &["snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache"];
+
+/// `node_cache=SIZE`: bytes, or a number with K, M or G (powers of 1024), at least 1M.
+fn node_cache_size(options: &[String]) -> Result<Option<usize>, String> {
+    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix("node_cache=")) else { return Ok(None) };
+    let (digits, shift) = match v.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&v[..i], 10),
+        Some((i, 'M' | 'm')) => (&v[..i], 20),
+        Some((i, 'G' | 'g')) => (&v[..i], 30),
+        _ => (v, 0),
+    };
+    match digits.parse::<u64>().ok().and_then(|n| n.checked_mul(1 << shift)) {
+        Some(n) if n >= 1 << 20 && n <= 1 << 40 => Ok(Some(n as usize)),
+        _ => Err(format!("node_cache={v}: expected a size from 1M to 1024G (bytes, or a number with K, M or G)")),
+    }
+}
 
 fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
     for o in options.iter().filter(|o| !o.is_empty()) {
@@ -166,7 +183,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         if !ours && !numeric && !KERNEL_OPTIONS.contains(&o.as_str()) {
             return Err(format!(
                 "mount option {o:?} is unknown: scion takes {}, max_read=N, blksize=N, and its own snapdir=, uring=, \
-                 repack=, compress_old=, cache= and users= (see scion mount --help)",
+                 repack=, compress_old=, cache=, users= and node_cache= (see scion mount --help)",
                 KERNEL_OPTIONS.join(", ")
             ));
         }
@@ -186,6 +203,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         compress_old: value("compress_old", "idle", "off")?,
         writeback: value("cache", "writeback", "writethrough")?,
         users: value("users", "on", "off")?,
+        node_cache: node_cache_size(options)?,
         kernel: options
             .iter()
             .filter(|o| !OURS.iter().any(|p| o.strip_prefix(p).is_some_and(|v| v.starts_with('='))))
@@ -204,6 +222,7 @@ pub(crate) fn clear_scan_pins(fs: &mut Fs, what: &str) {
 }
 
 fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
+    crate::return_freed_memory();
     let store = canonical(store)?;
     require_store(&store)?;
     let ours = scion_options(options)?;
@@ -216,6 +235,9 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     }
     // Signals are taken by a dedicated thread; block them before any thread starts.
     let sigs = block_signals();
+    if let Some(n) = ours.node_cache {
+        scion_fs::set_node_cache_limit(n);
+    }
     let mut opts = MountOptions::new(format!("mounted at {}", mnt.display()));
     // The test mode of the reliability harness: once mounted, host calls fail as the spec
     // says (faults at mount time are tested on the engine).
@@ -250,6 +272,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         compress_old,
         writeback,
         users,
+        node_cache: _,
         kernel: options,
     } = ours;
     fs.show_snapdir = snapdir_visible;
@@ -724,4 +747,21 @@ fn kernel_flag(o: &str) -> Option<(libc::c_ulong, bool)> {
         "strictatime" => (libc::MS_STRICTATIME, true),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node_cache_size;
+
+    #[test]
+    fn node_cache_takes_a_size_and_refuses_nonsense() {
+        let size = |o: &str| node_cache_size(&[o.to_string()]);
+        assert_eq!(size("node_cache=64M"), Ok(Some(64 << 20)));
+        assert_eq!(size("node_cache=2g"), Ok(Some(2 << 30)));
+        assert_eq!(size("node_cache=1048576"), Ok(Some(1 << 20)));
+        assert_eq!(size("ro"), Ok(None));
+        for bad in ["node_cache=", "node_cache=512K", "node_cache=lots", "node_cache=-1M", "node_cache=99999999G"] {
+            assert!(size(bad).is_err(), "{bad}");
+        }
+    }
 }

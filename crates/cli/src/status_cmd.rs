@@ -101,6 +101,18 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
                 "compress_bytes": f.written.compress,
                 "amplification": amplification(&f.written),
             },
+            "memory": {
+                "rss_bytes": (st.pid != 0).then_some(st.rss_bytes),
+                "inodes": f.memory.inodes,
+                "kernel_inodes": f.memory.kernel_inodes,
+                "inode_bytes": f.memory.inode_bytes,
+                "node_cache_bytes": f.memory.node_cache_bytes,
+                "node_cache_limit": f.memory.node_cache_limit,
+                "hash_memo_entries": f.memory.hash_memo_entries,
+                "listings": st.listings,
+                "listing_bytes": st.listing_bytes,
+                "buffered_bytes": f.dirty_bytes,
+            },
         });
         return format!("{v}\n");
     }
@@ -156,6 +168,19 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
         human(w.repack),
         human(w.compress),
         amplification(w).map_or(String::new(), |a| format!("; write amplification {a:.2}"))
+    );
+    let m = &f.memory;
+    out += &format!(
+        "  memory: {}{} inodes loaded ({} held by the kernel) in {}; node cache {} of {}; {} open directory listings in {}; {} buffered\n",
+        if st.pid != 0 { format!("daemon {} resident; ", human(st.rss_bytes)) } else { String::new() },
+        m.inodes,
+        m.kernel_inodes,
+        human(m.inode_bytes),
+        human(m.node_cache_bytes),
+        human(m.node_cache_limit),
+        st.listings,
+        human(st.listing_bytes),
+        human(f.dirty_bytes),
     );
     out += &match &f.failed {
         None if f.host_full => "  state: host filesystem full: changes get ENOSPC until there is room (no remount needed)\n".to_string(),

@@ -34,6 +34,11 @@ pub struct Status {
     /// `scion list --orphaned` names them, `scion destroy @ID` frees them.
     pub orphaned: u64,
     pub orphaned_bytes: u64,
+    /// The daemon's resident set, and its open directory handles' listings (count, bytes)
+    /// (`crate::memory`; 0 when not mounted).
+    pub rss_bytes: u64,
+    pub listings: u64,
+    pub listing_bytes: u64,
 }
 
 /// `Status` from the engine, and its listing (which counts space without the engine lock

@@ -8,6 +8,7 @@ mod background;
 pub mod control;
 pub mod cubes;
 mod engine;
+pub mod memory;
 pub mod mirror;
 pub mod rights;
 pub mod scan_cache;

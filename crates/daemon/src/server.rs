@@ -697,6 +697,8 @@ fn run(
             st.pid = std::process::id();
             st.uptime_s = engine.started().elapsed().as_secs();
             st.mirrors_failing = engine.mirror_jobs().failing();
+            st.rss_bytes = crate::memory::rss_bytes();
+            (st.listings, st.listing_bytes) = crate::memory::listings();
             Ok(Reply::Status(Box::new(st)))
         }
         // With what the worker is doing.

@@ -41,7 +41,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 10;
+pub const VERSION: u8 = 11;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -908,6 +908,14 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             for v in [b.user, b.data, b.journal, b.meta, b.repack, b.compress] {
                 w.u64(v);
             }
+            // Since version 11.
+            let m = &f.memory;
+            for v in [
+                st.rss_bytes, st.listings, st.listing_bytes, m.inodes, m.kernel_inodes, m.inode_bytes, m.node_cache_bytes,
+                m.node_cache_limit, m.hash_memo_entries,
+            ] {
+                w.u64(v);
+            }
         }
         Reply::MirrorRemoved(n) => {
             w.u8(24).u32(*n);
@@ -1199,8 +1207,21 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     *x = r.u64().map_err(bad)?;
                 }
                 let written = scion_fs::status::Written { user: b[0], data: b[1], journal: b[2], meta: b[3], repack: b[4], compress: b[5] };
+                let mut m = [0u64; 9];
+                for x in m.iter_mut() {
+                    *x = r.u64().map_err(bad)?;
+                }
+                let memory = scion_fs::status::Memory {
+                    inodes: m[3],
+                    kernel_inodes: m[4],
+                    inode_bytes: m[5],
+                    node_cache_bytes: m[6],
+                    node_cache_limit: m[7],
+                    hash_memo_entries: m[8],
+                };
                 let facts = scion_fs::status::StatusFacts {
                     written,
+                    memory,
                     generation: v[9],
                     checkpoint_age_s: v[10],
                     journal_bytes: v[11],
@@ -1229,6 +1250,9 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     mirrors_failing: v[6],
                     orphaned: v[7],
                     orphaned_bytes: v[8],
+                    rss_bytes: m[0],
+                    listings: m[1],
+                    listing_bytes: m[2],
                 }))
             }
             24 => Reply::MirrorRemoved(r.u32().map_err(bad)?),

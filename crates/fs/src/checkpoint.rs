@@ -196,6 +196,9 @@ impl Fs {
             hash_memo: Default::default(),
             reclaimable: Default::default(),
             dirty: Default::default(),
+            idle_dirs: Vec::new(),
+            idle_fresh: 0,
+            idle_sweep_at: 1024,
             carried: Default::default(),
             carry_memo: Default::default(),
             journal_floor: 0,
@@ -443,10 +446,12 @@ impl Fs {
                 first,
                 chunks,
                 time,
+                tail,
                 ..
             } => {
                 let i = self.resolve(ino)?;
-                self.op_put_chunks(i, *first, chunks, *time, false)
+                let how = if *tail { crate::fs::Put::Tail } else { crate::fs::Put::Ahead };
+                self.op_put_chunks(i, *first, chunks, *time, how)
             }
             Record::ShareChunks {
                 ino,
@@ -455,7 +460,7 @@ impl Fs {
                 time,
             } => {
                 let i = self.resolve(ino)?;
-                self.op_put_chunks(i, *first, chunks, *time, true)
+                self.op_put_chunks(i, *first, chunks, *time, crate::fs::Put::Shared)
             }
             Record::Fallocate {
                 ino,
@@ -888,6 +893,7 @@ impl Fs {
     /// version of its content tree.
     fn fold_file(&mut self, ino: Ino) -> Result<()> {
         let n = &self.nodes[&ino];
+        assert!(!n.inline_cold, "content folded without its inline bytes (inode {ino:#x})");
         // Invariant: a file folded here is named in its parent's overlay or its link table,
         // so the prepass holds a reference to its old content, released below.
         assert_eq!(
@@ -1068,6 +1074,7 @@ impl Fs {
                     Some(Ent::Node(c)) => {
                         let child = &self.nodes[&c];
                         debug_assert!(child.entries.is_empty(), "child directory applied before its parent");
+                        assert!(!child.inline_cold, "a record written without its inline bytes (inode {c:#x})");
                         Some(EntryRecord::Inline(child.inode.clone()).to_value())
                     }
                     Some(Ent::Link { oid, kind }) => Some(EntryRecord::Linked { oid, kind }.to_value()),
@@ -1147,6 +1154,7 @@ impl Fs {
                 for (oid, e) in links {
                     let v = e.map(|ino| {
                         let n = &self.nodes[&ino];
+                        assert!(!n.inline_cold, "a record written without its inline bytes (inode {ino:#x})");
                         inode_to_value(&n.inode)
                     });
                     ops.push((oid_key(oid), v));
@@ -1287,7 +1295,14 @@ impl Fs {
             }
         }
         if sweep {
+            // Directories too, now that the files this left are gone.
+            let dirs: Vec<Ino> = self.nodes.iter().filter(|(_, n)| n.inode.kind == Kind::Dir).map(|(i, _)| *i).collect();
+            self.idle_dirs = self.sweep_dirs(dirs);
+            (self.idle_fresh, self.idle_sweep_at) = (0, (2 * self.idle_dirs.len()).max(1024));
+            self.shrink_nodes();
             self.sweep_at = (2 * self.nodes.len()).max(1 << 16);
+        } else {
+            self.sweep_at_checkpoint();
         }
     }
 }

@@ -32,7 +32,7 @@ impl Fs {
         let ptr = match n.chunks.get(&idx) {
             Some(Chunk::Block(p) | Chunk::Shared(p)) => Some(*p),
             Some(_) => None,
-            None if idx == 0 && !n.inode.inline.is_empty() => None,
+            None if idx == 0 && (n.inline_cold || !n.inode.inline.is_empty()) => None,
             None => self.stored_chunk(n, idx)?.filter(|s| s.patches.is_empty()).map(|s| s.block),
         };
         Ok(ptr.filter(|p| p.kind == BlockKind::Data && len > 0 && u64::from(p.len) == len))

@@ -170,7 +170,7 @@ impl Fs {
         if depth > MAX_DEPTH {
             return Err(errno::ELOOP);
         }
-        let (x, y) = (self.node(a)?.inode.clone(), self.node(b)?.inode.clone());
+        let (x, y) = (self.inode_full(a)?, self.inode_full(b)?);
         let entry = |change, kind| Difference {
             change,
             old_path: None,
@@ -300,7 +300,7 @@ impl Fs {
         if depth > MAX_DEPTH {
             return Err(errno::ELOOP);
         }
-        let i = self.node(ino)?.inode.clone();
+        let i = self.inode_full(ino)?;
         let (old_size, new_size) = if change == Change::Added { (0, size_of(&i)) } else { (size_of(&i), 0) };
         if i.kind == Kind::File || i.kind == Kind::Symlink {
             w.moved.push((w.out.len(), i.oid, content_key(&i)));

@@ -129,6 +129,11 @@ pub(crate) struct Node {
     pub chunks: BTreeMap<u64, Chunk>,
     /// The record was placed in an overlay since the last checkpoint: keep the node loaded.
     pub pinned: bool,
+    /// A file loaded for a lookup whose inline bytes were left in its committed record (its
+    /// parent's tree, at `loc`), so that a walk of small files does not hold their bytes:
+    /// read from there when needed (`Fs::inline_bytes`), and loaded (`Fs::warm`) before the
+    /// node is opened, changed or moved. Never set on an open, changed or moved node.
+    pub inline_cold: bool,
     /// A content reference this inode holds while unlinked but open.
     pub orphan_ref: Option<BlockPtr>,
     /// Checkpoint scratch: the old content root this checkpoint took a reference on.
@@ -140,6 +145,32 @@ pub(crate) struct Node {
 }
 
 impl Node {
+    /// Roughly the memory the node takes: the structure and what its vectors and maps hold
+    /// (an entry of a map counted at its key and value plus three words).
+    pub(crate) fn memory(&self) -> usize {
+        const ENTRY: usize = 3 * std::mem::size_of::<usize>();
+        let i = &self.inode;
+        let xattrs: usize = i.xattrs.iter().map(|(k, v)| ENTRY + 48 + k.capacity() + v.capacity()).sum();
+        let name = match &self.loc {
+            Loc::Entry { name, .. } => name.capacity(),
+            _ => 0,
+        };
+        let entries: usize = self.entries.keys().map(|k| ENTRY + std::mem::size_of::<Option<Ent>>() + k.capacity()).sum();
+        let chunks: usize = self
+            .chunks
+            .values()
+            .map(|c| {
+                ENTRY + std::mem::size_of::<Chunk>() + match c {
+                    Chunk::Buf(b) => b.capacity(),
+                    Chunk::Patched { patches, .. } => patches.bytes(),
+                    _ => 0,
+                }
+            })
+            .sum();
+        let sums: usize = self.sum_delta.keys().map(|k| ENTRY + 8 + k.capacity()).sum();
+        std::mem::size_of::<Node>() + i.target.capacity() + i.inline.capacity() + xattrs + name + entries + chunks + sums
+    }
+
     pub(crate) fn new(inode: Inode, ns: u32, loc: Loc) -> Node {
         Node {
             inode,
@@ -150,6 +181,7 @@ impl Node {
             entries: BTreeMap::new(),
             chunks: BTreeMap::new(),
             pinned: false,
+            inline_cold: false,
             orphan_ref: None,
             prepass: None,
             prepass_sum: None,
@@ -392,6 +424,11 @@ pub struct Fs {
     /// Inodes changed since the last checkpoint (records, overlays, chunks): what the next
     /// checkpoint visits, so its cost follows the changes, not the inodes in memory.
     pub(crate) dirty: InoSet,
+    /// Directories the kernel forgot that may be idle, and how many wait before a sweep
+    /// (`evict.rs`).
+    pub(crate) idle_dirs: Vec<Ino>,
+    pub(crate) idle_fresh: usize,
+    pub(crate) idle_sweep_at: usize,
     /// Files whose small overwrites the last checkpoint carried forward at the head of the
     /// new journal instead of folding them into their trees (`checkpoint.rs`, "carry"). They
     /// stay in `dirty`, so each checkpoint decides again.
@@ -577,7 +614,14 @@ impl Fs {
                         parent,
                         name: name.to_vec(),
                     };
-                    self.nodes.insert(ino, Node::new(inode, ns, loc));
+                    let mut inode = inode;
+                    let cold = inode.kind == Kind::File && !inode.inline.is_empty();
+                    if cold {
+                        inode.inline = Vec::new();
+                    }
+                    let mut n = Node::new(inode, ns, loc);
+                    n.inline_cold = cold;
+                    self.nodes.insert(ino, n);
                 }
                 Ok(Some(ino))
             }
@@ -756,6 +800,10 @@ impl Fs {
     /// the next checkpoint.
     pub(crate) fn touch(&mut self, ino: Ino) {
         self.last_change = Instant::now();
+        // (A changed record is written whole at the checkpoint, which refuses a cold one.)
+        if let Err(e) = self.warm(ino) {
+            log::error!("inline bytes of inode {ino:#x} not loaded before a change: {e}");
+        }
         let Some(n) = self.nodes.get_mut(&ino) else { return };
         n.pinned = true;
         self.dirty.insert(ino);
@@ -1043,6 +1091,11 @@ impl Fs {
             }
         } else if !n.pinned && n.inode.kind != Kind::Dir && n.chunks.is_empty() {
             self.nodes.remove(&ino);
+            // Its directory may have waited only for it.
+            self.idle_fresh += !self.idle_dirs.is_empty() as usize;
+            self.shrink_nodes();
+        } else if n.inode.kind == Kind::Dir {
+            self.note_idle_dir(ino);
         }
     }
 
@@ -1327,6 +1380,7 @@ impl Fs {
 
     /// Takes one name away from `ino` (the entry itself is removed by the caller).
     pub(crate) fn drop_name(&mut self, parent: Ino, ino: Ino, now: Ts) -> FsResult<()> {
+        self.warm(ino)?;
         let n = self.node_mut(ino)?;
         let ns = n.ns;
         let oid = n.inode.oid;
@@ -1462,6 +1516,7 @@ impl Fs {
     }
 
     pub(crate) fn place(&mut self, ino: Ino, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.warm(ino)?;
         let ent = self.ent_for(ino)?;
         match ent {
             Ent::Node(_) => {
@@ -1609,6 +1664,7 @@ impl Fs {
     }
 
     pub(crate) fn op_link(&mut self, ino: Ino, newparent: Ino, newname: &[u8], now: Ts) -> FsResult<()> {
+        self.warm(ino)?;
         let n = self.node(ino)?;
         if n.inode.kind == Kind::Dir {
             return Err(errno::EPERM);
@@ -1763,6 +1819,7 @@ impl Fs {
     // ----- file content --------------------------------------------------------------------
 
     pub fn open_file(&mut self, ino: Ino) -> FsResult<()> {
+        self.warm(ino)?;
         self.node_mut(ino)?.opens += 1;
         Ok(())
     }
@@ -1774,9 +1831,54 @@ impl Fs {
         self.maybe_evict(ino);
     }
 
-    /// The file's inline bytes, if `idx` is 0 and it has them (its committed chunk 0).
-    fn inline_chunk(n: &Node, idx: u64) -> Option<&[u8]> {
-        (idx == 0 && !n.inode.inline.is_empty()).then_some(n.inode.inline.as_slice())
+    /// Whether the file's committed chunk 0 is inline bytes (and `idx` is 0).
+    fn has_inline(n: &Node, idx: u64) -> bool {
+        idx == 0 && (n.inline_cold || !n.inode.inline.is_empty())
+    }
+
+    /// The file's inline bytes: in the node, or for a cold one (`Node::inline_cold`) read
+    /// from its record in its parent's committed tree.
+    pub(crate) fn inline_bytes<'a>(&self, n: &'a Node) -> FsResult<std::borrow::Cow<'a, [u8]>> {
+        if !n.inline_cold {
+            return Ok(std::borrow::Cow::Borrowed(n.inode.inline.as_slice()));
+        }
+        let stored = match &n.loc {
+            Loc::Entry { parent, name } => {
+                let p = self.nodes.get(parent).ok_or(errno::EIO)?;
+                self.vol.forest.get(p.inode.content.as_ref(), name).map_err(eio)?
+            }
+            _ => None,
+        };
+        match stored.map(|v| EntryRecord::from_value(&v)) {
+            Some(Ok(EntryRecord::Inline(i))) if i.oid == n.inode.oid && !i.inline.is_empty() => {
+                Ok(std::borrow::Cow::Owned(i.inline))
+            }
+            _ => {
+                log::error!("the inline bytes of oid {} are not in its committed record", n.inode.oid);
+                Err(errno::EIO)
+            }
+        }
+    }
+
+    /// A copy of `ino`'s record as stored: with its inline bytes, also for a cold node (the
+    /// walks that hash and compare records read them).
+    pub(crate) fn inode_full(&self, ino: Ino) -> FsResult<crate::inode::Inode> {
+        let n = self.node(ino)?;
+        let mut i = n.inode.clone();
+        if n.inline_cold {
+            i.inline = self.inline_bytes(n)?.into_owned();
+        }
+        Ok(i)
+    }
+
+    /// Loads a cold node's inline bytes into it: before it is opened, changed or moved, after
+    /// which its committed record is no longer where they are read from.
+    pub(crate) fn warm(&mut self, ino: Ino) -> FsResult<()> {
+        let Some(n) = self.nodes.get(&ino).filter(|n| n.inline_cold) else { return Ok(()) };
+        let bytes = self.inline_bytes(n)?.into_owned();
+        let n = self.nodes.get_mut(&ino).expect("just found");
+        (n.inode.inline, n.inline_cold) = (bytes, false);
+        Ok(())
     }
 
     /// Committed chunk `idx`: its block and patches, from the content tree or, for a file of
@@ -1865,7 +1967,7 @@ impl Fs {
                 patches.apply(&mut b);
                 Ok(Some(b))
             }
-            None if Self::inline_chunk(n, idx).is_some() => Ok(Self::inline_chunk(n, idx).map(<[u8]>::to_vec)),
+            None if Self::has_inline(n, idx) => Ok(Some(self.inline_bytes(n)?.into_owned())),
             None => match self.stored_chunk(n, idx)? {
                 Some(s) => {
                     let mut b = self.read_block(n, idx, &s.block)?;
@@ -1880,7 +1982,7 @@ impl Fs {
     fn chunk_len(&self, n: &Node, idx: u64) -> FsResult<u64> {
         match n.chunks.get(&idx) {
             Some(c) => Ok(c.len()),
-            None if Self::inline_chunk(n, idx).is_some() => Ok(n.inode.inline.len() as u64),
+            None if Self::has_inline(n, idx) => Ok(self.inline_bytes(n)?.len() as u64),
             None => Ok(self.stored_chunk(n, idx)?.map(|s| s.len()).unwrap_or(0)),
         }
     }
@@ -1959,8 +2061,8 @@ impl Fs {
                     }
                     (Some(*base), Some(patches))
                 }
-                None if Self::inline_chunk(n, idx).is_some() => {
-                    let b = &n.inode.inline;
+                None if Self::has_inline(n, idx) => {
+                    let b = self.inline_bytes(n)?;
                     if within < b.len() {
                         let avail = (b.len() - within).min(take);
                         plan.parts.push((at, Part::Bytes(b[within..within + avail].to_vec())));
@@ -2051,32 +2153,42 @@ impl Fs {
         let direct = !self.replaying;
         let first_full = offset.div_ceil(CHUNK);
         let last_full = end / CHUNK; // exclusive
+        let tail = match self.tail_ahead(ino, offset, data) {
+            Ok(t) => t,
+            Err(e) => {
+                self.vol.garbage.extend(ahead.chunks.into_iter().flatten());
+                return Err(e);
+            }
+        };
         let mut pieces: Vec<(u64, u64)> = Vec::new(); // byte ranges journaled as bytes
-        if !direct || ahead.chunks.is_empty() {
+        if !direct || (ahead.chunks.is_empty() && tail.is_none()) {
             self.vol.garbage.extend(ahead.chunks.into_iter().flatten());
             pieces.push((offset, end));
         } else {
-            assert_eq!(
-                (ahead.first, ahead.chunks.len() as u64),
-                (first_full, last_full - first_full),
+            let mut chunks = ahead.chunks;
+            let first = if chunks.is_empty() { last_full } else { first_full };
+            assert!(
+                chunks.is_empty() || (ahead.first, chunks.len() as u64) == (first_full, last_full - first_full),
                 "chunks written ahead for another write"
             );
-            let chunks = ahead.chunks;
-            if offset < first_full * CHUNK {
-                pieces.push((offset, first_full * CHUNK));
+            if offset < first * CHUNK {
+                pieces.push((offset, first * CHUNK));
             }
-            if last_full * CHUNK < end {
+            if last_full * CHUNK < end && tail.is_none() {
                 pieces.push((last_full * CHUNK, end));
             }
-            self.op_put_chunks(ino, first_full, &chunks, now, false)?;
+            let how = if tail.is_some() { Put::Tail } else { Put::Ahead };
+            chunks.extend(tail.map(Some));
+            self.op_put_chunks(ino, first, &chunks, now, how)?;
             let unordered = self.writeback;
             self.log_part(!pieces.is_empty(), || {
                 target.clone().map(|ino| Record::PutChunks {
                     ino,
-                    first: first_full,
+                    first,
                     chunks,
                     time: now,
                     unordered,
+                    tail: how == Put::Tail,
                 })
             })?;
         }
@@ -2119,29 +2231,60 @@ impl Fs {
         Ok(data.len() as u32)
     }
 
-    /// Installs whole chunks (`None`: zeros): blocks written ahead for this file, or, when
-    /// `shared`, committed blocks of another file, which gain a reference.
-    pub(crate) fn op_put_chunks(
-        &mut self,
-        ino: Ino,
-        first: u64,
-        chunks: &[Option<BlockPtr>],
-        now: Ts,
-        shared: bool,
-    ) -> FsResult<()> {
+    /// The tail of a write that gives a file its last, partial chunk whole (from the chunk's
+    /// start to the file's new end), written to a pack now: the journal then names the block
+    /// instead of holding the bytes, which a checkpoint would write a second time. Untar's
+    /// files arrive so, each in one WRITE (the kernel writes a file's cache back at close).
+    /// `None` for anything else: a write that ends on a chunk boundary or does not start its
+    /// last chunk, one that leaves bytes of the file past it, a file small enough to live in
+    /// its inode record (`INLINE_MAX`), zeros, or a volume that journals data.
+    fn tail_ahead(&mut self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<Option<BlockPtr>> {
+        let end = offset + data.len() as u64;
+        let start = end / CHUNK * CHUNK;
+        if self.replaying || self.journal_data || end % CHUNK == 0 || start < offset || end <= INLINE_MAX as u64 {
+            return Ok(None);
+        }
+        let n = self.node(ino)?;
+        if n.inode.kind != Kind::File || n.inode.size > end {
+            return Ok(None);
+        }
+        let bytes = &data[(start - offset) as usize..];
+        if bytes.iter().all(|b| *b == 0) {
+            return Ok(None);
+        }
+        let p = self.vol.forest.store.write(scion_store::BlockKind::Data, bytes)?;
+        self.vol.fresh_sums.insert(p.addr, scion_store::page_sums(bytes).into());
+        Ok(Some(p))
+    }
+
+    /// Installs whole chunks (`None`: zeros): blocks written ahead for this file (the last
+    /// one perhaps its tail, `Put::Tail`), or committed blocks of another file, which gain a
+    /// reference (`Put::Shared`).
+    pub(crate) fn op_put_chunks(&mut self, ino: Ino, first: u64, chunks: &[Option<BlockPtr>], now: Ts, how: Put) -> FsResult<()> {
         let n = self.node(ino)?;
         if n.inode.kind != Kind::File {
             return Err(errno::EINVAL);
         }
-        let end = (first + chunks.len() as u64).checked_mul(CHUNK).ok_or(errno::EFBIG)?;
+        let count = chunks.len() as u64;
+        let end = match (how, chunks.last()) {
+            // A tail ends where its bytes do.
+            (Put::Tail, Some(Some(p))) if p.len > 0 && p.len as u64 <= CHUNK => (first + count - 1)
+                .checked_mul(CHUNK)
+                .and_then(|e| e.checked_add(p.len as u64)),
+            (Put::Tail, _) => return Err(errno::EINVAL),
+            _ => (first + count).checked_mul(CHUNK),
+        }
+        .ok_or(errno::EFBIG)?;
         if end > MAX_FILE_SIZE {
             return Err(errno::EFBIG);
         }
+        let shared = how == Put::Shared;
         for (i, c) in chunks.iter().enumerate() {
             let idx = first + i as u64;
+            let whole = |p: &BlockPtr| p.len as u64 == CHUNK || (how == Put::Tail && i as u64 == count - 1);
             let c = match c {
                 Some(p) if self.replaying && self.lost_blocks.contains(&p.addr) => self.older_chunk(ino, idx)?,
-                Some(p) if p.len as u64 == CHUNK && p.kind == scion_store::BlockKind::Data => {
+                Some(p) if whole(p) && p.kind == scion_store::BlockKind::Data => {
                     if shared {
                         self.vol.forest.refs.inc(p);
                         Chunk::Shared(*p)
@@ -2249,7 +2392,7 @@ impl Fs {
         let (base, mut patches, sums) = match n.chunks.get(&idx) {
             Some(Chunk::Patched { base, patches }) => (*base, patches.clone(), None),
             // Inline bytes are rewritten whole: a record that changes anyway, and small.
-            None if Self::inline_chunk(n, idx).is_some() => return Ok(None),
+            None if Self::has_inline(n, idx) => return Ok(None),
             None => match self.stored_chunk(n, idx)? {
                 Some(s) => (s.block, s.patches, Some(s.sums)),
                 None => return Ok(None),
@@ -2362,7 +2505,7 @@ impl Fs {
         if let Some(e) = err {
             return Err(eio(e));
         }
-        if from == 0 && (!n.inode.inline.is_empty() || n.inode.direct.is_some()) {
+        if from == 0 && (Self::has_inline(n, 0) || n.inode.direct.is_some()) {
             stored.push(0);
         }
         let mut all: std::collections::BTreeSet<u64> =
@@ -2563,7 +2706,7 @@ impl Fs {
                 for i in 0..want {
                     let idx = pin / CHUNK + i;
                     let c = match n.chunks.get(&idx) {
-                        None if Self::inline_chunk(n, idx).is_some() => break,
+                        None if Self::has_inline(n, idx) => break,
                         None => match self.stored_chunk(n, idx)? {
                             // A plain whole block is shared; a patched one is copied below.
                             // Its page sums go along.
@@ -2603,7 +2746,7 @@ impl Fs {
     fn share_chunks(&mut self, ino: Ino, first: u64, chunks: &[Option<BlockPtr>]) -> FsResult<()> {
         let now = Ts::now();
         let target = self.target(ino);
-        self.op_put_chunks(ino, first, chunks, now, true)?;
+        self.op_put_chunks(ino, first, chunks, now, Put::Shared)?;
         self.log(|| {
             target.map(|ino| Record::ShareChunks {
                 ino,
@@ -3037,6 +3180,17 @@ impl SyncTicket {
     pub fn run_journal_only(&self) -> Result<()> {
         self.journal.as_ref().map_or(Ok(()), |j| j.run())
     }
+}
+
+/// What blocks `op_put_chunks` installs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Put {
+    /// Whole chunks written ahead for the file.
+    Ahead,
+    /// The same, the last block the file's tail: as long as the file's bytes in its chunk.
+    Tail,
+    /// Committed blocks of another file (copy_file_range): each gains a reference.
+    Shared,
 }
 
 /// Who stamps a write's mtime and ctime.

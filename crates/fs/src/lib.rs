@@ -22,6 +22,7 @@ pub mod dedup;
 pub mod delta;
 pub mod diff;
 mod error;
+mod evict;
 pub mod failpoint;
 pub mod mirror;
 mod flush;
@@ -56,6 +57,7 @@ pub use fs::{
     Stamp, WrittenAhead, MAIN_NS_LIMIT, ROOT_INO,
 };
 pub use inode::{Kind, Ts, INLINE_MAX};
+pub use scion_tree::{set_node_cache_limit, NODE_CACHE_BYTES};
 pub use punch::PunchBatch;
 pub use repack::RepackReport;
 

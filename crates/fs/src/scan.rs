@@ -141,7 +141,7 @@ impl Fs {
             }
             let Some(ino) = self.walk_to(root, path, &d.path, w)? else { continue };
             self.remember(ino)?;
-            let i = self.node(ino)?.inode.clone();
+            let i = self.inode_full(ino)?;
             self.forget(ino, 1);
             let at = join(path, &d.path);
             if w.may_read(&i, &at) {
@@ -285,7 +285,7 @@ impl Fs {
         let Some(c) = self.child(d, name)? else { return Ok(()) };
         self.remember(c)?;
         let r = (|| {
-            let i = self.node(c)?.inode.clone();
+            let i = self.inode_full(c)?;
             let sub = join(path, name);
             match i.kind {
                 Kind::Dir => self.scan_dir(c, sub, w, depth + 1),

@@ -32,6 +32,24 @@ pub struct StatusFacts {
     pub host_full: bool,
     /// Bytes written since mount.
     pub written: Written,
+    /// What the engine holds in memory.
+    pub memory: Memory,
+}
+
+/// What the engine holds in memory (issue 39): per inode in proportion to the inodes the
+/// kernel holds or that have changes, and caches with bounds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// Inodes loaded; those the kernel holds references to; their bytes (an estimate: the
+    /// structures and what they point to, allocator rounding not counted).
+    pub inodes: u64,
+    pub kernel_inodes: u64,
+    pub inode_bytes: u64,
+    /// The tree node cache: its decoded nodes' bytes and its bound (`node_cache=`).
+    pub node_cache_bytes: u64,
+    pub node_cache_limit: u64,
+    /// Tree and content hashes kept between diffs, sends and receives (bounded by count).
+    pub hash_memo_entries: u64,
 }
 
 /// Bytes written since mount: by users (through the mount), and to the host by what they
@@ -54,6 +72,29 @@ impl Written {
     /// Bytes written to the host.
     pub fn host(&self) -> u64 {
         self.data + self.journal + self.meta + self.repack + self.compress
+    }
+}
+
+impl Fs {
+    /// `Memory` now: one pass over the loaded inodes (a status is rare; the engine keeps no
+    /// running total that every change would have to maintain).
+    pub fn memory(&self) -> Memory {
+        let (cache, limit) = self.vol.forest.cache_usage();
+        let mut m = Memory {
+            inodes: self.nodes.len() as u64,
+            node_cache_bytes: cache as u64,
+            node_cache_limit: limit as u64,
+            hash_memo_entries: self.hash_memo.len() as u64,
+            ..Memory::default()
+        };
+        for n in self.nodes.values() {
+            m.kernel_inodes += (n.lookups > 0) as u64;
+            m.inode_bytes += n.memory() as u64;
+        }
+        // The map's own table: a key and a control byte per slot.
+        let slot = std::mem::size_of::<(crate::Ino, crate::fs::Node)>() + 1;
+        m.inode_bytes += (self.nodes.capacity().saturating_sub(self.nodes.len()) * slot) as u64;
+        m
     }
 }
 
@@ -85,6 +126,7 @@ impl Fs {
             mirrors: self.mirror_list().map_or(0, |l| l.len() as u64),
             failed: self.vol.failed.clone(),
             host_full: self.host_full(),
+            memory: self.memory(),
             written: {
                 let (data, meta, compress) = store.written();
                 Written {

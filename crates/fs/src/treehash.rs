@@ -49,6 +49,15 @@ impl HashMemo {
     /// Entries kept at most; past that the memo starts again.
     const MAX: usize = 1 << 20;
 
+    /// Entries kept.
+    pub fn len(&self) -> usize {
+        self.dirs.len() + self.contents.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn trim(&mut self) {
         if self.dirs.len() + self.contents.len() > Self::MAX {
             *self = HashMemo::default();
@@ -161,7 +170,7 @@ impl Fs {
         }
         let (i, ns, overlays) = {
             let n = self.node(ino)?;
-            (n.inode.clone(), n.ns, !n.entries.is_empty() || !n.chunks.is_empty())
+            (self.inode_full(ino)?, n.ns, !n.entries.is_empty() || !n.chunks.is_empty())
         };
         let mut h = blake3::Hasher::new();
         match i.kind {
@@ -299,7 +308,7 @@ impl Fs {
         if !self.node(ino)?.chunks.is_empty() {
             self.checkpoint_with(crate::checkpoint::Fold::All).map_err(eio)?;
         }
-        Ok(self.node(ino)?.inode.clone())
+        self.inode_full(ino)
     }
 
     /// What changed chunk by chunk from file `old` to file `new` (both committed: the caller

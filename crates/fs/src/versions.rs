@@ -77,7 +77,7 @@ impl Fs {
         if let Some(p) = i.content {
             content.extend_from_slice(&p.hash);
         }
-        content.extend_from_slice(&i.inline);
+        content.extend_from_slice(&self.inline_bytes(n)?);
         if !n.chunks.is_empty() || !n.entries.is_empty() {
             // Changes not folded into trees yet: the live version, unlike any snapshot's.
             content.extend_from_slice(b"\0pending");

@@ -31,6 +31,16 @@ fn data(seed: u8, n: usize) -> Vec<u8> {
     (0..n).map(|i| seed.wrapping_add((i % 251) as u8) | 1).collect()
 }
 
+/// Writes `d` from offset 0 in two writes, its last byte first, as a file written out of
+/// order: its partial chunks are buffered, where one write of the whole file would put its
+/// last chunk in a pack at once (`Fs::tail_ahead`).
+fn buffered(fs: &mut Fs, f: Ino, d: &[u8]) {
+    let n = d.len();
+    assert!(n % (64 << 10) != 1, "a last byte alone in its chunk would be a tail");
+    fs.write(f, n as u64 - 1, &d[n - 1..]).unwrap();
+    fs.write(f, 0, &d[..n - 1]).unwrap();
+}
+
 fn flush_all(fs: &mut Fs) -> u64 {
     let mut bytes = 0;
     for round in 0.. {
@@ -51,7 +61,7 @@ fn checkpoint_takes_the_blocks_written_behind() {
     for i in 0..40u8 {
         let f = file(&mut fs, &format!("f{i}"));
         let d = data(i, 3000 + 997 * i as usize);
-        fs.write(f, 0, &d).unwrap();
+        buffered(&mut fs, f, &d);
         want.push(d);
     }
     let buffered: u64 = want.iter().map(|d| d.len() as u64).sum();
@@ -87,7 +97,7 @@ fn changes_between_copy_and_hand_back_win() {
     let names = ["rewritten", "truncated", "unlinked", "kept"];
     let inos: Vec<Ino> = names.iter().map(|n| file(&mut fs, n)).collect();
     for (k, &f) in inos.iter().enumerate() {
-        fs.write(f, 0, &data(k as u8, 70_000)).unwrap();
+        buffered(&mut fs, f, &data(k as u8, 70_000));
     }
     // (The first 64 KiB of each went to the pack as a whole chunk when written.)
     let batch = fs.flush_begin(0).expect("buffered data to write behind");
@@ -130,14 +140,14 @@ fn changes_between_copy_and_hand_back_win() {
 fn a_crash_after_write_behind_keeps_what_was_fsynced() {
     let (_tmp, store, mut fs) = new_store();
     let a = file(&mut fs, "a");
-    fs.write(a, 0, &data(7, 50_000)).unwrap();
+    buffered(&mut fs, a, &data(7, 50_000));
     fs.fsync().unwrap();
     let b = file(&mut fs, "b");
-    fs.write(b, 0, &data(8, 9_000)).unwrap();
+    buffered(&mut fs, b, &data(8, 9_000));
     assert!(flush_all(&mut fs) > 0);
     fs.fsync().unwrap();
     let c = file(&mut fs, "c");
-    fs.write(c, 0, &data(9, 4_000)).unwrap();
+    buffered(&mut fs, c, &data(9, 4_000));
     assert!(flush_all(&mut fs) > 0);
     // Crash: no checkpoint, c never fsynced.
     drop(fs);
@@ -181,11 +191,12 @@ fn unlinked_open_files_keep_their_data_in_packs() {
         0,
         "whole chunks of an unlinked file go to the packs"
     );
-    // Then 20 MiB of partial chunks past them: buffered, then written behind.
+    // Then 20 MiB of partial chunks past them (each but its first 100 bytes): buffered, then
+    // written behind.
     let part = data(2, CHUNK - 100);
     let first = (32 << 20) / CHUNK;
     for i in 0..(20 << 20) / CHUNK {
-        fs.write(f, ((first + i) * CHUNK) as u64, &part).unwrap();
+        fs.write(f, ((first + i) * CHUNK + 100) as u64, &part).unwrap();
     }
     assert!(fs.buffered_bytes() > 16 << 20);
     assert!(flush_all(&mut fs) > 16 << 20, "an unlinked file's buffers go behind");
@@ -195,7 +206,7 @@ fn unlinked_open_files_keep_their_data_in_packs() {
     // It reads back from the packs.
     assert_eq!(fs.read(f, 0, 1 << 20).unwrap(), whole[..1 << 20]);
     assert_eq!(fs.read(f, (31 << 20) as u64, 1 << 20).unwrap(), whole[31 << 20..]);
-    let at = ((first + 7) * CHUNK) as u64;
+    let at = ((first + 7) * CHUNK + 100) as u64;
     assert_eq!(fs.read(f, at, part.len() as u32).unwrap(), part);
     // Last close: its blocks are garbage, freed by the next checkpoint; the store checks
     // clean (no block leaked, none referenced twice).
@@ -226,13 +237,13 @@ fn a_crash_leaves_no_pack_space_behind() {
     fs.checkpoint().unwrap();
     // 24 MiB buffered and written behind, then 1 MiB of whole chunks written ahead (so the
     // journal names blocks past the ones written behind), all fsynced.
-    // Each chunk but the last 10 bytes: partial chunks, buffered.
+    // Each chunk but its first 10 bytes: partial chunks, buffered.
     let chunk = 64 << 10;
     let piece = |i: u8| data(i, chunk - 10);
     let want = |i: u8| {
         let mut w = Vec::new();
         for c in 0..16 {
-            w.resize(c * chunk, 0);
+            w.resize(c * chunk + 10, 0);
             w.extend_from_slice(&piece(i));
         }
         w
@@ -240,7 +251,7 @@ fn a_crash_leaves_no_pack_space_behind() {
     for i in 0..24u8 {
         let f = file(&mut fs, &format!("b{i}"));
         for c in 0..16u64 {
-            fs.write(f, c * chunk as u64, &piece(i)).unwrap();
+            fs.write(f, c * chunk as u64 + 10, &piece(i)).unwrap();
         }
     }
     assert!(flush_all(&mut fs) >= 23 << 20);

@@ -467,6 +467,33 @@ struct DirHandle {
     list: Arc<Vec<(Vec<u8>, u64, Kind)>>,
     /// Listed once at opendir, never again (the cubes directory).
     fixed: bool,
+    /// The listing's bytes, as counted in `scion_daemon::memory` (given back on drop).
+    bytes: u64,
+}
+
+impl DirHandle {
+    fn new(list: Vec<(Vec<u8>, u64, Kind)>, fixed: bool) -> DirHandle {
+        let bytes = Self::size(&list);
+        scion_daemon::memory::listing_opened(bytes);
+        DirHandle { list: Arc::new(list), fixed, bytes }
+    }
+
+    fn replace(&mut self, list: Arc<Vec<(Vec<u8>, u64, Kind)>>) {
+        let bytes = Self::size(&list);
+        scion_daemon::memory::listing_closed(self.bytes);
+        scion_daemon::memory::listing_opened(bytes);
+        (self.list, self.bytes) = (list, bytes);
+    }
+
+    fn size(list: &[(Vec<u8>, u64, Kind)]) -> u64 {
+        list.iter().map(|(n, _, _)| std::mem::size_of::<(Vec<u8>, u64, Kind)>() + n.capacity()).sum::<usize>() as u64
+    }
+}
+
+impl Drop for DirHandle {
+    fn drop(&mut self) {
+        scion_daemon::memory::listing_closed(self.bytes);
+    }
 }
 
 impl ScionFuse {
@@ -499,7 +526,7 @@ impl ScionFuse {
         }
         let list = Arc::new(self.listing(ino)?);
         if let Some(h) = self.dirs.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&fh.0) {
-            h.list = list.clone();
+            h.replace(list.clone());
         }
         Ok(list)
     }
@@ -890,7 +917,7 @@ impl Filesystem for ScionFuse {
             let mut v = vec![(b".".to_vec(), CUBES_DIR_INO, Kind::Dir), (b"..".to_vec(), scion_fs::ROOT_INO, Kind::Dir)];
             v.extend(self.router.cube_ids().into_iter().map(|(id, vol)| (id.to_string().into_bytes(), vol.global(scion_fs::ROOT_INO), Kind::Dir)));
             let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-            self.dirs.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, DirHandle { list: Arc::new(v), fixed: true });
+            self.dirs.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, DirHandle::new(v, true));
             return reply.opened(FileHandle(fh), FopenFlags::empty());
         }
         let at = route!(self, ino, reply);
@@ -901,7 +928,7 @@ impl Filesystem for ScionFuse {
         self.dirs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, DirHandle { list: Arc::new(Vec::new()), fixed: false });
+            .insert(fh, DirHandle::new(Vec::new(), false));
         // No FOPEN_CACHE_DIR: the listing is taken at opendir, and a kernel cache filled from
         // a listing taken while the directory changed stayed stale (found by tests/soak.py).
         reply.opened(FileHandle(fh), FopenFlags::empty())

@@ -31,11 +31,24 @@ pub const NODE_TARGET: usize = 16 << 10;
 /// One change of a batch: `Some(value)` puts, `None` removes.
 pub type Op = (Vec<u8>, Option<Value>);
 
-/// What the node cache may hold, counted in encoded bytes (decoded nodes take about twice
-/// that). Sized so that the metadata of a tree like the Linux sources (78,579 files: a content
-/// tree leaf per file, directory trees holding the inode records, ~40 MiB encoded) stays in
-/// the daemon after the kernel's caches are dropped, as ZFS's ARC would keep it.
+/// What the node cache may hold by default, counted in the memory its decoded nodes take
+/// (`Node::memory`; about twice their encoded size): the metadata of a tree like the Linux
+/// sources' (78,579 files, ~40 MiB encoded) mostly stays in the daemon after the kernel's
+/// caches are dropped, as ZFS's ARC would keep it, and the daemon's memory stays bounded
+/// (mount option `node_cache`).
 pub const NODE_CACHE_BYTES: usize = 64 << 20;
+
+static NODE_CACHE_LIMIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(NODE_CACHE_BYTES);
+
+/// The bound of the node cache of each forest opened from now on (mount option
+/// `node_cache=`; at least 1 MiB). The daemon sets it before it opens any volume.
+pub fn set_node_cache_limit(bytes: usize) {
+    NODE_CACHE_LIMIT.store(bytes.max(1 << 20), std::sync::atomic::Ordering::Relaxed);
+}
+
+fn node_cache_limit() -> usize {
+    NODE_CACHE_LIMIT.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Decoded nodes by block address, bounded by their encoded size, least recently used out
 /// first. (A bound in nodes held 16,384 of them: one per small file's content tree, so a
@@ -64,6 +77,11 @@ impl NodeCache {
             self.bytes -= old;
         }
         self.bytes += size;
+        self.shrink();
+    }
+
+    /// Evicts least recently used nodes until the cache fits its bound.
+    fn shrink(&mut self) {
         while self.bytes > self.limit {
             let Some((_, (_, s))) = self.lru.pop_lru() else { break };
             self.bytes -= s;
@@ -89,7 +107,7 @@ impl Forest {
     pub fn new(store: Arc<BlockStore>, refs: RefTable) -> Forest {
         Forest {
             store,
-            cache: Arc::new(Mutex::new(NodeCache::new(NODE_CACHE_BYTES))),
+            cache: Arc::new(Mutex::new(NodeCache::new(node_cache_limit()))),
             read_only: false,
             refs,
             freed: Vec::new(),
@@ -124,14 +142,23 @@ impl Forest {
             }
             e => e,
         })?);
-        self.cache.lock().unwrap().put(ptr.addr, node.clone(), bytes.len());
+        let size = node.memory();
+        self.cache.lock().unwrap().put(ptr.addr, node.clone(), size);
         Ok(node)
     }
+
+    /// Bytes the node cache holds (decoded nodes' memory) and its bound.
+    pub fn cache_usage(&self) -> (usize, usize) {
+        let c = self.cache.lock().unwrap();
+        (c.bytes, c.limit)
+    }
+
 
     fn write_node(&mut self, node: Node) -> Result<BlockPtr> {
         let bytes = node.encode();
         let ptr = self.store.write(BlockKind::Node, &bytes)?;
-        self.cache.lock().unwrap().put(ptr.addr, Arc::new(node), bytes.len());
+        let size = node.memory();
+        self.cache.lock().unwrap().put(ptr.addr, Arc::new(node), size);
         Ok(ptr)
     }
 

@@ -34,6 +34,21 @@ pub enum Node {
 }
 
 impl Node {
+    /// The memory the decoded node takes, roughly: its vectors' buffers and what each key
+    /// and value holds (allocator rounding not counted).
+    pub fn memory(&self) -> usize {
+        const VEC: usize = std::mem::size_of::<Vec<u8>>();
+        const PTR: usize = std::mem::size_of::<BlockPtr>();
+        std::mem::size_of::<Node>()
+            + match self {
+                Node::Leaf(es) => es
+                    .iter()
+                    .map(|(k, v)| 3 * VEC + k.capacity() + v.bytes.capacity() + v.ptrs.capacity() * PTR)
+                    .sum::<usize>(),
+                Node::Internal { children, .. } => children.iter().map(|(k, _)| VEC + PTR + k.capacity()).sum(),
+            }
+    }
+
     pub fn level(&self) -> u8 {
         match self {
             Node::Leaf(_) => 0,

@@ -74,6 +74,10 @@ pub enum Record {
         /// its older content. Otherwise (type 10) the blocks were written first, and the
         /// first one missing ends replay there.
         unordered: bool,
+        /// The last block is the file's tail (types 20 and 21, format 12): its chunk holds
+        /// exactly the block's bytes, which may be fewer than a chunk's, and the file ends
+        /// there unless it was longer. A small file's bytes so reach the disk once.
+        tail: bool,
     },
     /// Whole chunks made to share committed blocks of another file (copy_file_range): the
     /// blocks gain a reference (`None`: a hole).
@@ -368,8 +372,10 @@ impl Record {
                 time,
             } => {
                 w.u8(match self {
-                    Record::PutChunks { unordered: false, .. } => 10,
-                    Record::PutChunks { unordered: true, .. } => 18,
+                    Record::PutChunks { unordered: false, tail: false, .. } => 10,
+                    Record::PutChunks { unordered: true, tail: false, .. } => 18,
+                    Record::PutChunks { unordered: false, tail: true, .. } => 20,
+                    Record::PutChunks { unordered: true, tail: true, .. } => 21,
                     _ => 11,
                 });
                 put_target(&mut w, ino);
@@ -609,7 +615,7 @@ impl Record {
                     chunks,
                 }
             }
-            10 | 11 | 18 => {
+            10 | 11 | 18 | 20 | 21 => {
                 let ino = get_target(&mut r)?;
                 let first = r.u64()?;
                 let n = r.count(1)?;
@@ -622,13 +628,18 @@ impl Record {
                     });
                 }
                 let time = get_ts(&mut r)?;
+                let tail = tag >= 20;
+                if tail && !matches!(chunks.last(), Some(Some(_))) {
+                    return Err(Error::corrupt("journal record", "tail", "no tail block"));
+                }
                 if tag != 11 {
                     Record::PutChunks {
                         ino,
                         first,
                         chunks,
                         time,
-                        unordered: tag == 18,
+                        unordered: tag == 18 || tag == 21,
+                        tail,
                     }
                 } else {
                     Record::ShareChunks {
@@ -718,23 +729,26 @@ mod tests {
     use super::*;
     use scion_store::{BlockKind, BlockPtr};
 
-    /// Whole chunks of a `writeback` volume are type 18, of any other type 10: both decode to
-    /// what was encoded, and the type says whether replay may keep an older chunk.
+    /// Whole chunks of a `writeback` volume are type 18, of any other type 10, and 21 and 20
+    /// when the last block is the file's tail: each decodes to what was encoded, and the type
+    /// says whether replay may keep an older chunk and whether the last block may be short.
     #[test]
     fn put_chunks_round_trip_ordered_and_not() {
-        for unordered in [false, true] {
+        for (unordered, tail) in [(false, false), (true, false), (false, true), (true, true)] {
             let rec = Record::PutChunks {
                 ino: Target::Linked { ns: 1, oid: 7 },
                 first: 3,
                 chunks: vec![
                     Some(BlockPtr { addr: BlockPtr::make_addr(2, 4096), len: 65536, kind: BlockKind::Data, hash: [9; 32] }),
                     None,
+                    Some(BlockPtr { addr: BlockPtr::make_addr(2, 8192), len: 5000, kind: BlockKind::Data, hash: [8; 32] }),
                 ],
                 time: Ts { sec: 1_790_000_000, nsec: 1 },
                 unordered,
+                tail,
             };
             let bytes = rec.encode();
-            assert_eq!(bytes[0], if unordered { 18 } else { 10 });
+            assert_eq!(bytes[0], [[10, 20], [18, 21]][unordered as usize][tail as usize]);
             assert_eq!(Record::decode(&bytes).unwrap(), rec);
         }
     }
