@@ -204,6 +204,7 @@ impl Fs {
             journal_floor: 0,
             orphans: Default::default(),
             sweep_at: 1 << 16,
+            loaded_since_sweep: 0,
             room: Default::default(),
             reserve: Default::default(),
             kernel_inval: Vec::new(),
@@ -238,7 +239,7 @@ impl Fs {
                 let now = Ts::now();
                 let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
                 let root = Inode::new(ROOT_OID, Kind::Dir, 0o755, uid, gid, now);
-                fs.nodes.insert(ROOT_INO, Node::new_root(root, 1));
+                fs.nodes.insert(ROOT_INO, Box::new(Node::new_root(root, 1)));
                 fs.namespaces.insert(
                     1,
                     Namespace {
@@ -356,7 +357,7 @@ impl Fs {
         }
         for (id, rec) in found {
             let root = make_ino(id, rec.root.oid);
-            self.nodes.insert(root, Node::new_root(rec.root, id));
+            self.nodes.insert(root, Box::new(Node::new_root(rec.root, id)));
             self.namespaces.insert(
                 id,
                 Namespace {
@@ -670,7 +671,7 @@ impl Fs {
             if let Some(Node {
                 loc: Loc::Entry { parent, name },
                 ..
-            }) = self.nodes.get(&ino)
+            }) = self.nodes.get(&ino).map(|n| &**n)
             {
                 let (parent, name) = (*parent, name.clone());
                 self.nodes
@@ -1011,7 +1012,7 @@ impl Fs {
     fn fold_dirs(&mut self, dirty: &[Ino]) -> Result<(HashSet<u32>, HashSet<u32>)> {
         let mut heap: BinaryHeap<(usize, Ino)> = BinaryHeap::new();
         let mut queued: HashSet<Ino> = HashSet::new();
-        let depth_of = |nodes: &InoMap<Node>, mut ino: Ino| {
+        let depth_of = |nodes: &InoMap<Box<Node>>, mut ino: Ino| {
             let mut d = 0;
             while let Some(Loc::Entry { parent, .. }) = nodes.get(&ino).map(|n| &n.loc) {
                 ino = *parent;
@@ -1278,10 +1279,11 @@ impl Fs {
         self.vol.read_gate.wait_idle();
         self.vol.unpunched = freed;
         self.punch_now_unless_later();
-        // Unpin what this checkpoint wrote and drop what nothing holds. Inodes loaded for a
-        // path walk and never changed are swept too, whenever the table has doubled since the
-        // last sweep (amortised: a sweep visits every loaded inode).
-        let sweep = self.nodes.len() > self.sweep_at;
+        // Unpin what this checkpoint wrote and drop what nothing holds. Inodes loaded by
+        // walks that take no kernel reference (a path walk, repack's) and never changed are
+        // swept too, whenever as many were loaded since the last sweep as the table then held
+        // (amortised: a sweep visits every loaded inode).
+        let sweep = self.loaded_since_sweep > self.sweep_at;
         let candidates: Vec<Ino> = if sweep {
             self.nodes.keys().copied().collect()
         } else {
@@ -1295,12 +1297,7 @@ impl Fs {
             }
         }
         if sweep {
-            // Directories too, now that the files this left are gone.
-            let dirs: Vec<Ino> = self.nodes.iter().filter(|(_, n)| n.inode.kind == Kind::Dir).map(|(i, _)| *i).collect();
-            self.idle_dirs = self.sweep_dirs(dirs);
-            (self.idle_fresh, self.idle_sweep_at) = (0, (2 * self.idle_dirs.len()).max(1024));
-            self.shrink_nodes();
-            self.sweep_at = (2 * self.nodes.len()).max(1 << 16);
+            self.sweep_unheld();
         } else {
             self.sweep_at_checkpoint();
         }

@@ -549,7 +549,7 @@ impl Fs {
             self.vol.forest.release(&old).map_err(eio)?;
         }
         let rino = make_ino(id, root.oid);
-        self.nodes.insert(rino, Node::new_root(root, id));
+        self.nodes.insert(rino, Box::new(Node::new_root(root, id)));
         self.namespaces.insert(
             id,
             Namespace {
@@ -876,7 +876,7 @@ impl Fs {
                 .iter()
                 .filter_map(|i| self.nodes.get(i))
                 .filter(|n| n.ns == id)
-                .map(chunk_bytes)
+                .map(|n| chunk_bytes(n))
                 .sum();
             let listing = Listing {
                 ns: id,

@@ -98,6 +98,34 @@ impl Fs {
             && !self.carried.contains(&ino)
     }
 
+    /// Drops every loaded inode nothing holds (no kernel reference, not open, no change
+    /// waiting), directories included: at a checkpoint once many were loaded, and after a
+    /// walk that loads inodes without taking references (repack's plan).
+    pub(crate) fn sweep_unheld(&mut self) {
+        let idle: Vec<Ino> = self
+            .nodes
+            .iter()
+            .filter(|(i, n)| {
+                **i != ROOT_INO
+                    && n.inode.kind != Kind::Dir
+                    && n.lookups == 0
+                    && n.opens == 0
+                    && !n.pinned
+                    && n.chunks.is_empty()
+                    && n.loc != Loc::Gone // (`maybe_evict` gives a removed file's content back)
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        for ino in idle {
+            self.nodes.remove(&ino);
+        }
+        let dirs: Vec<Ino> = self.nodes.iter().filter(|(_, n)| n.inode.kind == Kind::Dir).map(|(i, _)| *i).collect();
+        self.idle_dirs = self.sweep_dirs(dirs);
+        (self.idle_fresh, self.idle_sweep_at) = (0, (2 * self.idle_dirs.len()).max(SWEEP_FIRST));
+        self.shrink_nodes();
+        (self.loaded_since_sweep, self.sweep_at) = (0, self.nodes.len().max(1 << 16));
+    }
+
     /// Gives back the inode table's slack once most of it is empty (a hash table never
     /// shrinks by itself: after a walk of a million files it would keep their slots).
     pub(crate) fn shrink_nodes(&mut self) {

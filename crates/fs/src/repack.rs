@@ -218,6 +218,9 @@ impl Fs {
             // (Its own changes restart the quiet period: the next pass waits IDLE at least.)
             self.last_repack = Some((Instant::now(), report.budget_reached));
         }
+        // The plan loaded every inode it looked at, holding none: they go now, not at some
+        // later checkpoint (a store left idle after a pass kept ~1 KB per file).
+        self.sweep_unheld();
         if let Some(e) = copies.error {
             return Err(e);
         }

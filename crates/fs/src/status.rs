@@ -91,9 +91,9 @@ impl Fs {
             m.kernel_inodes += (n.lookups > 0) as u64;
             m.inode_bytes += n.memory() as u64;
         }
-        // The map's own table: a key and a control byte per slot.
-        let slot = std::mem::size_of::<(crate::Ino, crate::fs::Node)>() + 1;
-        m.inode_bytes += (self.nodes.capacity().saturating_sub(self.nodes.len()) * slot) as u64;
+        // The map's own table: a key, a pointer and a control byte per slot.
+        let slot = std::mem::size_of::<(crate::Ino, Box<crate::fs::Node>)>() + 1;
+        m.inode_bytes += (self.nodes.capacity() * slot) as u64;
         m
     }
 }
