@@ -86,3 +86,42 @@ def test_snapshots_of_a_removed_directory_are_found_counted_and_freed(scion_moun
     assert r.returncode == 0, r.describe()
     st = json.loads(m.run("status", "--json", m.mnt).stdout)
     assert st["orphaned"] == 0 and st["snapshots"] == 1, st
+
+
+def test_memory_follows_what_the_kernel_holds(scion_mount):
+    """Issue 39: `status --json` reports the daemon's memory by use; a walk loads the inodes the
+    kernel then holds, and once the kernel forgets them (drop_caches) the daemon gives them
+    back, directories included. On 093a770 every directory stayed loaded (and nothing was
+    reported)."""
+    import subprocess
+    import time
+    m = scion_mount
+    for d in range(20):
+        os.makedirs(f"{m.mnt}/w/d{d}")
+        for f in range(25):
+            with open(f"{m.mnt}/w/d{d}/f{f}", "wb") as h:
+                h.write(b"x" * 3000)
+    subprocess.run(["sync"], check=True)
+
+    def memory():
+        r = m.run("status", "--json", m.mnt)
+        assert r.returncode == 0, r.describe()
+        return json.loads(r.stdout)["memory"]
+
+    for _ in os.walk(f"{m.mnt}/w"):
+        pass
+    walked = memory()
+    assert walked["kernel_inodes"] >= 20 * 26, walked
+    assert walked["rss_bytes"] > 0 and walked["node_cache_limit"] == 64 << 20, walked
+    assert walked["hash_memo_limit"] == 1 << 20 and walked["listings"] == 0, walked
+    # The kernel forgets over a while; what the daemon holds follows.
+    deadline = time.time() + 30
+    while True:
+        with open("/proc/sys/vm/drop_caches", "w") as h:
+            h.write("3\n")
+        time.sleep(1)
+        now = memory()
+        if now["inodes"] < 20 or time.time() > deadline:
+            break
+    assert now["inodes"] < 20, (now, walked)
+    assert now["inode_bytes"] < walked["inode_bytes"], (now, walked)

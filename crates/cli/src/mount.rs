@@ -143,6 +143,8 @@ struct ScionOptions {
     users: bool,
     /// The bound of each volume's cache of tree nodes, in bytes (`node_cache=SIZE`).
     node_cache: Option<usize>,
+    /// The bound of each volume's memo of tree hashes, in entries (`hash_memo=N`).
+    hash_memo: Option<usize>,
     kernel: Vec<String>,
 }
 
@@ -158,7 +160,16 @@ const KERNEL_OPTIONS: &[&str] = &[
 /// it does not know by name, before anything is opened or mounted; so is an option that is
 /// neither scion's nor one of the kernel's it passes on.
 /// scion's own options' names (each `NAME=VALUE`).
-const OURS: &[&str] = &["snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache"];
+const OURS: &[&str] = &["snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo"];
+
+/// `hash_memo=N`: entries, 1,024 to 2^28.
+fn hash_memo_entries(options: &[String]) -> Result<Option<usize>, String> {
+    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix("hash_memo=")) else { return Ok(None) };
+    match v.parse::<usize>() {
+        Ok(n) if (1024..=1 << 28).contains(&n) => Ok(Some(n)),
+        _ => Err(format!("hash_memo={v}: expected a number of entries from 1024 to 268435456")),
+    }
+}
 
 /// `node_cache=SIZE`: bytes, or a number with K, M or G (powers of 1024), at least 1M.
 fn node_cache_size(options: &[String]) -> Result<Option<usize>, String> {
@@ -183,7 +194,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         if !ours && !numeric && !KERNEL_OPTIONS.contains(&o.as_str()) {
             return Err(format!(
                 "mount option {o:?} is unknown: scion takes {}, max_read=N, blksize=N, and its own snapdir=, uring=, \
-                 repack=, compress_old=, cache=, users= and node_cache= (see scion mount --help)",
+                 repack=, compress_old=, cache=, users=, node_cache= and hash_memo= (see scion mount --help)",
                 KERNEL_OPTIONS.join(", ")
             ));
         }
@@ -204,6 +215,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         writeback: value("cache", "writeback", "writethrough")?,
         users: value("users", "on", "off")?,
         node_cache: node_cache_size(options)?,
+        hash_memo: hash_memo_entries(options)?,
         kernel: options
             .iter()
             .filter(|o| !OURS.iter().any(|p| o.strip_prefix(p).is_some_and(|v| v.starts_with('='))))
@@ -237,6 +249,9 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let sigs = block_signals();
     if let Some(n) = ours.node_cache {
         scion_fs::set_node_cache_limit(n);
+    }
+    if let Some(n) = ours.hash_memo {
+        scion_fs::set_hash_memo_limit(n);
     }
     let mut opts = MountOptions::new(format!("mounted at {}", mnt.display()));
     // The test mode of the reliability harness: once mounted, host calls fail as the spec
@@ -273,6 +288,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         writeback,
         users,
         node_cache: _,
+        hash_memo: _,
         kernel: options,
     } = ours;
     fs.show_snapdir = snapdir_visible;
@@ -751,7 +767,7 @@ fn kernel_flag(o: &str) -> Option<(libc::c_ulong, bool)> {
 
 #[cfg(test)]
 mod tests {
-    use super::node_cache_size;
+    use super::{hash_memo_entries, node_cache_size};
 
     #[test]
     fn node_cache_takes_a_size_and_refuses_nonsense() {
@@ -762,6 +778,12 @@ mod tests {
         assert_eq!(size("ro"), Ok(None));
         for bad in ["node_cache=", "node_cache=512K", "node_cache=lots", "node_cache=-1M", "node_cache=99999999G"] {
             assert!(size(bad).is_err(), "{bad}");
+        }
+        let memo = |o: &str| hash_memo_entries(&[o.to_string()]);
+        assert_eq!(memo("hash_memo=100000"), Ok(Some(100_000)));
+        assert_eq!(memo("ro"), Ok(None));
+        for bad in ["hash_memo=", "hash_memo=10", "hash_memo=1e6", "hash_memo=999999999999"] {
+            assert!(memo(bad).is_err(), "{bad}");
         }
     }
 }

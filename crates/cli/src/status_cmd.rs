@@ -109,6 +109,7 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
                 "node_cache_bytes": f.memory.node_cache_bytes,
                 "node_cache_limit": f.memory.node_cache_limit,
                 "hash_memo_entries": f.memory.hash_memo_entries,
+                "hash_memo_limit": f.memory.hash_memo_limit,
                 "listings": st.listings,
                 "listing_bytes": st.listing_bytes,
                 "buffered_bytes": f.dirty_bytes,
@@ -171,13 +172,15 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
     );
     let m = &f.memory;
     out += &format!(
-        "  memory: {}{} inodes loaded ({} held by the kernel) in {}; node cache {} of {}; {} open directory listings in {}; {} buffered\n",
+        "  memory: {}{} inodes loaded ({} held by the kernel) in {}; node cache {} of {}; {} of {} tree hashes kept; {} open directory listings in {}; {} buffered\n",
         if st.pid != 0 { format!("daemon {} resident; ", human(st.rss_bytes)) } else { String::new() },
         m.inodes,
         m.kernel_inodes,
         human(m.inode_bytes),
         human(m.node_cache_bytes),
         human(m.node_cache_limit),
+        m.hash_memo_entries,
+        m.hash_memo_limit,
         st.listings,
         human(st.listing_bytes),
         human(f.dirty_bytes),

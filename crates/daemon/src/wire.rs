@@ -912,7 +912,7 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             let m = &f.memory;
             for v in [
                 st.rss_bytes, st.listings, st.listing_bytes, m.inodes, m.kernel_inodes, m.inode_bytes, m.node_cache_bytes,
-                m.node_cache_limit, m.hash_memo_entries,
+                m.node_cache_limit, m.hash_memo_entries, m.hash_memo_limit,
             ] {
                 w.u64(v);
             }
@@ -1207,7 +1207,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     *x = r.u64().map_err(bad)?;
                 }
                 let written = scion_fs::status::Written { user: b[0], data: b[1], journal: b[2], meta: b[3], repack: b[4], compress: b[5] };
-                let mut m = [0u64; 9];
+                let mut m = [0u64; 10];
                 for x in m.iter_mut() {
                     *x = r.u64().map_err(bad)?;
                 }
@@ -1218,6 +1218,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     node_cache_bytes: m[6],
                     node_cache_limit: m[7],
                     hash_memo_entries: m[8],
+                    hash_memo_limit: m[9],
                 };
                 let facts = scion_fs::status::StatusFacts {
                     written,

@@ -238,6 +238,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
                     node_cache_bytes: 63 << 20,
                     node_cache_limit: 64 << 20,
                     hash_memo_entries: 12,
+                    hash_memo_limit: 1 << 20,
                 },
             },
             store: b"/srv/store".to_vec(),

@@ -1299,7 +1299,7 @@ impl Fs {
         if sweep {
             self.sweep_unheld();
         } else {
-            self.sweep_at_checkpoint();
+            self.sweep_noted_if_due();
         }
     }
 }

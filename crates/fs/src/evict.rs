@@ -23,10 +23,11 @@ impl Fs {
         self.shrink_nodes();
     }
 
-    /// At a checkpoint: sweeps the directories noted since the last sweep if there are many
-    /// for the inodes loaded (a sweep visits them all), so that a forgotten tree smaller than
-    /// a batch leaves too.
-    pub(crate) fn sweep_at_checkpoint(&mut self) {
+    /// At a checkpoint and at the background's ticks: sweeps the directories noted (or left
+    /// by their last loaded child) since the last sweep if there are many for the inodes
+    /// loaded (a sweep visits them all), so that a forgotten tree smaller than a batch leaves
+    /// too.
+    pub(crate) fn sweep_noted_if_due(&mut self) {
         if self.idle_fresh > 0 && (self.nodes.len() < 1 << 16 || self.idle_fresh >= self.nodes.len() / 64) {
             self.sweep_noted_dirs();
             self.shrink_nodes();

@@ -2286,12 +2286,17 @@ impl Fs {
             return Err(errno::EFBIG);
         }
         let shared = how == Put::Shared;
+        let whole = |i: usize, p: &BlockPtr| p.len as u64 == CHUNK || (how == Put::Tail && i as u64 == count - 1);
+        let lost = |p: &BlockPtr| self.replaying && self.lost_blocks.contains(&p.addr);
+        // All checked before any is installed: a refusal changes nothing.
+        if chunks.iter().enumerate().any(|(i, c)| c.is_some_and(|p| !lost(&p) && !(whole(i, &p) && p.kind == scion_store::BlockKind::Data))) {
+            return Err(errno::EINVAL);
+        }
         for (i, c) in chunks.iter().enumerate() {
             let idx = first + i as u64;
-            let whole = |p: &BlockPtr| p.len as u64 == CHUNK || (how == Put::Tail && i as u64 == count - 1);
             let c = match c {
                 Some(p) if self.replaying && self.lost_blocks.contains(&p.addr) => self.older_chunk(ino, idx)?,
-                Some(p) if whole(p) && p.kind == scion_store::BlockKind::Data => {
+                Some(p) if whole(i, p) && p.kind == scion_store::BlockKind::Data => {
                     if shared {
                         self.vol.forest.refs.inc(p);
                         Chunk::Shared(*p)
@@ -3024,6 +3029,7 @@ impl Fs {
         if self.last_checkpoint.elapsed() >= checkpoint_after && self.has_changes() {
             self.checkpoint()?;
         }
+        self.sweep_noted_if_due();
         Ok(())
     }
 

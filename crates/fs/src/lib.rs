@@ -58,6 +58,7 @@ pub use fs::{
 };
 pub use inode::{Kind, Ts, INLINE_MAX};
 pub use scion_tree::{set_node_cache_limit, NODE_CACHE_BYTES};
+pub use treehash::{set_hash_memo_limit, HASH_MEMO_ENTRIES};
 pub use punch::PunchBatch;
 pub use repack::RepackReport;
 

@@ -48,8 +48,10 @@ pub struct Memory {
     /// The tree node cache: its decoded nodes' bytes and its bound (`node_cache=`).
     pub node_cache_bytes: u64,
     pub node_cache_limit: u64,
-    /// Tree and content hashes kept between diffs, sends and receives (bounded by count).
+    /// Tree and content hashes kept between diffs, sends and receives, and their bound
+    /// (`hash_memo=`).
     pub hash_memo_entries: u64,
+    pub hash_memo_limit: u64,
 }
 
 /// Bytes written since mount: by users (through the mount), and to the host by what they
@@ -85,6 +87,7 @@ impl Fs {
             node_cache_bytes: cache as u64,
             node_cache_limit: limit as u64,
             hash_memo_entries: self.hash_memo.len() as u64,
+            hash_memo_limit: crate::treehash::hash_memo_limit() as u64,
             ..Memory::default()
         };
         for n in self.nodes.values() {

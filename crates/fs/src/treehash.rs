@@ -45,9 +45,22 @@ pub struct HashMemo {
     contents: HashMap<([u8; 32], u64), TreeHash>,
 }
 
+/// Entries a memo keeps at most by default (~120 MB); past its bound the memo starts again.
+pub const HASH_MEMO_ENTRIES: usize = 1 << 20;
+
+static HASH_MEMO_LIMIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(HASH_MEMO_ENTRIES);
+
+/// The bound of every volume's hash memo from now on (mount option `hash_memo=N`; at least
+/// 1,024 entries).
+pub fn set_hash_memo_limit(entries: usize) {
+    HASH_MEMO_LIMIT.store(entries.max(1024), std::sync::atomic::Ordering::Relaxed);
+}
+
+pub(crate) fn hash_memo_limit() -> usize {
+    HASH_MEMO_LIMIT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl HashMemo {
-    /// Entries kept at most; past that the memo starts again.
-    const MAX: usize = 1 << 20;
 
     /// Entries kept.
     pub fn len(&self) -> usize {
@@ -59,7 +72,7 @@ impl HashMemo {
     }
 
     fn trim(&mut self) {
-        if self.dirs.len() + self.contents.len() > Self::MAX {
+        if self.dirs.len() + self.contents.len() > hash_memo_limit() {
             *self = HashMemo::default();
         }
     }
