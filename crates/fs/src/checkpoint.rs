@@ -1292,7 +1292,7 @@ impl Fs {
         for ino in candidates {
             let Some(n) = self.nodes.get_mut(&ino) else { continue };
             n.pinned = false;
-            if n.lookups == 0 && n.opens == 0 && n.inode.kind != Kind::Dir && ino != ROOT_INO && n.chunks.is_empty() {
+            if crate::evict::file_unheld(ino, n) {
                 self.nodes.remove(&ino);
             }
         }

@@ -103,20 +103,7 @@ impl Fs {
     /// waiting), directories included: at a checkpoint once many were loaded, and after a
     /// walk that loads inodes without taking references (repack's plan).
     pub(crate) fn sweep_unheld(&mut self) {
-        let idle: Vec<Ino> = self
-            .nodes
-            .iter()
-            .filter(|(i, n)| {
-                **i != ROOT_INO
-                    && n.inode.kind != Kind::Dir
-                    && n.lookups == 0
-                    && n.opens == 0
-                    && !n.pinned
-                    && n.chunks.is_empty()
-                    && n.loc != Loc::Gone // (`maybe_evict` gives a removed file's content back)
-            })
-            .map(|(i, _)| *i)
-            .collect();
+        let idle: Vec<Ino> = self.nodes.iter().filter(|(i, n)| file_unheld(**i, n)).map(|(i, _)| *i).collect();
         for ino in idle {
             self.nodes.remove(&ino);
         }
@@ -135,4 +122,16 @@ impl Fs {
             self.nodes.shrink_to(2 * len + 1024);
         }
     }
+}
+
+/// A file (or symlink, or node) nothing holds: no kernel reference, not open, no change
+/// waiting. A removed one is left to `Fs::maybe_evict`, which gives its content back.
+pub(crate) fn file_unheld(ino: Ino, n: &Node) -> bool {
+    ino != ROOT_INO
+        && n.inode.kind != Kind::Dir
+        && n.lookups == 0
+        && n.opens == 0
+        && !n.pinned
+        && n.chunks.is_empty()
+        && n.loc != Loc::Gone
 }

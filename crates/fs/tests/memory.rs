@@ -32,6 +32,15 @@ fn tree(fs: &mut Fs) {
     }
 }
 
+/// A store holding `tree`, opened again: only its root is loaded. (The directory lives as long
+/// as the first element.)
+fn reopened_tree() -> (tempfile::TempDir, Fs) {
+    let (tmp, dir, mut fs) = new_store();
+    tree(&mut fs);
+    fs.close().unwrap();
+    (tmp, open(&dir))
+}
+
 /// Looks up everything below `dir` as a walk does; returns what the kernel now holds, each
 /// inode with the references it took.
 fn walk(fs: &mut Fs, dir: Ino, held: &mut Vec<(Ino, u64)>) {
@@ -81,10 +90,7 @@ fn forgotten_inodes_leave_memory_directories_included() {
 /// holds, stays loaded when the kernel forgets it; it leaves once neither holds.
 #[test]
 fn a_directory_stays_while_a_child_or_a_change_needs_it() {
-    let (_tmp, dir, mut fs) = new_store();
-    tree(&mut fs);
-    fs.close().unwrap();
-    let mut fs = open(&dir);
+    let (_tmp, mut fs) = reopened_tree();
     let root = fs.root();
     let before = fs.memory().inodes;
     let d0 = fs.lookup(root, b"d0").unwrap().ino;
@@ -119,10 +125,7 @@ fn a_directory_stays_while_a_child_or_a_change_needs_it() {
 /// doubled, ~1 KB per file of an idle store).
 #[test]
 fn a_repack_pass_leaves_no_inodes_loaded() {
-    let (_tmp, dir, mut fs) = new_store();
-    tree(&mut fs);
-    fs.close().unwrap();
-    let mut fs = open(&dir);
+    let (_tmp, mut fs) = reopened_tree();
     let before = fs.memory().inodes;
     let root = fs.root();
     let r = fs.repack(root, u64::MAX).unwrap();
