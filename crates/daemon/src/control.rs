@@ -446,11 +446,31 @@ fn scan(
     command: Option<&[u8]>,
     user: Option<&scion_fs::access::Caller>,
 ) -> Result<Reply, Failure> {
-    let mut roots = Vec::with_capacity(paths.len());
-    let mut pins = Vec::new();
+    let plan = scan_begin(fs, paths, since, command, user)?;
+    let listing = scan_walk(fs, &plan, paths, user);
+    scan_end(fs, plan, listing, command, user)
+}
+
+/// What a scan walks: each path's top (a pin of it when a command will run: a snapshot, so
+/// that the command reads what was listed) and the snapshot to compare it with, by path:
+/// the walk resolves them again where it runs (the engine, or a view taken after).
+pub(crate) struct ScanPlan {
+    roots: Vec<(Vec<u8>, Vec<u8>, Option<Vec<u8>>)>,
+    pins: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// A scan's first step, in the engine: paths checked, pins taken (undone on failure).
+pub(crate) fn scan_begin(
+    fs: &mut Fs,
+    paths: &[Vec<u8>],
+    since: Option<&[u8]>,
+    command: Option<&[u8]>,
+    user: Option<&scion_fs::access::Caller>,
+) -> Result<ScanPlan, Failure> {
+    let mut plan = ScanPlan { roots: Vec::with_capacity(paths.len()), pins: Vec::new() };
     let r = (|| {
         for p in paths {
-            let mut ino = fs.resolve_path_as(p, user).map_err(Failure::from_fs(show(p)))?;
+            let ino = fs.resolve_path_as(p, user).map_err(Failure::from_fs(show(p)))?;
             let base = match since {
                 None => None,
                 Some(s) => {
@@ -460,22 +480,62 @@ fn scan(
                         fs.in_snapshot(p, s).map_err(Failure::from_fs(show(p)))?
                     };
                     let what = format!("{} (the snapshot to compare {} with)", show(&snap), show(p));
-                    Some(fs.resolve_path_as(&snap, user).map_err(Failure::from_fs(what))?)
+                    fs.resolve_path_as(&snap, user).map_err(Failure::from_fs(what))?;
+                    Some(snap)
                 }
             };
             let rel = String::from_utf8_lossy(p).trim_matches('/').as_bytes().to_vec();
+            let mut top = p.clone();
             if command.is_some() {
-                if let Some((pin, at)) = pin_for_scan(fs, ino, &rel, user)? {
-                    pins.push((rel.clone(), pin));
-                    ino = at;
+                if let Some((pin, _)) = pin_for_scan(fs, ino, &rel, user)? {
+                    plan.pins.push((rel.clone(), pin.clone()));
+                    top = pin;
                 }
             }
-            roots.push((ino, rel, base));
+            plan.roots.push((top, rel, base));
         }
-        fs.scan_contents(&roots, user)
-            .map_err(Failure::from_fs(format!("scan of {}", paths.iter().map(|p| show(p)).collect::<Vec<_>>().join(" "))))
+        Ok(())
     })();
-    let listing = match r {
+    if let Err(f) = r {
+        for (_, pin) in &plan.pins {
+            unpin(fs, pin);
+        }
+        return Err(f);
+    }
+    Ok(plan)
+}
+
+/// A scan's walk, in the engine or in a view of it taken after `scan_begin`.
+pub(crate) fn scan_walk(
+    fs: &mut Fs,
+    plan: &ScanPlan,
+    paths: &[Vec<u8>],
+    user: Option<&scion_fs::access::Caller>,
+) -> Result<scion_fs::scan::ScanListing, Failure> {
+    let mut roots = Vec::with_capacity(plan.roots.len());
+    for (top, rel, base) in &plan.roots {
+        let ino = fs.resolve_path_as(top, user).map_err(Failure::from_fs(show(top)))?;
+        let base = match base {
+            Some(b) => Some(fs.resolve_path_as(b, user).map_err(Failure::from_fs(show(b)))?),
+            None => None,
+        };
+        roots.push((ino, rel.clone(), base));
+    }
+    fs.scan_contents(&roots, user)
+        .map_err(Failure::from_fs(format!("scan of {}", paths.iter().map(|p| show(p)).collect::<Vec<_>>().join(" "))))
+}
+
+/// A scan's last step, in the engine: its pins undone if the walk failed, the results a
+/// command's cache keeps.
+pub(crate) fn scan_end(
+    fs: &mut Fs,
+    plan: ScanPlan,
+    listing: Result<scion_fs::scan::ScanListing, Failure>,
+    command: Option<&[u8]>,
+    user: Option<&scion_fs::access::Caller>,
+) -> Result<Reply, Failure> {
+    let pins = plan.pins;
+    let listing = match listing {
         Ok(l) => l,
         Err(f) => {
             for (_, pin) in &pins {

@@ -184,6 +184,18 @@ impl Engine {
         self.lock().compress_end(batch).map(Some)
     }
 
+    /// A view of the committed state (`scion_fs` `view.rs`) for a read-only command to walk
+    /// without the engine lock: the lock is held to take it (a checkpoint of what is in
+    /// memory, which the background keeps small) and to give it back, not while it is used.
+    pub fn view(&self) -> FsResult<Fs> {
+        self.lock().view()
+    }
+
+    /// Gives a view back (`Fs::end_view`).
+    pub fn end_view(&self, view: Fs) {
+        self.lock().end_view(view);
+    }
+
     /// `scion list` of a mounted store: the committed state is pinned under the lock and
     /// each clone's space counted without it.
     pub fn list(&self) -> FsResult<Vec<scion_fs::Listing>> {

@@ -2,8 +2,9 @@
 //! from a base, made in the daemon from records and blocks (no round trip through the kernel
 //! per file) and handed out in pieces as it is made (`crate::stream` says the format).
 //!
-//! A snapshot does not change, so the engine lock is taken per step (an entry, or a
-//! megabyte of a file) and the mount goes on between steps. What changed is `diff BASE SNAP`;
+//! It is made from a view of the committed state (`Engine::view`), which nothing changes:
+//! the engine lock is taken only to take the view and give it back, and the mount goes on
+//! meanwhile. The view's own lock is taken per step (an entry, or a megabyte of a file). What changed is `diff BASE SNAP`;
 //! a changed file sends only its changed chunks (`Fs::chunk_changes`: a small write as its
 //! patch), a moved file a copy of the base's, deletions first, directories' metadata last
 //! (writing in a directory changes its mtime), deepest first.
@@ -16,6 +17,7 @@ use scion_fs::treehash::{ChunkChange, TreeHash};
 use scion_fs::{Fs, Ino, Kind};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::Write;
+use std::sync::Mutex;
 
 const CHUNK: u64 = 64 << 10;
 
@@ -89,10 +91,20 @@ impl Write for Sink<'_> {
 }
 
 /// Makes the stream into `sink` (buffered); the tree's content hash.
+/// The stream is made from a view of the committed state (`Engine::view`): requests to the
+/// engine go on while it is hashed, compared with its base and read.
 pub fn send(engine: &Engine, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> Result<TreeHash, Failure> {
+    let view = engine.view().map_err(Failure::from_fs("a view of the committed state".into()))?;
+    let view = Mutex::new(view);
+    let r = send_from(&view, req, sink);
+    engine.end_view(view.into_inner().unwrap_or_else(|e| e.into_inner()));
+    r
+}
+
+fn send_from(view: &Mutex<Fs>, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> Result<TreeHash, Failure> {
     let fail = |what: String| move |e: scion_fs::FsError| Failure::from_fs(what)(e);
     let (snap, root, base, changes) = {
-        let mut fs = engine.lock();
+        let mut fs = scion_fs::lock(view);
         let snap = fs.resolve_path(req.snap).map_err(fail(show(req.snap)))?;
         let root = fs.content_hash_of(snap).map_err(fail(format!("content hash of {}", show(req.snap))))?;
         let base = match req.base {
@@ -139,13 +151,13 @@ pub fn send(engine: &Engine, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) -> s
     // Hard-link groups of the tree sent: an increment sends every name of a group it touches
     // (the receiver's names of one file may have been linked otherwise in the base).
     let groups = if base.is_some() {
-        let mut fs = engine.lock();
+        let mut fs = scion_fs::lock(view);
         fs.link_groups(snap).map_err(fail(format!("hard links of {}", show(req.snap))))?
     } else {
         Vec::new()
     };
     let mut s = Sender {
-        engine,
+        view,
         w,
         snap,
         links: HashMap::new(),
@@ -170,7 +182,7 @@ pub fn send(engine: &Engine, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) -> s
         s.w.finish(root).map_err(io)?;
         Ok(dedup)
     })();
-    let mut fs = engine.lock();
+    let mut fs = scion_fs::lock(view);
     fs.forget(snap, 1);
     if let Some((b, _)) = base {
         fs.forget(b, 1);
@@ -196,7 +208,7 @@ fn fs_err(what: &[u8]) -> impl FnOnce(scion_fs::FsError) -> Failure + '_ {
 }
 
 struct Sender<'e, W: Write> {
-    engine: &'e Engine,
+    view: &'e Mutex<Fs>,
     w: StreamWriter<W>,
     /// The snapshot's top (held).
     snap: Ino,
@@ -257,8 +269,8 @@ impl<W: Write> Sender<'_, W> {
         let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
         while let Some(d) = stack.pop() {
             let names: Vec<Vec<u8>> = {
-                let engine = self.engine;
-                let mut fs = engine.lock();
+                let view = self.view;
+                let mut fs = scion_fs::lock(view);
                 let ino = self.at(&mut fs, &d)?;
                 let r = fs.readdir(ino).map_err(fs_err(&d));
                 fs.forget(ino, 1);
@@ -283,8 +295,8 @@ impl<W: Write> Sender<'_, W> {
     /// A file's data follows (`fresh`: a new file, zero chunks left out).
     fn entry(&mut self, p: &[u8], fresh: bool) -> Result<bool, Failure> {
         let (frame, file) = {
-            let engine = self.engine;
-                let mut fs = engine.lock();
+            let view = self.view;
+                let mut fs = scion_fs::lock(view);
             let ino = self.at(&mut fs, p)?;
             let r = self.entry_frame(&mut fs, ino, p, fresh);
             fs.forget(ino, 1);
@@ -346,8 +358,8 @@ impl<W: Write> Sender<'_, W> {
                 n += 1;
             }
             let frames = {
-                let engine = self.engine;
-                let mut fs = engine.lock();
+                let view = self.view;
+                let mut fs = scion_fs::lock(view);
                 let ino = self.at(&mut fs, p)?;
                 let r = self.step_frames(&mut fs, ino, p, size, first..first + n as u64, holes);
                 fs.forget(ino, 1);
@@ -413,8 +425,8 @@ impl<W: Write> Sender<'_, W> {
         dirs.sort_by_key(|d| std::cmp::Reverse(d.iter().filter(|&&c| c == b'/').count() + usize::from(!d.is_empty())));
         for d in dirs {
             let m = {
-                let engine = self.engine;
-                let mut fs = engine.lock();
+                let view = self.view;
+                let mut fs = scion_fs::lock(view);
                 let ino = self.at(&mut fs, &d)?;
                 let r = meta(&mut fs, ino).map_err(fs_err(&d));
                 fs.forget(ino, 1);
@@ -498,8 +510,8 @@ impl<W: Write> Sender<'_, W> {
     }
 
     fn meta_at(&mut self, p: &[u8]) -> Result<Meta, Failure> {
-        let engine = self.engine;
-                let mut fs = engine.lock();
+        let view = self.view;
+                let mut fs = scion_fs::lock(view);
         let ino = self.at(&mut fs, p)?;
         let r = meta(&mut fs, ino).map_err(fs_err(p));
         fs.forget(ino, 1);
@@ -531,8 +543,8 @@ impl<W: Write> Sender<'_, W> {
     /// the base is sent whole, as a new file: the receiver's other names must not change).
     fn changed_file(&mut self, base: Ino, p: &[u8]) -> Result<(), Failure> {
         let (frame, changes, size) = {
-            let engine = self.engine;
-                let mut fs = engine.lock();
+            let view = self.view;
+                let mut fs = scion_fs::lock(view);
             let new = self.at(&mut fs, p)?;
             let r = (|| {
                 let a = fs.getattr(new).map_err(fs_err(p))?;

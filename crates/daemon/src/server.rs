@@ -658,6 +658,9 @@ fn run(
     if let Rights::User(c) = who {
         return run_for_user(engine, invalidate, op, c);
     }
+    if on_view(op) {
+        return run_on_view(engine, op, None);
+    }
     match op {
         Op::Scrub => {
             let mut progress = |blocks: u64, bytes: u64| {
@@ -729,6 +732,46 @@ fn run(
     }
 }
 
+/// The read-only commands that walk a view of the committed state (`Engine::view`) rather
+/// than the engine, so that requests go on while they run (issue 38).
+fn on_view(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Diff { .. }
+            | Op::Scan { .. }
+            | Op::Versions { .. }
+            | Op::Deleted { .. }
+            | Op::TreeHash { .. }
+            | Op::FindTree { .. }
+            | Op::ChunkChanges { .. }
+    )
+}
+
+/// Runs an `on_view` command: the engine lock is held to take the view and give it back
+/// (and, for a scan, to take and undo its pins), not while it walks.
+fn run_on_view(engine: &Engine, op: &Op, user: Option<&scion_fs::access::Caller>) -> Result<Reply, Failure> {
+    let view_failed = |e| Failure::from_fs("a view of the committed state".into())(e);
+    if let Op::Scan { paths, since, command } = op {
+        let (since, command) = (since.as_deref(), command.as_deref());
+        let plan = crate::control::scan_begin(&mut engine.lock(), paths, since, command, user)?;
+        let listing = match engine.view() {
+            Ok(mut view) => {
+                let l = crate::control::scan_walk(&mut view, &plan, paths, user);
+                engine.end_view(view);
+                l
+            }
+            Err(e) => Err(view_failed(e)),
+        };
+        return crate::control::scan_end(&mut engine.lock(), plan, listing, command, user);
+    }
+    let mut view = engine.view().map_err(view_failed)?;
+    let r = execute(&mut view, op, user);
+    engine.end_view(view);
+    let (reply, inval) = r?;
+    debug_assert!(inval.is_empty(), "a read-only command changed what the kernel caches");
+    Ok(reply)
+}
+
 /// The users' socket of the daemon serving the mount at `mnt`: named by the mount's root
 /// directory (`CONTROL_XATTR`), which only that daemon answers, and served by root.
 fn users_socket(mnt: &Path) -> Result<UnixStream, Failure> {
@@ -784,6 +827,10 @@ fn run_for_user(
         let rows = engine.list().map_err(Failure::from_fs("list".into()))?;
         let rows = rights::visible_listing(&mut engine.lock(), who, rows);
         return Ok(Reply::Listing(crate::control::below(rows, under.as_deref())));
+    }
+    if on_view(op) {
+        rights::authorize(&mut engine.lock(), who, op)?;
+        return run_on_view(engine, op, Some(who));
     }
     let (reply, inval) = {
         let mut fs = engine.lock();

@@ -157,58 +157,15 @@ impl Fs {
         if reclaimed > 0 {
             log::info!("{reclaimed} bytes of pack space that nothing references (a crash left them) given back");
         }
-        let mut fs = Fs {
-            vol: Volume::new(
-                dir.to_path_buf(),
-                sb.store_id,
-                sb.generation,
-                host,
-                lock,
-                Forest::new(store.clone(), RefTable::default()),
-            ),
-            nodes: Default::default(),
-            namespaces: BTreeMap::new(),
-            next_ns: 1,
-            ns_limit: MAIN_NS_LIMIT,
-            ns_root: None,
-            relocations: None,
-            incompressible: Default::default(),
-            io: Default::default(),
-            replaying: true,
-            dirty_bytes: 0,
-            flushed_bytes: 0,
-            pending_chunks: 0,
-            orphan_releases: Vec::new(),
-            last_checkpoint: Instant::now(),
-            last_change: Instant::now(),
-            last_repack: None,
-            last_compress: None,
-            dropped_ns: Vec::new(),
-            replaced_ns: Default::default(),
-            show_snapdir: false,
-            read_only: false,
-            failed_errno: crate::error::errno::EIO,
-            journaled: true,
-            journal_data: false,
-            writeback: false,
-            lost_blocks: Default::default(),
-            dedup_index: Default::default(),
-            hash_memo: Default::default(),
-            reclaimable: Default::default(),
-            dirty: Default::default(),
-            idle_dirs: Vec::new(),
-            idle_fresh: 0,
-            idle_sweep_at: 1024,
-            carried: Default::default(),
-            carry_memo: Default::default(),
-            journal_floor: 0,
-            orphans: Default::default(),
-            sweep_at: 1 << 16,
-            loaded_since_sweep: 0,
-            room: Default::default(),
-            reserve: Default::default(),
-            kernel_inval: Vec::new(),
-        };
+        let mut fs = Fs::blank(Volume::new(
+            dir.to_path_buf(),
+            sb.store_id,
+            sb.generation,
+            host,
+            lock,
+            Forest::new(store.clone(), RefTable::default()),
+        ));
+        fs.replaying = true;
         match (&sb.checkpoint, rec) {
             (Some(ptr), Some(rec)) => {
                 if rec.generation != sb.generation {
@@ -317,6 +274,57 @@ impl Fs {
         // Start clean: the kernel knows no inode yet.
         fs.nodes.retain(|_, n| n.loc == Loc::Root);
         Ok(fs)
+    }
+
+    /// A filesystem over volume `vol` holding nothing yet: `open` fills it from the store,
+    /// `view` from the engine's committed state.
+    pub(crate) fn blank(vol: Volume) -> Fs {
+        Fs {
+            vol,
+            nodes: Default::default(),
+            namespaces: BTreeMap::new(),
+            next_ns: 1,
+            ns_limit: MAIN_NS_LIMIT,
+            ns_root: None,
+            relocations: None,
+            incompressible: Default::default(),
+            io: Default::default(),
+            replaying: false,
+            dirty_bytes: 0,
+            flushed_bytes: 0,
+            pending_chunks: 0,
+            orphan_releases: Vec::new(),
+            last_checkpoint: Instant::now(),
+            last_change: Instant::now(),
+            last_repack: None,
+            last_compress: None,
+            dropped_ns: Vec::new(),
+            replaced_ns: Default::default(),
+            show_snapdir: false,
+            read_only: false,
+            failed_errno: crate::error::errno::EIO,
+            journaled: true,
+            journal_data: false,
+            writeback: false,
+            lost_blocks: Default::default(),
+            dedup_index: Default::default(),
+            hash_memo: Default::default(),
+            reclaimable: Default::default(),
+            dirty: Default::default(),
+            idle_dirs: Vec::new(),
+            idle_fresh: 0,
+            idle_sweep_at: 1024,
+            carried: Default::default(),
+            carry_memo: Default::default(),
+            journal_floor: 0,
+            orphans: Default::default(),
+            sweep_at: 1 << 16,
+            loaded_since_sweep: 0,
+            room: Default::default(),
+            reserve: Default::default(),
+            kernel_inval: Vec::new(),
+            view: None,
+        }
     }
 
     /// After a crash: gives back the pack space below the append position that nothing
@@ -749,6 +757,11 @@ impl Fs {
     }
 
     pub(crate) fn checkpoint_with(&mut self, fold: Fold) -> Result<()> {
+        if self.view.is_some() {
+            // A view holds the committed state and never changes (`view.rs`).
+            debug_assert!(!self.pending(), "a view with changes");
+            return Ok(());
+        }
         if let Some(why) = &self.vol.failed {
             return Err(Error::Format(format!("filesystem failed earlier: {why}")));
         }

@@ -33,6 +33,12 @@ const DIRTY_LIMIT: u64 = 256 << 20;
 const PENDING_CHUNK_LIMIT: u64 = 65536;
 /// ... or when the journal grows past this.
 const JOURNAL_LIMIT: u64 = 1 << 30;
+/// The background takes a checkpoint once this many inodes wait to be folded, however young
+/// the changes: a checkpoint holds every request for the time its fold takes (about 10 µs an
+/// inode), so keeping each small keeps that wait short (issue 38).
+pub const FOLD_BATCH: usize = 2048;
+/// ... and a request takes one itself past this many, when the background falls behind.
+const FOLD_LIMIT: usize = 4 * FOLD_BATCH;
 /// Uncommitted whole chunks in a copy_file_range source worth a checkpoint so that the copy
 /// shares their blocks (4 MiB: a checkpoint costs a few milliseconds, about what copying
 /// that many bytes does).
@@ -454,6 +460,9 @@ pub struct Fs {
     /// What the kernel must forget after changes it did not make itself (a destroyed
     /// clone's inodes): sent by the daemon outside the engine lock (`take_invalidations`).
     pub(crate) kernel_inval: Vec<Inval>,
+    /// Set on a view of the committed state (`view.rs`): the pin that keeps its blocks
+    /// readable. A view changes nothing and has nothing to commit.
+    pub(crate) view: Option<crate::pinned::Pin>,
 }
 
 /// Something the kernel cached that a change behind its back made wrong.
@@ -996,6 +1005,7 @@ impl Fs {
         if self.dirty_bytes + self.flushed_bytes > DIRTY_LIMIT
             || jl > JOURNAL_LIMIT
             || self.pending_chunks > PENDING_CHUNK_LIMIT
+            || self.unfolded() > FOLD_LIMIT
         {
             self.checkpoint().map_err(eio)?;
         }
@@ -3026,7 +3036,8 @@ impl Fs {
         if self.vol.failed.is_some() {
             return Ok(());
         }
-        if self.last_checkpoint.elapsed() >= checkpoint_after && self.has_changes() {
+        let due = self.last_checkpoint.elapsed() >= checkpoint_after && self.has_changes();
+        if due || self.unfolded() >= FOLD_BATCH {
             self.checkpoint()?;
         }
         self.sweep_noted_if_due();
@@ -3035,6 +3046,12 @@ impl Fs {
 
     pub fn has_changes(&self) -> bool {
         self.vol.journal.as_ref().is_some_and(|j| j.len > self.journal_floor) || self.pending()
+    }
+
+    /// How many inodes the next checkpoint folds (carried files cost it little: their
+    /// records are reused while they do not change).
+    pub(crate) fn unfolded(&self) -> usize {
+        self.dirty.len().saturating_sub(self.carried.len())
     }
 
     /// Something in memory is not in the committed trees (nor carried in the journal) yet.

@@ -47,6 +47,7 @@ pub mod treehash;
 pub mod scrub;
 pub mod status;
 pub mod versions;
+mod view;
 mod volume;
 
 pub use clone::Listing;
