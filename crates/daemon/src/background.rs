@@ -123,13 +123,24 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, fir
     // Space freed by checkpoints goes back to the host without the engine lock: a punch can
     // wait seconds for the device's discard.
     engine.punch(false);
-    let inval = {
+    // The checkpoint, when due, holds the engine lock while it folds and writes, not while
+    // its packs sync (`Fs::checkpoint_begin`).
+    let (sync, mut inval) = {
         let mut fs = engine.lock();
-        if let Err(e) = fs.tick(opts.checkpoint_after) {
+        let sync = fs.tick_begin(opts.checkpoint_after).unwrap_or_else(|e| {
+            log::error!("background checkpoint: {e}");
+            None
+        });
+        (sync, fs.take_invalidations())
+    };
+    if let Some(sync) = sync {
+        let r = sync.run();
+        let mut fs = engine.lock();
+        if let Err(e) = fs.checkpoint_end(sync, r) {
             log::error!("background checkpoint: {e}");
         }
-        fs.take_invalidations()
-    };
+        inval.extend(fs.take_invalidations());
+    }
     if !inval.is_empty() {
         invalidate(&inval);
     }

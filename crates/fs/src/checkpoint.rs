@@ -324,6 +324,7 @@ impl Fs {
             reserve: Default::default(),
             kernel_inval: Vec::new(),
             view: None,
+            committing: None,
         }
     }
 
@@ -765,9 +766,18 @@ impl Fs {
         if let Some(why) = &self.vol.failed {
             return Err(Error::Format(format!("filesystem failed earlier: {why}")));
         }
-        // A host filled by others since the last look: the reserve makes room first.
-        self.room_for_checkpoint();
-        let r = self.checkpoint_inner(fold);
+        let r = self.finish_commit().and_then(|()| {
+            // A host filled by others since the last look: the reserve makes room first.
+            self.room_for_checkpoint();
+            let f = self.fold_and_write(fold)?;
+            self.vol.forest.store.sync()?;
+            self.commit_tail(f)
+        });
+        self.checkpoint_done(r)
+    }
+
+    /// What every checkpoint does once committed, or failed.
+    fn checkpoint_done(&mut self, r: Result<()>) -> Result<()> {
         if r.is_ok() {
             self.vol.forest.store.settle_streams();
         }
@@ -778,11 +788,64 @@ impl Fs {
         r
     }
 
+    /// The background's checkpoint, overlapped with requests: folded and written under the
+    /// engine lock, the packs synced without it (`PackSync::run`), committed under it again
+    /// (`checkpoint_end`). Requests in between journal into the current journal as usual; the
+    /// commit copies their records into the next one (`Journal::window`), so a crash before
+    /// the superblock replays them after the old checkpoint and one after it replays them
+    /// after the new. None if a commit is already in flight or the volume failed.
+    pub fn checkpoint_begin(&mut self) -> Result<Option<PackSync>> {
+        assert!(self.view.is_none(), "a checkpoint of a view");
+        if self.vol.failed.is_some() || self.committing.is_some() {
+            return Ok(None);
+        }
+        self.room_for_checkpoint();
+        let f = match self.fold_and_write(Fold::Carry) {
+            Ok(f) => f,
+            Err(e) => return self.checkpoint_done(Err(e)).map(|()| None),
+        };
+        let id = f.generation;
+        self.committing = Some(f);
+        if let Some(j) = &mut self.vol.journal {
+            j.window = Some(Vec::new());
+        }
+        crate::failpoint::hit_at("commit-window", &self.vol.dir.to_string_lossy());
+        Ok(Some(PackSync {
+            store: self.vol.forest.store.clone(),
+            generation: id,
+        }))
+    }
+
+    /// Commits the checkpoint `checkpoint_begin` began, once `sync` ran (`synced`: how it
+    /// went); nothing if another checkpoint finished it meanwhile.
+    pub fn checkpoint_end(&mut self, sync: PackSync, synced: Result<()>) -> Result<()> {
+        if self.committing.as_ref().map(|f| f.generation) != Some(sync.generation) {
+            return Ok(());
+        }
+        let f = self.committing.take().expect("just checked");
+        let r = synced.and_then(|()| self.commit_tail(f));
+        self.checkpoint_done(r)
+    }
+
+    /// Commits an in-flight checkpoint under the lock (its packs synced here): what any other
+    /// checkpoint does first, so that commits stay in order.
+    fn finish_commit(&mut self) -> Result<()> {
+        match self.committing.take() {
+            None => Ok(()),
+            Some(f) => {
+                self.vol.forest.store.sync()?;
+                self.commit_tail(f)
+            }
+        }
+    }
+
     /// A checkpoint, in its steps: what changed since the last one is folded into new
     /// tree versions bottom-up (files, directories deepest first, link tables, the namespace
-    /// table), written, synced and committed by a new superblock; then what the old versions
+    /// table) and written with the checkpoint record (this function); the packs synced; the
+    /// next journal and a new superblock written (`commit_tail`); then what the old versions
     /// alone held is freed.
-    fn checkpoint_inner(&mut self, fold: Fold) -> Result<()> {
+    fn fold_and_write(&mut self, fold: Fold) -> Result<InFlight> {
+        assert!(self.committing.is_none(), "a checkpoint folded while another is in flight");
         let t0 = Instant::now();
         let data_bytes = self.dirty_bytes;
         let flushed_bytes = std::mem::take(&mut self.flushed_bytes);
@@ -813,25 +876,20 @@ impl Fs {
                 n.prepass_sum = None;
             }
         }
-        let Committed {
-            generation,
-            freed,
-            t_built,
-            t_synced,
-        } = self.commit(&carry, t0)?;
-        self.after_commit(carry, dirty, freed);
+        // The blocks they describe are in the trees now, with their sums.
+        self.vol.fresh_sums.clear();
         self.last_checkpoint = Instant::now();
-        log::debug!(
-            "checkpoint {generation}: {} MiB of buffered data ({} MiB more written behind), {} inodes changed; files {:?}, trees {:?}, pack sync {:?}, commit {:?}",
+        let t_files_trees = (t_files, t0.elapsed() - t_files);
+        let mut f = self.commit_head(carry, dirty, t0)?;
+        f.log = format!(
+            "{} MiB of buffered data ({} MiB more written behind), {} inodes changed; files {:?}, trees {:?}",
             data_bytes >> 20,
             flushed_bytes >> 20,
             n_dirty,
-            t_files,
-            t_built - t_files,
-            t_synced - t_built,
-            self.last_checkpoint - t0 - t_synced,
+            t_files_trees.0,
+            t_files_trees.1,
         );
-        Ok(())
+        Ok(f)
     }
 
     /// Step 1, the prepass: a reference on the old content (and summary) of every record
@@ -1223,9 +1281,8 @@ impl Fs {
     }
 
     /// Step 5: the meta blocks (reference table, orphans, freed list) and the checkpoint
-    /// record are written, the packs synced, the next journal started (with the carried
-    /// records at its head) and the superblock written: the commit point.
-    fn commit(&mut self, carry: &[(Ino, Vec<u8>)], t0: Instant) -> Result<Committed> {
+    /// record are written; what the commit needs is kept (`InFlight`).
+    fn commit_head(&mut self, carry: Vec<(Ino, Vec<u8>)>, dirty: Vec<Ino>, t0: Instant) -> Result<InFlight> {
         let generation = self.vol.generation + 1;
         let orphans: Vec<BlockPtr> = self.orphans.iter().filter_map(|i| self.nodes[i].orphan_ref).collect();
         // Blocks an earlier checkpoint freed and nobody has punched yet stay on the list, so
@@ -1245,41 +1302,64 @@ impl Fs {
             &orphans,
             &freed,
         )?;
-        let t_built = t0.elapsed();
-        self.vol.forest.store.sync()?;
-        let t_synced = t0.elapsed();
-        let head: Vec<&[u8]> = carry.iter().map(|(_, p)| p.as_slice()).collect();
-        let journal = Journal::create_with(&self.vol.host, &self.vol.dir, generation, &self.vol.store_id, &head)?;
-        let (pack, pack_end) = self.vol.forest.store.position();
+        Ok(InFlight {
+            generation,
+            record,
+            pages,
+            // Everything the record names lies below: blocks written after it (data of the
+            // requests in the window) are the journal's, as any written ahead.
+            position: self.vol.forest.store.position(),
+            freed,
+            carry,
+            dirty,
+            t0,
+            t_built: t0.elapsed(),
+            log: String::new(),
+        })
+    }
+
+    /// Step 6, once the packs are synced: the next journal is started (the carried records
+    /// at its head, then those of the requests since the fold), and the superblock
+    /// written: the commit point.
+    fn commit_tail(&mut self, f: InFlight) -> Result<()> {
+        let t_synced = f.t0.elapsed();
+        let window = self.vol.journal.as_mut().and_then(|j| j.window.take()).unwrap_or_default();
+        let head: Vec<(&[u8], bool)> = f.carry.iter().map(|(_, p)| (p.as_slice(), false)).collect();
+        let rest: Vec<(&[u8], bool)> = window.iter().map(|(p, more)| (p.as_slice(), *more)).collect();
+        let journal = Journal::create_with(&self.vol.host, &self.vol.dir, f.generation, &self.vol.store_id, &head, &rest)?;
         let sb = Superblock {
             version: scion_store::FORMAT_VERSION,
-            generation,
+            generation: f.generation,
             store_id: self.vol.store_id,
-            pack,
-            pack_end,
-            checkpoint: Some(record),
+            pack: f.position.0,
+            pack_end: f.position.1,
+            checkpoint: Some(f.record),
         };
         sb.write(&self.vol.host, &self.vol.dir)?;
 
-        self.vol.generation = generation;
-        self.journal_floor = journal.len;
+        self.vol.generation = f.generation;
+        // The records of the window are changes the next checkpoint folds.
+        self.journal_floor = journal.head_len;
         self.vol.journal = Some(journal);
-        self.vol.meta_blocks = vec![record];
-        self.vol.meta_blocks.extend(pages);
-        Ok(Committed {
-            generation,
-            freed,
-            t_built,
-            t_synced,
-        })
+        self.vol.meta_blocks = vec![f.record];
+        self.vol.meta_blocks.extend(f.pages);
+        log::debug!(
+            "checkpoint {}: {}, written {:?}, pack sync {:?}, commit {:?} ({} records of requests meanwhile)",
+            f.generation,
+            f.log,
+            f.t_built,
+            t_synced - f.t_built,
+            f.t0.elapsed() - t_synced,
+            window.len(),
+        );
+        self.after_commit(f.carry, f.dirty, f.freed);
+        Ok(())
     }
 
     /// Step 6, once committed: the carried files stay dirty for the next checkpoint, the
     /// freed blocks wait for reads in flight and are punched (or left to the daemon), and
     /// what nothing holds any more leaves memory.
     fn after_commit(&mut self, carry: Vec<(Ino, Vec<u8>)>, dirty: Vec<Ino>, freed: Vec<BlockPtr>) {
-        // The blocks they describe are in the trees now, with their sums.
-        self.vol.fresh_sums.clear();
         if !self.replaced_ns.is_empty() {
             let live: HashSet<u32> = self.nodes.values().map(|n| n.ns).collect();
             self.replaced_ns.retain(|id| live.contains(id));
@@ -1290,7 +1370,9 @@ impl Fs {
         // Reads planned before the commit may still be fetching freed blocks; later ones
         // cannot name them. Once these are done the blocks may be punched at any time.
         self.vol.read_gate.wait_idle();
-        self.vol.unpunched = freed;
+        // (Anything put on the list while the packs synced stays on it, after.)
+        let later = std::mem::replace(&mut self.vol.unpunched, freed);
+        self.vol.unpunched.extend(later);
         self.punch_now_unless_later();
         // Unpin what this checkpoint wrote and drop what nothing holds. Inodes loaded by
         // walks that take no kernel reference (a path walk, repack's) and never changed are
@@ -1303,6 +1385,11 @@ impl Fs {
             dirty
         };
         for ino in candidates {
+            // Changed again since the fold (by a request while the packs synced, or a carried
+            // file): placed in an overlay, it stays pinned for the next checkpoint.
+            if self.dirty.contains(&ino) {
+                continue;
+            }
             let Some(n) = self.nodes.get_mut(&ino) else { continue };
             n.pinned = false;
             if crate::evict::file_unheld(ino, n) {
@@ -1317,13 +1404,33 @@ impl Fs {
     }
 }
 
-/// What `Fs::commit` committed: the new generation, the blocks it freed (punched once no
-/// earlier read is in flight), and when the trees were built and the packs synced.
-struct Committed {
+/// A checkpoint folded and written, not yet committed (`Fs::commit_head`): what its commit
+/// writes and, once committed, frees.
+pub(crate) struct InFlight {
     generation: u64,
+    record: BlockPtr,
+    pages: Vec<BlockPtr>,
+    /// The packs' append position after the checkpoint's blocks (the superblock's).
+    position: (u32, u64),
     freed: Vec<BlockPtr>,
+    carry: Vec<(Ino, Vec<u8>)>,
+    dirty: Vec<Ino>,
+    t0: Instant,
     t_built: std::time::Duration,
-    t_synced: std::time::Duration,
+    log: String,
+}
+
+/// The sync of a background checkpoint's packs, run without the engine lock
+/// (`Fs::checkpoint_begin`).
+pub struct PackSync {
+    store: std::sync::Arc<scion_store::BlockStore>,
+    generation: u64,
+}
+
+impl PackSync {
+    pub fn run(&self) -> Result<()> {
+        self.store.sync()
+    }
 }
 
 /// A file's content when chunk 0 is all it stores (`Fs::single_chunk`).

@@ -36,7 +36,7 @@ const JOURNAL_LIMIT: u64 = 1 << 30;
 /// The background takes a checkpoint once this many inodes wait to be folded, however young
 /// the changes: a checkpoint holds every request for the time its fold takes (about 10 µs an
 /// inode), so keeping each small keeps that wait short (issue 38).
-pub const FOLD_BATCH: usize = 2048;
+pub const FOLD_BATCH: usize = 1024;
 /// ... and a request takes one itself past this many, when the background falls behind.
 const FOLD_LIMIT: usize = 4 * FOLD_BATCH;
 /// Uncommitted whole chunks in a copy_file_range source worth a checkpoint so that the copy
@@ -463,6 +463,10 @@ pub struct Fs {
     /// Set on a view of the committed state (`view.rs`): the pin that keeps its blocks
     /// readable. A view changes nothing and has nothing to commit.
     pub(crate) view: Option<crate::pinned::Pin>,
+    /// A background checkpoint folded and written whose packs are being synced without
+    /// the engine lock (`checkpoint_begin`); committed by `checkpoint_end`, or by the next
+    /// checkpoint first.
+    pub(crate) committing: Option<crate::checkpoint::InFlight>,
 }
 
 /// Something the kernel cached that a change behind its back made wrong.
@@ -3032,15 +3036,28 @@ impl Fs {
 
     /// Periodic work: checkpoints when changes are old enough. (The caller syncs the journal
     /// first, without the engine lock: `sync_begin`.)
-    pub fn tick(&mut self, checkpoint_after: std::time::Duration) -> Result<()> {
+    /// The background's periodic work under the engine lock: idle directories swept, and a
+    /// checkpoint begun when one is due (changes older than `checkpoint_after`, or more than
+    /// `FOLD_BATCH` inodes waiting), for the caller to sync without the lock and commit
+    /// (`checkpoint_end`).
+    pub fn tick_begin(&mut self, checkpoint_after: std::time::Duration) -> Result<Option<crate::PackSync>> {
         if self.vol.failed.is_some() {
-            return Ok(());
-        }
-        let due = self.last_checkpoint.elapsed() >= checkpoint_after && self.has_changes();
-        if due || self.unfolded() >= FOLD_BATCH {
-            self.checkpoint()?;
+            return Ok(None);
         }
         self.sweep_noted_if_due();
+        let due = self.last_checkpoint.elapsed() >= checkpoint_after && self.has_changes();
+        if due || self.unfolded() >= FOLD_BATCH {
+            return self.checkpoint_begin();
+        }
+        Ok(None)
+    }
+
+    /// `tick_begin` and the rest of its checkpoint, all under the caller's hold.
+    pub fn tick(&mut self, checkpoint_after: std::time::Duration) -> Result<()> {
+        if let Some(sync) = self.tick_begin(checkpoint_after)? {
+            let r = sync.run();
+            self.checkpoint_end(sync, r)?;
+        }
         Ok(())
     }
 

@@ -113,6 +113,11 @@ pub struct Journal {
     synced: u64,
     /// Tells this journal's syncs from another's (`JournalSync` outlives a checkpoint).
     id: u64,
+    /// Length after the records it was created with (a checkpoint's carried records).
+    pub head_len: u64,
+    /// While a checkpoint's packs sync without the engine lock: every record appended
+    /// since it was folded (payload, `more`), which its commit copies into the next journal.
+    pub window: Option<Vec<(Vec<u8>, bool)>>,
 }
 
 /// An fdatasync of the journal that `Journal::prepare_sync` found needed, to be run without
@@ -134,11 +139,12 @@ static JOURNAL_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 impl Journal {
     /// Creates the (empty) journal of `generation` and makes its existence durable.
     pub fn create(host: &Host, dir: &Path, generation: u64, store_id: &[u8; 16]) -> Result<Journal> {
-        Self::create_with(host, dir, generation, store_id, &[])
+        Self::create_with(host, dir, generation, store_id, &[], &[])
     }
 
-    /// `create` with records (encoded, each a whole operation) at its head, written and
-    /// synced with the header: one fdatasync for both (a checkpoint's carried records).
+    /// `create` with records (encoded, with their `more` flags) at its head, written and
+    /// synced with the header: one fdatasync for all (a checkpoint's carried records, each a
+    /// whole operation, then those of the requests served while its packs synced, `rest`).
     ///
     /// The file of generation - 2 is reused: it is no longer needed once the superblock of
     /// generation - 1 is durable, and the superblock naming this one is written only after
@@ -149,7 +155,8 @@ impl Journal {
         dir: &Path,
         generation: u64,
         store_id: &[u8; 16],
-        head: &[&[u8]],
+        head: &[(&[u8], bool)],
+        rest: &[(&[u8], bool)],
     ) -> Result<Journal> {
         let path = journal_path(dir, generation, scion_store::FORMAT_VERSION);
         let existed = host.exists(&path);
@@ -176,10 +183,16 @@ impl Journal {
             len: 0,
             synced: 0,
             id: JOURNAL_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            head_len: 0,
+            window: None,
         };
         j.len = j.buf.len() as u64;
-        for payload in head {
-            j.append_encoded(payload, false)?;
+        for (payload, more) in head {
+            j.append_encoded(payload, *more)?;
+        }
+        j.head_len = j.len;
+        for (payload, more) in rest {
+            j.append_encoded(payload, *more)?;
         }
         j.sync()?;
         if !existed {
@@ -219,6 +232,9 @@ impl Journal {
                 self.len = len;
                 return Err(e);
             }
+        }
+        if let Some(w) = &mut self.window {
+            w.push((payload.to_vec(), more));
         }
         Ok(())
     }

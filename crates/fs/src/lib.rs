@@ -61,6 +61,7 @@ pub use inode::{Kind, Ts, INLINE_MAX};
 pub use scion_tree::{set_node_cache_limit, NODE_CACHE_BYTES};
 pub use treehash::{set_hash_memo_limit, HASH_MEMO_ENTRIES};
 pub use punch::PunchBatch;
+pub use checkpoint::PackSync;
 pub use repack::RepackReport;
 
 /// Locks the engine. A panic while the lock was held (a bug) left the in-memory state

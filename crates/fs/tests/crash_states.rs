@@ -15,7 +15,8 @@
 //!   acknowledged lost, nothing half-done.
 //!
 //! `SCION_CRASH=full` checks more mixes per point (the figures in docs/testing.md);
-//! the default is the reduced set CI runs. `SCION_CRASH_SEED` changes the seed.
+//! the default is the reduced set CI runs. `SCION_CRASH_SEED` changes the seed;
+//! `SCION_CRASH_WORKLOAD=NAME` runs the workloads whose name starts so.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -45,6 +46,11 @@ enum Step {
     Chmod(String, u16),
     Fsync,
     Checkpoint,
+    /// The background's checkpoint begun: folded and written, its packs not yet synced nor
+    /// its superblock written; the steps up to `CheckpointEnd` run in that window.
+    CheckpointBegin,
+    /// ... and committed (nothing if a `Checkpoint` in the window already did).
+    CheckpointEnd,
     /// Write-behind of buffered data, as the mount's background thread does it.
     FlushBehind,
     Clone(String, String),
@@ -111,6 +117,7 @@ impl Step {
                 | Step::NoJournal
                 | Step::Journal
                 | Step::Checkpoint
+                | Step::CheckpointEnd
                 | Step::Clone(..)
                 | Step::Snapshot(..)
                 | Step::Destroy(_)
@@ -146,6 +153,12 @@ fn resolve(fs: &mut Fs, path: &str) -> scion_fs::FsResult<Ino> {
 
 /// Inodes held open by `Step::Open`, by handle number.
 type Held = HashMap<usize, Ino>;
+
+thread_local! {
+    /// The background checkpoint in flight (`Step::CheckpointBegin`), of the one store of a
+    /// workload that has them.
+    static INFLIGHT: std::cell::RefCell<Option<scion_fs::PackSync>> = const { std::cell::RefCell::new(None) };
+}
 
 /// Where store `n` of a workload lives: the main store, or a cube's store inside it.
 fn store_dir(n: usize) -> std::path::PathBuf {
@@ -225,6 +238,17 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
         }
         Step::Fsync => fs.fsync()?,
         Step::Checkpoint => fs.checkpoint()?,
+        Step::CheckpointBegin => {
+            let job = fs.checkpoint_begin()?;
+            assert!(job.is_some(), "no checkpoint begun");
+            INFLIGHT.with(|f| *f.borrow_mut() = job);
+        }
+        Step::CheckpointEnd => {
+            if let Some(job) = INFLIGHT.with(|f| f.borrow_mut().take()) {
+                let r = job.run();
+                fs.checkpoint_end(job, r)?;
+            }
+        }
         Step::FlushBehind => {
             if let Some(batch) = fs.flush_begin(0) {
                 let done = batch.run();
@@ -843,6 +867,43 @@ fn small_writes(rng: &mut StdRng) -> Vec<Step> {
     s
 }
 
+/// Background checkpoints overlapped with requests: changes and fsyncs between a
+/// checkpoint's fold and its commit (a small overwrite carried, a whole chunk written
+/// ahead, a rename, a removal), a checkpoint taken while one is in flight (it commits that
+/// one first), and a crash with one in flight.
+fn overlapped(rng: &mut StdRng) -> Vec<Step> {
+    let mut s = vec![Step::Mkdir("d".into())];
+    for f in 0..4 {
+        let p = format!("d/f{f}");
+        s.push(Step::Create(p.clone()));
+        s.push(Step::Write(p, 0, bytes(rng, 3000 + 70000 * (f % 2))));
+    }
+    s.push(Step::Checkpoint);
+    s.push(Step::Write("d/f0".into(), 10, bytes(rng, 500)));
+    s.push(Step::CheckpointBegin);
+    s.push(Step::Write("d/f1".into(), 100, bytes(rng, 50)));
+    s.push(Step::Create("d/g0".into()));
+    s.push(Step::Write("d/g0".into(), 0, bytes(rng, 70000)));
+    s.push(Step::Rename("d/f2".into(), "d/f9".into()));
+    s.push(Step::Fsync);
+    s.push(Step::Write("d/f3".into(), 5, bytes(rng, 20)));
+    s.push(Step::CheckpointEnd);
+    s.push(Step::Write("d/f1".into(), 7, bytes(rng, 30)));
+    s.push(Step::CheckpointBegin);
+    s.push(Step::Unlink("d/f3".into()));
+    s.push(Step::Mkdir("d/e".into()));
+    s.push(Step::Create("d/e/h".into()));
+    s.push(Step::Checkpoint);
+    s.push(Step::CheckpointEnd);
+    s.push(Step::Write("d/e/h".into(), 0, bytes(rng, 100)));
+    s.push(Step::CheckpointBegin);
+    s.push(Step::Write("d/f0".into(), 0, bytes(rng, 40)));
+    s.push(Step::Create("d/last".into()));
+    s.push(Step::Fsync);
+    s.push(Step::Write("d/f9".into(), 1, bytes(rng, 10)));
+    s
+}
+
 /// Large files written, checkpointed and deleted, so checkpoints free blocks and punch
 /// holes while new data is written ahead.
 fn free_space(rng: &mut StdRng) -> Vec<Step> {
@@ -1126,7 +1187,7 @@ fn every_crash_state_recovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let mixes = if full { 24 } else { 3 };
-    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 12] = [
+    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 13] = [
         ("overwrite + fsync", overwrite),
         ("rename over", rename_over),
         ("directory trees", dir_tree),
@@ -1139,6 +1200,7 @@ fn every_crash_state_recovers() {
         ("direct runs", direct_runs),
         ("cubes and the root", cubes),
         ("writeback cube", writeback_cube),
+        ("overlapped checkpoints", overlapped),
     ];
     println!("crash states: seed {seed}, {mixes} random mixes per crash point");
     println!(
@@ -1147,7 +1209,9 @@ fn every_crash_state_recovers() {
     );
     let mut failures = Vec::new();
     let mut total = 0;
-    for (name, gen) in workloads {
+    // SCION_CRASH_WORKLOAD=NAME: that workload alone (a name's prefix).
+    let only = std::env::var("SCION_CRASH_WORKLOAD").unwrap_or_default();
+    for (name, gen) in workloads.into_iter().filter(|(n, _)| n.starts_with(&only)) {
         let steps = gen(&mut StdRng::seed_from_u64(seed));
         let rec = record(&steps);
         if name == "direct runs" {
