@@ -71,20 +71,26 @@ impl Background {
         let kept = engine.clone();
         let thread = std::thread::spawn(move || {
             let mut first = true;
-            while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(opts.period);
-                // A panic here (a bug) must not silently end background syncs and
-                // checkpoints: it is logged, the volume is marked failed (so changes get EIO
-                // and the log says why), and the loop goes on with what a failed volume does.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    tick(&engine, &opts, &invalidate, first)
-                }));
-                first = false;
-                if r.is_err() {
+            // A panic in the worker (a bug) must not silently end background syncs and
+            // checkpoints: it is logged, the volume is marked failed (so changes get EIO and
+            // the log says why), and the loop goes on with what a failed volume does.
+            let guarded = |f: &mut dyn FnMut()| {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
                     engine
                         .lock()
                         .fail("a panic in the background thread (see the panic above in this log)");
                 }
+            };
+            while !flag.load(Ordering::Relaxed) {
+                // Between rounds, a checkpoint as soon as `FOLD_BATCH` inodes wait: a fast
+                // writer would otherwise leave a round's checkpoint several times that many
+                // to fold while every request waits.
+                for _ in 0..FOLD_CHECKS {
+                    std::thread::sleep(opts.period / FOLD_CHECKS);
+                    guarded(&mut || fold_if_due(&engine));
+                }
+                guarded(&mut || tick(&engine, &opts, &invalidate, first));
+                first = false;
             }
         });
         Background {
@@ -101,6 +107,36 @@ impl Background {
             let _ = t.join();
         }
         self.engine.mirror_jobs().stop();
+    }
+}
+
+/// How many times a round looks whether enough waits to be folded (`fold_if_due`).
+const FOLD_CHECKS: u32 = 5;
+
+/// A checkpoint begun (`Fs::checkpoint_begin`: folded and written under the engine lock),
+/// its packs synced without the lock, and committed under it.
+fn commit(engine: &Engine, sync: scion_fs::PackSync) {
+    let r = sync.run();
+    if let Err(e) = engine.lock().checkpoint_end(sync, r) {
+        log::error!("background checkpoint: {e}");
+    }
+}
+
+/// A checkpoint if `FOLD_BATCH` inodes wait to be folded (what the kernel must forget
+/// after it goes out with the next round's).
+fn fold_if_due(engine: &Engine) {
+    let sync = {
+        let mut fs = engine.lock();
+        if fs.read_only || !fs.fold_due() {
+            return;
+        }
+        fs.checkpoint_begin().unwrap_or_else(|e| {
+            log::error!("background checkpoint: {e}");
+            None
+        })
+    };
+    if let Some(sync) = sync {
+        commit(engine, sync);
     }
 }
 
@@ -123,8 +159,6 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, fir
     // Space freed by checkpoints goes back to the host without the engine lock: a punch can
     // wait seconds for the device's discard.
     engine.punch(false);
-    // The checkpoint, when due, holds the engine lock while it folds and writes, not while
-    // its packs sync (`Fs::checkpoint_begin`).
     let (sync, mut inval) = {
         let mut fs = engine.lock();
         let sync = fs.tick_begin(opts.checkpoint_after).unwrap_or_else(|e| {
@@ -134,12 +168,8 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, fir
         (sync, fs.take_invalidations())
     };
     if let Some(sync) = sync {
-        let r = sync.run();
-        let mut fs = engine.lock();
-        if let Err(e) = fs.checkpoint_end(sync, r) {
-            log::error!("background checkpoint: {e}");
-        }
-        inval.extend(fs.take_invalidations());
+        commit(engine, sync);
+        inval.extend(engine.lock().take_invalidations());
     }
     if !inval.is_empty() {
         invalidate(&inval);

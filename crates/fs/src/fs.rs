@@ -3065,6 +3065,12 @@ impl Fs {
         self.vol.journal.as_ref().is_some_and(|j| j.len > self.journal_floor) || self.pending()
     }
 
+    /// Whether enough waits to be folded for the background to checkpoint now
+    /// (`FOLD_BATCH`), however young the changes.
+    pub fn fold_due(&self) -> bool {
+        self.unfolded() >= FOLD_BATCH && self.vol.failed.is_none()
+    }
+
     /// How many inodes the next checkpoint folds (carried files cost it little: their
     /// records are reused while they do not change).
     pub(crate) fn unfolded(&self) -> usize {
