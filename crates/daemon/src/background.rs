@@ -113,15 +113,6 @@ impl Background {
 /// How many times a round looks whether enough waits to be folded (`fold_if_due`).
 const FOLD_CHECKS: u32 = 5;
 
-/// A checkpoint begun (`Fs::checkpoint_begin`: folded and written under the engine lock),
-/// its packs synced without the lock, and committed under it.
-fn commit(engine: &Engine, sync: scion_fs::PackSync) {
-    let r = sync.run();
-    if let Err(e) = engine.lock().checkpoint_end(sync, r) {
-        log::error!("background checkpoint: {e}");
-    }
-}
-
 /// A checkpoint if `FOLD_BATCH` inodes wait to be folded (what the kernel must forget
 /// after it goes out with the next round's).
 fn fold_if_due(engine: &Engine) {
@@ -136,7 +127,7 @@ fn fold_if_due(engine: &Engine) {
         })
     };
     if let Some(sync) = sync {
-        commit(engine, sync);
+        engine.commit(sync);
     }
 }
 
@@ -168,7 +159,7 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, fir
         (sync, fs.take_invalidations())
     };
     if let Some(sync) = sync {
-        commit(engine, sync);
+        engine.commit(sync);
         inval.extend(engine.lock().take_invalidations());
     }
     if !inval.is_empty() {

@@ -188,12 +188,46 @@ impl Engine {
     /// without the engine lock: the lock is held to take it (a checkpoint of what is in
     /// memory, which the background keeps small) and to give it back, not while it is used.
     pub fn view(&self) -> FsResult<Fs> {
+        self.prefold();
         self.lock().view()
     }
 
-    /// Gives a view back (`Fs::end_view`).
-    pub fn end_view(&self, view: Fs) {
-        self.lock().end_view(view);
+    /// Folds what waits with the packs synced without the lock (`Fs::checkpoint_begin`),
+    /// before an operation that must fold under it (a view, a clone, a snapshot), when that
+    /// fold would hold requests up for more than a few milliseconds (`Fs::much_to_fold`):
+    /// the operation then finds little left. Failures are the volume's (logged, and refused
+    /// from then on).
+    pub fn prefold(&self) {
+        let sync = {
+            let mut fs = self.lock();
+            if fs.read_only || !fs.much_to_fold() {
+                return;
+            }
+            match fs.checkpoint_begin() {
+                Ok(s) => s,
+                Err(e) => return log::error!("checkpoint: {e}"),
+            }
+        };
+        if let Some(sync) = sync {
+            self.commit(sync);
+        }
+    }
+
+    /// Commits a checkpoint begun under the lock (`Fs::checkpoint_begin`): its packs synced
+    /// without the lock, then its journal and superblock written under it. A failure fails
+    /// the volume (logged here).
+    pub fn commit(&self, sync: scion_fs::PackSync) {
+        let r = sync.run();
+        if let Err(e) = self.lock().checkpoint_end(sync, r) {
+            log::error!("checkpoint: {e}");
+        }
+    }
+
+    /// Gives a view back (`Fs::end_view`) and drops it without the lock: dropping the
+    /// nodes a long walk loaded takes tens of milliseconds.
+    pub fn end_view(&self, mut view: Fs) {
+        self.lock().end_view(&mut view);
+        drop(view);
     }
 
     /// `scion list` of a mounted store: the committed state is pinned under the lock and

@@ -721,6 +721,10 @@ fn run(
             Ok(Reply::Listing(crate::control::below(rows, under.as_deref())))
         }
         op => {
+            if matches!(op, Op::Clone { .. } | Op::Snapshot { .. }) {
+                // They fold their source under the lock; most of it is folded before.
+                engine.prefold();
+            }
             let (reply, inval) = execute(&mut engine.lock(), op, None)?;
             // Outside the engine lock: the kernel may call back into the daemon.
             invalidate(&inval);
@@ -831,6 +835,9 @@ fn run_for_user(
     if on_view(op) {
         rights::authorize(&mut engine.lock(), who, op)?;
         return run_on_view(engine, op, Some(who));
+    }
+    if matches!(op, Op::Clone { .. } | Op::Snapshot { .. }) {
+        engine.prefold();
     }
     let (reply, inval) = {
         let mut fs = engine.lock();

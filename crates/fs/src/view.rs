@@ -66,11 +66,12 @@ impl Fs {
     }
 
     /// Takes back what a view learned that stays true (the tree-hash memo: it is keyed by
-    /// content) and drops the view, releasing its pin.
-    pub fn end_view(&mut self, view: Fs) {
+    /// content). Quick: the caller drops the view (its nodes, and whatever memo it now
+    /// holds) after letting go of the engine lock.
+    pub fn end_view(&mut self, view: &mut Fs) {
         assert!(view.view.is_some(), "end_view of the engine itself");
         if view.hash_memo.len() > self.hash_memo.len() {
-            self.hash_memo = view.hash_memo;
+            std::mem::swap(&mut self.hash_memo, &mut view.hash_memo);
         }
     }
 
