@@ -72,7 +72,9 @@ enum Cmd {
         /// restores and the like through scion's commands), node_cache=SIZE (the memory
         /// each volume's cache of metadata may take: bytes or K, M, G; default 64M;
         /// `scion status` shows its use), hash_memo=N (tree hashes each volume keeps for
-        /// diff, send and receive; default 1048576). With `remount` (what
+        /// diff, send and receive; default 1048576), fold_batch=N (a checkpoint as soon as
+        /// N changed inodes wait, keeping each one's pause short; 0: only every 30 s or
+        /// 256 MiB; default 1024). With `remount` (what
         /// `mount -o remount,...` runs): the kernel's flags of the mount at MOUNTPOINT change
         /// in place, ro and rw included; scion's own options stay as mounted.
         #[arg(short = 'o', value_delimiter = ',')]

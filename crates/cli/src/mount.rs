@@ -145,6 +145,8 @@ struct ScionOptions {
     node_cache: Option<usize>,
     /// The bound of each volume's memo of tree hashes, in entries (`hash_memo=N`).
     hash_memo: Option<usize>,
+    /// Inodes waiting to be folded that make the background checkpoint (`fold_batch=N`).
+    fold_batch: Option<usize>,
     kernel: Vec<String>,
 }
 
@@ -160,7 +162,16 @@ const KERNEL_OPTIONS: &[&str] = &[
 /// it does not know by name, before anything is opened or mounted; so is an option that is
 /// neither scion's nor one of the kernel's it passes on.
 /// scion's own options' names (each `NAME=VALUE`).
-const OURS: &[&str] = &["snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo"];
+const OURS: &[&str] = &["snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "fold_batch"];
+
+/// `fold_batch=N`: inodes, 0 (checkpoints only by age and size) or 64 to 2^20.
+fn fold_batch(options: &[String]) -> Result<Option<usize>, String> {
+    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix("fold_batch=")) else { return Ok(None) };
+    match v.parse::<usize>() {
+        Ok(n) if n == 0 || (64..=1 << 20).contains(&n) => Ok(Some(n)),
+        _ => Err(format!("fold_batch={v}: expected 0 or a number of inodes from 64 to 1048576")),
+    }
+}
 
 /// `hash_memo=N`: entries, 1,024 to 2^28.
 fn hash_memo_entries(options: &[String]) -> Result<Option<usize>, String> {
@@ -194,7 +205,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         if !ours && !numeric && !KERNEL_OPTIONS.contains(&o.as_str()) {
             return Err(format!(
                 "mount option {o:?} is unknown: scion takes {}, max_read=N, blksize=N, and its own snapdir=, uring=, \
-                 repack=, compress_old=, cache=, users=, node_cache= and hash_memo= (see scion mount --help)",
+                 repack=, compress_old=, cache=, users=, node_cache=, hash_memo= and fold_batch= (see scion mount --help)",
                 KERNEL_OPTIONS.join(", ")
             ));
         }
@@ -216,6 +227,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         users: value("users", "on", "off")?,
         node_cache: node_cache_size(options)?,
         hash_memo: hash_memo_entries(options)?,
+        fold_batch: fold_batch(options)?,
         kernel: options
             .iter()
             .filter(|o| !OURS.iter().any(|p| o.strip_prefix(p).is_some_and(|v| v.starts_with('='))))
@@ -253,6 +265,9 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     if let Some(n) = ours.hash_memo {
         scion_fs::set_hash_memo_limit(n);
     }
+    if let Some(n) = ours.fold_batch {
+        scion_fs::set_fold_batch(n);
+    }
     let mut opts = MountOptions::new(format!("mounted at {}", mnt.display()));
     // The test mode of the reliability harness: once mounted, host calls fail as the spec
     // says (faults at mount time are tested on the engine).
@@ -289,6 +304,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         users,
         node_cache: _,
         hash_memo: _,
+        fold_batch: _,
         kernel: options,
     } = ours;
     fs.show_snapdir = snapdir_visible;
@@ -767,7 +783,7 @@ fn kernel_flag(o: &str) -> Option<(libc::c_ulong, bool)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{hash_memo_entries, node_cache_size};
+    use super::{fold_batch, hash_memo_entries, node_cache_size};
 
     #[test]
     fn node_cache_takes_a_size_and_refuses_nonsense() {
@@ -784,6 +800,12 @@ mod tests {
         assert_eq!(memo("ro"), Ok(None));
         for bad in ["hash_memo=", "hash_memo=10", "hash_memo=1e6", "hash_memo=999999999999"] {
             assert!(memo(bad).is_err(), "{bad}");
+        }
+        let batch = |o: &str| fold_batch(&[o.to_string()]);
+        assert_eq!(batch("fold_batch=0"), Ok(Some(0)));
+        assert_eq!(batch("fold_batch=4096"), Ok(Some(4096)));
+        for bad in ["fold_batch=", "fold_batch=10", "fold_batch=many", "fold_batch=2000000"] {
+            assert!(batch(bad).is_err(), "{bad}");
         }
     }
 }

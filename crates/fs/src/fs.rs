@@ -34,11 +34,21 @@ const PENDING_CHUNK_LIMIT: u64 = 65536;
 /// ... or when the journal grows past this.
 const JOURNAL_LIMIT: u64 = 1 << 30;
 /// The background takes a checkpoint once this many inodes wait to be folded, however young
-/// the changes: a checkpoint holds every request for the time its fold takes (about 10 µs an
-/// inode), so keeping each small keeps that wait short (issue 38).
-pub const FOLD_BATCH: usize = 1024;
-/// ... and a request takes one itself past this many, when the background falls behind.
-const FOLD_LIMIT: usize = 4 * FOLD_BATCH;
+/// the changes (mount option `fold_batch=N`; 0: never early): a checkpoint holds every request
+/// for the time its fold takes (20-30 ms for 1,024 inodes here), so small folds keep that
+/// wait short, at the price of rewriting busy directories' tree leaves more often (issue 38;
+/// docs/benchmarks.md, "Latency").
+static FOLD_BATCH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(DEFAULT_FOLD_BATCH);
+pub const DEFAULT_FOLD_BATCH: usize = 1024;
+
+/// Sets `FOLD_BATCH` for every volume from now on (0: checkpoints only by age and size).
+pub fn set_fold_batch(inodes: usize) {
+    FOLD_BATCH.store(inodes, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn fold_batch() -> usize {
+    FOLD_BATCH.load(std::sync::atomic::Ordering::Relaxed)
+}
 /// Uncommitted whole chunks in a copy_file_range source worth a checkpoint so that the copy
 /// shares their blocks (4 MiB: a checkpoint costs a few milliseconds, about what copying
 /// that many bytes does).
@@ -1009,7 +1019,7 @@ impl Fs {
         if self.dirty_bytes + self.flushed_bytes > DIRTY_LIMIT
             || jl > JOURNAL_LIMIT
             || self.pending_chunks > PENDING_CHUNK_LIMIT
-            || self.unfolded() > FOLD_LIMIT
+            || (fold_batch() > 0 && self.unfolded() > 4 * fold_batch())
         {
             self.checkpoint().map_err(eio)?;
         }
@@ -3046,7 +3056,7 @@ impl Fs {
         }
         self.sweep_noted_if_due();
         let due = self.last_checkpoint.elapsed() >= checkpoint_after && self.has_changes();
-        if due || self.unfolded() >= FOLD_BATCH {
+        if due || self.fold_due() {
             return self.checkpoint_begin();
         }
         Ok(None)
@@ -3068,13 +3078,13 @@ impl Fs {
     /// Whether enough waits to be folded for the background to checkpoint now
     /// (`FOLD_BATCH`), however young the changes.
     pub fn fold_due(&self) -> bool {
-        self.unfolded() >= FOLD_BATCH && self.vol.failed.is_none()
+        fold_batch() > 0 && self.unfolded() >= fold_batch() && self.vol.failed.is_none()
     }
 
     /// Whether the next checkpoint's fold would hold requests up for more than a few
-    /// milliseconds (a quarter of `FOLD_BATCH`: about 5 ms here).
+    /// milliseconds (256 inodes: about 5 ms here).
     pub fn much_to_fold(&self) -> bool {
-        self.unfolded() >= FOLD_BATCH / 4 && self.vol.failed.is_none()
+        self.unfolded() >= 256 && self.vol.failed.is_none()
     }
 
     /// How many inodes the next checkpoint folds (carried files cost it little: their
