@@ -87,7 +87,7 @@ impl Background {
                 // to fold while every request waits.
                 for _ in 0..FOLD_CHECKS {
                     std::thread::sleep(opts.period / FOLD_CHECKS);
-                    guarded(&mut || fold_if_due(&engine));
+                    guarded(&mut || engine.checkpoint_if(scion_fs::Fs::fold_due));
                 }
                 guarded(&mut || tick(&engine, &opts, &invalidate, first));
                 first = false;
@@ -110,26 +110,8 @@ impl Background {
     }
 }
 
-/// How many times a round looks whether enough waits to be folded (`fold_if_due`).
+/// How many times a round looks whether enough waits to be folded (`Fs::fold_due`).
 const FOLD_CHECKS: u32 = 5;
-
-/// A checkpoint if `FOLD_BATCH` inodes wait to be folded (what the kernel must forget
-/// after it goes out with the next round's).
-fn fold_if_due(engine: &Engine) {
-    let sync = {
-        let mut fs = engine.lock();
-        if fs.read_only || !fs.fold_due() {
-            return;
-        }
-        fs.checkpoint_begin().unwrap_or_else(|e| {
-            log::error!("background checkpoint: {e}");
-            None
-        })
-    };
-    if let Some(sync) = sync {
-        engine.commit(sync);
-    }
-}
 
 /// One round of background work.
 fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, first: bool) {

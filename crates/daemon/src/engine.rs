@@ -195,12 +195,17 @@ impl Engine {
     /// Folds what waits with the packs synced without the lock (`Fs::checkpoint_begin`),
     /// before an operation that must fold under it (a view, a clone, a snapshot), when that
     /// fold would hold requests up for more than a few milliseconds (`Fs::much_to_fold`):
-    /// the operation then finds little left. Failures are the volume's (logged, and refused
-    /// from then on).
+    /// the operation then finds little left.
     pub fn prefold(&self) {
+        self.checkpoint_if(Fs::much_to_fold);
+    }
+
+    /// A checkpoint overlapped with requests (`Fs::checkpoint_begin`, `commit`) if `due`
+    /// says one is wanted. Failures are the volume's (logged, and refused from then on).
+    pub fn checkpoint_if(&self, due: fn(&Fs) -> bool) {
         let sync = {
             let mut fs = self.lock();
-            if fs.read_only || !fs.much_to_fold() {
+            if fs.read_only || !due(&fs) {
                 return;
             }
             match fs.checkpoint_begin() {

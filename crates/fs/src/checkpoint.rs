@@ -1285,12 +1285,14 @@ impl Fs {
     fn commit_head(&mut self, carry: Vec<(Ino, Vec<u8>)>, dirty: Vec<Ino>, t0: Instant) -> Result<InFlight> {
         let generation = self.vol.generation + 1;
         let orphans: Vec<BlockPtr> = self.orphans.iter().filter_map(|i| self.nodes[i].orphan_ref).collect();
-        // Blocks an earlier checkpoint freed and nobody has punched yet stay on the list, so
-        // that an open after a crash still punches them.
-        let mut freed = std::mem::take(&mut self.vol.unpunched);
-        freed.extend(std::mem::take(&mut self.vol.forest.freed));
+        // Freed by this checkpoint: punched once it is committed.
+        let mut freed = std::mem::take(&mut self.vol.forest.freed);
         freed.extend(std::mem::take(&mut self.vol.meta_blocks));
         freed.extend(std::mem::take(&mut self.vol.garbage));
+        // Blocks an earlier checkpoint freed and nobody has punched yet stay on the record's
+        // list, so that an open after a crash still punches them. They stay on
+        // `vol.unpunched` too: a punch batch may be out, and finish while the packs sync.
+        let listed: Vec<BlockPtr> = self.vol.unpunched.iter().chain(&freed).copied().collect();
         self.pending_chunks = 0;
         let (record, pages) = crate::records::checkpoint::write(
             &self.vol.forest.store,
@@ -1300,7 +1302,7 @@ impl Fs {
             self.relocations.as_ref(),
             &self.vol.forest.refs,
             &orphans,
-            &freed,
+            &listed,
         )?;
         Ok(InFlight {
             generation,
@@ -1370,9 +1372,8 @@ impl Fs {
         // Reads planned before the commit may still be fetching freed blocks; later ones
         // cannot name them. Once these are done the blocks may be punched at any time.
         self.vol.read_gate.wait_idle();
-        // (Anything put on the list while the packs synced stays on it, after.)
-        let later = std::mem::replace(&mut self.vol.unpunched, freed);
-        self.vol.unpunched.extend(later);
+        // After what earlier checkpoints freed: a punch batch out counts on the list's front.
+        self.vol.unpunched.extend(freed);
         self.punch_now_unless_later();
         // Unpin what this checkpoint wrote and drop what nothing holds. Inodes loaded by
         // walks that take no kernel reference (a path walk, repack's) and never changed are
