@@ -67,6 +67,16 @@ def test_scion_options_are_checked_before_mounting(tmp_path):
         assert "mount()" not in r.stderr and "EINVAL" not in r.stderr, (bad, r.stderr)
         assert not os.path.ismount(mnt)
         assert sorted(os.listdir(store)) == before, bad
+    # Numbers out of range, and fold_batch's special 0, which the mount takes.
+    for bad in ("fold_batch=10", "fold_batch=lots", "hash_memo=10"):
+        r = subprocess.run([SCION_BIN, "mount", "-o", bad, str(store), str(mnt)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and f"{bad}: expected" in r.stderr, (bad, r.stderr)
+        assert not os.path.ismount(mnt) and sorted(os.listdir(store)) == before, bad
+    r = subprocess.run([SCION_BIN, "mount", "-o", "fold_batch=0", str(store), str(mnt)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and os.path.ismount(mnt), r.stderr
+    with open(mnt / "f", "w") as f:
+        f.write("kept")
+    assert subprocess.run([SCION_BIN, "umount", str(mnt)], capture_output=True).returncode == 0
 
 
 def test_destroy_of_the_snapshot_directory_itself_says_what_to_do(scion_mount):
