@@ -497,9 +497,7 @@ pub(crate) fn scan_begin(
         Ok(())
     })();
     if let Err(f) = r {
-        for (_, pin) in &plan.pins {
-            unpin(fs, pin);
-        }
+        unpin_all(fs, &plan.pins);
         return Err(f);
     }
     Ok(plan)
@@ -538,9 +536,7 @@ pub(crate) fn scan_end(
     let listing = match listing {
         Ok(l) => l,
         Err(f) => {
-            for (_, pin) in &pins {
-                unpin(fs, pin);
-            }
+            unpin_all(fs, &pins);
             return Err(f);
         }
     };
@@ -589,6 +585,13 @@ fn pin_for_scan(
     let pin = [path, if path.is_empty() { b"" } else { b"/" }, scion_fs::clone::SNAPDIR_NAME, b"/", &name].concat();
     let at = fs.resolve_path(&pin).map_err(Failure::from_fs(what()))?;
     Ok(Some((pin, at)))
+}
+
+/// Destroys every pin of a scan that failed (`unpin`).
+fn unpin_all(fs: &mut Fs, pins: &[(Vec<u8>, Vec<u8>)]) {
+    for (_, pin) in pins {
+        unpin(fs, pin);
+    }
 }
 
 /// Destroys a scan's pin (best effort: a mount destroys what is left).

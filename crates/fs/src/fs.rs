@@ -39,7 +39,7 @@ const JOURNAL_LIMIT: u64 = 1 << 30;
 /// wait short, at the price of rewriting busy directories' tree leaves more often (issue 38;
 /// docs/benchmarks.md, "Latency").
 static FOLD_BATCH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(DEFAULT_FOLD_BATCH);
-pub const DEFAULT_FOLD_BATCH: usize = 1024;
+const DEFAULT_FOLD_BATCH: usize = 1024;
 
 /// Sets `FOLD_BATCH` for every volume from now on (0: checkpoints only by age and size).
 pub fn set_fold_batch(inodes: usize) {
@@ -3060,15 +3060,6 @@ impl Fs {
             return self.checkpoint_begin();
         }
         Ok(None)
-    }
-
-    /// `tick_begin` and the rest of its checkpoint, all under the caller's hold.
-    pub fn tick(&mut self, checkpoint_after: std::time::Duration) -> Result<()> {
-        if let Some(sync) = self.tick_begin(checkpoint_after)? {
-            let r = sync.run();
-            self.checkpoint_end(sync, r)?;
-        }
-        Ok(())
     }
 
     pub fn has_changes(&self) -> bool {

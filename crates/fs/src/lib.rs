@@ -55,7 +55,7 @@ pub use error::{errno, FsError, FsResult};
 pub use flush::{FlushBatch, FlushedBatch, FLUSH_FROM};
 pub use fs::{
     make_ino, read_only_refusal, write_ahead, Attr, DirEntry, Fs, Ino, Inval, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket,
-    Stamp, WrittenAhead, MAIN_NS_LIMIT, ROOT_INO, set_fold_batch, DEFAULT_FOLD_BATCH,
+    Stamp, WrittenAhead, MAIN_NS_LIMIT, ROOT_INO, set_fold_batch,
 };
 pub use inode::{Kind, Ts, INLINE_MAX};
 pub use scion_tree::{set_node_cache_limit, NODE_CACHE_BYTES};

@@ -74,9 +74,4 @@ impl Fs {
             std::mem::swap(&mut self.hash_memo, &mut view.hash_memo);
         }
     }
-
-    /// Whether this is a view (`Fs::view`).
-    pub fn is_view(&self) -> bool {
-        self.view.is_some()
-    }
 }
