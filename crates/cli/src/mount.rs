@@ -147,6 +147,8 @@ struct ScionOptions {
     hash_memo: Option<usize>,
     /// Inodes waiting to be folded that make the background checkpoint (`fold_batch=N`).
     fold_batch: Option<usize>,
+    /// Serve the mount over NFSv3 too (`nfs=ADDR:PORT`, `nfs_squash=`, `nfs_anon=`, `nfs_access=`).
+    nfs: Option<scion_nfs::NfsOptions>,
     kernel: Vec<String>,
 }
 
@@ -162,7 +164,39 @@ const KERNEL_OPTIONS: &[&str] = &[
 /// it does not know by name, before anything is opened or mounted; so is an option that is
 /// neither scion's nor one of the kernel's it passes on.
 /// scion's own options' names (each `NAME=VALUE`).
-const OURS: &[&str] = &["snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "fold_batch"];
+const OURS: &[&str] = &[
+    "snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "fold_batch", "nfs",
+    "nfs_squash", "nfs_anon", "nfs_access",
+];
+
+/// `nfs=ADDR:PORT` with `nfs_squash=root|all|none`, `nfs_anon=UID:GID` and
+/// `nfs_access=rw|ro`: what the daemon serves over NFSv3 beside the mount.
+fn nfs_options(options: &[String]) -> Result<Option<scion_nfs::NfsOptions>, String> {
+    let last = |key: &str| options.iter().rev().find_map(|o| o.strip_prefix(key).and_then(|v| v.strip_prefix('=')));
+    let Some(listen) = last("nfs") else {
+        if let Some(k) = ["nfs_squash", "nfs_anon", "nfs_access"].iter().find(|k| last(k).is_some()) {
+            return Err(format!("{k}= is an option of the NFS server: give nfs=ADDR:PORT too"));
+        }
+        return Ok(None);
+    };
+    listen
+        .parse::<std::net::SocketAddr>()
+        .map_err(|_| format!("nfs={listen}: expected ADDR:PORT (127.0.0.1:2049, [::1]:2049; port 0 for any)"))?;
+    let mut o = scion_nfs::NfsOptions::new(listen);
+    if let Some(v) = last("nfs_squash") {
+        o.identity.squash = v.parse().map_err(|e| format!("nfs_squash={v}: {e}"))?;
+    }
+    if let Some(v) = last("nfs_anon") {
+        let ids = v.split_once(':').and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
+        o.identity.anon = ids.ok_or_else(|| format!("nfs_anon={v}: expected UID:GID (numbers)"))?;
+    }
+    match last("nfs_access") {
+        None | Some("rw") => {}
+        Some("ro") => o.read_only = true,
+        Some(v) => return Err(format!("nfs_access={v}: expected nfs_access=rw or nfs_access=ro")),
+    }
+    Ok(Some(o))
+}
 
 /// `fold_batch=N`: inodes, 0 (checkpoints only by age and size) or 64 to 2^20.
 fn fold_batch(options: &[String]) -> Result<Option<usize>, String> {
@@ -205,7 +239,8 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         if !ours && !numeric && !KERNEL_OPTIONS.contains(&o.as_str()) {
             return Err(format!(
                 "mount option {o:?} is unknown: scion takes {}, max_read=N, blksize=N, and its own snapdir=, uring=, \
-                 repack=, compress_old=, cache=, users=, node_cache=, hash_memo= and fold_batch= (see scion mount --help)",
+                 repack=, compress_old=, cache=, users=, node_cache=, hash_memo=, fold_batch=, nfs=, nfs_squash=, \
+                 nfs_anon= and nfs_access= (see scion mount --help)",
                 KERNEL_OPTIONS.join(", ")
             ));
         }
@@ -228,6 +263,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         node_cache: node_cache_size(options)?,
         hash_memo: hash_memo_entries(options)?,
         fold_batch: fold_batch(options)?,
+        nfs: nfs_options(options)?,
         kernel: options
             .iter()
             .filter(|o| !OURS.iter().any(|p| o.strip_prefix(p).is_some_and(|v| v.starts_with('='))))
@@ -305,6 +341,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         node_cache: _,
         hash_memo: _,
         fold_batch: _,
+        nfs,
         kernel: options,
     } = ours;
     fs.show_snapdir = snapdir_visible;
@@ -364,6 +401,19 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
             std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&notifier, inval));
         scion_daemon::server::serve(&store, engine.clone(), cubes.clone(), device, invalidate, users_socket.as_deref())?;
     }
+    // NFS beside the mount: its changes are told to the kernel as the control socket's are.
+    let nfs = match nfs {
+        Some(mut o) => {
+            let notifier = session.notifier();
+            o.read_only |= read_only;
+            o.tell = Some(std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&notifier, inval)));
+            let listen = o.listen.clone();
+            let server = scion_nfs::serve(router.clone(), o).map_err(|e| format!("nfs={listen}: {e}"))?;
+            log::info!("serving NFSv3 on {}", server.addr());
+            Some(server)
+        }
+        None => None,
+    };
     log::info!("mounted {} at {}", store.display(), mnt.display());
     tune_bdi(&mnt);
     report_ready("ok");
@@ -403,6 +453,9 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     // The mount is gone: a mount of this store from now on waits for the final checkpoint
     // instead of refusing the store as in use (`scion_store::lock`).
     engine.lock().note_unmounting(&format!("unmounting (was mounted at {})", mnt.display()));
+    if let Some(n) = nfs {
+        n.stop();
+    }
     background.stop();
     if let Err(e) = cubes.close() {
         log::error!("{e}");

@@ -1,0 +1,151 @@
+//! scion over NFSv3: the engine's volumes served to NFS clients (VMs, containers on other
+//! hosts, machines without FUSE), beside or instead of the FUSE mount.
+//!
+//! The protocol (XDR, RPC, MOUNT, the NFS procedures) is the `nfs3_server` crate's, patched
+//! (`vendor/nfs3_server/PATCH.md`); what is scion's is the adapter (`adapter.rs`), the
+//! handles (`handle.rs`) and who a call is (`who.rs`). The server runs on its own tokio
+//! runtime, in threads of the daemon, and calls the engine as the FUSE adapter does.
+
+mod adapter;
+mod handle;
+mod who;
+
+pub use adapter::{Invalidator, ScionNfs};
+pub use handle::HandleKey;
+pub use who::{Identity, Squash};
+
+use nfs3_server::tcp::{NFSTcp, NFSTcpListener};
+use scion_daemon::router::Router;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the server gives back references to inodes removed through the mount.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// What to serve and how.
+#[derive(Clone)]
+pub struct NfsOptions {
+    /// ADDR:PORT to listen on (port 0: any free port).
+    pub listen: String,
+    pub identity: Identity,
+    /// Refuse every change (NFS3ERR_ROFS).
+    pub read_only: bool,
+    /// The mount's kernel, told of changes made over NFS (none without a FUSE mount).
+    pub tell: Option<Invalidator>,
+}
+
+impl NfsOptions {
+    pub fn new(listen: &str) -> NfsOptions {
+        NfsOptions {
+            listen: listen.to_string(),
+            identity: Identity::default(),
+            read_only: false,
+            tell: None,
+        }
+    }
+}
+
+/// A running server: stopped when dropped.
+pub struct NfsServer {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    fs: ScionNfs,
+}
+
+impl NfsServer {
+    /// Where it listens (with the port chosen, if 0 was asked for).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Inodes it holds for its clients.
+    pub fn held(&self) -> usize {
+        self.fs.held()
+    }
+
+    /// Stops listening and waits for the server's threads.
+    pub fn stop(mut self) {
+        self.shut();
+    }
+
+    fn shut(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for NfsServer {
+    fn drop(&mut self) {
+        self.shut();
+    }
+}
+
+/// Starts serving `router`'s volumes; returns once the server listens. Handles are good
+/// for this server's life (`handle.rs`); the write verifier changes at every start, so
+/// clients resend what they wrote UNSTABLE and had not seen committed.
+pub fn serve(router: Arc<Router>, opts: NfsOptions) -> std::io::Result<NfsServer> {
+    let key = HandleKey::random()?;
+    let fs = ScionNfs::new(router, key, opts.identity, opts.read_only, opts.tell.clone());
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::io::Result<SocketAddr>>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let served = fs.clone();
+    let listen = opts.listen.clone();
+    let thread = std::thread::Builder::new().name("nfs".into()).spawn(move || {
+        let rt = match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("nfs-worker")
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
+                return;
+            }
+        };
+        rt.block_on(async move {
+            let listener = match NFSTcpListener::bind(&listen, served.clone()).await {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            let addr = SocketAddr::new(listener.get_listen_ip(), listener.get_listen_port());
+            let _ = ready_tx.send(Ok(addr));
+            let sweeper = served.clone();
+            tokio::spawn(async move {
+                let mut t = tokio::time::interval(SWEEP_EVERY);
+                loop {
+                    t.tick().await;
+                    let f = sweeper.clone();
+                    let _ = tokio::task::spawn_blocking(move || f.sweep()).await;
+                }
+            });
+            tokio::select! {
+                r = listener.handle_forever() => if let Err(e) = r { log::error!("nfs: {e}") },
+                _ = stop_rx => {}
+            }
+        });
+        rt.shutdown_timeout(Duration::from_secs(5));
+    })?;
+    let addr = ready_rx
+        .recv()
+        .map_err(|_| std::io::Error::other("the NFS server's thread ended before it listened"))??;
+    if !addr.ip().is_loopback() {
+        log::warn!("nfs: listening on {addr}: NFSv3 with AUTH_SYS believes whatever uid a client claims; allow only trusted hosts to reach this port");
+    }
+    log::info!("nfs: serving on {addr}");
+    Ok(NfsServer {
+        addr,
+        stop: Some(stop_tx),
+        thread: Some(thread),
+        fs,
+    })
+}
