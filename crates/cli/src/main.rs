@@ -11,6 +11,7 @@ mod receive_cmd;
 mod run_cmd;
 mod scan_cmd;
 mod send_cmd;
+mod serve_cmd;
 mod status_cmd;
 mod tree_cmds;
 
@@ -441,6 +442,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: CubeCmd,
     },
+    /// Serve a mount (or a store that is not mounted) to other machines: `scion serve nfs`.
+    /// Exit 0: serving (or stopped); 2: bad usage or failure.
+    Serve {
+        #[command(subcommand)]
+        cmd: ServeCmd,
+    },
     /// The state of each scion mount (or of the one PATH is in, or of an unmounted store):
     /// store, daemon pid and uptime, space (host free, packs, what only snapshots hold, old
     /// versions compressed), clones, snapshots, schedules, mirrors, the last checkpoint, the
@@ -490,6 +497,47 @@ enum Cmd {
         /// Exact numbers: bytes, and times in seconds since the epoch.
         #[arg(short = 'p')]
         exact: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ServeCmd {
+    /// Serve NFSv3 (MOUNT and NFS on the one TCP port, no rpcbind needed) from the daemon of
+    /// the mount PATH is in, and return once it listens: PATH (or each --export) is
+    /// exported under its path in the mount, read by a client as
+    /// nfs://HOST/PATH?nfsport=PORT&mountport=PORT, or mounted by a Linux client with
+    /// `mount -t nfs -o vers=3,tcp,port=PORT,mountport=PORT,nolock HOST:/PATH DIR`. COMMIT and
+    /// stable writes are fsyncs; permissions are checked as through the mount, for the
+    /// client's AUTH_SYS uid and groups (believed as the client states them: listen only
+    /// where trusted hosts reach). With --store STORE, a store that is not mounted is served
+    /// in the foreground until Ctrl-C or SIGTERM (paths are then paths inside the store).
+    Nfs {
+        /// A directory in a scion mount (its root by default is what a mount point names).
+        path: Option<PathBuf>,
+        /// Serve this unmounted store, in the foreground.
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// ADDR:PORT to listen on (0 as the port: any free one, printed).
+        #[arg(long, default_value = "127.0.0.1:2049")]
+        listen: String,
+        /// A directory to export instead of PATH (repeat for several); clients mount it or a
+        /// directory below it, and `..` stops at it.
+        #[arg(long)]
+        export: Vec<PathBuf>,
+        /// A directory in which every change is refused (NFS3ERR_ROFS), itself and all below
+        /// it (repeat for several); the whole export with --read-only PATH.
+        #[arg(long)]
+        read_only: Vec<PathBuf>,
+        /// Whose identity is replaced by --anon's: root (root's, as knfsd's root_squash),
+        /// all, or none.
+        #[arg(long, default_value = "root")]
+        squash: String,
+        /// The identity squashed callers get, and calls without AUTH_SYS.
+        #[arg(long, default_value = "65534:65534")]
+        anon: String,
+        /// Stop the mount's NFS server.
+        #[arg(long)]
+        stop: bool,
     },
 }
 
@@ -947,6 +995,9 @@ fn main() -> ExitCode {
             tree_cmds::list(path, store, json, scripted, exact, orphaned)
         }
         Cmd::Status { path, store, json } => status_cmd::status(path, store, json),
+        Cmd::Serve { cmd: ServeCmd::Nfs { path, store, listen, export, read_only, squash, anon, stop } } => {
+            serve_cmd::nfs(serve_cmd::Args { mountpoint: path, store, listen, export, read_only, squash, anon, stop })
+        }
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "scion", &mut std::io::stdout());
             Ok(())

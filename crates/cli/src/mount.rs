@@ -401,19 +401,19 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
             std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&notifier, inval));
         scion_daemon::server::serve(&store, engine.clone(), cubes.clone(), device, invalidate, users_socket.as_deref())?;
     }
-    // NFS beside the mount: its changes are told to the kernel as the control socket's are.
-    let nfs = match nfs {
-        Some(mut o) => {
-            let notifier = session.notifier();
-            o.read_only |= read_only;
-            o.tell = Some(std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&notifier, inval)));
-            let listen = o.listen.clone();
-            let server = scion_nfs::serve(router.clone(), o).map_err(|e| format!("nfs={listen}: {e}"))?;
-            log::info!("serving NFSv3 on {}", server.addr());
-            Some(server)
-        }
-        None => None,
+    // NFS beside the mount (`-o nfs=`, `scion serve nfs`): its changes are told to the
+    // kernel as the control socket's are.
+    let nfs_server = {
+        let notifier = session.notifier();
+        let tell: scion_nfs::Invalidator =
+            std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&notifier, inval));
+        std::sync::Arc::new(crate::serve_cmd::DaemonNfs::new(router.clone(), Some(tell), read_only))
     };
+    scion_daemon::server::set_nfs_service(nfs_server.clone());
+    if let Some(o) = nfs {
+        let listen = o.listen.clone();
+        nfs_server.start_with(o).map_err(|e| format!("nfs={listen}: {e}"))?;
+    }
     log::info!("mounted {} at {}", store.display(), mnt.display());
     tune_bdi(&mnt);
     report_ready("ok");
@@ -453,9 +453,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     // The mount is gone: a mount of this store from now on waits for the final checkpoint
     // instead of refusing the store as in use (`scion_store::lock`).
     engine.lock().note_unmounting(&format!("unmounting (was mounted at {})", mnt.display()));
-    if let Some(n) = nfs {
-        n.stop();
-    }
+    nfs_server.shut();
     background.stop();
     if let Err(e) = cubes.close() {
         log::error!("{e}");
@@ -861,4 +859,48 @@ mod tests {
             assert!(batch(bad).is_err(), "{bad}");
         }
     }
+}
+
+/// `scion serve nfs --store STORE`: the store served over NFS only, in the foreground, until
+/// SIGINT or SIGTERM; then the final checkpoint, as at an unmount.
+pub fn serve_nfs_foreground(store: &Path, o: scion_nfs::NfsOptions) -> Result<(), String> {
+    crate::return_freed_memory();
+    let store = canonical(store)?;
+    require_store(&store)?;
+    if let Some(w) = open_store_warning(&store) {
+        log::warn!("{w}");
+    }
+    let sigs = block_signals();
+    let mut fs = Fs::open(&store, MountOptions::new("served over NFS (scion serve nfs --store)")).map_err(|e| e.to_string())?;
+    fs.set_punch_later(true);
+    clear_scan_pins(&mut fs, "");
+    let engine = Engine::new(fs);
+    let router = std::sync::Arc::new(Router::new(engine.clone()).map_err(|e| format!("{}: {e}", store.display()))?);
+    let opts = BackgroundOptions { checkpoint_after: CHECKPOINT_AFTER, ..Default::default() };
+    let cubes = {
+        let bg = opts.clone();
+        let start: scion_daemon::cubes::StartBackground = Box::new(move |engine, inval| Background::start(engine, bg.clone(), inval));
+        let none: scion_daemon::cubes::GlobalInvalidator = std::sync::Arc::new(|_: &[scion_fs::Inval]| {});
+        std::sync::Arc::new(
+            scion_daemon::cubes::Cubes::open(&store, router.clone(), start, none).map_err(|e| format!("{}: cubes: {e}", store.display()))?,
+        )
+    };
+    let background = Background::start(
+        engine.clone(),
+        BackgroundOptions { companions: Some(scion_daemon::SharedCompanions(cubes.clone())), ..opts },
+        Box::new(|_| {}),
+    );
+    let server = scion_nfs::serve(router.clone(), o).map_err(|e| format!("NFS: {e}"))?;
+    eprintln!("serving {} over {} (Ctrl-C to stop)", store.display(), server.describe());
+    let mut sig = 0;
+    unsafe { libc::sigwait(&sigs, &mut sig) };
+    log::info!("signal {sig}: stopping the NFS server");
+    server.stop();
+    background.stop();
+    if let Err(e) = cubes.close() {
+        log::error!("{e}");
+    }
+    engine.close().map_err(|e| format!("final checkpoint failed: {e}"))?;
+    eprintln!("stopped; store {} flushed", store.display());
+    Ok(())
 }

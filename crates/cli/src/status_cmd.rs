@@ -114,6 +114,7 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
                 "listing_bytes": st.listing_bytes,
                 "buffered_bytes": f.dirty_bytes,
             },
+            "nfs": (!st.nfs.is_empty()).then_some(&st.nfs),
         });
         return format!("{v}\n");
     }
@@ -185,6 +186,9 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
         human(st.listing_bytes),
         human(f.dirty_bytes),
     );
+    if !st.nfs.is_empty() {
+        out += &format!("  serving {}\n", st.nfs);
+    }
     out += &match &f.failed {
         None if f.host_full => "  state: host filesystem full: changes get ENOSPC until there is room (no remount needed)\n".to_string(),
         None => "  state: ok\n".to_string(),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 #[derive(Clone)]
 pub(crate) struct Located {
     pub(crate) store: PathBuf,
-    rel: Vec<u8>,
+    pub(crate) rel: Vec<u8>,
     pub(crate) mnt: Option<PathBuf>,
     /// The mount's device (`major:minor`), which its daemon must confirm.
     device: String,

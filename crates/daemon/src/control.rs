@@ -39,6 +39,30 @@ pub struct Status {
     pub rss_bytes: u64,
     pub listings: u64,
     pub listing_bytes: u64,
+    /// What the daemon serves over NFS (`NfsService::describe`); empty: nothing.
+    pub nfs: String,
+}
+
+/// `scion serve nfs`: serve the mount over NFSv3 as `NfsSpec` says, or stop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NfsRequest {
+    Start(NfsSpec),
+    Stop,
+}
+
+/// What `scion serve nfs` asks for (the `scion-nfs` crate's options, as they travel).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NfsSpec {
+    /// ADDR:PORT.
+    pub listen: String,
+    /// Directories to export, paths from the mount root (none: the root).
+    pub exports: Vec<Vec<u8>>,
+    /// Directories below which changes are refused.
+    pub read_only: Vec<Vec<u8>>,
+    /// `root`, `all` or `none`.
+    pub squash: String,
+    pub anon_uid: u32,
+    pub anon_gid: u32,
 }
 
 /// `Status` from the engine, and its listing (which counts space without the engine lock
@@ -173,6 +197,8 @@ pub enum Op {
     /// The store read-only (`on`: every volume checkpointed, then changes refused and
     /// background work paused) or writable again: `mount -o remount,ro|rw`.
     ReadOnly { on: bool },
+    /// `scion serve nfs`: start or stop the daemon's NFS server (root's and the owner's).
+    Nfs(NfsRequest),
     /// Applies a batch of send-stream frames (`frames`, encoded back to back) to the tree
     /// at `top`, copies coming from `base`; `open` is the File frame of a file a previous
     /// batch left open.
@@ -267,6 +293,8 @@ pub enum Reply {
     /// Per hash asked, whether the store holds it.
     Blocks(Vec<bool>),
     Checkpointed,
+    /// What the NFS server does now (`scion serve nfs`).
+    Nfs(String),
 }
 
 /// What a send does with blocks the receiver may hold.
@@ -946,6 +974,8 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             set_read_only(fs, *on)?;
             (Reply::Checkpointed, Vec::new())
         }
+        // The server's own (`server::NfsService`), never an engine's.
+        Op::Nfs(_) => return Err(Failure::new(libc::ENOTSUP, "serving over NFS is the daemon's, not a store's")),
         Op::Checkpoint { .. } => {
             fs.writable().map_err(Failure::from_fs("checkpoint".into()))?;
             fs.checkpoint().map_err(|e| Failure::new(libc::EIO, format!("checkpoint: {e}")))?;
@@ -995,7 +1025,7 @@ pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
         Op::Scan { paths, since, .. } => paths.iter_mut().chain(since.as_mut()).collect(),
         Op::ChunkChanges { old, new } => vec![old, new],
         Op::Send { snap, base, .. } => std::iter::once(snap).chain(base.as_mut()).collect(),
-        Op::FindBlocks { .. } | Op::ReadOnly { .. } => Vec::new(),
+        Op::FindBlocks { .. } | Op::ReadOnly { .. } | Op::Nfs(_) => Vec::new(),
         Op::Checkpoint { path } => vec![path],
         Op::Apply { top, base, .. } => std::iter::once(top).chain(base.as_mut()).collect(),
         Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } | Op::CubeCheck { path } | Op::CubeRemove { path } => vec![path],

@@ -152,6 +152,7 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             libc::EPERM,
             "send and receive are root's and the store owner's for now",
         )),
+        Op::Nfs(_) => Err(Failure::new(libc::EPERM, "serving over NFS is root's and the store owner's")),
         Op::MirrorSet { .. } | Op::MirrorRemove { .. } | Op::MirrorStatus | Op::Status => Err(Failure::new(
             libc::EPERM,
             "mirrors send the store's snapshots to another store as root: root's or the store owner's",

@@ -114,6 +114,24 @@ fn getrandom(b: &mut [u8]) {
 /// Tells the front end what the kernel must forget (called without the engine lock).
 pub type SharedInvalidator = Arc<dyn Fn(&[Inval]) + Send + Sync>;
 
+/// The daemon's NFS server, started and stopped by `scion serve nfs` through the control
+/// socket. Provided by the binary (`scion-nfs` depends on this crate, not the reverse).
+pub trait NfsService: Send + Sync {
+    /// Starts serving (an error if it already does); what it serves.
+    fn start(&self, spec: &crate::control::NfsSpec) -> Result<String, String>;
+    /// Stops serving (an error if it does not).
+    fn stop(&self) -> Result<String, String>;
+    /// What it serves, if it does.
+    fn describe(&self) -> Option<String>;
+}
+
+static NFS: std::sync::OnceLock<Arc<dyn NfsService>> = std::sync::OnceLock::new();
+
+/// Gives the daemon its NFS service (once, before the control socket serves).
+pub fn set_nfs_service(svc: Arc<dyn NfsService>) {
+    let _ = NFS.set(svc);
+}
+
 /// Serves the control socket of a mounted store until the process ends. `device` is the
 /// mount's device number (`major:minor`): a request naming another is refused, so that a
 /// FUSE mount that only claims the store's name cannot steer a command into this store.
@@ -346,6 +364,18 @@ fn run_routed(
             return Err(rights::authorize(&mut fs, c, op).err().unwrap_or_else(|| Failure::new(libc::EPERM, "cubes are root's")));
         }
         return cube_op(cubes, op);
+    }
+    // The NFS server lives in the daemon but is the CLI's to start (`set_nfs_service`).
+    if let Op::Nfs(req) = op {
+        if let Rights::User(_) = who {
+            return Err(Failure::new(libc::EPERM, "serving over NFS is root's and the store owner's"));
+        }
+        let svc = NFS.get().ok_or_else(|| Failure::new(libc::ENOTSUP, "this daemon does not serve NFS"))?;
+        let r = match req {
+            crate::control::NfsRequest::Start(spec) => svc.start(spec),
+            crate::control::NfsRequest::Stop => svc.stop(),
+        };
+        return r.map(Reply::Nfs).map_err(|e| Failure::new(libc::EINVAL, e));
     }
     // Read-only or writable: the whole store, every volume (main last going read-only,
     // first going back).
@@ -702,6 +732,7 @@ fn run(
             st.mirrors_failing = engine.mirror_jobs().failing();
             st.rss_bytes = crate::memory::rss_bytes();
             (st.listings, st.listing_bytes) = crate::memory::listings();
+            st.nfs = NFS.get().and_then(|n| n.describe()).unwrap_or_default();
             Ok(Reply::Status(Box::new(st)))
         }
         // With what the worker is doing.

@@ -2,7 +2,7 @@
 //! (version 3 added the schedule operations and the scheduled mark of a listing's rows;
 //! version 4 the scan operations and part frames; version 5 compression of old versions and
 //! the stored size of a listing's rows; versions 6 and 7 are in `docs/format.md`; version 8
-//! the pins of a scan's reply).
+//! the pins of a scan's reply; version 12 `scion serve nfs` and the status's NFS line).
 //! Decoded without trusting the other side: every length is checked against what remains
 //! (`scion_store::codec::Reader`), and a frame is at most `MAX_MESSAGE` bytes.
 //!
@@ -41,7 +41,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 11;
+pub const VERSION: u8 = 12;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -290,6 +290,18 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::ReadOnly { on } => {
             w.u8(38).u8(*on as u8);
         }
+        Op::Nfs(crate::control::NfsRequest::Stop) => {
+            w.u8(39).u8(0);
+        }
+        Op::Nfs(crate::control::NfsRequest::Start(n)) => {
+            w.u8(39).u8(1).bytes(n.listen.as_bytes()).bytes(n.squash.as_bytes()).u32(n.anon_uid).u32(n.anon_gid);
+            for list in [&n.exports, &n.read_only] {
+                w.u32(list.len() as u32);
+                for p in list {
+                    w.bytes(p);
+                }
+            }
+        }
         Op::Apply { top, base, open, frames } => {
             w.u8(21).bytes(top).u8(base.is_some() as u8).bytes(base.as_deref().unwrap_or_default());
             w.u8(open.is_some() as u8).bytes(open.as_deref().unwrap_or_default()).bytes(frames);
@@ -523,6 +535,27 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
         34 => Op::FindBlocks { hashes: get_hashes(&mut r)? },
         35 => Op::Checkpoint { path: r.bytes().map_err(bad)?.to_vec() },
         38 => Op::ReadOnly { on: r.u8().map_err(bad)? != 0 },
+        39 => match r.u8().map_err(bad)? {
+            0 => Op::Nfs(crate::control::NfsRequest::Stop),
+            1 => {
+                let listen = text(r.bytes().map_err(bad)?);
+                let squash = text(r.bytes().map_err(bad)?);
+                let (anon_uid, anon_gid) = (r.u32().map_err(bad)?, r.u32().map_err(bad)?);
+                let mut lists = [Vec::new(), Vec::new()];
+                for list in lists.iter_mut() {
+                    let n = r.count(4).map_err(bad)?;
+                    if n > MAX_FIELDS {
+                        return Err(format!("{n} directories to serve over NFS: at most {MAX_FIELDS}"));
+                    }
+                    for _ in 0..n {
+                        list.push(r.bytes().map_err(bad)?.to_vec());
+                    }
+                }
+                let [exports, read_only] = lists;
+                Op::Nfs(crate::control::NfsRequest::Start(crate::control::NfsSpec { listen, exports, read_only, squash, anon_uid, anon_gid }))
+            }
+            k => return Err(format!("unknown NFS request {k}")),
+        },
         21 => {
             let top = r.bytes().map_err(bad)?.to_vec();
             let has_base = r.u8().map_err(bad)? != 0;
@@ -916,6 +949,8 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             ] {
                 w.u64(v);
             }
+            // Since version 12.
+            w.bytes(st.nfs.as_bytes());
         }
         Reply::MirrorRemoved(n) => {
             w.u8(24).u32(*n);
@@ -1036,6 +1071,9 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         }
         Reply::Checkpointed => {
             w.u8(31);
+        }
+        Reply::Nfs(t) => {
+            w.u8(32).bytes(t.as_bytes());
         }
         Reply::Sent(h) => {
             w.u8(21).raw(h);
@@ -1254,6 +1292,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     rss_bytes: m[0],
                     listings: m[1],
                     listing_bytes: m[2],
+                    nfs: text(r.bytes().map_err(bad)?),
                 }))
             }
             24 => Reply::MirrorRemoved(r.u32().map_err(bad)?),
@@ -1401,6 +1440,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             }
             20 => Reply::Applied,
             31 => Reply::Checkpointed,
+            32 => Reply::Nfs(text(r.bytes().map_err(bad)?)),
             21 => Reply::Sent(r.array().map_err(bad)?),
             30 => {
                 let n = r.count(1).map_err(bad)?;

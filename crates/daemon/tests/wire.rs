@@ -22,6 +22,15 @@ fn ops() -> Vec<Op> {
         Op::Checkpoint { path: b"x/.y.scion-receive-7".to_vec() },
         Op::ReadOnly { on: true },
         Op::ReadOnly { on: false },
+        Op::Nfs(scion_daemon::control::NfsRequest::Stop),
+        Op::Nfs(scion_daemon::control::NfsRequest::Start(scion_daemon::control::NfsSpec {
+            listen: "127.0.0.1:2049".into(),
+            exports: vec![b"vm1".to_vec(), b"srv/vm2".to_vec()],
+            read_only: vec![b"vm1/golden".to_vec()],
+            squash: "all".into(),
+            anon_uid: 65534,
+            anon_gid: 100,
+        })),
         Op::Clone {
             src: b"a/b".to_vec(),
             dst: b"c".to_vec(),
@@ -197,6 +206,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         wire::encode_reply(&Reply::Cloned),
         wire::encode_reply(&Reply::Blocks(vec![true, false, true])),
         wire::encode_reply(&Reply::Checkpointed),
+        wire::encode_reply(&Reply::Nfs("NFSv3 on 127.0.0.1:2049: exports /".into())),
         wire::encode_reply(&Reply::Listing(vec![listing.clone(), listing, orphan])),
         wire::encode_reply(&Reply::Scrubbed(scrub)),
         wire::encode_reply(&Reply::Repacked(repack)),
@@ -255,6 +265,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
             rss_bytes: 150 << 20,
             listings: 3,
             listing_bytes: 4096,
+            nfs: "NFSv3 on 127.0.0.1:2049: exports /vm1".into(),
         }))),
         wire::encode_reply(&Reply::MirrorRemoved(2)),
         wire::encode_reply(&Reply::Mirrors(vec![scion_daemon::control::MirrorRow {

@@ -29,6 +29,21 @@ use scion_fs::{Attr, Fs, FsError, Inval, Kind, SetAttr, Stamp, Ts};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+/// Deepest directory walked up from (`thawed`).
+const MAX_DEPTH: usize = 4096;
+
+fn components(p: &[u8]) -> Vec<Vec<u8>> {
+    p.split(|&b| b == b'/').filter(|n| !n.is_empty() && *n != b".").map(<[u8]>::to_vec).collect()
+}
+
+fn join(names: &[Vec<u8>]) -> String {
+    names.iter().map(|n| String::from_utf8_lossy(n).into_owned()).collect::<Vec<_>>().join("/")
+}
+
+fn show(p: &[u8]) -> String {
+    String::from_utf8_lossy(p).into_owned()
+}
+
 /// Largest READ and WRITE offered to clients.
 const MAX_IO: u32 = 1 << 20;
 
@@ -44,6 +59,11 @@ pub struct ScionNfs {
     /// Tells the mount's kernel what a change made here made wrong in its caches (global
     /// inode numbers); called without the engine lock.
     tell: Option<Invalidator>,
+    /// The exported directories: their paths (components from the mount root) and global
+    /// inode numbers. A client mounts one of them or a directory below; `..` stops at them.
+    exports: Arc<Vec<(Vec<Vec<u8>>, u64)>>,
+    /// Directories below which every change is refused (`--read-only DIR`).
+    frozen: Arc<HashSet<u64>>,
 }
 
 /// See `ScionNfs::tell`.
@@ -164,15 +184,117 @@ fn name<'a>(n: &'a filename3<'_>) -> &'a [u8] {
 }
 
 impl ScionNfs {
-    pub fn new(router: Arc<Router>, key: HandleKey, who: Identity, read_only: bool, tell: Option<Invalidator>) -> ScionNfs {
-        ScionNfs {
+    /// The adapter for `exports` and `frozen` directories (paths from the mount root, as
+    /// `/`-separated names): each must be a directory.
+    pub fn new(
+        router: Arc<Router>,
+        key: HandleKey,
+        who: Identity,
+        read_only: bool,
+        tell: Option<Invalidator>,
+        exports: &[Vec<u8>],
+        frozen: &[Vec<u8>],
+    ) -> Result<ScionNfs, String> {
+        let mut nfs = ScionNfs {
             router,
             key,
             who,
             read_only,
             held: Arc::new(Mutex::new(HashSet::new())),
             tell,
+            exports: Arc::new(Vec::new()),
+            frozen: Arc::new(HashSet::new()),
+        };
+        let mut ex = Vec::new();
+        for p in exports {
+            let names = components(p);
+            ex.push((names.clone(), nfs.resolve_dir(&names).map_err(|e| format!("--export {}: {e}", show(p)))?));
         }
+        if ex.is_empty() {
+            ex.push((Vec::new(), VolumeId::MAIN.global(scion_fs::ROOT_INO)));
+        }
+        let mut fr = HashSet::new();
+        for p in frozen {
+            fr.insert(nfs.resolve_dir(&components(p)).map_err(|e| format!("--read-only {}: {e}", show(p)))?);
+        }
+        nfs.exports = Arc::new(ex);
+        nfs.frozen = Arc::new(fr);
+        Ok(nfs)
+    }
+
+    /// The global inode number of the directory at `names` from the mount root, held for
+    /// the server's life (looked up as root: the administrator named it).
+    fn resolve_dir(&self, names: &[Vec<u8>]) -> Result<u64, String> {
+        let mut h = self.key.handle(VolumeId::MAIN.global(scion_fs::ROOT_INO));
+        for n in names {
+            let at = self.at(&h).map_err(|e| format!("{e:?}"))?;
+            let mut fs = at.fs();
+            let a = fs.lookup(at.ino, n).map_err(|e| e.to_string())?;
+            h = match self.router.grafted(at.vol, a.ino) {
+                Some(cube) => {
+                    fs.forget(a.ino, 1);
+                    self.key.handle(cube.global(scion_fs::ROOT_INO))
+                }
+                None => self.hold(&at, &mut fs, &a),
+            };
+        }
+        let at = self.at(&h).map_err(|e| format!("{e:?}"))?;
+        let a = at.fs().getattr(at.ino).map_err(|e| e.to_string())?;
+        if a.kind != Kind::Dir {
+            return Err("not a directory".into());
+        }
+        Ok(at.vol.global(at.ino))
+    }
+
+    /// What is served, for `scion status`.
+    pub fn describe(&self) -> String {
+        let ex: Vec<String> = self.exports.iter().map(|(p, _)| format!("/{}", join(p))).collect();
+        let mut s = format!("exports {}", ex.join(", "));
+        if self.read_only {
+            s.push_str(" (read-only)");
+        }
+        if !self.frozen.is_empty() {
+            s.push_str(&format!("; {} read-only director{}", self.frozen.len(), if self.frozen.len() == 1 { "y" } else { "ies" }));
+        }
+        s.push_str(&format!(
+            "; squash {} to {}:{}; {} inodes held",
+            match self.who.squash {
+                crate::Squash::Root => "root",
+                crate::Squash::All => "all",
+                crate::Squash::None => "none",
+            },
+            self.who.anon.0,
+            self.who.anon.1,
+            self.held()
+        ));
+        s
+    }
+
+    /// Whether global inode `g` is the root of an export (its `..` is itself).
+    fn is_export_root(&self, g: u64) -> bool {
+        self.exports.iter().any(|(_, e)| *e == g)
+    }
+
+    /// NFS3ERR_ROFS if `at` lies in a `--read-only` directory (or is one), found by walking
+    /// its parents; a file with several names, whose parent is not one, counts as inside
+    /// when any directory is read-only.
+    fn thawed(&self, fs: &mut Fs, at: &At) -> Result<(), nfsstat3> {
+        if self.frozen.is_empty() {
+            return Ok(());
+        }
+        let mut ino = at.ino;
+        for _ in 0..MAX_DEPTH {
+            if self.frozen.contains(&at.vol.global(ino)) {
+                return Err(nfsstat3::NFS3ERR_ROFS);
+            }
+            let p = fs.parent_of(ino);
+            if p == ino {
+                let top = ino == scion_fs::ROOT_INO || fs.getattr(ino).is_ok_and(|a| a.kind == Kind::Dir);
+                return if top { Ok(()) } else { Err(nfsstat3::NFS3ERR_ROFS) };
+            }
+            ino = p;
+        }
+        Err(nfsstat3::NFS3ERR_ROFS)
     }
 
     /// Tells the mount's kernel of a change: names (`Entry`) and inodes (`Inode`, its
@@ -251,6 +373,7 @@ impl ScionNfs {
             return Err(nfsstat3::NFS3ERR_NOTDIR);
         }
         fs.check_writable(dir.ino).map_err(status)?;
+        self.thawed(fs, dir)?;
         may(fs, &a, caller, W | X)?;
         Ok(a)
     }
@@ -349,6 +472,7 @@ impl ScionNfs {
             return Ok(cur);
         }
         fs.check_writable(at.ino).map_err(status)?;
+        self.thawed(fs, at)?;
         // A chown or a truncate by someone other than root drops setuid and setgid, as the
         // kernel's `should_remove_suid` does.
         let changes_owner = s.uid.is_some_and(|u| u != cur.uid) || s.gid.is_some_and(|g| g != cur.gid);
@@ -414,7 +538,10 @@ impl NfsReadFileSystem for ScionNfs {
             return Ok(*dirid);
         }
         if n == b".." {
-            // The export's root is its own parent: nothing above it is reachable.
+            // An export's root is its own parent: nothing above it is reachable.
+            if self.is_export_root(at.vol.global(at.ino)) {
+                return Ok(*dirid);
+            }
             let p = fs.parent_of(at.ino);
             return Ok(self.key.handle(at.vol.global(p)));
         }
@@ -430,6 +557,26 @@ impl NfsReadFileSystem for ScionNfs {
             return Ok(self.key.handle(cube.global(scion_fs::ROOT_INO)));
         }
         Ok(self.hold(&at, &mut fs, &a))
+    }
+
+    /// MNT: `path` must be an export or lie below one; it is walked as the caller, from
+    /// the export's root.
+    async fn lookup_by_path(&self, path: &str) -> Result<Handle, nfsstat3> {
+        let names = components(path.as_bytes());
+        let export = self
+            .exports
+            .iter()
+            .filter(|(p, _)| names.starts_with(p))
+            .max_by_key(|(p, _)| p.len())
+            .ok_or(nfsstat3::NFS3ERR_NOENT)?;
+        let mut h = self.key.handle(export.1);
+        for n in &names[export.0.len()..] {
+            if n == b".." {
+                return Err(nfsstat3::NFS3ERR_NOENT);
+            }
+            h = self.lookup(&h, &n.as_slice().into()).await?;
+        }
+        Ok(h)
     }
 
     async fn getattr(&self, id: &Handle) -> Result<fattr3, nfsstat3> {
@@ -472,7 +619,7 @@ impl NfsReadFileSystem for ScionNfs {
         }
         may(&fs, &dir, &caller, R)?;
         let list = fs.readdir(at.ino).map_err(status)?;
-        let parent = fs.parent_of(at.ino);
+        let parent = if self.is_export_root(at.vol.global(at.ino)) { at.ino } else { fs.parent_of(at.ino) };
         // Cookies are positions: 1 and 2 are "." and "..", then the entries in name order.
         let mut out = Vec::new();
         let start = cookie as usize;
@@ -716,6 +863,7 @@ impl NfsFileSystem for ScionNfs {
                 _ => return Err(nfsstat3::NFS3ERR_INVAL),
             }
             fs.check_writable(at.ino).map_err(status)?;
+            self.thawed(&mut fs, &at)?;
             may(&fs, &a, &caller, W)?;
             fs.open_file(at.ino).map_err(status)?;
         }
@@ -856,6 +1004,8 @@ impl NfsFileSystem for ScionNfs {
         if getattr(&mut fs, file.ino)?.kind == Kind::Dir {
             return Err(nfsstat3::NFS3ERR_ISDIR);
         }
+        // A name in a writable directory would make a frozen file writable.
+        self.thawed(&mut fs, &file)?;
         let a = fs.link(file.ino, dir.ino, name(newname)).map_err(status)?;
         // The engine counted a reference for the new name; the adapter holds one already.
         self.hold(&file, &mut fs, &a);

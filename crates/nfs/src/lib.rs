@@ -33,6 +33,10 @@ pub struct NfsOptions {
     pub read_only: bool,
     /// The mount's kernel, told of changes made over NFS (none without a FUSE mount).
     pub tell: Option<Invalidator>,
+    /// Directories served (paths from the mount root); none: the mount's root.
+    pub exports: Vec<Vec<u8>>,
+    /// Directories below which changes are refused.
+    pub read_only_dirs: Vec<Vec<u8>>,
 }
 
 impl NfsOptions {
@@ -42,6 +46,8 @@ impl NfsOptions {
             identity: Identity::default(),
             read_only: false,
             tell: None,
+            exports: Vec::new(),
+            read_only_dirs: Vec::new(),
         }
     }
 }
@@ -63,6 +69,11 @@ impl NfsServer {
     /// Inodes it holds for its clients.
     pub fn held(&self) -> usize {
         self.fs.held()
+    }
+
+    /// Where it listens and what it serves, for `scion status`.
+    pub fn describe(&self) -> String {
+        format!("NFSv3 on {}: {}", self.addr, self.fs.describe())
     }
 
     /// Stops listening and waits for the server's threads.
@@ -91,7 +102,8 @@ impl Drop for NfsServer {
 /// clients resend what they wrote UNSTABLE and had not seen committed.
 pub fn serve(router: Arc<Router>, opts: NfsOptions) -> std::io::Result<NfsServer> {
     let key = HandleKey::random()?;
-    let fs = ScionNfs::new(router, key, opts.identity, opts.read_only, opts.tell.clone());
+    let fs = ScionNfs::new(router, key, opts.identity, opts.read_only, opts.tell.clone(), &opts.exports, &opts.read_only_dirs)
+        .map_err(std::io::Error::other)?;
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::io::Result<SocketAddr>>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let served = fs.clone();
