@@ -403,6 +403,18 @@ impl ScionNfs {
     /// (`notify_change` and `setattr_prepare`).
     fn set(&self, at: &At, fs: &mut Fs, set: &sattr3, caller: &Caller) -> Result<Attr, nfsstat3> {
         let cur = getattr(fs, at.ino)?;
+        let asks = matches!(set.mode, Nfs3Option::Some(_))
+            || matches!(set.uid, Nfs3Option::Some(_))
+            || matches!(set.gid, Nfs3Option::Some(_))
+            || matches!(set.size, Nfs3Option::Some(_))
+            || !matches!(set.atime, set_atime::DONT_CHANGE)
+            || !matches!(set.mtime, set_mtime::DONT_CHANGE);
+        if asks {
+            // A read-only filesystem answers EROFS before any permission check, as the
+            // kernel's `mnt_want_write` comes first.
+            fs.check_writable(at.ino).map_err(status)?;
+            self.thawed(fs, at)?;
+        }
         let root = caller.uid == 0;
         let owner = caller.uid == cur.uid;
         let mut s = SetAttr::default();
@@ -471,8 +483,6 @@ impl ScionNfs {
         if s == SetAttr::default() {
             return Ok(cur);
         }
-        fs.check_writable(at.ino).map_err(status)?;
-        self.thawed(fs, at)?;
         // A chown or a truncate by someone other than root drops setuid and setgid, as the
         // kernel's `should_remove_suid` does.
         let changes_owner = s.uid.is_some_and(|u| u != cur.uid) || s.gid.is_some_and(|g| g != cur.gid);

@@ -1,0 +1,445 @@
+//! The NFS server through a real NFSv3 client (`nfs3_client`), at the protocol level: what
+//! a file handle may and may not reach, who a call is, what a write's stability means.
+//! The engine is driven directly to set each case up.
+
+use nfs3_client::nfs3_types::nfs3::{
+    createhow3, diropargs3, fattr3, filename3, nfs_fh3, nfspath3, nfsstat3, sattr3, stable_how, symlinkdata3,
+    writeverf3, Nfs3Option, Nfs3Result, COMMIT3args, CREATE3args, GETATTR3args, LINK3args, LOOKUP3args, MKDIR3args,
+    READ3args, READDIRPLUS3args, REMOVE3args, RENAME3args, RMDIR3args, SETATTR3args, SYMLINK3args, WRITE3args,
+};
+use nfs3_client::nfs3_types::rpc::{auth_unix, opaque_auth};
+use nfs3_client::nfs3_types::xdr_codec::Opaque;
+use nfs3_client::tokio::{TokioConnector, TokioIo};
+use nfs3_client::{Nfs3Connection, Nfs3ConnectionBuilder};
+use scion_daemon::{Engine, Router};
+use scion_fs::{Fs, Kind, MountOptions, Stamp, ROOT_INO};
+use scion_nfs::{NfsOptions, NfsServer, Squash};
+use std::sync::Arc;
+
+type Conn = Nfs3Connection<TokioIo<tokio::net::TcpStream>>;
+
+struct Setup {
+    _tmp: tempfile::TempDir,
+    engine: Engine,
+    router: Arc<Router>,
+}
+
+fn setup() -> Setup {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    Fs::create(&scion_store::os_host(), &store).unwrap();
+    let fs = Fs::open(&store, MountOptions::new("nfs test")).unwrap();
+    let engine = Engine::new(fs);
+    let router = Arc::new(Router::new(engine.clone()).unwrap());
+    Setup { _tmp: tmp, engine, router }
+}
+
+impl Setup {
+    /// Makes `path`'s last name in its parent (which exists) as `uid`, with `mode`.
+    fn make(&self, path: &str, kind: Kind, mode: u32, uid: u32, data: &[u8]) -> u64 {
+        let mut fs = self.engine.lock();
+        let mut dir = ROOT_INO;
+        let names: Vec<&str> = path.split('/').collect();
+        for n in &names[..names.len() - 1] {
+            dir = fs.lookup(dir, n.as_bytes()).unwrap().ino;
+        }
+        let fmt = if kind == Kind::Dir { libc::S_IFDIR } else { libc::S_IFREG };
+        let a = fs.mknod(dir, names.last().unwrap().as_bytes(), kind, fmt | mode, 0, uid, uid, 0, &[]).unwrap();
+        let mode_now = fs.getattr(a.ino).unwrap().perm;
+        assert_eq!(u32::from(mode_now), mode, "{path}: mode");
+        drop(fs);
+        if !data.is_empty() {
+            self.engine.write(a.ino, 0, data, Stamp::Now, |_| Ok(())).unwrap();
+        }
+        a.ino
+    }
+
+    fn serve(&self, f: impl FnOnce(&mut NfsOptions)) -> NfsServer {
+        let mut o = NfsOptions::new("127.0.0.1:0");
+        f(&mut o);
+        scion_nfs::serve(self.router.clone(), o).unwrap()
+    }
+}
+
+async fn connect(server: &NfsServer, path: &str, uid: u32, gid: u32) -> Result<Conn, String> {
+    let cred = auth_unix { stamp: 1, machinename: Opaque::borrowed(b"test"), uid, gid, gids: vec![] };
+    let port = server.addr().port();
+    Nfs3ConnectionBuilder::new(TokioConnector, "127.0.0.1", path)
+        .mount_port(port)
+        .nfs3_port(port)
+        .connect_from_privileged_port(false)
+        .credential(opaque_auth::auth_unix(&cred))
+        .mount()
+        .await
+        .map_err(|e| format!("{e:?}"))
+}
+
+fn res<T, E>(r: Nfs3Result<T, E>) -> Result<T, nfsstat3> {
+    match r {
+        Nfs3Result::Ok(v) => Ok(v),
+        Nfs3Result::Err((s, _)) => Err(s),
+    }
+}
+
+fn name(n: &str) -> filename3<'static> {
+    filename3(Opaque::owned(n.as_bytes().to_vec()))
+}
+
+fn at(dir: &nfs_fh3, n: &str) -> diropargs3<'static> {
+    diropargs3 { dir: dir.clone(), name: name(n) }
+}
+
+fn mode(m: u32) -> sattr3 {
+    sattr3 { mode: Nfs3Option::Some(m), ..Default::default() }
+}
+
+async fn lookup(c: &mut Conn, dir: &nfs_fh3, n: &str) -> Result<nfs_fh3, nfsstat3> {
+    res(c.lookup(&LOOKUP3args { what: at(dir, n) }).await.unwrap()).map(|r| r.object)
+}
+
+async fn getattr(c: &mut Conn, fh: &nfs_fh3) -> Result<fattr3, nfsstat3> {
+    res(c.getattr(&GETATTR3args { object: fh.clone() }).await.unwrap()).map(|r| r.obj_attributes)
+}
+
+async fn create(c: &mut Conn, dir: &nfs_fh3, n: &str, m: u32) -> Result<nfs_fh3, nfsstat3> {
+    let r = res(c.create(&CREATE3args { where_: at(dir, n), how: createhow3::UNCHECKED(mode(m)) }).await.unwrap())?;
+    match r.obj {
+        Nfs3Option::Some(fh) => Ok(fh),
+        Nfs3Option::None => lookup(c, dir, n).await,
+    }
+}
+
+async fn mkdir(c: &mut Conn, dir: &nfs_fh3, n: &str, m: u32) -> Result<nfs_fh3, nfsstat3> {
+    let r = res(c.mkdir(&MKDIR3args { where_: at(dir, n), attributes: mode(m) }).await.unwrap())?;
+    match r.obj {
+        Nfs3Option::Some(fh) => Ok(fh),
+        Nfs3Option::None => lookup(c, dir, n).await,
+    }
+}
+
+async fn write(c: &mut Conn, fh: &nfs_fh3, off: u64, data: &[u8], stable: stable_how) -> Result<(stable_how, writeverf3), nfsstat3> {
+    let args = WRITE3args { file: fh.clone(), offset: off, count: data.len() as u32, stable, data: Opaque::borrowed(data) };
+    let r = res(c.write(&args).await.unwrap())?;
+    assert_eq!(r.count as usize, data.len());
+    Ok((r.committed, r.verf))
+}
+
+async fn commit(c: &mut Conn, fh: &nfs_fh3) -> Result<writeverf3, nfsstat3> {
+    res(c.commit(&COMMIT3args { file: fh.clone(), offset: 0, count: 0 }).await.unwrap()).map(|r| r.verf)
+}
+
+async fn read(c: &mut Conn, fh: &nfs_fh3, off: u64, n: u32) -> Result<Vec<u8>, nfsstat3> {
+    res(c.read(&READ3args { file: fh.clone(), offset: off, count: n }).await.unwrap()).map(|r| r.data.to_vec())
+}
+
+async fn remove(c: &mut Conn, dir: &nfs_fh3, n: &str) -> Result<(), nfsstat3> {
+    res(c.remove(&REMOVE3args { object: at(dir, n) }).await.unwrap()).map(|_| ())
+}
+
+async fn setattr(c: &mut Conn, fh: &nfs_fh3, set: sattr3) -> Result<fattr3, nfsstat3> {
+    let args = SETATTR3args { object: fh.clone(), new_attributes: set, guard: Nfs3Option::None };
+    match res(c.setattr(&args).await.unwrap())?.obj_wcc.after {
+        Nfs3Option::Some(a) => Ok(a),
+        Nfs3Option::None => getattr(c, fh).await,
+    }
+}
+
+/// Every name READDIRPLUS lists in `dir`, following cookies to the end.
+async fn list(c: &mut Conn, dir: &nfs_fh3) -> Result<Vec<String>, nfsstat3> {
+    let (mut cookie, mut verf, mut names) = (0, Default::default(), Vec::new());
+    loop {
+        let args = READDIRPLUS3args { dir: dir.clone(), cookie, cookieverf: verf, dircount: 8192, maxcount: 65536 };
+        let r = res(c.readdirplus(&args).await.unwrap())?;
+        verf = r.cookieverf;
+        let entries = r.reply.entries.into_inner();
+        for e in &entries {
+            names.push(String::from_utf8_lossy(e.name.as_ref()).into_owned());
+            cookie = e.cookie;
+        }
+        if r.reply.eof {
+            return Ok(names);
+        }
+        assert!(!entries.is_empty(), "no progress at cookie {cookie}");
+    }
+}
+
+fn handle_of(bytes: Vec<u8>) -> nfs_fh3 {
+    nfs_fh3 { data: Opaque::owned(bytes) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_are_durable_as_asked_and_read_back() {
+    let s = setup();
+    s.make("pub", Kind::Dir, 0o777, 0, b"");
+    let server = s.serve(|_| {});
+    let mut c = connect(&server, "/pub", 1000, 1000).await.unwrap();
+    let root = c.root_nfs_fh3();
+    let f = create(&mut c, &root, "f", 0o644).await.unwrap();
+    assert_eq!(getattr(&mut c, &f).await.unwrap().uid, 1000);
+    let big: Vec<u8> = (0..(3 << 20)).map(|i| (i * 7 % 251) as u8).collect();
+    let mut verfs = Vec::new();
+    for (i, piece) in big.chunks(1 << 20).enumerate() {
+        let (how, v) = write(&mut c, &f, (i << 20) as u64, piece, stable_how::UNSTABLE).await.unwrap();
+        // Journaled, not yet synced: the client must COMMIT.
+        assert_eq!(how, stable_how::UNSTABLE);
+        verfs.push(v);
+    }
+    let v = commit(&mut c, &f).await.unwrap();
+    assert!(verfs.iter().all(|w| *w == v), "one verifier for one server's life");
+    let (how, _) = write(&mut c, &f, 5, b"sync", stable_how::FILE_SYNC).await.unwrap();
+    assert_eq!(how, stable_how::FILE_SYNC);
+    let (how, _) = write(&mut c, &f, 9, b"data", stable_how::DATA_SYNC).await.unwrap();
+    assert_eq!(how, stable_how::FILE_SYNC);
+    let mut want = big.clone();
+    want[5..9].copy_from_slice(b"sync");
+    want[9..13].copy_from_slice(b"data");
+    let mut got = Vec::new();
+    while got.len() < want.len() {
+        got.extend(read(&mut c, &f, got.len() as u64, 1 << 20).await.unwrap());
+    }
+    assert!(got == want, "bytes read differ from bytes written");
+    // Many names: READDIRPLUS pages through them all, once each.
+    let d = mkdir(&mut c, &root, "many", 0o755).await.unwrap();
+    for i in 0..1500 {
+        create(&mut c, &d, &format!("n{i:04}"), 0o644).await.unwrap();
+    }
+    let mut names = list(&mut c, &d).await.unwrap();
+    names.retain(|n| n != "." && n != "..");
+    names.sort();
+    let want: Vec<String> = (0..1500).map(|i| format!("n{i:04}")).collect();
+    assert_eq!(names, want);
+    assert_eq!(getattr(&mut c, &d).await.unwrap().mode, 0o755, "MKDIR's mode is kept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_altered_and_foreign_handles_reach_nothing() {
+    let s = setup();
+    s.make("pub", Kind::Dir, 0o777, 0, b"");
+    s.make("pub/f", Kind::File, 0o644, 1000, b"hello");
+    let server = s.serve(|_| {});
+    let mut c = connect(&server, "/pub", 1000, 1000).await.unwrap();
+    let root = c.root_nfs_fh3();
+    let f = lookup(&mut c, &root, "f").await.unwrap();
+    assert_eq!(read(&mut c, &f, 0, 100).await.unwrap(), b"hello");
+    let good = f.data.to_vec();
+    for i in 0..good.len() {
+        for bit in [1u8, 0x80] {
+            let mut b = good.clone();
+            b[i] ^= bit;
+            let r = getattr(&mut c, &handle_of(b)).await;
+            assert!(
+                matches!(r, Err(nfsstat3::NFS3ERR_BADHANDLE | nfsstat3::NFS3ERR_STALE)),
+                "byte {i} ^ {bit:#x}: {r:?}"
+            );
+        }
+    }
+    for len in [0, 8, 23, 25, 64] {
+        let r = getattr(&mut c, &handle_of(vec![0x5a; len])).await;
+        assert!(r.is_err(), "a made-up handle of {len} bytes: {r:?}");
+    }
+    // Another server (another key, a later generation) does not take this one's handles.
+    let other = s.serve(|_| {});
+    let mut c2 = connect(&other, "/pub", 1000, 1000).await.unwrap();
+    assert_eq!(getattr(&mut c2, &f).await.err(), Some(nfsstat3::NFS3ERR_STALE));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_files_and_destroyed_clones_are_stale() {
+    let s = setup();
+    s.make("src", Kind::Dir, 0o777, 0, b"");
+    s.make("src/a", Kind::File, 0o644, 0, b"in the clone");
+    {
+        let mut fs = s.engine.lock();
+        let src = fs.lookup(ROOT_INO, b"src").unwrap().ino;
+        fs.clone_dir(src, ROOT_INO, b"vm1", &[], b"src").unwrap();
+    }
+    let server = s.serve(|o| o.identity.squash = Squash::None);
+    let mut c = connect(&server, "/", 0, 0).await.unwrap();
+    let root = c.root_nfs_fh3();
+    let vm1 = lookup(&mut c, &root, "vm1").await.unwrap();
+    let a = lookup(&mut c, &vm1, "a").await.unwrap();
+    assert_eq!(read(&mut c, &a, 0, 100).await.unwrap(), b"in the clone");
+    let src = lookup(&mut c, &root, "src").await.unwrap();
+    let b = create(&mut c, &src, "b", 0o644).await.unwrap();
+    let old_id = getattr(&mut c, &b).await.unwrap().fileid;
+    remove(&mut c, &src, "b").await.unwrap();
+    assert_eq!(getattr(&mut c, &b).await.err(), Some(nfsstat3::NFS3ERR_STALE));
+    // A new file never takes a removed one's number, so an old handle never finds it.
+    let b2 = create(&mut c, &src, "b", 0o644).await.unwrap();
+    assert_ne!(getattr(&mut c, &b2).await.unwrap().fileid, old_id);
+    assert_eq!(getattr(&mut c, &b).await.err(), Some(nfsstat3::NFS3ERR_STALE));
+    // The clone destroyed: its files' handles are stale, not some other file.
+    {
+        let mut fs = s.engine.lock();
+        let path = b"vm1".to_vec();
+        scion_daemon::control::execute(
+            &mut fs,
+            &scion_daemon::control::Op::Destroy { target: scion_daemon::control::Target::Path(path), recursive: false },
+            None,
+        )
+        .unwrap();
+    }
+    assert_eq!(getattr(&mut c, &a).await.err(), Some(nfsstat3::NFS3ERR_STALE));
+    assert_eq!(getattr(&mut c, &vm1).await.err(), Some(nfsstat3::NFS3ERR_STALE));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_outside_an_export_is_reachable() {
+    let s = setup();
+    s.make("secret", Kind::File, 0o644, 0, b"outside");
+    s.make("vm1", Kind::Dir, 0o755, 0, b"");
+    s.make("vm1/etc", Kind::Dir, 0o755, 0, b"");
+    let server = s.serve(|o| o.exports = vec![b"vm1".to_vec()]);
+    assert!(connect(&server, "/", 1000, 1000).await.is_err(), "the root is not exported");
+    assert!(connect(&server, "/secret", 1000, 1000).await.is_err());
+    let mut c = connect(&server, "/vm1", 1000, 1000).await.unwrap();
+    let root = c.root_nfs_fh3();
+    let id = getattr(&mut c, &root).await.unwrap().fileid;
+    let up = lookup(&mut c, &root, "..").await.unwrap();
+    assert_eq!(getattr(&mut c, &up).await.unwrap().fileid, id, ".. of the export's root is itself");
+    assert_eq!(lookup(&mut c, &up, "secret").await, Err(nfsstat3::NFS3ERR_NOENT));
+    let etc = lookup(&mut c, &root, "etc").await.unwrap();
+    let up = lookup(&mut c, &etc, "..").await.unwrap();
+    assert_eq!(getattr(&mut c, &up).await.unwrap().fileid, id);
+    // A subdirectory of an export may be mounted.
+    let mut c2 = connect(&server, "/vm1/etc", 1000, 1000).await.unwrap();
+    let sub = c2.root_nfs_fh3();
+    assert_eq!(getattr(&mut c2, &sub).await.unwrap().fileid, getattr(&mut c, &etc).await.unwrap().fileid);
+    assert!(connect(&server, "/vm1/../secret", 1000, 1000).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_are_squashed_as_configured() {
+    let s = setup();
+    s.make("pub", Kind::Dir, 0o777, 0, b"");
+    s.make("pub/rootonly", Kind::File, 0o600, 0, b"root's");
+    for (squash, uid, want) in [(Squash::Root, 0, 65534), (Squash::None, 0, 0), (Squash::All, 1000, 4242), (Squash::Root, 1000, 1000)] {
+        let server = s.serve(|o| {
+            o.identity.squash = squash;
+            o.identity.anon = (4242, 4242);
+            if squash == Squash::Root {
+                o.identity.anon = (65534, 65534);
+            }
+        });
+        let mut c = connect(&server, "/pub", uid, uid).await.unwrap();
+        let root = c.root_nfs_fh3();
+        let n = format!("by-{uid}-{squash:?}");
+        let f = create(&mut c, &root, &n, 0o644).await.unwrap();
+        assert_eq!(getattr(&mut c, &f).await.unwrap().uid, want, "{squash:?}, uid {uid}");
+        let secret = lookup(&mut c, &root, "rootonly").await.unwrap();
+        let r = read(&mut c, &secret, 0, 10).await;
+        if want == 0 {
+            assert_eq!(r.unwrap(), b"root's");
+        } else {
+            assert_eq!(r, Err(nfsstat3::NFS3ERR_ACCES), "{squash:?}, uid {uid}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permissions_are_the_kernels() {
+    let s = setup();
+    s.make("priv", Kind::Dir, 0o700, 0, b"");
+    s.make("priv/x", Kind::File, 0o644, 0, b"x");
+    s.make("tmp", Kind::Dir, 0o1777, 0, b"");
+    s.make("tmp/anns", Kind::File, 0o666, 1000, b"ann's");
+    s.make("tmp/prog", Kind::File, 0o6755, 1000, b"#!");
+    let server = s.serve(|_| {});
+    let mut ann = connect(&server, "/", 1000, 1000).await.unwrap();
+    let mut bob = connect(&server, "/", 1001, 1001).await.unwrap();
+    let root = ann.root_nfs_fh3();
+    let p = lookup(&mut ann, &root, "priv").await.unwrap();
+    assert_eq!(lookup(&mut ann, &p, "x").await, Err(nfsstat3::NFS3ERR_ACCES), "no search permission");
+    assert_eq!(create(&mut ann, &p, "y", 0o644).await, Err(nfsstat3::NFS3ERR_ACCES));
+    let tmp = lookup(&mut ann, &root, "tmp").await.unwrap();
+    // The sticky bit: bob may write ann's file (mode 0666) but not remove or rename it.
+    assert_eq!(remove(&mut bob, &tmp, "anns").await, Err(nfsstat3::NFS3ERR_ACCES));
+    let rename = RENAME3args { from: at(&tmp, "anns"), to: at(&tmp, "bobs") };
+    assert_eq!(res(bob.rename(&rename).await.unwrap()).map(|_| ()), Err(nfsstat3::NFS3ERR_ACCES));
+    let anns = lookup(&mut bob, &tmp, "anns").await.unwrap();
+    write(&mut bob, &anns, 0, b"BOB", stable_how::UNSTABLE).await.unwrap();
+    // Only the owner changes the mode; only root gives a file away.
+    assert_eq!(setattr(&mut bob, &anns, mode(0o777)).await.err(), Some(nfsstat3::NFS3ERR_PERM));
+    let give = sattr3 { uid: Nfs3Option::Some(1001), ..Default::default() };
+    assert_eq!(setattr(&mut ann, &anns, give).await.err(), Some(nfsstat3::NFS3ERR_PERM));
+    assert_eq!(setattr(&mut ann, &anns, mode(0o600)).await.unwrap().mode, 0o600);
+    assert_eq!(read(&mut bob, &anns, 0, 10).await, Err(nfsstat3::NFS3ERR_ACCES));
+    // The owner may still write a file whose mode says otherwise (knfsd's owner override).
+    assert_eq!(setattr(&mut ann, &anns, mode(0o400)).await.unwrap().mode, 0o400);
+    write(&mut ann, &anns, 0, b"ANN", stable_how::FILE_SYNC).await.unwrap();
+    // A write by anyone but root drops setuid and setgid (with group execute).
+    let prog = lookup(&mut ann, &tmp, "prog").await.unwrap();
+    assert_eq!(getattr(&mut ann, &prog).await.unwrap().mode, 0o6755);
+    write(&mut ann, &prog, 0, b"#!/bin/sh", stable_how::UNSTABLE).await.unwrap();
+    assert_eq!(getattr(&mut ann, &prog).await.unwrap().mode, 0o755);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_directories_refuse_every_change() {
+    let s = setup();
+    s.make("gold", Kind::Dir, 0o777, 0, b"");
+    s.make("gold/sub", Kind::Dir, 0o777, 0, b"");
+    s.make("gold/sub/f", Kind::File, 0o666, 0, b"golden");
+    s.make("gold/sub/d", Kind::Dir, 0o777, 0, b"");
+    s.make("work", Kind::Dir, 0o777, 0, b"");
+    let server = s.serve(|o| o.read_only_dirs = vec![b"gold".to_vec()]);
+    let mut c = connect(&server, "/", 1000, 1000).await.unwrap();
+    let root = c.root_nfs_fh3();
+    let gold = lookup(&mut c, &root, "gold").await.unwrap();
+    let sub = lookup(&mut c, &gold, "sub").await.unwrap();
+    let f = lookup(&mut c, &sub, "f").await.unwrap();
+    let work = lookup(&mut c, &root, "work").await.unwrap();
+    const ROFS: Result<(), nfsstat3> = Err(nfsstat3::NFS3ERR_ROFS);
+    assert_eq!(write(&mut c, &f, 0, b"x", stable_how::UNSTABLE).await.map(|_| ()), ROFS);
+    assert_eq!(setattr(&mut c, &f, mode(0o600)).await.map(|_| ()), ROFS);
+    let trunc = sattr3 { size: Nfs3Option::Some(0), ..Default::default() };
+    assert_eq!(setattr(&mut c, &f, trunc).await.map(|_| ()), ROFS);
+    assert_eq!(create(&mut c, &sub, "new", 0o644).await.map(|_| ()), ROFS);
+    assert_eq!(mkdir(&mut c, &sub, "newd", 0o755).await.map(|_| ()), ROFS);
+    assert_eq!(remove(&mut c, &sub, "f").await, ROFS);
+    assert_eq!(res(c.rmdir(&RMDIR3args { object: at(&sub, "d") }).await.unwrap()).map(|_| ()), ROFS);
+    let out = RENAME3args { from: at(&sub, "f"), to: at(&work, "stolen") };
+    assert_eq!(res(c.rename(&out).await.unwrap()).map(|_| ()), ROFS);
+    let link = LINK3args { file: f.clone(), link: at(&work, "f2") };
+    assert_eq!(res(c.link(&link).await.unwrap()).map(|_| ()), ROFS, "a name outside would make it writable");
+    let sym = SYMLINK3args {
+        where_: at(&sub, "l"),
+        symlink: symlinkdata3 { symlink_attributes: sattr3::default(), symlink_data: nfspath3(Opaque::borrowed(b"f")) },
+    };
+    assert_eq!(res(c.symlink(&sym).await.unwrap()).map(|_| ()), ROFS);
+    assert_eq!(read(&mut c, &f, 0, 100).await.unwrap(), b"golden");
+    // Beside it, changes go on.
+    let w = create(&mut c, &work, "w", 0o644).await.unwrap();
+    write(&mut c, &w, 0, b"ok", stable_how::FILE_SYNC).await.unwrap();
+    drop(server);
+    // A whole read-only server.
+    let server = s.serve(|o| o.read_only = true);
+    let mut c = connect(&server, "/", 1000, 1000).await.unwrap();
+    let root = c.root_nfs_fh3();
+    let work = lookup(&mut c, &root, "work").await.unwrap();
+    let w = lookup(&mut c, &work, "w").await.unwrap();
+    assert_eq!(write(&mut c, &w, 0, b"x", stable_how::UNSTABLE).await.map(|_| ()), ROFS);
+    assert_eq!(create(&mut c, &work, "v", 0o644).await.map(|_| ()), ROFS);
+    assert_eq!(read(&mut c, &w, 0, 10).await.unwrap(), b"ok");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_verifier_changes_with_the_server() {
+    let s = setup();
+    s.make("pub", Kind::Dir, 0o777, 0, b"");
+    let server = s.serve(|_| {});
+    let mut c = connect(&server, "/pub", 1000, 1000).await.unwrap();
+    let root = c.root_nfs_fh3();
+    let f = create(&mut c, &root, "f", 0o644).await.unwrap();
+    let (_, v1) = write(&mut c, &f, 0, b"one", stable_how::UNSTABLE).await.unwrap();
+    server.stop();
+    // Clients resend UNSTABLE writes when the verifier changes (a restart may have lost them).
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let server = s.serve(|_| {});
+    let mut c = connect(&server, "/pub", 1000, 1000).await.unwrap();
+    let root = c.root_nfs_fh3();
+    let f2 = lookup(&mut c, &root, "f").await.unwrap();
+    let (_, v2) = write(&mut c, &f2, 0, b"two", stable_how::UNSTABLE).await.unwrap();
+    assert_ne!(v1, v2);
+    assert_eq!(commit(&mut c, &f2).await.unwrap(), v2);
+}
