@@ -14,6 +14,11 @@ use nfs3_client::{Nfs3Connection, Nfs3ConnectionBuilder};
 use scion_daemon::{Engine, Router};
 use scion_fs::{Fs, Kind, MountOptions, Stamp, ROOT_INO};
 use scion_nfs::{NfsOptions, NfsServer, Squash};
+use scion_store::host::{HostFile, HostFs, HostSpace, OpenMode};
+use std::any::Any;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 type Conn = Nfs3Connection<TokioIo<tokio::net::TcpStream>>;
@@ -25,10 +30,14 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_on(scion_store::os_host())
+}
+
+fn setup_on(host: scion_store::Host) -> Setup {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
-    Fs::create(&scion_store::os_host(), &store).unwrap();
-    let fs = Fs::open(&store, MountOptions::new("nfs test")).unwrap();
+    Fs::create(&host, &store).unwrap();
+    let fs = Fs::open(&store, MountOptions { holder: "nfs test".into(), host }).unwrap();
     let engine = Engine::new(fs);
     let router = Arc::new(Router::new(engine.clone()).unwrap());
     Setup { _tmp: tmp, engine, router }
@@ -442,4 +451,92 @@ async fn the_write_verifier_changes_with_the_server() {
     let (_, v2) = write(&mut c, &f2, 0, b"two", stable_how::UNSTABLE).await.unwrap();
     assert_ne!(v1, v2);
     assert_eq!(commit(&mut c, &f2).await.unwrap(), v2);
+}
+
+/// The real filesystem, counting the syncs the store asks for.
+struct CountingHost {
+    inner: scion_store::Host,
+    syncs: Arc<AtomicUsize>,
+}
+
+struct CountingFile {
+    inner: Arc<dyn HostFile>,
+    syncs: Arc<AtomicUsize>,
+}
+
+impl HostFile for CountingFile {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_all_at(buf, offset)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.syncs.fetch_add(1, Ordering::SeqCst);
+        self.inner.sync_data()
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.punch_hole(offset, len)
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.allocate(offset, len)
+    }
+}
+
+impl HostFs for CountingHost {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn HostFile>> {
+        Ok(Arc::new(CountingFile { inner: self.inner.open(path, mode)?, syncs: self.syncs.clone() }))
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        self.inner.list_dir(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        self.syncs.fetch_add(1, Ordering::SeqCst);
+        self.inner.sync_dir(path)
+    }
+    fn allocated_bytes(&self, path: &Path) -> io::Result<u64> {
+        self.inner.allocated_bytes(path)
+    }
+    fn space(&self, path: &Path) -> io::Result<HostSpace> {
+        self.inner.space(path)
+    }
+    fn lock(&self, dir: &Path, holder: &str) -> scion_store::Result<Box<dyn Any + Send>> {
+        self.inner.lock(dir, holder)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_and_stable_writes_sync_and_unstable_ones_do_not() {
+    let syncs = Arc::new(AtomicUsize::new(0));
+    let s = setup_on(Arc::new(CountingHost { inner: scion_store::os_host(), syncs: syncs.clone() }));
+    s.make("pub", Kind::Dir, 0o777, 0, b"");
+    let server = s.serve(|_| {});
+    let mut c = connect(&server, "/pub", 1000, 1000).await.unwrap();
+    let root = c.root_nfs_fh3();
+    let f = create(&mut c, &root, "f", 0o644).await.unwrap();
+    let before = syncs.load(Ordering::SeqCst);
+    for k in 0..8u64 {
+        write(&mut c, &f, k << 16, &[k as u8; 1 << 16], stable_how::UNSTABLE).await.unwrap();
+    }
+    assert_eq!(syncs.load(Ordering::SeqCst), before, "an UNSTABLE write waited for a sync");
+    commit(&mut c, &f).await.unwrap();
+    let after_commit = syncs.load(Ordering::SeqCst);
+    assert!(after_commit > before, "COMMIT answered without a sync");
+    write(&mut c, &f, 0, b"stable", stable_how::FILE_SYNC).await.unwrap();
+    assert!(syncs.load(Ordering::SeqCst) > after_commit, "a FILE_SYNC write answered without a sync");
 }
