@@ -809,12 +809,17 @@ impl ScionNfs {
         }
     }
 
-    fn mkdir_now(&self, dirid: &Handle, dirname: &filename3<'_>) -> Result<(Handle, fattr3), nfsstat3> {
+    fn mkdir_now(&self, dirid: &Handle, dirname: &filename3<'_>, attr: &sattr3) -> Result<(Handle, fattr3), nfsstat3> {
         let caller = self.caller();
         let at = self.at(dirid)?;
         let mut fs = at.fs();
         self.may_change(&mut fs, &at, &caller)?;
-        let r = fs.mknod(at.ino, name(dirname), Kind::Dir, libc::S_IFDIR | 0o755, 0, caller.uid, caller.gid, 0, &[]);
+        // The client applied its umask; the engine adds what the parent passes down.
+        let mode = match attr.mode {
+            Nfs3Option::Some(m) => m & 0o7777,
+            Nfs3Option::None => 0o755,
+        };
+        let r = fs.mknod(at.ino, name(dirname), Kind::Dir, libc::S_IFDIR | mode, 0, caller.uid, caller.gid, 0, &[]);
         self.made(&at, &mut fs, r)
     }
 
@@ -916,7 +921,11 @@ impl NfsFileSystem for ScionNfs {
     }
 
     async fn mkdir(&self, dirid: &Handle, dirname: &filename3<'_>) -> Result<(Handle, fattr3), nfsstat3> {
-        let r = self.mkdir_now(dirid, dirname);
+        self.mkdir_with(dirid, dirname, &sattr3::default()).await
+    }
+
+    async fn mkdir_with(&self, dirid: &Handle, dirname: &filename3<'_>, attr: &sattr3) -> Result<(Handle, fattr3), nfsstat3> {
+        let r = self.mkdir_now(dirid, dirname, attr);
         self.made_in(dirid, dirname, r.is_ok());
         r
     }

@@ -949,15 +949,8 @@ where
         }
     };
 
-    let mut result = context.vfs.mkdir(&dirid, &args.where_.name).await;
-    // scion's patch: the mode the client asked for (the crate dropped MKDIR's attributes).
-    if let (Ok((fid, fattr)), Nfs3Option::Some(mode)) = (&mut result, args.attributes.mode) {
-        let set = sattr3 { mode: Nfs3Option::Some(mode), ..Default::default() };
-        match context.vfs.setattr(fid, set).await {
-            Ok(a) => *fattr = a,
-            Err(stat) => warn!("mkdir {xid}: mode not set: {stat}"),
-        }
-    }
+    // scion's patch: MKDIR's attributes reach the filesystem (the crate dropped them).
+    let result = context.vfs.mkdir_with(&dirid, &args.where_.name, &args.attributes).await;
     let after = nfs_option_from_result(context.vfs.getattr(&dirid).await);
     let dir_wcc = wcc_data { before, after };
 

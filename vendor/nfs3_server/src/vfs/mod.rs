@@ -337,6 +337,19 @@ pub trait NfsFileSystem: NfsReadFileSystem {
         attr: &sattr3,
     ) -> impl Future<Output = Result<(Self::Handle, fattr3), nfsstat3>> + Send;
 
+    /// scion's patch: makes directory `dirname` with the attributes MKDIR carries (its
+    /// mode, in the one step, so that what the kernel adds, such as a setgid bit inherited
+    /// from the parent, stays). By default `mkdir`, the attributes dropped.
+    fn mkdir_with(
+        &self,
+        dirid: &Self::Handle,
+        dirname: &filename3<'_>,
+        attr: &sattr3,
+    ) -> impl Future<Output = Result<(Self::Handle, fattr3), nfsstat3>> + Send {
+        let _ = attr;
+        self.mkdir(dirid, dirname)
+    }
+
     /// scion's patch: removes directory `dirname` (RMDIR). By default as `remove`.
     fn rmdir(
         &self,
