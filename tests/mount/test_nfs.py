@@ -171,3 +171,30 @@ def test_bad_arguments_are_refused_before_anything_is_served(scion_mount):
     assert r.returncode != 0 and "nfs=ADDR:PORT" in r.stderr, r.describe()
     r = m.run("serve", "nfs", "--help")
     assert r.returncode == 0 and "--read-only" in r.stdout and "--squash" in r.stdout
+
+
+def test_registered_with_rpcbind_while_serving(scion_mount):
+    """With rpcbind running, a client that asks it (a Linux client without port= and
+    mountport=) finds NFS 3 and MOUNT 3 at the server's port; gone again at the stop."""
+    if shutil.which("rpcbind") is None or shutil.which("rpcinfo") is None:
+        pytest.skip("rpcbind is not installed")
+    started = subprocess.run(["pgrep", "-x", "rpcbind"], capture_output=True).returncode != 0
+    if started:
+        subprocess.run(["rpcbind"], check=True)
+    try:
+        m = scion_mount
+        port = free_port()
+
+        def registered():
+            out = subprocess.run(["rpcinfo", "-p", "127.0.0.1"], capture_output=True, text=True).stdout
+            return sorted(line.split()[0] for line in out.splitlines()
+                          if line.split()[-2:-1] == [str(port)] and "tcp" in line)
+
+        r = m.run("serve", "nfs", m.mnt, "--listen", f"127.0.0.1:{port}")
+        assert r.returncode == 0, r.describe()
+        assert registered() == ["100003", "100005"], registered()
+        assert m.run("serve", "nfs", "--stop", m.mnt).returncode == 0
+        assert registered() == []
+    finally:
+        if started:
+            subprocess.run(["pkill", "-x", "rpcbind"], check=False)

@@ -329,24 +329,27 @@ impl ScionNfs {
     }
 
     /// Gives back the references to held inodes that have no name left, so that the engine
-    /// frees them (and a removed file's blocks). Run after removals and renames, and by the
-    /// server's timer for removals made through the mount.
+    /// frees them (and a removed file's blocks): run by the server's timer, for removals made
+    /// through the mount (the adapter's own removals release their victims at once, `release`).
     pub fn sweep(&self) {
         let held: Vec<u64> = self.held.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().collect();
-        for global in held {
-            let gone = match self.router.route(global) {
-                Ok((_, engine, ino)) => {
-                    let mut fs = engine.lock();
-                    let gone = fs.getattr(ino).map_or(true, |a| a.nlink == 0);
-                    if gone {
-                        fs.forget(ino, 1);
-                    }
-                    gone
-                }
-                Err(_) => true,
-            };
-            if gone {
+        self.release(&held);
+    }
+
+    /// `sweep` for the inodes `globals` only: each the adapter holds and whose last name is
+    /// gone is given back (the engine lock, then the held set, as `hold` takes them).
+    fn release(&self, globals: &[u64]) {
+        for &global in globals {
+            let Ok((_, engine, ino)) = self.router.route(global) else {
                 self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&global);
+                continue;
+            };
+            let mut fs = engine.lock();
+            if fs.getattr(ino).is_ok_and(|a| a.nlink > 0) {
+                continue;
+            }
+            if self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&global) {
+                fs.forget(ino, 1);
             }
         }
     }
@@ -941,7 +944,7 @@ impl NfsFileSystem for ScionNfs {
             victim
         };
         self.told(at.vol, &[Inval::Entry(at.ino, name(filename).to_vec()), Inval::Inode(at.ino), Inval::Inode(victim)]);
-        self.sweep();
+        self.release(&[at.vol.global(victim)]);
         Ok(())
     }
 
@@ -956,7 +959,7 @@ impl NfsFileSystem for ScionNfs {
             victim
         };
         self.told(at.vol, &[Inval::Entry(at.ino, name(dirname).to_vec()), Inval::Inode(at.ino), Inval::Inode(victim)]);
-        self.sweep();
+        self.release(&[at.vol.global(victim)]);
         Ok(())
     }
 
@@ -992,10 +995,12 @@ impl NfsFileSystem for ScionNfs {
                 Inval::Inode(moved),
             ];
             v.extend(replaced.map(Inval::Inode));
-            v
+            (v, replaced)
         };
-        self.told(from.vol, &changed);
-        self.sweep();
+        self.told(from.vol, &changed.0);
+        if let Some(r) = changed.1 {
+            self.release(&[from.vol.global(r)]);
+        }
         Ok(())
     }
 

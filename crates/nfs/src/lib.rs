@@ -8,6 +8,7 @@
 
 mod adapter;
 mod handle;
+mod rpcbind;
 mod who;
 
 pub use adapter::{Invalidator, ScionNfs};
@@ -130,6 +131,13 @@ pub fn serve(router: Arc<Router>, opts: NfsOptions) -> std::io::Result<NfsServer
                 }
             };
             let addr = SocketAddr::new(listener.get_listen_ip(), listener.get_listen_port());
+            let registered = match rpcbind::register(addr.port(), true).await {
+                Ok(took) => took,
+                Err(e) => {
+                    log::warn!("nfs: not registered with rpcbind: {e}");
+                    false
+                }
+            };
             let _ = ready_tx.send(Ok(addr));
             let sweeper = served.clone();
             tokio::spawn(async move {
@@ -143,6 +151,11 @@ pub fn serve(router: Arc<Router>, opts: NfsOptions) -> std::io::Result<NfsServer
             tokio::select! {
                 r = listener.handle_forever() => if let Err(e) = r { log::error!("nfs: {e}") },
                 _ = stop_rx => {}
+            }
+            if registered {
+                if let Err(e) = rpcbind::register(addr.port(), false).await {
+                    log::warn!("nfs: not unregistered from rpcbind: {e}");
+                }
             }
         });
         rt.shutdown_timeout(Duration::from_secs(5));
