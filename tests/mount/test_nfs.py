@@ -70,6 +70,22 @@ def test_nfs_beside_the_mount_sees_and_is_seen(scion_mount, tmp_path):
     assert (st.st_uid, st.st_gid, st.st_size) == (1000, 1000, 17000), st
     with open(f"{proj}/b.txt", "rb") as f:
         assert f.read() == local.read_bytes()
+    # A file the kernel holds with its pages (read above), rewritten in place over NFS
+    # (through fuse-nfs: nfs-cp only makes new files): the mount reads the new bytes.
+    client = subprocess.run([os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "fuse-nfs")],
+                            capture_output=True, text=True).stdout.strip()
+    if client:
+        nfsmnt = tmp_path / "nfs"
+        nfsmnt.mkdir()
+        share = f"nfs://127.0.0.1/?nfsport={port}&mountport={port}&uid=1000&gid=1000"
+        assert subprocess.run([client, "-n", share, "-m", str(nfsmnt)]).returncode == 0
+        try:
+            with open(nfsmnt / "proj" / "a.txt", "r+") as f:
+                f.write("REWRITTEN")
+            with open(f"{proj}/a.txt") as f:
+                assert f.read() == "REWRITTENhrough the mount\n"
+        finally:
+            subprocess.run(["umount", "-l", str(nfsmnt)])
     r = nfs("nfs-ls", url(port, "/proj"))
     assert r.returncode == 0 and "a.txt" in r.stdout and "b.txt" in r.stdout, r
     st = json.loads(m.run("status", "--json", m.mnt).stdout)

@@ -1080,6 +1080,15 @@ impl Fs {
         ino & SNAPDIR_BIT == 0 && self.nodes.get(&ino).is_some_and(|n| n.lookups > 0)
     }
 
+    /// The references counted to `ino` (`remember`): the kernel's, and the NFS adapter's one
+    /// per inode it handed out (it asks, to tell the kernel only of what the kernel holds).
+    pub fn references(&self, ino: Ino) -> u64 {
+        if ino & SNAPDIR_BIT != 0 {
+            return 0;
+        }
+        self.nodes.get(&ino).map_or(0, |n| n.lookups)
+    }
+
     /// The references the kernel holds to this volume's inodes, in all: what its FORGETs
     /// will give back.
     pub fn kernel_references(&self) -> u64 {

@@ -299,9 +299,30 @@ impl ScionNfs {
 
     /// Tells the mount's kernel of a change: names (`Entry`) and inodes (`Inode`, its
     /// attributes and cached pages), in `at`'s volume's numbers.
+    /// Only what the kernel holds is told (a write's invalidation costs the kernel its
+    /// cached pages of the file, and the daemon a system call), decided under the engine
+    /// lock and told without it.
     fn told(&self, vol: VolumeId, what: &[Inval]) {
-        if let Some(t) = &self.tell {
-            t(&vol.global_invals(what));
+        let Some(t) = &self.tell else { return };
+        let Ok(engine) = self.router.engine(vol) else { return };
+        let known: Vec<Inval> = {
+            let fs = engine.lock();
+            let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            // The adapter's own reference is not the kernel's; the kernel holds the mount's
+            // root (and a cube's) without counting it.
+            let kernel = |ino: u64| {
+                ino == scion_fs::ROOT_INO || fs.references(ino) > u64::from(held.contains(&vol.global(ino)))
+            };
+            what.iter()
+                .filter(|i| match i {
+                    Inval::Entry(dir, _) => kernel(*dir),
+                    Inval::Inode(ino) => kernel(*ino),
+                })
+                .cloned()
+                .collect()
+        };
+        if !known.is_empty() {
+            t(&vol.global_invals(&known));
         }
     }
 
@@ -509,6 +530,12 @@ fn without_privs(perm: u16) -> u16 {
     p
 }
 
+/// The volume's fsync, off the server's one thread (`lib.rs`): other calls go on meanwhile.
+async fn sync(engine: &Engine) -> Result<(), nfsstat3> {
+    let e = engine.clone();
+    tokio::task::spawn_blocking(move || e.fsync()).await.map_err(|_| nfsstat3::NFS3ERR_IO)?.map_err(status)
+}
+
 fn getattr(fs: &mut Fs, ino: u64) -> Result<Attr, nfsstat3> {
     fs.getattr(ino).map_err(status)
 }
@@ -615,8 +642,12 @@ impl NfsReadFileSystem for ScionNfs {
             fs.release(at.ino);
             (plan.map_err(status)?, a.size)
         };
-        // The blocks are read without the engine lock, as the mount reads them.
-        let data = plan.execute().map_err(status)?;
+        // The blocks are read without the engine lock, as the mount reads them, and off the
+        // server's one thread (`lib.rs`), which a cold read would hold up.
+        let data = tokio::task::spawn_blocking(move || plan.execute())
+            .await
+            .map_err(|_| nfsstat3::NFS3ERR_IO)?
+            .map_err(status)?;
         let eof = offset.saturating_add(data.len() as u64) >= size;
         Ok((data, eof))
     }
@@ -904,7 +935,7 @@ impl NfsFileSystem for ScionNfs {
         let committed = if stable == stable_how::UNSTABLE || self.router.serving(at.vol).nofsync {
             stable_how::UNSTABLE
         } else {
-            at.engine.fsync().map_err(status)?;
+            sync(&at.engine).await?;
             stable_how::FILE_SYNC
         };
         let a = getattr(&mut at.fs(), at.ino)?;
@@ -1044,6 +1075,6 @@ impl NfsFileSystem for ScionNfs {
         if self.router.serving(at.vol).nofsync {
             return Ok(());
         }
-        at.engine.fsync().map_err(status)
+        sync(&at.engine).await
     }
 }
