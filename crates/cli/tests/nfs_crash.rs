@@ -9,14 +9,14 @@ use nfs3_client::nfs3_types::nfs3::{
 };
 use nfs3_client::nfs3_types::rpc::{auth_unix, opaque_auth};
 use nfs3_client::nfs3_types::xdr_codec::Opaque;
-use nfs3_client::tokio::{TokioConnector, TokioIo};
+use scion_nfs::client_io::{Stream, Tcp};
 use nfs3_client::{Nfs3Connection, Nfs3ConnectionBuilder};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-type Conn = Nfs3Connection<TokioIo<tokio::net::TcpStream>>;
+type Conn = Nfs3Connection<Stream>;
 
 const SCION: &str = env!("CARGO_BIN_EXE_scion");
 
@@ -43,7 +43,7 @@ fn serve(store: &Path) -> (Child, u16) {
 
 async fn connect(port: u16) -> Conn {
     let cred = auth_unix { stamp: 1, machinename: Opaque::borrowed(b"crash"), uid: 0, gid: 0, gids: vec![] };
-    Nfs3ConnectionBuilder::new(TokioConnector, "127.0.0.1", "/")
+    Nfs3ConnectionBuilder::new(Tcp, "127.0.0.1", "/")
         .mount_port(port)
         .nfs3_port(port)
         .connect_from_privileged_port(false)

@@ -7,6 +7,7 @@
 //! runtime, in threads of the daemon, and calls the engine as the FUSE adapter does.
 
 mod adapter;
+pub mod client_io;
 mod handle;
 mod rpcbind;
 mod who;

@@ -2,10 +2,10 @@
 //! client mounting without `port=` and `mountport=`) then finds MOUNT and NFS on the server's
 //! one port. Without rpcbind the server serves all the same; clients give the port.
 
+use crate::client_io::{Stream, Tcp};
 use nfs3_client::net::Connector;
 use nfs3_client::nfs3_types::portmap::{mapping, IPPROTO_TCP, PMAP_PORT, PROGRAM, VERSION};
 use nfs3_client::rpc::RpcClient;
-use nfs3_client::tokio::TokioConnector;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -43,15 +43,15 @@ async fn exchange(port: u16, on: bool) -> Result<bool, String> {
 }
 
 /// rpcbind takes SET and UNSET only from a privileged port: root binds one.
-async fn connect(at: SocketAddr) -> Option<<TokioConnector as Connector>::Connection> {
+async fn connect(at: SocketAddr) -> Option<Stream> {
     if unsafe { libc::geteuid() } == 0 {
         for local in (600..1024).rev() {
-            match TokioConnector.connect_with_port(at, local).await {
+            match Tcp.connect_with_port(at, local).await {
                 Ok(io) => return Some(io),
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
                 Err(_) => return None,
             }
         }
     }
-    TokioConnector.connect(at).await.ok()
+    Tcp.connect(at).await.ok()
 }

@@ -9,7 +9,7 @@ use nfs3_client::nfs3_types::nfs3::{
 };
 use nfs3_client::nfs3_types::rpc::{auth_unix, opaque_auth};
 use nfs3_client::nfs3_types::xdr_codec::Opaque;
-use nfs3_client::tokio::{TokioConnector, TokioIo};
+use scion_nfs::client_io::{Stream, Tcp};
 use nfs3_client::{Nfs3Connection, Nfs3ConnectionBuilder};
 use scion_daemon::{Engine, Router};
 use scion_fs::{Fs, Kind, MountOptions, Stamp, ROOT_INO};
@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-type Conn = Nfs3Connection<TokioIo<tokio::net::TcpStream>>;
+type Conn = Nfs3Connection<Stream>;
 
 struct Setup {
     _tmp: tempfile::TempDir,
@@ -73,7 +73,7 @@ impl Setup {
 async fn connect(server: &NfsServer, path: &str, uid: u32, gid: u32) -> Result<Conn, String> {
     let cred = auth_unix { stamp: 1, machinename: Opaque::borrowed(b"test"), uid, gid, gids: vec![] };
     let port = server.addr().port();
-    Nfs3ConnectionBuilder::new(TokioConnector, "127.0.0.1", path)
+    Nfs3ConnectionBuilder::new(Tcp, "127.0.0.1", path)
         .mount_port(port)
         .nfs3_port(port)
         .connect_from_privileged_port(false)
