@@ -335,3 +335,22 @@ def compare_snapshots(a, b, *, label_a="ref", label_b="scion", root_a=None, root
         add(f"hard-link structure differs: groups only in {label_a}={only_a[:5]} "
             f"only in {label_b}={only_b[:5]}")
     return diffs
+
+
+# --------------------------------------------------------------------------
+# NFS (tests/mount/test_nfs*.py)
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fuse_nfs_client():
+    """The fuse-nfs binary (built once by scripts/fuse-nfs), or None if it cannot be built."""
+    import subprocess
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "fuse-nfs")
+    r = subprocess.run([script], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None

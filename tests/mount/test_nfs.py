@@ -9,23 +9,17 @@ crates/cli/tests/nfs_crash.rs."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 
 import pytest
 
 from conftest import PLAIN
+from scion_helpers import free_port, fuse_nfs_client
 
 pytestmark = pytest.mark.skipif(
     PLAIN or shutil.which("nfs-cat") is None or os.geteuid() != 0,
     reason="needs a scion mount, root and libnfs-utils (scripts/setup installs it)",
 )
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def url(port, path, uid=1000, gid=1000):
@@ -72,8 +66,7 @@ def test_nfs_beside_the_mount_sees_and_is_seen(scion_mount, tmp_path):
         assert f.read() == local.read_bytes()
     # A file the kernel holds with its pages (read above), rewritten in place over NFS
     # (through fuse-nfs: nfs-cp only makes new files): the mount reads the new bytes.
-    client = subprocess.run([os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "fuse-nfs")],
-                            capture_output=True, text=True).stdout.strip()
+    client = fuse_nfs_client()
     if client:
         nfsmnt = tmp_path / "nfs"
         nfsmnt.mkdir()

@@ -12,7 +12,6 @@ them, without xattrs; the same tree through scion's own FUSE mount is compared t
 
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import time
@@ -20,10 +19,9 @@ import time
 import pytest
 
 from conftest import PLAIN
-from scion_helpers import compare_snapshots, drop_kernel_caches, snapshot
+from scion_helpers import compare_snapshots, drop_kernel_caches, free_port, fuse_nfs_client, snapshot
 from test_differential import BATCH, Differential, Mismatch, env_int, get_seed, save_log
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 NOT_IN_NFSV3 = {"setxattr", "removexattr", "rename2", "fallocate", "punch", "mkfifo",
                 # Open handles: NFSv3 keeps no state, so a file removed while open is gone
                 # for its holders too (clients hide this by renaming it instead: silly rename).
@@ -33,19 +31,6 @@ pytestmark = pytest.mark.skipif(
     PLAIN or os.geteuid() != 0 or shutil.which("nfs-cat") is None,
     reason="needs a scion mount, root, and libnfs (scripts/setup)",
 )
-
-
-def fuse_nfs():
-    r = subprocess.run([os.path.join(HERE, "..", "..", "scripts", "fuse-nfs")], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"fuse-nfs could not be built: {r.stderr[-500:]}")
-    return r.stdout.strip()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class NfsDifferential(Differential):
@@ -117,7 +102,9 @@ class NfsDifferential(Differential):
 
 def test_differential_through_nfs(scion_mount):
     m = scion_mount
-    client = fuse_nfs()
+    client = fuse_nfs_client()
+    if client is None:
+        pytest.skip("fuse-nfs could not be built (scripts/fuse-nfs)")
     port = free_port()
     m.umount()
     m.mount(f"nfs=127.0.0.1:{port}", "nfs_squash=none")
