@@ -1,0 +1,371 @@
+//! The NFSv3 adapter: a thin translation from NFS calls to calls on the engine, as the FUSE
+//! adapter is for kernel requests.
+//!
+//! Two things FUSE gives for free are the adapter's job here:
+//! - **Permissions.** No kernel checks an NFS call, so every call is checked against the
+//!   caller (`who.rs`) with the engine's own rules (`scion_fs::access`, ACLs included), as
+//!   `generic_permission` would, and knfsd's owner override for reads and writes (the owner
+//!   of a file may write it whatever its mode, as through a descriptor opened before a chmod).
+//! - **References.** The kernel tells FUSE when it forgets an inode; an NFS client never
+//!   does. The adapter holds one engine reference per inode it has handed out (`held`),
+//!   and gives it back when the inode has no name left (`sweep`), so that a removed file's
+//!   space is freed.
+//!
+//! Here: the adapter's state, handles and references, exports, what it tells the mount's
+//! kernel. `rules.rs`: who may do what. `read.rs`: the calls that change nothing.
+//! `change.rs`: the calls that change the tree.
+
+use crate::handle::{Handle, HandleKey};
+use crate::who::Identity;
+use nfs3_server::nfs3_types::nfs3::{
+    fattr3, filename3, ftype3, nfspath3, nfsstat3, nfstime3, sattr3, set_atime, set_mtime, specdata3, stable_how,
+    Nfs3Option, ACCESS3_DELETE, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_LOOKUP, ACCESS3_MODIFY, ACCESS3_READ,
+    FSF3_CANSETTIME, FSF3_HOMOGENEOUS, FSF3_LINK, FSF3_SYMLINK, FSINFO3resok, createverf3, post_op_attr,
+};
+use nfs3_server::vfs::{
+    DirEntryPlus, NextResult, NfsFileSystem, NfsReadFileSystem, ReadDirPlusIterator, VFSCapabilities,
+};
+use scion_daemon::router::{Router, VolumeId};
+use scion_daemon::Engine;
+use scion_fs::access::{Caller, R, W, X};
+use scion_fs::clone::SNAPDIR_BIT;
+use scion_fs::{Attr, Fs, FsError, Inval, Kind, SetAttr, Stamp, Ts};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+mod change;
+mod read;
+mod rules;
+
+use rules::{may, without_privs};
+
+/// Deepest directory walked up from (`thawed`).
+const MAX_DEPTH: usize = 4096;
+
+fn components(p: &[u8]) -> Vec<Vec<u8>> {
+    p.split(|&b| b == b'/').filter(|n| !n.is_empty() && *n != b".").map(<[u8]>::to_vec).collect()
+}
+
+fn join(names: &[Vec<u8>]) -> String {
+    names.iter().map(|n| String::from_utf8_lossy(n).into_owned()).collect::<Vec<_>>().join("/")
+}
+
+fn show(p: &[u8]) -> String {
+    String::from_utf8_lossy(p).into_owned()
+}
+
+/// Largest READ and WRITE offered to clients.
+const MAX_IO: u32 = 1 << 20;
+
+/// Cheap to clone: clones share the held references (the server has one, the sweeper one).
+#[derive(Clone)]
+pub struct ScionNfs {
+    router: Arc<Router>,
+    key: HandleKey,
+    who: Identity,
+    read_only: bool,
+    /// Global inode numbers the adapter holds one engine reference to.
+    held: Arc<Mutex<HashSet<u64>>>,
+    /// Tells the mount's kernel what a change made here made wrong in its caches (global
+    /// inode numbers); called without the engine lock.
+    tell: Option<Invalidator>,
+    /// The exported directories: their paths (components from the mount root) and global
+    /// inode numbers. A client mounts one of them or a directory below; `..` stops at them.
+    exports: Arc<Vec<(Vec<Vec<u8>>, u64)>>,
+    /// Directories below which every change is refused (`--read-only DIR`).
+    frozen: Arc<HashSet<u64>>,
+}
+
+/// See `ScionNfs::tell`.
+pub type Invalidator = Arc<dyn Fn(&[Inval]) + Send + Sync>;
+
+/// An inode of a call: its volume, that volume's engine, its number there.
+struct At {
+    vol: VolumeId,
+    engine: Engine,
+    ino: u64,
+}
+
+impl At {
+    fn fs(&self) -> std::sync::MutexGuard<'_, Fs> {
+        self.engine.lock()
+    }
+}
+
+/// The NFS status for an engine error, logged once here as it leaves the engine when it is
+/// the engine's own failure.
+fn status(e: FsError) -> nfsstat3 {
+    use nfsstat3::*;
+    match e.errno() {
+        libc::EPERM => NFS3ERR_PERM,
+        libc::ENOENT => NFS3ERR_NOENT,
+        libc::EACCES | libc::EBUSY => NFS3ERR_ACCES,
+        libc::EEXIST => NFS3ERR_EXIST,
+        libc::EXDEV => NFS3ERR_XDEV,
+        libc::ENOTDIR => NFS3ERR_NOTDIR,
+        libc::EISDIR => NFS3ERR_ISDIR,
+        libc::EINVAL => NFS3ERR_INVAL,
+        libc::EFBIG => NFS3ERR_FBIG,
+        libc::ENOSPC => NFS3ERR_NOSPC,
+        libc::EROFS => NFS3ERR_ROFS,
+        libc::EMLINK => NFS3ERR_MLINK,
+        libc::ENAMETOOLONG => NFS3ERR_NAMETOOLONG,
+        libc::ENOTEMPTY => NFS3ERR_NOTEMPTY,
+        libc::EDQUOT => NFS3ERR_DQUOT,
+        libc::ESTALE => NFS3ERR_STALE,
+        libc::EOPNOTSUPP | libc::ENOSYS => NFS3ERR_NOTSUPP,
+        _ => {
+            log::error!("nfs: {e}");
+            NFS3ERR_IO
+        }
+    }
+}
+
+fn ftype(k: Kind) -> ftype3 {
+    match k {
+        Kind::File => ftype3::NF3REG,
+        Kind::Dir => ftype3::NF3DIR,
+        Kind::Symlink => ftype3::NF3LNK,
+        Kind::Fifo => ftype3::NF3FIFO,
+        Kind::Socket => ftype3::NF3SOCK,
+        Kind::CharDev => ftype3::NF3CHR,
+        Kind::BlockDev => ftype3::NF3BLK,
+    }
+}
+
+fn nfs_time(t: Ts) -> nfstime3 {
+    nfstime3 {
+        seconds: t.sec.clamp(0, u32::MAX as i64) as u32,
+        nseconds: t.nsec,
+    }
+}
+
+fn ts(t: nfstime3) -> Ts {
+    Ts {
+        sec: t.seconds as i64,
+        nsec: t.nseconds.min(999_999_999),
+    }
+}
+
+/// A file's attributes as NFS carries them; `fileid` is the global inode number, unique
+/// across volumes and namespaces as `st_ino` is through the mount.
+fn fattr(a: &Attr, vol: VolumeId) -> fattr3 {
+    fattr3 {
+        type_: ftype(a.kind),
+        mode: u32::from(a.perm),
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        size: a.size,
+        used: a.blocks * 512,
+        rdev: specdata3 {
+            specdata1: libc::major(u64::from(a.rdev) as libc::dev_t),
+            specdata2: libc::minor(u64::from(a.rdev) as libc::dev_t),
+        },
+        fsid: 1,
+        fileid: vol.global(a.ino),
+        atime: nfs_time(a.atime),
+        mtime: nfs_time(a.mtime),
+        ctime: nfs_time(a.ctime),
+    }
+}
+
+fn name<'a>(n: &'a filename3<'_>) -> &'a [u8] {
+    n.as_ref()
+}
+
+impl ScionNfs {
+    /// The adapter for `exports` and `frozen` directories (paths from the mount root, as
+    /// `/`-separated names): each must be a directory.
+    pub fn new(
+        router: Arc<Router>,
+        key: HandleKey,
+        who: Identity,
+        read_only: bool,
+        tell: Option<Invalidator>,
+        exports: &[Vec<u8>],
+        frozen: &[Vec<u8>],
+    ) -> Result<ScionNfs, String> {
+        let mut nfs = ScionNfs {
+            router,
+            key,
+            who,
+            read_only,
+            held: Arc::new(Mutex::new(HashSet::new())),
+            tell,
+            exports: Arc::new(Vec::new()),
+            frozen: Arc::new(HashSet::new()),
+        };
+        let mut ex = Vec::new();
+        for p in exports {
+            let names = components(p);
+            ex.push((names.clone(), nfs.resolve_dir(&names).map_err(|e| format!("--export {}: {e}", show(p)))?));
+        }
+        if ex.is_empty() {
+            ex.push((Vec::new(), VolumeId::MAIN.global(scion_fs::ROOT_INO)));
+        }
+        let mut fr = HashSet::new();
+        for p in frozen {
+            fr.insert(nfs.resolve_dir(&components(p)).map_err(|e| format!("--read-only {}: {e}", show(p)))?);
+        }
+        nfs.exports = Arc::new(ex);
+        nfs.frozen = Arc::new(fr);
+        Ok(nfs)
+    }
+
+    /// The global inode number of the directory at `names` from the mount root, held for
+    /// the server's life (looked up as root: the administrator named it).
+    fn resolve_dir(&self, names: &[Vec<u8>]) -> Result<u64, String> {
+        let mut h = self.key.handle(VolumeId::MAIN.global(scion_fs::ROOT_INO));
+        for n in names {
+            let at = self.at(&h).map_err(|e| format!("{e:?}"))?;
+            let mut fs = at.fs();
+            let a = fs.lookup(at.ino, n).map_err(|e| e.to_string())?;
+            h = match self.router.grafted(at.vol, a.ino) {
+                Some(cube) => {
+                    fs.forget(a.ino, 1);
+                    self.key.handle(cube.global(scion_fs::ROOT_INO))
+                }
+                None => self.hold(&at, &mut fs, &a),
+            };
+        }
+        let at = self.at(&h).map_err(|e| format!("{e:?}"))?;
+        let a = at.fs().getattr(at.ino).map_err(|e| e.to_string())?;
+        if a.kind != Kind::Dir {
+            return Err("not a directory".into());
+        }
+        Ok(at.vol.global(at.ino))
+    }
+
+    /// What is served, for `scion status`.
+    pub fn describe(&self) -> String {
+        let ex: Vec<String> = self.exports.iter().map(|(p, _)| format!("/{}", join(p))).collect();
+        let mut s = format!("exports {}", ex.join(", "));
+        if self.read_only {
+            s.push_str(" (read-only)");
+        }
+        if !self.frozen.is_empty() {
+            s.push_str(&format!("; {} read-only director{}", self.frozen.len(), if self.frozen.len() == 1 { "y" } else { "ies" }));
+        }
+        s.push_str(&format!(
+            "; squash {} to {}:{}; {} inodes held",
+            match self.who.squash {
+                crate::Squash::Root => "root",
+                crate::Squash::All => "all",
+                crate::Squash::None => "none",
+            },
+            self.who.anon.0,
+            self.who.anon.1,
+            self.held()
+        ));
+        s
+    }
+
+    /// Whether global inode `g` is the root of an export (its `..` is itself).
+    fn is_export_root(&self, g: u64) -> bool {
+        self.exports.iter().any(|(_, e)| *e == g)
+    }
+
+    /// Tells the mount's kernel of a change: names (`Entry`) and inodes (`Inode`, its
+    /// attributes and cached pages), in `at`'s volume's numbers.
+    /// Only what the kernel holds is told (a write's invalidation costs the kernel its
+    /// cached pages of the file, and the daemon a system call), decided under the engine
+    /// lock and told without it.
+    fn told(&self, vol: VolumeId, what: &[Inval]) {
+        let Some(t) = &self.tell else { return };
+        let Ok(engine) = self.router.engine(vol) else { return };
+        let known: Vec<Inval> = {
+            let fs = engine.lock();
+            let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            // The adapter's own reference is not the kernel's; the kernel holds the mount's
+            // root (and a cube's) without counting it.
+            let kernel = |ino: u64| {
+                ino == scion_fs::ROOT_INO || fs.references(ino) > u64::from(held.contains(&vol.global(ino)))
+            };
+            what.iter()
+                .filter(|i| match i {
+                    Inval::Entry(dir, _) => kernel(*dir),
+                    Inval::Inode(ino) => kernel(*ino),
+                })
+                .cloned()
+                .collect()
+        };
+        if !known.is_empty() {
+            t(&vol.global_invals(&known));
+        }
+    }
+
+    fn caller(&self) -> Caller {
+        self.who.caller(nfs3_server::vfs::caller().as_ref())
+    }
+
+    /// The inode a handle names: BADHANDLE for one this server did not make, STALE for one
+    /// whose volume is gone.
+    fn at(&self, h: &Handle) -> Result<At, nfsstat3> {
+        let global = self.key.open(h).ok_or(nfsstat3::NFS3ERR_BADHANDLE)?;
+        let (vol, engine, ino) = self.router.route(global).map_err(|_| nfsstat3::NFS3ERR_STALE)?;
+        Ok(At { vol, engine, ino })
+    }
+
+    /// The handle of `a`, which the engine just counted one reference to (lookup, create):
+    /// the adapter keeps one per inode and gives any other back at once.
+    fn hold(&self, at: &At, fs: &mut Fs, a: &Attr) -> Handle {
+        let global = at.vol.global(a.ino);
+        let fresh = self.held.lock().unwrap_or_else(|p| p.into_inner()).insert(global);
+        if !fresh {
+            fs.forget(a.ino, 1);
+        }
+        self.key.handle(global)
+    }
+
+    /// Gives back the references to held inodes that have no name left, so that the engine
+    /// frees them (and a removed file's blocks): run by the server's timer, for removals made
+    /// through the mount (the adapter's own removals release their victims at once, `release`).
+    pub fn sweep(&self) {
+        let held: Vec<u64> = self.held.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().collect();
+        self.release(&held);
+    }
+
+    /// `sweep` for the inodes `globals` only: each the adapter holds and whose last name is
+    /// gone is given back (the engine lock, then the held set, as `hold` takes them).
+    fn release(&self, globals: &[u64]) {
+        for &global in globals {
+            let Ok((_, engine, ino)) = self.router.route(global) else {
+                self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&global);
+                continue;
+            };
+            let mut fs = engine.lock();
+            if fs.getattr(ino).is_ok_and(|a| a.nlink > 0) {
+                continue;
+            }
+            if self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&global) {
+                fs.forget(ino, 1);
+            }
+        }
+    }
+
+    /// How many inodes the adapter holds (for `status`).
+    pub fn held(&self) -> usize {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn writable(&self) -> Result<(), nfsstat3> {
+        if self.read_only {
+            Err(nfsstat3::NFS3ERR_ROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+}
+
+/// The volume's fsync, off the server's one thread (`lib.rs`): other calls go on meanwhile.
+async fn sync(engine: &Engine) -> Result<(), nfsstat3> {
+    let e = engine.clone();
+    tokio::task::spawn_blocking(move || e.fsync()).await.map_err(|_| nfsstat3::NFS3ERR_IO)?.map_err(status)
+}
+
+fn getattr(fs: &mut Fs, ino: u64) -> Result<Attr, nfsstat3> {
+    fs.getattr(ino).map_err(status)
+}
+
