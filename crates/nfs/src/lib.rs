@@ -2,7 +2,7 @@
 //! hosts, machines without FUSE), beside or instead of the FUSE mount.
 //!
 //! The protocol (XDR, RPC, MOUNT, the NFS procedures) is the `nfs3_server` crate's, patched
-//! (`vendor/nfs3_server/PATCH.md`); what is scion's is the adapter (`adapter.rs`), the
+//! (`vendor/nfs3_server/PATCH.md`); what is scion's is the adapter (`adapter/`), the
 //! handles (`handle.rs`) and who a call is (`who.rs`). The server runs on its own tokio
 //! runtime, in threads of the daemon, and calls the engine as the FUSE adapter does.
 
@@ -115,7 +115,7 @@ pub fn serve(router: Arc<Router>, opts: NfsOptions) -> std::io::Result<NfsServer
         // the call's task, the writer), each a wake-up of another thread on a multi-thread
         // runtime; on two vCPUs a NULL round trip took 706 us so against 157-183 us on one
         // (NFS-Ganesha: 371 us). Engine calls under its lock are short; what waits on the
-        // disk (reads of blocks, fsyncs) goes to the blocking pool (`adapter.rs`).
+        // disk (reads of blocks, fsyncs) goes to the blocking pool (`adapter/read.rs`, `sync`).
         let rt = match tokio::runtime::Builder::new_current_thread()
             .thread_name("nfs-worker")
             .enable_all()
