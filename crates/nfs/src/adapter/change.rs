@@ -112,6 +112,23 @@ impl ScionNfs {
 
     /// Tells the mount's kernel of a name made in `dirid` (its cached absence, the
     /// directory's times and size).
+    /// REMOVE and RMDIR: `drop` takes name `n` out of directory `dirid` once the caller may;
+    /// the kernel is told, and the victim's reference given back if it has no name left.
+    fn unlink_by(&self, dirid: &Handle, n: &[u8], drop: fn(&mut Fs, u64, &[u8]) -> scion_fs::FsResult<()>) -> Result<(), nfsstat3> {
+        let caller = self.caller();
+        let at = self.at(dirid)?;
+        let victim = {
+            let mut fs = at.fs();
+            let dir = self.may_change(&mut fs, &at, &caller)?;
+            let victim = self.may_unlink(&mut fs, &at, &dir, n, &caller)?;
+            drop(&mut fs, at.ino, n).map_err(status)?;
+            victim
+        };
+        self.told(at.vol, &[Inval::Entry(at.ino, n.to_vec()), Inval::Inode(at.ino), Inval::Inode(victim)]);
+        self.release(&[at.vol.global(victim)]);
+        Ok(())
+    }
+
     fn made_in(&self, dirid: &Handle, n: &filename3<'_>, ok: bool) {
         if let (true, Ok(at)) = (ok, self.at(dirid)) {
             self.told(at.vol, &[Inval::Entry(at.ino, name(n).to_vec()), Inval::Inode(at.ino)]);
@@ -143,12 +160,7 @@ impl NfsFileSystem for ScionNfs {
         self.writable()?;
         {
             let mut fs = at.fs();
-            let a = getattr(&mut fs, at.ino)?;
-            match a.kind {
-                Kind::File => {}
-                Kind::Dir => return Err(nfsstat3::NFS3ERR_ISDIR),
-                _ => return Err(nfsstat3::NFS3ERR_INVAL),
-            }
+            let a = regular_file(&mut fs, at.ino)?;
             fs.check_writable(at.ino).map_err(status)?;
             self.thawed(&mut fs, &at)?;
             may(&fs, &a, &caller, W)?;
@@ -203,33 +215,11 @@ impl NfsFileSystem for ScionNfs {
     }
 
     async fn remove(&self, dirid: &Handle, filename: &filename3<'_>) -> Result<(), nfsstat3> {
-        let caller = self.caller();
-        let at = self.at(dirid)?;
-        let victim = {
-            let mut fs = at.fs();
-            let dir = self.may_change(&mut fs, &at, &caller)?;
-            let victim = self.may_unlink(&mut fs, &at, &dir, name(filename), &caller)?;
-            fs.unlink(at.ino, name(filename)).map_err(status)?;
-            victim
-        };
-        self.told(at.vol, &[Inval::Entry(at.ino, name(filename).to_vec()), Inval::Inode(at.ino), Inval::Inode(victim)]);
-        self.release(&[at.vol.global(victim)]);
-        Ok(())
+        self.unlink_by(dirid, name(filename), Fs::unlink)
     }
 
     async fn rmdir(&self, dirid: &Handle, dirname: &filename3<'_>) -> Result<(), nfsstat3> {
-        let caller = self.caller();
-        let at = self.at(dirid)?;
-        let victim = {
-            let mut fs = at.fs();
-            let dir = self.may_change(&mut fs, &at, &caller)?;
-            let victim = self.may_unlink(&mut fs, &at, &dir, name(dirname), &caller)?;
-            fs.rmdir(at.ino, name(dirname)).map_err(status)?;
-            victim
-        };
-        self.told(at.vol, &[Inval::Entry(at.ino, name(dirname).to_vec()), Inval::Inode(at.ino), Inval::Inode(victim)]);
-        self.release(&[at.vol.global(victim)]);
-        Ok(())
+        self.unlink_by(dirid, name(dirname), Fs::rmdir)
     }
 
     async fn rename<'a>(

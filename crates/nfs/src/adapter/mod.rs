@@ -365,6 +365,17 @@ async fn sync(engine: &Engine) -> Result<(), nfsstat3> {
     tokio::task::spawn_blocking(move || e.fsync()).await.map_err(|_| nfsstat3::NFS3ERR_IO)?.map_err(status)
 }
 
+/// The attributes of `ino`, which READ and WRITE need to be a regular file (ISDIR for a
+/// directory, INVAL for anything else, as RFC 1813 asks).
+fn regular_file(fs: &mut Fs, ino: u64) -> Result<Attr, nfsstat3> {
+    let a = getattr(fs, ino)?;
+    match a.kind {
+        Kind::File => Ok(a),
+        Kind::Dir => Err(nfsstat3::NFS3ERR_ISDIR),
+        _ => Err(nfsstat3::NFS3ERR_INVAL),
+    }
+}
+
 fn getattr(fs: &mut Fs, ino: u64) -> Result<Attr, nfsstat3> {
     fs.getattr(ino).map_err(status)
 }

@@ -92,12 +92,7 @@ impl NfsReadFileSystem for ScionNfs {
         let at = self.at(id)?;
         let (plan, size) = {
             let mut fs = at.fs();
-            let a = getattr(&mut fs, at.ino)?;
-            match a.kind {
-                Kind::File => {}
-                Kind::Dir => return Err(nfsstat3::NFS3ERR_ISDIR),
-                _ => return Err(nfsstat3::NFS3ERR_INVAL),
-            }
+            let a = regular_file(&mut fs, at.ino)?;
             may(&fs, &a, &caller, R)?;
             fs.open_file(at.ino).map_err(status)?;
             let plan = fs.read_plan(at.ino, offset, count.min(MAX_IO));
