@@ -126,7 +126,7 @@ async fn committed_writes_survive_sigkill() {
         if by_commit {
             assert_eq!(commit(&mut c, &fh).await.unwrap(), verf.unwrap());
         }
-        committed.push((format!("c{i}"), data));
+        committed.push((format!("c{i}"), data, fh));
     }
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(150));
@@ -150,20 +150,23 @@ async fn committed_writes_survive_sigkill() {
     let (mut child, port) = serve(&store);
     let mut c = connect(port).await;
     let root = c.root_nfs_fh3();
-    for (name, data) in &committed {
-        let fh = res(c.lookup(&LOOKUP3args { what: at(&root, name) }).await.unwrap())
-            .unwrap_or_else(|e| panic!("{name}, committed, is gone after the crash: {e:?}"))
-            .object;
+    // The handles from before the crash name the same files (found by the hints the last
+    // sweep left, or by walks): a client goes on with them.
+    for (name, data, old) in &committed {
         let mut got = Vec::new();
         loop {
-            let args = READ3args { file: fh.clone(), offset: got.len() as u64, count: 1 << 20 };
-            let r = res(c.read(&args).await.unwrap()).unwrap();
+            let args = READ3args { file: old.clone(), offset: got.len() as u64, count: 1 << 20 };
+            let r = res(c.read(&args).await.unwrap()).unwrap_or_else(|e| panic!("{name}, committed: its handle from before the crash: {e:?}"));
             got.extend_from_slice(&r.data);
             if r.eof || r.data.is_empty() {
                 break;
             }
         }
         assert!(got == *data, "{name}: {} bytes after the crash, {} committed, or other bytes", got.len(), data.len());
+        let fh = res(c.lookup(&LOOKUP3args { what: at(&root, name) }).await.unwrap())
+            .unwrap_or_else(|e| panic!("{name}, committed, is gone after the crash: {e:?}"))
+            .object;
+        assert_eq!(fh.data.to_vec(), old.data.to_vec(), "{name}: another handle after the restart");
     }
     // A new life, a new verifier: the client resends what it had not seen committed.
     let fh = create(&mut c, &root, "after").await.unwrap();

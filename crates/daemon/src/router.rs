@@ -283,6 +283,13 @@ impl Router {
         g.at.get(&(at, dir)).copied()
     }
 
+    /// The main volume's directory volume `cube` hangs at (None for the main volume and for
+    /// a volume hanging nowhere).
+    pub fn graft_of(&self, cube: VolumeId) -> Option<Ino> {
+        let g = self.grafts.read().unwrap();
+        g.at.iter().find(|((at, _), c)| **c == cube && *at == VolumeId::MAIN).map(|((_, dir), _)| *dir)
+    }
+
     /// Whether `ino` of volume `at` is a graft or a directory above one.
     pub fn pinned(&self, at: VolumeId, ino: Ino) -> bool {
         let g = self.grafts.read().unwrap();

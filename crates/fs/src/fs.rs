@@ -799,7 +799,7 @@ impl Fs {
     }
 
     /// Loads a file of the link table.
-    fn linked(&mut self, ns: u32, oid: u64) -> FsResult<Ino> {
+    pub(crate) fn linked(&mut self, ns: u32, oid: u64) -> FsResult<Ino> {
         let ino = make_ino(ns, oid);
         if self.nodes.contains_key(&ino) {
             return Ok(ino);

@@ -36,6 +36,8 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("cubes_file", cubes_file),
     ("intents_file", intents_file),
     ("apply_frames", apply_frames),
+    ("nfs_hints", nfs_hints),
+    ("nfs_handle", nfs_handle),
 ];
 
 fn fix_up(data: &[u8]) -> bool {
@@ -585,3 +587,31 @@ pub fn apply_program(data: &[u8], block: [u8; 32]) -> Vec<Vec<scion_fs::stream::
     batches
 }
 
+
+/// An NFS hints file (`STORE/nfs/hints`): what decodes encodes to bytes that decode the same.
+/// Odd first byte: the checksum is fixed up.
+pub fn nfs_hints(data: &[u8]) {
+    use scion_nfs::hints::{decode, encode};
+    let mut d = data.to_vec();
+    if fix_up(data) && d.len() >= 32 {
+        let n = d.len() - 32;
+        let sum = *blake3::hash(&d[..n]).as_bytes();
+        d[n..].copy_from_slice(&sum);
+    }
+    if let Ok(h) = decode(&d) {
+        assert_eq!(decode(&encode(&h)).unwrap(), h, "hints change through encoding");
+    }
+}
+
+/// An NFS file handle as a client sends it (after the crate's generation prefix): opened
+/// under a fixed key, it names an inode only if that key's handle of the inode is these bytes.
+pub fn nfs_handle(data: &[u8]) {
+    use scion_nfs::{Handle, HandleKey};
+    use scion_nfs::nfs3_server::vfs::FileHandle;
+    let key = HandleKey::from_secret([7; 32]);
+    if let Some(h) = Handle::from_bytes(data) {
+        if let Some((graft, ino)) = key.open(&h) {
+            assert_eq!(key.handle(graft, ino).as_bytes(), data, "a handle opened that the key did not make");
+        }
+    }
+}

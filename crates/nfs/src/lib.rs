@@ -9,11 +9,14 @@
 mod adapter;
 pub mod client_io;
 mod handle;
+pub mod hints;
 mod rpcbind;
 mod who;
 
 pub use adapter::{Invalidator, ScionNfs};
-pub use handle::HandleKey;
+/// The protocol crate (for the fuzz targets' use of `FileHandle`).
+pub use nfs3_server;
+pub use handle::{Handle, HandleKey};
 pub use who::{Identity, Squash};
 
 use nfs3_server::tcp::{NFSTcp, NFSTcpListener};
@@ -73,6 +76,11 @@ impl NfsServer {
         self.fs.held()
     }
 
+    /// Handles of inodes not held found again by hint and by walk (`ScionNfs::revived`).
+    pub fn revived(&self) -> (u64, u64) {
+        self.fs.revived()
+    }
+
     /// Where it listens and what it serves, for `scion status`.
     pub fn describe(&self) -> String {
         format!("NFSv3 on {}: {}", self.addr, self.fs.describe())
@@ -89,6 +97,7 @@ impl NfsServer {
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+            self.fs.save_hints();
         }
     }
 }
@@ -99,11 +108,21 @@ impl Drop for NfsServer {
     }
 }
 
-/// Starts serving `router`'s volumes; returns once the server listens. Handles are good
-/// for this server's life (`handle.rs`); the write verifier changes at every start, so
-/// clients resend what they wrote UNSTABLE and had not seen committed.
+/// Starts serving `router`'s volumes; returns once the server listens. Handles stay good
+/// across restarts (`handle.rs`); the write verifier changes at every start, so clients
+/// resend what they wrote UNSTABLE and had not seen committed.
 pub fn serve(router: Arc<Router>, opts: NfsOptions) -> std::io::Result<NfsServer> {
-    let key = HandleKey::random()?;
+    let store = router.main().lock().store_dir().to_path_buf();
+    let key = match HandleKey::of_store(&store) {
+        Ok(k) => k,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return Err(e),
+        Err(e) => {
+            // A store on read-only media: served, with handles good for this start only.
+            log::warn!("nfs: no key kept in {}: {e}; clients' handles will be stale after a restart", store.display());
+            HandleKey::random()?
+        }
+    };
+    let generation = key.generation();
     let fs = ScionNfs::new(router, key, opts.identity, opts.read_only, opts.tell.clone(), &opts.exports, &opts.read_only_dirs)
         .map_err(std::io::Error::other)?;
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::io::Result<SocketAddr>>();
@@ -128,7 +147,7 @@ pub fn serve(router: Arc<Router>, opts: NfsOptions) -> std::io::Result<NfsServer
             }
         };
         rt.block_on(async move {
-            let listener = match NFSTcpListener::bind(&listen, served.clone()).await {
+            let listener = match NFSTcpListener::bind_with_generation(&listen, served.clone(), generation).await {
                 Ok(l) => l,
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));

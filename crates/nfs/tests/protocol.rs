@@ -24,7 +24,7 @@ use std::sync::Arc;
 type Conn = Nfs3Connection<Stream>;
 
 struct Setup {
-    _tmp: tempfile::TempDir,
+    tmp: tempfile::TempDir,
     engine: Engine,
     router: Arc<Router>,
 }
@@ -40,10 +40,33 @@ fn setup_on(host: scion_store::Host) -> Setup {
     let fs = Fs::open(&store, MountOptions { holder: "nfs test".into(), host }).unwrap();
     let engine = Engine::new(fs);
     let router = Arc::new(Router::new(engine.clone()).unwrap());
-    Setup { _tmp: tmp, engine, router }
+    Setup { tmp, engine, router }
 }
 
 impl Setup {
+    fn store(&self) -> std::path::PathBuf {
+        self.tmp.path().join("store")
+    }
+
+    /// The store closed and opened again, as a daemon's restart does (servers stopped first).
+    fn restart(self) -> Setup {
+        let Setup { tmp, engine, router } = self;
+        drop(router);
+        engine.close().unwrap();
+        drop(engine);
+        let host = scion_store::os_host();
+        let fs = Fs::open(&tmp.path().join("store"), MountOptions { holder: "nfs test".into(), host }).unwrap();
+        let engine = Engine::new(fs);
+        let router = Arc::new(Router::new(engine.clone()).unwrap());
+        Setup { tmp, engine, router }
+    }
+
+    /// The inode at `path` from the root, through the engine.
+    fn ino(&self, path: &str) -> u64 {
+        let mut fs = self.engine.lock();
+        path.split('/').fold(ROOT_INO, |dir, n| fs.lookup(dir, n.as_bytes()).unwrap().ino)
+    }
+
     /// Makes `path`'s last name in its parent (which exists) as `uid`, with `mode`.
     fn make(&self, path: &str, kind: Kind, mode: u32, uid: u32, data: &[u8]) -> u64 {
         let mut fs = self.engine.lock();
@@ -246,10 +269,97 @@ async fn forged_altered_and_foreign_handles_reach_nothing() {
         let r = getattr(&mut c, &handle_of(vec![0x5a; len])).await;
         assert!(r.is_err(), "a made-up handle of {len} bytes: {r:?}");
     }
-    // Another server (another key, a later generation) does not take this one's handles.
-    let other = s.serve(|_| {});
+    // Another store's server (another key, another generation) takes none of this one's.
+    let s2 = setup();
+    s2.make("pub", Kind::Dir, 0o777, 0, b"");
+    s2.make("pub/f", Kind::File, 0o644, 1000, b"other");
+    let other = s2.serve(|_| {});
     let mut c2 = connect(&other, "/pub", 1000, 1000).await.unwrap();
-    assert_eq!(getattr(&mut c2, &f).await.err(), Some(nfsstat3::NFS3ERR_STALE));
+    let r = getattr(&mut c2, &f).await;
+    assert!(matches!(r, Err(nfsstat3::NFS3ERR_BADHANDLE | nfsstat3::NFS3ERR_STALE)), "{r:?}");
+}
+
+/// Every kind of handle a client may hold (a deep file, a directory, a clone's file, a
+/// snapshot's file, a file with two names) names the same inode after the store is closed
+/// and opened again: through the hints, through a walk when the hint is out of date (a
+/// rename while the server was down) or missing; a file removed meanwhile is STALE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_survive_a_restart() {
+    let s = setup();
+    for d in ["d", "d/e", "d/e/f"] {
+        s.make(d, Kind::Dir, 0o755, 0, b"");
+    }
+    for (f, data) in [("d/e/f/deep", "deep"), ("d/moved", "moved"), ("d/removed", "removed"), ("d/linked", "linked")] {
+        s.make(f, Kind::File, 0o644, 0, data.as_bytes());
+    }
+    {
+        let (d, linked) = (s.ino("d"), s.ino("d/linked"));
+        let mut fs = s.engine.lock();
+        fs.link(linked, d, b"linked2").unwrap();
+        fs.clone_dir(d, ROOT_INO, b"vm1", &[], b"d").unwrap();
+        fs.snapshot(d, b"v1", b"d").unwrap();
+    }
+    let server = s.serve(|o| o.identity.squash = Squash::None);
+    let mut c = connect(&server, "/", 0, 0).await.unwrap();
+    let root = c.root_nfs_fh3();
+    let mut held = Vec::new();
+    for (path, data) in [
+        ("d/e/f/deep", "deep"),
+        ("d/e", ""),
+        ("d/moved", "moved"),
+        ("d/linked2", "linked"),
+        ("vm1/e/f/deep", "deep"),
+        ("d/.snapshot/v1/e/f/deep", "deep"),
+        ("d/.snapshot", ""),
+        ("d/removed", "removed"),
+    ] {
+        let mut fh = root.clone();
+        for n in path.split('/') {
+            fh = lookup(&mut c, &fh, n).await.unwrap_or_else(|e| panic!("{path}: {e:?}"));
+        }
+        let id = getattr(&mut c, &fh).await.unwrap().fileid;
+        held.push((path, data, fh, id));
+    }
+    server.stop();
+    assert_eq!(s.store().join("nfs/key").metadata().unwrap().len(), 32);
+    assert!(s.store().join("nfs/hints").exists(), "a stopped server leaves its hints");
+    // While the server is down: a rename (its hint goes out of date) and a removal.
+    let (d, f) = (s.ino("d"), s.ino("d/e/f"));
+    s.engine.lock().rename(d, b"moved", f, b"moved-here", 0).unwrap();
+    s.engine.lock().unlink(d, b"removed").unwrap();
+    let mut s = s.restart();
+    for round in ["hints", "walks"] {
+        let server = s.serve(|o| o.identity.squash = Squash::None);
+        let mut c = connect(&server, "/", 0, 0).await.unwrap();
+        for (path, data, fh, id) in &held {
+            if *path == "d/removed" {
+                assert_eq!(getattr(&mut c, fh).await.err(), Some(nfsstat3::NFS3ERR_STALE), "{round}: {path}");
+                continue;
+            }
+            let a = getattr(&mut c, fh).await.unwrap_or_else(|e| panic!("{round}: {path}: {e:?}"));
+            assert_eq!(a.fileid, *id, "{round}: {path}");
+            if !data.is_empty() {
+                assert_eq!(read(&mut c, fh, 0, 100).await.unwrap(), data.as_bytes(), "{round}: {path}");
+            }
+        }
+        // Found by hints but the renamed file; without hints, by walks (4: the directories
+        // the first walk went through are loaded, and found without either, as a file with
+        // two names is, through the link table).
+        let (by_hint, by_walk) = server.revived();
+        match round {
+            "hints" => assert_eq!((by_hint, by_walk), (5, 1), "{round}"),
+            _ => assert_eq!((by_hint, by_walk), (0, 4), "{round}"),
+        }
+        // The old handle of a directory still lists and creates in it.
+        let e = &held[1].2;
+        create(&mut c, e, &format!("new-{round}"), 0o644).await.unwrap();
+        assert!(list(&mut c, e).await.unwrap().contains(&format!("new-{round}")));
+        server.stop();
+        if round == "hints" {
+            std::fs::remove_file(s.store().join("nfs/hints")).unwrap();
+            s = s.restart();
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,12 +10,17 @@
 //!   does. The adapter holds one engine reference per inode it has handed out (`held`),
 //!   and gives it back when the inode has no name left (`sweep`), so that a removed file's
 //!   space is freed.
+//! - **Handles across restarts.** The kernel never asks FUSE for an inode it did not look
+//!   up since the mount; an NFS client asks for any it was ever given. An inode not held is
+//!   revived (`revive`): found by number through the path it was last seen at (`hints.rs`)
+//!   or a walk of its namespace, or STALE.
 //!
 //! Here: the adapter's state, handles and references, exports, what it tells the mount's
 //! kernel. `rules.rs`: who may do what. `read.rs`: the calls that change nothing.
 //! `change.rs`: the calls that change the tree.
 
 use crate::handle::{Handle, HandleKey};
+use crate::hints::{self, Hints};
 use crate::who::Identity;
 use nfs3_server::nfs3_types::nfs3::{
     fattr3, filename3, ftype3, nfspath3, nfsstat3, nfstime3, sattr3, set_atime, set_mtime, specdata3, stable_how,
@@ -31,7 +36,9 @@ use scion_fs::access::{Caller, R, W, X};
 use scion_fs::clone::SNAPDIR_BIT;
 use scion_fs::{Attr, Fs, FsError, Inval, Kind, SetAttr, Stamp, Ts};
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 mod change;
 mod read;
@@ -54,6 +61,20 @@ fn show(p: &[u8]) -> String {
     String::from_utf8_lossy(p).into_owned()
 }
 
+/// Handles remembered as gone (so that a client asking again costs no walk): past this,
+/// the set starts again.
+const MAX_GONE: usize = 1 << 16;
+/// Hints kept of inodes not revived since the restart that read them (a client may still
+/// hold their handles): past this, only the held inodes' are written.
+const MAX_HINTS: usize = 1 << 20;
+/// Sweeps between writes of the hints when the held set did not change (renames through
+/// the mount change paths without the adapter knowing).
+const HINTS_EVERY: u64 = 6;
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Largest READ and WRITE offered to clients.
 const MAX_IO: u32 = 1 << 20;
 
@@ -74,6 +95,17 @@ pub struct ScionNfs {
     exports: Arc<Vec<(Vec<Vec<u8>>, u64)>>,
     /// Directories below which every change is refused (`--read-only DIR`).
     frozen: Arc<HashSet<u64>>,
+    /// The store the hints are kept in.
+    store: PathBuf,
+    /// Hints read at start for inodes not revived yet (`hints.rs`).
+    hints: Arc<Mutex<Hints>>,
+    /// Handles known to name nothing any more, by (graft, inode).
+    gone: Arc<Mutex<HashSet<hints::Key>>>,
+    /// Whether the held set changed since the hints were last written, and sweeps since.
+    held_changed: Arc<AtomicBool>,
+    sweeps: Arc<AtomicU64>,
+    /// Inodes revived by their hint and by a walk (`status`, tests).
+    revived: Arc<[AtomicU64; 2]>,
 }
 
 /// See `ScionNfs::tell`.
@@ -186,7 +218,10 @@ impl ScionNfs {
         exports: &[Vec<u8>],
         frozen: &[Vec<u8>],
     ) -> Result<ScionNfs, String> {
+        let store = router.main().lock().store_dir().to_path_buf();
         let mut nfs = ScionNfs {
+            hints: Arc::new(Mutex::new(hints::load(&store))),
+            store,
             router,
             key,
             who,
@@ -195,6 +230,10 @@ impl ScionNfs {
             tell,
             exports: Arc::new(Vec::new()),
             frozen: Arc::new(HashSet::new()),
+            gone: Arc::default(),
+            held_changed: Arc::default(),
+            sweeps: Arc::default(),
+            revived: Arc::default(),
         };
         let mut ex = Vec::new();
         for p in exports {
@@ -216,7 +255,7 @@ impl ScionNfs {
     /// The global inode number of the directory at `names` from the mount root, held for
     /// the server's life (looked up as root: the administrator named it).
     fn resolve_dir(&self, names: &[Vec<u8>]) -> Result<u64, String> {
-        let mut h = self.key.handle(VolumeId::MAIN.global(scion_fs::ROOT_INO));
+        let mut h = self.handle(VolumeId::MAIN.global(scion_fs::ROOT_INO));
         for n in names {
             let at = self.at(&h).map_err(|e| format!("{e:?}"))?;
             let mut fs = at.fs();
@@ -224,7 +263,7 @@ impl ScionNfs {
             h = match self.router.grafted(at.vol, a.ino) {
                 Some(cube) => {
                     fs.forget(a.ino, 1);
-                    self.key.handle(cube.global(scion_fs::ROOT_INO))
+                    self.handle(cube.global(scion_fs::ROOT_INO))
                 }
                 None => self.hold(&at, &mut fs, &a),
             };
@@ -248,7 +287,7 @@ impl ScionNfs {
             s.push_str(&format!("; {} read-only director{}", self.frozen.len(), if self.frozen.len() == 1 { "y" } else { "ies" }));
         }
         s.push_str(&format!(
-            "; squash {} to {}:{}; {} inodes held",
+            "; squash {} to {}:{}; {} inodes held; {} found again by hint, {} by walk",
             match self.who.squash {
                 crate::Squash::Root => "root",
                 crate::Squash::All => "all",
@@ -256,7 +295,9 @@ impl ScionNfs {
             },
             self.who.anon.0,
             self.who.anon.1,
-            self.held()
+            self.held(),
+            self.revived().0,
+            self.revived().1
         ));
         s
     }
@@ -299,54 +340,170 @@ impl ScionNfs {
         self.who.caller(nfs3_server::vfs::caller().as_ref())
     }
 
-    /// The inode a handle names: BADHANDLE for one this server did not make, STALE for one
-    /// whose volume is gone.
+    /// The handle of global inode `global`.
+    fn handle(&self, global: u64) -> Handle {
+        let vol = VolumeId::of(global);
+        // A volume hanging nowhere is one being removed: a handle naming no graft is stale.
+        let graft = if vol == VolumeId::MAIN { 0 } else { self.router.graft_of(vol).unwrap_or(u64::MAX) };
+        self.key.handle(graft, VolumeId::local(global))
+    }
+
+    /// The inode a handle names: BADHANDLE for one this store's key did not make, STALE for
+    /// one whose volume or inode is gone. An inode not held is revived first.
     fn at(&self, h: &Handle) -> Result<At, nfsstat3> {
-        let global = self.key.open(h).ok_or(nfsstat3::NFS3ERR_BADHANDLE)?;
-        let (vol, engine, ino) = self.router.route(global).map_err(|_| nfsstat3::NFS3ERR_STALE)?;
+        let (graft, ino) = self.key.open(h).ok_or(nfsstat3::NFS3ERR_BADHANDLE)?;
+        let vol = match graft {
+            0 => VolumeId::MAIN,
+            g => self.router.grafted(VolumeId::MAIN, g).ok_or(nfsstat3::NFS3ERR_STALE)?,
+        };
+        let engine = self.router.engine(vol).map_err(status)?;
+        // A `.snapshot` directory is made up from its directory, which is what is held.
+        self.revive(graft, vol, &engine, ino & !SNAPDIR_BIT)?;
         Ok(At { vol, engine, ino })
+    }
+
+    /// Makes sure the adapter holds inode `ino` of volume `vol` (grafted at `graft`): found
+    /// loaded, by its hint, or by a walk (`scion_fs::reach`); STALE if it has no name left.
+    fn revive(&self, graft: u64, vol: VolumeId, engine: &Engine, ino: u64) -> Result<(), nfsstat3> {
+        let global = vol.global(ino);
+        if locked(&self.held).contains(&global) {
+            return Ok(());
+        }
+        if locked(&self.gone).contains(&(graft, ino)) {
+            return Err(nfsstat3::NFS3ERR_STALE);
+        }
+        let hint = locked(&self.hints).remove(&(graft, ino)).unwrap_or_default();
+        // (The engine lock is let go before a walk, which takes it step by step.)
+        let reached = engine.lock().reach(ino, &hint);
+        let found = match reached {
+            Ok(Some(a)) => {
+                self.revived[0].fetch_add(u64::from(!hint.is_empty()), Ordering::Relaxed);
+                Ok(a)
+            }
+            Ok(None) => walk(engine, ino).inspect(|_| {
+                self.revived[1].fetch_add(1, Ordering::Relaxed);
+            }),
+            Err(e) => Err(status(e)),
+        };
+        let mut fs = engine.lock();
+        match found {
+            Ok(a) if a.nlink > 0 => {
+                if !locked(&self.held).insert(global) {
+                    fs.forget(ino, 1);
+                }
+                self.held_changed.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            Ok(_) => {
+                fs.forget(ino, 1);
+                drop(fs);
+                self.lost((graft, ino));
+                Err(nfsstat3::NFS3ERR_STALE)
+            }
+            Err(e) => {
+                drop(fs);
+                if e == nfsstat3::NFS3ERR_STALE {
+                    self.lost((graft, ino));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn lost(&self, key: hints::Key) {
+        let mut g = locked(&self.gone);
+        if g.len() >= MAX_GONE {
+            g.clear();
+        }
+        g.insert(key);
     }
 
     /// The handle of `a`, which the engine just counted one reference to (lookup, create):
     /// the adapter keeps one per inode and gives any other back at once.
     fn hold(&self, at: &At, fs: &mut Fs, a: &Attr) -> Handle {
         let global = at.vol.global(a.ino);
-        let fresh = self.held.lock().unwrap_or_else(|p| p.into_inner()).insert(global);
-        if !fresh {
+        let fresh = locked(&self.held).insert(global);
+        if fresh {
+            self.held_changed.store(true, Ordering::Relaxed);
+        } else {
             fs.forget(a.ino, 1);
         }
-        self.key.handle(global)
+        self.handle(global)
     }
 
     /// Gives back the references to held inodes that have no name left, so that the engine
     /// frees them (and a removed file's blocks): run by the server's timer, for removals made
     /// through the mount (the adapter's own removals release their victims at once, `release`).
+    /// Then writes the hints, if the held set changed or enough sweeps went by.
     pub fn sweep(&self) {
-        let held: Vec<u64> = self.held.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().collect();
+        let held: Vec<u64> = locked(&self.held).iter().copied().collect();
         self.release(&held);
+        let n = self.sweeps.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.held_changed.load(Ordering::Relaxed) || (n % HINTS_EVERY == 0 && !held.is_empty()) {
+            self.save_hints();
+        }
     }
 
     /// `sweep` for the inodes `globals` only: each the adapter holds and whose last name is
     /// gone is given back (the engine lock, then the held set, as `hold` takes them).
     fn release(&self, globals: &[u64]) {
         for &global in globals {
-            let Ok((_, engine, ino)) = self.router.route(global) else {
-                self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&global);
+            let Ok((vol, engine, ino)) = self.router.route(global) else {
+                locked(&self.held).remove(&global);
                 continue;
             };
             let mut fs = engine.lock();
             if fs.getattr(ino).is_ok_and(|a| a.nlink > 0) {
                 continue;
             }
-            if self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&global) {
+            if locked(&self.held).remove(&global) {
                 fs.forget(ino, 1);
+                drop(fs);
+                self.held_changed.store(true, Ordering::Relaxed);
+                let graft = if vol == VolumeId::MAIN { Some(0) } else { self.router.graft_of(vol) };
+                if let Some(g) = graft {
+                    self.lost((g, ino & !SNAPDIR_BIT));
+                }
             }
         }
     }
 
+    /// Writes `STORE/nfs/hints`: where each held inode is now, and the hints read at start
+    /// not used yet. Engine locks are taken a volume's share at a time, in chunks.
+    pub fn save_hints(&self) {
+        self.held_changed.store(false, Ordering::Relaxed);
+        let mut out = locked(&self.hints).clone();
+        if out.len() > MAX_HINTS {
+            out.clear();
+        }
+        let mut held: Vec<u64> = locked(&self.held).iter().copied().collect();
+        held.sort_unstable();
+        for chunk in held.chunks(4096) {
+            let Ok((vol, engine, _)) = self.router.route(chunk[0]) else { continue };
+            let graft = if vol == VolumeId::MAIN { Some(0) } else { self.router.graft_of(vol) };
+            let Some(graft) = graft else { continue };
+            let fs = engine.lock();
+            for &g in chunk.iter().filter(|g| VolumeId::of(**g) == vol && **g & SNAPDIR_BIT == 0) {
+                let ino = VolumeId::local(g);
+                if let Some(names) = fs.names_of(ino) {
+                    out.insert((graft, ino), names);
+                }
+            }
+        }
+        if let Err(e) = hints::save(&self.store, &out) {
+            log::warn!("nfs: hints not written to {}: {e}", self.store.display());
+        }
+    }
+
+    /// Inodes not held that were found by their hint, and by a walk (a loaded inode or a
+    /// file with several names is found without either).
+    pub fn revived(&self) -> (u64, u64) {
+        (self.revived[0].load(Ordering::Relaxed), self.revived[1].load(Ordering::Relaxed))
+    }
+
     /// How many inodes the adapter holds (for `status`).
     pub fn held(&self) -> usize {
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).len()
+        locked(&self.held).len()
     }
 
     fn writable(&self) -> Result<(), nfsstat3> {
@@ -357,6 +514,17 @@ impl ScionNfs {
         }
     }
 
+}
+
+/// A walk of `ino`'s namespace for it (`Fs::walk_step`), letting other requests to the
+/// engine in between steps.
+fn walk(engine: &Engine, ino: u64) -> Result<Attr, nfsstat3> {
+    let mut w = scion_fs::reach::Walk::new(ino);
+    loop {
+        if let Some(a) = engine.lock().walk_step(&mut w).map_err(status)? {
+            return Ok(a);
+        }
+    }
 }
 
 /// The volume's fsync, off the server's one thread (`lib.rs`): other calls go on meanwhile.

@@ -23,7 +23,7 @@ impl NfsReadFileSystem for ScionNfs {
     type Handle = Handle;
 
     fn root_dir(&self) -> Handle {
-        self.key.handle(VolumeId::MAIN.global(scion_fs::ROOT_INO))
+        self.handle(VolumeId::MAIN.global(scion_fs::ROOT_INO))
     }
 
     async fn lookup(&self, dirid: &Handle, filename: &filename3<'_>) -> Result<Handle, nfsstat3> {
@@ -45,7 +45,7 @@ impl NfsReadFileSystem for ScionNfs {
                 return Ok(*dirid);
             }
             let p = fs.parent_of(at.ino);
-            return Ok(self.key.handle(at.vol.global(p)));
+            return Ok(self.handle(at.vol.global(p)));
         }
         let a = if at.ino & SNAPDIR_BIT != 0 {
             fs.lookup_as(at.ino, n, &caller)
@@ -56,7 +56,7 @@ impl NfsReadFileSystem for ScionNfs {
         if let Some(cube) = self.router.grafted(at.vol, a.ino) {
             // A cube's directory shows the cube's root, as through the mount.
             fs.forget(a.ino, 1);
-            return Ok(self.key.handle(cube.global(scion_fs::ROOT_INO)));
+            return Ok(self.handle(cube.global(scion_fs::ROOT_INO)));
         }
         Ok(self.hold(&at, &mut fs, &a))
     }
@@ -71,7 +71,7 @@ impl NfsReadFileSystem for ScionNfs {
             .filter(|(p, _)| names.starts_with(p))
             .max_by_key(|(p, _)| p.len())
             .ok_or(nfsstat3::NFS3ERR_NOENT)?;
-        let mut h = self.key.handle(export.1);
+        let mut h = self.handle(export.1);
         for n in &names[export.0.len()..] {
             if n == b".." {
                 return Err(nfsstat3::NFS3ERR_NOENT);
@@ -132,7 +132,7 @@ impl NfsReadFileSystem for ScionNfs {
                 name: n.into(),
                 cookie: i as u64 + 1,
                 name_attributes: a.map(|a| fattr(&a, at.vol)),
-                name_handle: Some(self.key.handle(at.vol.global(ino))),
+                name_handle: Some(self.handle(at.vol.global(ino))),
             });
         }
         for (i, e) in list.into_iter().enumerate().skip(start.saturating_sub(2)).take(LIST_BATCH) {
@@ -149,7 +149,7 @@ impl NfsReadFileSystem for ScionNfs {
                     fs.forget(a.ino, 1);
                     let root = self.router.engine(cube).and_then(|e| e.lock().getattr(scion_fs::ROOT_INO));
                     let Ok(root) = root else { continue };
-                    (self.key.handle(cube.global(scion_fs::ROOT_INO)), root, cube)
+                    (self.handle(cube.global(scion_fs::ROOT_INO)), root, cube)
                 }
                 None => (self.hold(&at, &mut fs, &a), a, at.vol),
             };

@@ -98,6 +98,9 @@ impl PartialEq<u64> for FileHandleU64 {
 pub struct FileHandleConverter {
     generation_number: u64,
     generation_number_le: [u8; 8],
+    // scion's patch: the write verifier is this instance's own, not the generation, which a
+    // server given one with `with_generation_number` keeps across restarts.
+    write_verifier: [u8; 8],
 }
 
 impl FileHandleConverter {
@@ -117,10 +120,11 @@ impl FileHandleConverter {
     /// generation number so that file handles remain valid across all
     /// instances (e.g. behind a load balancer).
     #[must_use]
-    pub const fn with_generation_number(generation_number: u64) -> Self {
+    pub fn with_generation_number(generation_number: u64) -> Self {
         Self {
             generation_number,
             generation_number_le: generation_number.to_le_bytes(),
+            write_verifier: start_nanos().to_le_bytes(),
         }
     }
 
@@ -169,8 +173,17 @@ impl FileHandleConverter {
     /// unique between instances of the NFS version 3 protocol
     /// server where uncommitted data may be lost.
     pub const fn verf(&self) -> writeverf3 {
-        writeverf3(self.generation_number_le)
+        writeverf3(self.write_verifier)
     }
+}
+
+/// scion's patch: this instance's start, in nanoseconds since the epoch (its write verifier).
+#[allow(clippy::cast_possible_truncation)] // 2^64 ns is 584 years
+fn start_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("failed to get system time")
+        .as_nanos() as u64
 }
 
 #[cfg(test)]
