@@ -9,8 +9,8 @@
 //! object ids only grow), so an inode found by number is the one the handle was made for.
 
 use crate::error::{errno, eio, FsResult};
-use crate::fs::{Attr, Fs, Ino, Loc, MAX_OID};
-use crate::inode::Kind;
+use crate::fs::{Attr, Fs, Ino, Loc, NsKind, MAX_OID};
+use crate::inode::{summary_mount_key, Kind};
 use crate::records::inode::oid_key;
 
 /// Directories a walk scans per step (then the caller may let other requests in).
@@ -80,11 +80,13 @@ impl Fs {
             return Err(errno::ESTALE);
         }
         if self.nodes.contains_key(&ino) {
+            self.connect(ns);
             return self.remember(ino).map(Some);
         }
         if n.links.get(&oid).is_none()
             && self.vol.forest.get(n.link_root.as_ref(), &oid_key(oid)).map_err(eio)?.is_some()
         {
+            self.connect(ns);
             return self.linked(ns, oid).and_then(|i| self.remember(i)).map(Some);
         }
         if hint.is_empty() || hint.len() > MAX_DEPTH {
@@ -93,8 +95,32 @@ impl Fs {
         let (dir, last) = hint.split_at(hint.len() - 1);
         let Some(parent) = self.follow(ns, dir)? else { return Ok(None) };
         match self.child(parent, &last[0]) {
-            Ok(Some(found)) if found == ino => self.remember(ino).map(Some),
+            Ok(Some(found)) if found == ino => {
+                self.connect(ns);
+                self.remember(ino).map(Some)
+            }
             Ok(_) | Err(_) => Ok(None),
+        }
+    }
+
+    /// Tells the root of clone `ns`, and of each clone it hangs in, where it hangs (its
+    /// mount entry, found by the subtree summaries), as a lookup through that entry does:
+    /// `parent_of` then leads from an inode reached by number up to the mount's root.
+    fn connect(&mut self, ns: u32) {
+        let mut cur = ns;
+        for _ in 0..=self.namespaces.len() {
+            let Some(n) = self.namespaces.get(&cur) else { return };
+            let (info, known) = (n.info.clone(), n.mounted_at.is_some());
+            if info.kind != NsKind::Clone {
+                return;
+            }
+            if !known {
+                let Ok(at) = self.find_named(info.parent, &summary_mount_key(info.anchor)) else { return };
+                if let Some(n) = self.namespaces.get_mut(&cur) {
+                    n.mounted_at = Some(at);
+                }
+            }
+            cur = info.parent;
         }
     }
 
@@ -131,7 +157,10 @@ impl Fs {
                 }
                 if e.ino == walk.target {
                     return match self.child(dir, &e.name)? {
-                        Some(i) if i == walk.target => self.remember(i).map(Some),
+                        Some(i) if i == walk.target => {
+                            self.connect(ns);
+                            self.remember(i).map(Some)
+                        }
                         _ => Err(errno::ESTALE),
                     };
                 }

@@ -149,6 +149,21 @@ fn run(ops: &[Op], crash: bool) {
             if a.kind == Kind::File {
                 assert_eq!(&read_all(&mut fs, ino), data, "inode {ino:#x}");
             }
+            // Its parents lead to the mount's root (through a clone's mount entry too), as
+            // for an inode looked up by name; a file kept in the link table (one that has
+            // had several names) has no one parent.
+            if a.kind == Kind::Dir || fs.parent_of(ino) != ino {
+                let mut cur = ino;
+                for _ in 0..256 {
+                    if cur == ROOT_INO {
+                        break;
+                    }
+                    let p = fs.parent_of(cur);
+                    assert_ne!(p, cur, "inode {ino:#x}: {cur:#x} has no parent");
+                    cur = p;
+                }
+                assert_eq!(cur, ROOT_INO, "inode {ino:#x}");
+            }
         }
         for &ino in removed.iter().filter(|i| !want.contains_key(i)) {
             let r = fs.reach(ino, &[]);

@@ -357,9 +357,26 @@ async fn handles_survive_a_restart() {
         server.stop();
         if round == "hints" {
             std::fs::remove_file(s.store().join("nfs/hints")).unwrap();
-            s = s.restart();
         }
+        s = s.restart();
     }
+    // Restarted with other exports: an old handle reaches only what these export, and a
+    // read-only directory holds for inodes found again by number (a clone's, here).
+    let server = s.serve(|o| {
+        o.identity.squash = Squash::None;
+        o.exports = vec![b"d/e".to_vec(), b"vm1".to_vec()];
+        o.read_only_dirs = vec![b"vm1/e".to_vec()];
+    });
+    let mut c = connect(&server, "/d/e", 0, 0).await.unwrap();
+    let handle = |p: &str| held.iter().find(|h| h.0 == p).unwrap().2.clone();
+    assert_eq!(read(&mut c, &handle("d/e/f/deep"), 0, 100).await.unwrap(), b"deep");
+    for outside in ["d/linked2", "d/.snapshot", "d/.snapshot/v1/e/f/deep"] {
+        assert_eq!(getattr(&mut c, &handle(outside)).await.err(), Some(nfsstat3::NFS3ERR_STALE), "{outside}");
+    }
+    let in_clone = handle("vm1/e/f/deep");
+    assert_eq!(read(&mut c, &in_clone, 0, 100).await.unwrap(), b"deep");
+    let w = write(&mut c, &in_clone, 0, b"x", stable_how::FILE_SYNC).await;
+    assert_eq!(w.err(), Some(nfsstat3::NFS3ERR_ROFS), "a write below a read-only directory");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -95,6 +95,9 @@ pub struct ScionNfs {
     exports: Arc<Vec<(Vec<Vec<u8>>, u64)>>,
     /// Directories below which every change is refused (`--read-only DIR`).
     frozen: Arc<HashSet<u64>>,
+    /// Directories the server holds that no export holds (those above the exports): a handle
+    /// of one, made under other exports, is STALE.
+    above: Arc<HashSet<u64>>,
     /// The store the hints are kept in.
     store: PathBuf,
     /// Hints read at start for inodes not revived yet (`hints.rs`).
@@ -228,8 +231,11 @@ impl ScionNfs {
             read_only,
             held: Arc::new(Mutex::new(HashSet::new())),
             tell,
-            exports: Arc::new(Vec::new()),
+            // The whole mount while the exports themselves are looked up (as root: the
+            // administrator named them).
+            exports: Arc::new(vec![(Vec::new(), VolumeId::MAIN.global(scion_fs::ROOT_INO))]),
             frozen: Arc::new(HashSet::new()),
+            above: Arc::default(),
             gone: Arc::default(),
             held_changed: Arc::default(),
             sweeps: Arc::default(),
@@ -249,6 +255,12 @@ impl ScionNfs {
         }
         nfs.exports = Arc::new(ex);
         nfs.frozen = Arc::new(fr);
+        let held: Vec<u64> = locked(&nfs.held).iter().copied().collect();
+        let above = held.into_iter().filter(|&g| match nfs.router.route(g) {
+            Ok((vol, engine, ino)) => !nfs.in_exports(vol, &engine, ino),
+            Err(_) => true,
+        });
+        nfs.above = Arc::new(above.collect());
         Ok(nfs)
     }
 
@@ -366,6 +378,9 @@ impl ScionNfs {
     /// loaded, by its hint, or by a walk (`scion_fs::reach`); STALE if it has no name left.
     fn revive(&self, graft: u64, vol: VolumeId, engine: &Engine, ino: u64) -> Result<(), nfsstat3> {
         let global = vol.global(ino);
+        if self.above.contains(&global) {
+            return Err(nfsstat3::NFS3ERR_STALE);
+        }
         if locked(&self.held).contains(&global) {
             return Ok(());
         }
@@ -385,6 +400,11 @@ impl ScionNfs {
             }),
             Err(e) => Err(status(e)),
         };
+        if found.as_ref().is_ok_and(|a| a.nlink > 0) && !self.in_exports(vol, engine, ino) {
+            // Made under other exports (before a restart with other `--export`s).
+            engine.lock().forget(ino, 1);
+            return Err(nfsstat3::NFS3ERR_STALE);
+        }
         let mut fs = engine.lock();
         match found {
             Ok(a) if a.nlink > 0 => {
@@ -408,6 +428,34 @@ impl ScionNfs {
                 Err(e)
             }
         }
+    }
+
+    /// Whether inode `ino` of `vol` (loaded) lies in an export, by its path from the mount
+    /// root: a directory's own, a file's directory's. A file with several names has no one
+    /// directory: it is in an export only when the mount's root is exported.
+    fn in_exports(&self, vol: VolumeId, engine: &Engine, ino: u64) -> bool {
+        if self.exports.iter().any(|(p, _)| p.is_empty()) {
+            return true;
+        }
+        let path = {
+            let mut fs = engine.lock();
+            let dir = match fs.getattr(ino) {
+                Ok(a) if a.kind == Kind::Dir => ino,
+                Ok(_) if fs.parent_of(ino) != ino => fs.parent_of(ino),
+                _ => return false,
+            };
+            let Ok(p) = fs.path_of_dir(dir) else { return false };
+            p
+        };
+        let mut names = Vec::new();
+        if vol != VolumeId::MAIN {
+            // A cube's paths start at its graft (the main volume's lock, after the cube's).
+            let Some(graft) = self.router.graft_of(vol) else { return false };
+            let Ok(g) = self.router.main().lock().path_of_dir(graft) else { return false };
+            names = components(&g);
+        }
+        names.extend(components(&path));
+        self.exports.iter().any(|(p, _)| names.starts_with(p))
     }
 
     fn lost(&self, key: hints::Key) {
