@@ -3367,6 +3367,20 @@ impl ReadPlan {
     }
 
     /// Fetches and verifies the blocks into a new buffer; see [`ReadPlan::fill`].
+    /// Asks the host to start reading the stored blocks this plan would read (a readahead
+    /// for a reader that asks for one range at a time, as an NFS client does); returns at once.
+    pub fn will_need(&self) {
+        let ptrs: Vec<BlockPtr> = self
+            .parts
+            .iter()
+            .filter_map(|(_, p)| match p {
+                Part::Block { ptr, .. } => Some(*ptr),
+                Part::Bytes(_) => None,
+            })
+            .collect();
+        self.store.will_need(&ptrs);
+    }
+
     pub fn execute(self) -> FsResult<Vec<u8>> {
         let mut out = vec![0u8; self.len];
         self.fill(&mut out)?;

@@ -57,6 +57,9 @@ pub trait HostFile: Send + Sync {
     fn data_ranges(&self) -> io::Result<Option<Vec<(u64, u64)>>> {
         Ok(None)
     }
+    /// Asks the host to start reading a range into its cache (`POSIX_FADV_WILLNEED`), for
+    /// a read expected soon; returns at once. A hint: hosts without it do nothing.
+    fn will_need(&self, _offset: u64, _len: u64) {}
 }
 
 /// Space of the host filesystem, as `statvfs` gives it.
@@ -111,6 +114,10 @@ struct OsFile(File);
 impl HostFile for OsFile {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_exact_at(buf, offset)
+    }
+    fn will_need(&self, offset: u64, len: u64) {
+        // SAFETY: an advice on an open descriptor; its failure costs only the hint.
+        unsafe { libc::posix_fadvise(self.0.as_raw_fd(), offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_WILLNEED) };
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.0.write_all_at(buf, offset)

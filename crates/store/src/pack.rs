@@ -1162,6 +1162,24 @@ impl BlockStore {
     /// in place. Returns false, having read nothing, when the blocks do not lie so. `stream`:
     /// the caller is deep in a long sequential read, and a long page-aligned run may bypass
     /// the host's page cache.
+    /// Asks the host to start reading `ptrs`' bytes into its cache (ranges adjacent in a
+    /// pack as one), for reads expected soon; returns at once.
+    pub fn will_need(&self, ptrs: &[BlockPtr]) {
+        let mut i = 0;
+        while i < ptrs.len() {
+            let (pack, start) = (ptrs[i].pack(), ptrs[i].offset());
+            let mut end = start + ptrs[i].footprint();
+            i += 1;
+            while i < ptrs.len() && ptrs[i].pack() == pack && ptrs[i].offset() == end {
+                end += ptrs[i].footprint();
+                i += 1;
+            }
+            if let Ok(f) = self.reader(pack) {
+                f.will_need(start, end - start);
+            }
+        }
+    }
+
     pub fn read_whole_into(&self, ptrs: &[BlockPtr], out: &mut [u8], stream: bool) -> Result<bool> {
         let Some(first) = ptrs.first() else {
             return Ok(out.is_empty());

@@ -16,6 +16,9 @@ impl ReadDirPlusIterator<Handle> for Listing {
     }
 }
 
+/// Bytes past each READ the host is asked to fetch ahead.
+const READ_AHEAD: u32 = 2 << 20;
+
 /// Entries listed per READDIRPLUS at most: the client asks again from the last cookie.
 const LIST_BATCH: usize = 1024;
 
@@ -96,6 +99,15 @@ impl NfsReadFileSystem for ScionNfs {
             may(&fs, &a, &caller, R)?;
             fs.open_file(at.ino).map_err(status)?;
             let plan = fs.read_plan(at.ino, offset, count.min(MAX_IO));
+            // The client asks for one range at a time and waits for each (no kernel
+            // readahead keeps several in flight, as through the mount): the host is asked
+            // to fetch what follows while this one is answered.
+            let next = offset.saturating_add(u64::from(count.min(MAX_IO)));
+            if next < a.size {
+                if let Ok(ahead) = fs.read_plan(at.ino, next, READ_AHEAD) {
+                    ahead.will_need();
+                }
+            }
             fs.release(at.ino);
             (plan.map_err(status)?, a.size)
         };
