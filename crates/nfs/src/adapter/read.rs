@@ -101,10 +101,17 @@ impl NfsReadFileSystem for ScionNfs {
             let plan = fs.read_plan(at.ino, offset, count.min(MAX_IO));
             // The client asks for one range at a time and waits for each (no kernel
             // readahead keeps several in flight, as through the mount): the host is asked
-            // to fetch what follows while this one is answered.
-            let next = offset.saturating_add(u64::from(count.min(MAX_IO)));
-            if next < a.size {
-                if let Ok(ahead) = fs.read_plan(at.ino, next, READ_AHEAD) {
+            // to fetch what follows while this one is answered. The first read asks for the
+            // whole window; each later one for the stretch it moves the window by, so that a
+            // sequential reader has each range asked for once (asking again costs a walk of
+            // the host's cache for every page of the window).
+            let n = u64::from(count.min(MAX_IO));
+            let (from, len) = match offset {
+                0 => (n, u64::from(READ_AHEAD)),
+                _ => (offset.saturating_add(u64::from(READ_AHEAD)), n),
+            };
+            if from < a.size {
+                if let Ok(ahead) = fs.read_plan(at.ino, from, len as u32) {
                     ahead.will_need();
                 }
             }
