@@ -348,6 +348,25 @@ def free_port():
         return s.getsockname()[1]
 
 
+def mount_fuse_nfs(client, port, where, *options):
+    """Mounts the NFS server on 127.0.0.1:`port` at `where` through fuse-nfs, as root (uid
+    0), with no caching in the client (libfuse's high-level API keeps one node per path, so a
+    file written under one name would keep a stale size under another: what is tested is the
+    server), and waits until it is mounted. `options`: more fuse-nfs options."""
+    import subprocess
+    import time
+    share = f"nfs://127.0.0.1/?nfsport={port}&mountport={port}&uid=0&gid=0"
+    r = subprocess.run([client, "-n", share, "-m", str(where), *options, "--attr_timeout=0",
+                        "--entry_timeout=0", "--negative_timeout=0", "--ac_attr_timeout=0"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r
+    for _ in range(100):
+        if os.path.ismount(where):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fuse-nfs did not mount {where}")
+
+
 def fuse_nfs_client():
     """The fuse-nfs binary (built once by scripts/fuse-nfs), or None if it cannot be built."""
     import subprocess

@@ -11,12 +11,11 @@ import os
 import re
 import shutil
 import subprocess
-import time
 
 import pytest
 
 from conftest import PLAIN
-from scion_helpers import drop_page_cache, free_port, fuse_nfs_client
+from scion_helpers import drop_page_cache, free_port, fuse_nfs_client, mount_fuse_nfs
 
 pytestmark = pytest.mark.skipif(
     PLAIN or shutil.which("nfs-cat") is None or os.geteuid() != 0,
@@ -236,17 +235,8 @@ def test_a_client_goes_on_across_a_daemon_crash(scion_mount):
     m.mount(f"nfs=127.0.0.1:{port}", "nfs_squash=none")
     nfsmnt = os.path.join(m.root, "nfs")
     os.makedirs(nfsmnt)
-    share = f"nfs://127.0.0.1/?nfsport={port}&mountport={port}&uid=0&gid=0"
-    r = subprocess.run([client, "-n", share, "-m", nfsmnt, "--attr_timeout=0", "--entry_timeout=0",
-                        "--negative_timeout=0", "--ac_attr_timeout=0"],
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r
+    mount_fuse_nfs(client, port, nfsmnt)
     try:
-        for _ in range(100):
-            if os.path.ismount(nfsmnt):
-                break
-            time.sleep(0.05)
-        assert os.path.ismount(nfsmnt), "fuse-nfs did not mount"
         held = open(f"{nfsmnt}/d/e/f.txt", "rb", buffering=0)
         assert held.read(6) == b"before"
         m.kill9()

@@ -14,12 +14,11 @@ import os
 import shutil
 import stat
 import subprocess
-import time
 
 import pytest
 
 from conftest import PLAIN
-from scion_helpers import compare_snapshots, drop_kernel_caches, free_port, fuse_nfs_client, snapshot
+from scion_helpers import compare_snapshots, drop_kernel_caches, free_port, fuse_nfs_client, mount_fuse_nfs, snapshot
 from test_differential import BATCH, Differential, Mismatch, env_int, get_seed, save_log
 
 NOT_IN_NFSV3 = {"setxattr", "removexattr", "rename2", "fallocate", "punch", "mkfifo",
@@ -110,23 +109,10 @@ def test_differential_through_nfs(scion_mount):
     m.mount(f"nfs=127.0.0.1:{port}", "nfs_squash=none")
     nfsmnt = os.path.join(m.root, "nfs")
     os.makedirs(nfsmnt)
-    share = f"nfs://127.0.0.1/?nfsport={port}&mountport={port}&uid=0&gid=0"
     # --hard_remove: no silly rename of files removed while open (libfuse's .fuse_hidden);
     # --use_ino: the server's file ids as inode numbers, so that hard links compare.
-    # No attribute or entry caching in the client: libfuse's high-level API keeps one node
-    # per path, so a file written under one name keeps a stale size under another (an
-    # O_APPEND there then writes at the old end). What is tested is the server.
-    r = subprocess.run([client, "-n", share, "-m", nfsmnt, "--hard_remove", "--use_ino",
-                        "--attr_timeout=0", "--entry_timeout=0", "--negative_timeout=0",
-                        "--ac_attr_timeout=0"],
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r
+    mount_fuse_nfs(client, port, nfsmnt, "--hard_remove", "--use_ino")
     try:
-        for _ in range(100):
-            if os.path.ismount(nfsmnt):
-                break
-            time.sleep(0.05)
-        assert os.path.ismount(nfsmnt), "fuse-nfs did not mount"
         seed = get_seed()
         print(f"seed={seed}")
         old_umask = os.umask(0o022)

@@ -8,12 +8,11 @@ be skipped there."""
 import os
 import random
 import subprocess
-import time
 
 import pytest
 
 from conftest import PLAIN
-from scion_helpers import free_port, fuse_nfs_client
+from scion_helpers import free_port, fuse_nfs_client, mount_fuse_nfs
 
 FSX = os.environ.get("FSX", "/var/tmp/scion-xfstests/xfstests/ltp/fsx")
 
@@ -34,18 +33,8 @@ def test_fsx_through_nfs(scion_mount):
     m.mount(f"nfs=127.0.0.1:{port}", "nfs_squash=none")
     nfsmnt = os.path.join(m.root, "nfs")
     os.makedirs(nfsmnt)
-    share = f"nfs://127.0.0.1/?nfsport={port}&mountport={port}&uid=0&gid=0"
-    r = subprocess.run([client, "-n", share, "-m", nfsmnt, "--hard_remove", "--use_ino",
-                        "--attr_timeout=0", "--entry_timeout=0", "--negative_timeout=0",
-                        "--ac_attr_timeout=0"],
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r
+    mount_fuse_nfs(client, port, nfsmnt, "--hard_remove", "--use_ino")
     try:
-        for _ in range(100):
-            if os.path.ismount(nfsmnt):
-                break
-            time.sleep(0.05)
-        assert os.path.ismount(nfsmnt), "fuse-nfs did not mount"
         seed = int(os.environ.get("SCION_SEED", random.randrange(1, 1 << 30)))
         ops = int(os.environ.get("SCION_NFS_FSX_OPS", "10000"))
         print(f"fsx seed={seed} ops={ops}")

@@ -352,11 +352,21 @@ impl ScionNfs {
         self.who.caller(nfs3_server::vfs::caller().as_ref())
     }
 
+    /// How handles name volume `vol`: 0 for the main volume, a cube by its graft (None for
+    /// one hanging nowhere: being removed).
+    fn graft(&self, vol: VolumeId) -> Option<u64> {
+        if vol == VolumeId::MAIN {
+            Some(0)
+        } else {
+            self.router.graft_of(vol)
+        }
+    }
+
     /// The handle of global inode `global`.
     fn handle(&self, global: u64) -> Handle {
         let vol = VolumeId::of(global);
         // A volume hanging nowhere is one being removed: a handle naming no graft is stale.
-        let graft = if vol == VolumeId::MAIN { 0 } else { self.router.graft_of(vol).unwrap_or(u64::MAX) };
+        let graft = self.graft(vol).unwrap_or(u64::MAX);
         self.key.handle(graft, VolumeId::local(global))
     }
 
@@ -508,8 +518,7 @@ impl ScionNfs {
                 fs.forget(ino, 1);
                 drop(fs);
                 self.held_changed.store(true, Ordering::Relaxed);
-                let graft = if vol == VolumeId::MAIN { Some(0) } else { self.router.graft_of(vol) };
-                if let Some(g) = graft {
+                if let Some(g) = self.graft(vol) {
                     self.lost((g, ino & !SNAPDIR_BIT));
                 }
             }
@@ -528,8 +537,7 @@ impl ScionNfs {
         held.sort_unstable();
         for chunk in held.chunks(4096) {
             let Ok((vol, engine, _)) = self.router.route(chunk[0]) else { continue };
-            let graft = if vol == VolumeId::MAIN { Some(0) } else { self.router.graft_of(vol) };
-            let Some(graft) = graft else { continue };
+            let Some(graft) = self.graft(vol) else { continue };
             let fs = engine.lock();
             for &g in chunk.iter().filter(|g| VolumeId::of(**g) == vol && **g & SNAPDIR_BIT == 0) {
                 let ino = VolumeId::local(g);
