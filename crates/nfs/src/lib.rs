@@ -28,6 +28,9 @@ use std::time::Duration;
 /// How often the server gives back references to inodes removed through the mount.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
+/// `NfsOptions::max_held` by default: about 64 MB of the engine's memory.
+pub const MAX_HELD: usize = 1 << 16;
+
 /// What to serve and how.
 #[derive(Clone)]
 pub struct NfsOptions {
@@ -42,6 +45,9 @@ pub struct NfsOptions {
     pub exports: Vec<Vec<u8>>,
     /// Directories below which changes are refused.
     pub read_only_dirs: Vec<Vec<u8>>,
+    /// Inodes the server keeps loaded for its clients at most after each sweep; past it the
+    /// oldest are given back and found again by number when used.
+    pub max_held: usize,
 }
 
 impl NfsOptions {
@@ -53,6 +59,7 @@ impl NfsOptions {
             tell: None,
             exports: Vec::new(),
             read_only_dirs: Vec::new(),
+            max_held: MAX_HELD,
         }
     }
 }
@@ -74,6 +81,12 @@ impl NfsServer {
     /// Inodes it holds for its clients.
     pub fn held(&self) -> usize {
         self.fs.held()
+    }
+
+    /// Runs the sweep now (it runs every 10 s by itself): inodes with no name given back,
+    /// the oldest past `max_held` given back, the hints written.
+    pub fn sweep(&self) {
+        self.fs.sweep()
     }
 
     /// Handles of inodes not held found again by hint and by walk (`ScionNfs::revived`).
@@ -123,8 +136,9 @@ pub fn serve(router: Arc<Router>, opts: NfsOptions) -> std::io::Result<NfsServer
         }
     };
     let generation = key.generation();
-    let fs = ScionNfs::new(router, key, opts.identity, opts.read_only, opts.tell.clone(), &opts.exports, &opts.read_only_dirs)
+    let mut fs = ScionNfs::new(router, key, opts.identity, opts.read_only, opts.tell.clone(), &opts.exports, &opts.read_only_dirs)
         .map_err(std::io::Error::other)?;
+    fs.set_max_held(opts.max_held);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::io::Result<SocketAddr>>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let served = fs.clone();

@@ -35,7 +35,7 @@ use scion_daemon::Engine;
 use scion_fs::access::{Caller, R, W, X};
 use scion_fs::clone::SNAPDIR_BIT;
 use scion_fs::{Attr, Fs, FsError, Inval, Kind, SetAttr, Stamp, Ts};
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -87,6 +87,12 @@ pub struct ScionNfs {
     read_only: bool,
     /// Global inode numbers the adapter holds one engine reference to.
     held: Arc<Mutex<HashSet<u64>>>,
+    /// The same, oldest first (with numbers given back since, skipped when met): which to
+    /// give back first past `max_held` (`shed`).
+    order: Arc<Mutex<VecDeque<u64>>>,
+    /// Inodes held at most after a sweep: past it, the oldest are given back and found
+    /// again by number when a client uses them (about 1 KB of engine memory each).
+    max_held: usize,
     /// Tells the mount's kernel what a change made here made wrong in its caches (global
     /// inode numbers); called without the engine lock.
     tell: Option<Invalidator>,
@@ -230,6 +236,8 @@ impl ScionNfs {
             who,
             read_only,
             held: Arc::new(Mutex::new(HashSet::new())),
+            order: Arc::default(),
+            max_held: usize::MAX,
             tell,
             // The whole mount while the exports themselves are looked up (as root: the
             // administrator named them).
@@ -418,7 +426,9 @@ impl ScionNfs {
         let mut fs = engine.lock();
         match found {
             Ok(a) if a.nlink > 0 => {
-                if !locked(&self.held).insert(global) {
+                if locked(&self.held).insert(global) {
+                    locked(&self.order).push_back(global);
+                } else {
                     fs.forget(ino, 1);
                 }
                 self.held_changed.store(true, Ordering::Relaxed);
@@ -482,6 +492,7 @@ impl ScionNfs {
         let global = at.vol.global(a.ino);
         let fresh = locked(&self.held).insert(global);
         if fresh {
+            locked(&self.order).push_back(global);
             self.held_changed.store(true, Ordering::Relaxed);
         } else {
             fs.forget(a.ino, 1);
@@ -496,6 +507,7 @@ impl ScionNfs {
     pub fn sweep(&self) {
         let held: Vec<u64> = locked(&self.held).iter().copied().collect();
         self.release(&held);
+        self.shed();
         let n = self.sweeps.fetch_add(1, Ordering::Relaxed) + 1;
         if self.held_changed.load(Ordering::Relaxed) || (n % HINTS_EVERY == 0 && !held.is_empty()) {
             self.save_hints();
@@ -521,6 +533,63 @@ impl ScionNfs {
                 if let Some(g) = self.graft(vol) {
                     self.lost((g, ino & !SNAPDIR_BIT));
                 }
+            }
+        }
+    }
+
+    /// Inodes held at most after each sweep (`max_held`).
+    pub(crate) fn set_max_held(&mut self, n: usize) {
+        self.max_held = n;
+    }
+
+    /// Gives back the oldest held inodes past `max_held`, keeping where each is (a hint in
+    /// memory and in the hints file), so that a client's later use finds it again by number.
+    /// Exports, read-only directories, the directories above them and `.snapshot`
+    /// directories stay held.
+    fn shed(&self) {
+        let over = locked(&self.held).len().saturating_sub(self.max_held);
+        if over == 0 {
+            return;
+        }
+        let mut victims = Vec::with_capacity(over);
+        {
+            let mut order = locked(&self.order);
+            for _ in 0..order.len() {
+                if victims.len() == over {
+                    break;
+                }
+                let Some(g) = order.pop_front() else { break };
+                if !locked(&self.held).contains(&g) {
+                    continue; // given back since
+                }
+                let kept = self.is_export_root(g) || self.frozen.contains(&g) || self.above.contains(&g);
+                if kept || g & SNAPDIR_BIT != 0 {
+                    order.push_back(g);
+                    continue;
+                }
+                victims.push(g);
+            }
+            if order.len() > 2 * locked(&self.held).len() + 1024 {
+                // Numbers given back pile up at the front only as fast as the sweep meets them.
+                let held = locked(&self.held);
+                order.retain(|g| held.contains(g));
+            }
+        }
+        for g in victims {
+            let Ok((vol, engine, ino)) = self.router.route(g) else {
+                locked(&self.held).remove(&g);
+                continue;
+            };
+            let mut fs = engine.lock();
+            if let (Some(graft), Some(names)) = (self.graft(vol), fs.names_of(ino)) {
+                let mut h = locked(&self.hints);
+                if h.len() < MAX_HINTS {
+                    h.insert((graft, ino), names);
+                }
+            }
+            if locked(&self.held).remove(&g) {
+                fs.forget(ino, 1);
+                self.held_changed.store(true, Ordering::Relaxed);
             }
         }
     }
