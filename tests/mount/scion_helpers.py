@@ -348,13 +348,24 @@ def free_port():
         return s.getsockname()[1]
 
 
+def serve_nfs(m):
+    """Mounts the scion mount `m` again with its daemon serving NFS on a free port of
+    127.0.0.1, root not squashed; returns the port."""
+    port = free_port()
+    m.umount()
+    m.mount(f"nfs=127.0.0.1:{port}", "nfs_squash=none")
+    return port
+
+
 def mount_fuse_nfs(client, port, where, *options):
     """Mounts the NFS server on 127.0.0.1:`port` at `where` through fuse-nfs, as root (uid
     0), with no caching in the client (libfuse's high-level API keeps one node per path, so a
     file written under one name would keep a stale size under another: what is tested is the
-    server), and waits until it is mounted. `options`: more fuse-nfs options."""
+    server), and waits until it is mounted (`where` made if missing). `options`: more
+    fuse-nfs options."""
     import subprocess
     import time
+    os.makedirs(where, exist_ok=True)
     share = f"nfs://127.0.0.1/?nfsport={port}&mountport={port}&uid=0&gid=0"
     r = subprocess.run([client, "-n", share, "-m", str(where), *options, "--attr_timeout=0",
                         "--entry_timeout=0", "--negative_timeout=0", "--ac_attr_timeout=0"],

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from conftest import PLAIN
-from scion_helpers import drop_page_cache, free_port, fuse_nfs_client, mount_fuse_nfs
+from scion_helpers import drop_page_cache, free_port, fuse_nfs_client, mount_fuse_nfs, serve_nfs
 
 pytestmark = pytest.mark.skipif(
     PLAIN or shutil.which("nfs-cat") is None or os.geteuid() != 0,
@@ -218,9 +218,7 @@ def test_a_client_goes_on_across_a_daemon_crash(scion_mount):
     client = fuse_nfs_client()
     if client is None:
         pytest.skip("fuse-nfs could not be built (scripts/fuse-nfs)")
-    port = free_port()
-    m.umount()
-    m.mount(f"nfs=127.0.0.1:{port}", "nfs_squash=none")
+    port = serve_nfs(m)
     os.makedirs(f"{m.mnt}/d/e")
     tail = os.urandom(1 << 20)
     with open(f"{m.mnt}/d/e/f.txt", "wb") as f:
@@ -234,7 +232,6 @@ def test_a_client_goes_on_across_a_daemon_crash(scion_mount):
     m.umount()
     m.mount(f"nfs=127.0.0.1:{port}", "nfs_squash=none")
     nfsmnt = os.path.join(m.root, "nfs")
-    os.makedirs(nfsmnt)
     mount_fuse_nfs(client, port, nfsmnt)
     try:
         held = open(f"{nfsmnt}/d/e/f.txt", "rb", buffering=0)

@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 from conftest import PLAIN
-from scion_helpers import compare_snapshots, drop_kernel_caches, free_port, fuse_nfs_client, mount_fuse_nfs, snapshot
+from scion_helpers import compare_snapshots, drop_kernel_caches, fuse_nfs_client, mount_fuse_nfs, serve_nfs, snapshot
 from test_differential import BATCH, Differential, Mismatch, env_int, get_seed, save_log
 
 NOT_IN_NFSV3 = {"setxattr", "removexattr", "rename2", "fallocate", "punch", "mkfifo",
@@ -104,11 +104,8 @@ def test_differential_through_nfs(scion_mount):
     client = fuse_nfs_client()
     if client is None:
         pytest.skip("fuse-nfs could not be built (scripts/fuse-nfs)")
-    port = free_port()
-    m.umount()
-    m.mount(f"nfs=127.0.0.1:{port}", "nfs_squash=none")
+    port = serve_nfs(m)
     nfsmnt = os.path.join(m.root, "nfs")
-    os.makedirs(nfsmnt)
     # --hard_remove: no silly rename of files removed while open (libfuse's .fuse_hidden);
     # --use_ino: the server's file ids as inode numbers, so that hard links compare.
     mount_fuse_nfs(client, port, nfsmnt, "--hard_remove", "--use_ino")

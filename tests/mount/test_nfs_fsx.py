@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from conftest import PLAIN
-from scion_helpers import free_port, fuse_nfs_client, mount_fuse_nfs
+from scion_helpers import fuse_nfs_client, mount_fuse_nfs, serve_nfs
 
 FSX = os.environ.get("FSX", "/var/tmp/scion-xfstests/xfstests/ltp/fsx")
 
@@ -28,11 +28,8 @@ def test_fsx_through_nfs(scion_mount):
     if client is None:
         pytest.fail("fuse-nfs could not be built (scripts/fuse-nfs)")
     m = scion_mount
-    port = free_port()
-    m.umount()
-    m.mount(f"nfs=127.0.0.1:{port}", "nfs_squash=none")
+    port = serve_nfs(m)
     nfsmnt = os.path.join(m.root, "nfs")
-    os.makedirs(nfsmnt)
     mount_fuse_nfs(client, port, nfsmnt, "--hard_remove", "--use_ino")
     try:
         seed = int(os.environ.get("SCION_SEED", random.randrange(1, 1 << 30)))

@@ -12,6 +12,14 @@ impl ScionNfs {
     }
 }
 
+/// The permission bits a CREATE or MKDIR asks for, or `default`.
+fn mode_or(attr: &sattr3, default: u32) -> u32 {
+    match attr.mode {
+        Nfs3Option::Some(m) => m & 0o7777,
+        Nfs3Option::None => default,
+    }
+}
+
 /// The changes that make a name, without the engine lock's holder telling the kernel
 /// (`ScionNfs::made_in` does, after).
 impl ScionNfs {
@@ -20,10 +28,7 @@ impl ScionNfs {
         let at = self.at(dirid)?;
         let mut fs = at.fs();
         self.may_change(&mut fs, &at, &caller)?;
-        let mode = match attr.mode {
-            Nfs3Option::Some(m) => m & 0o7777,
-            Nfs3Option::None => 0o644,
-        };
+        let mode = mode_or(&attr, 0o644);
         let n = name(filename);
         let made = fs.mknod(at.ino, n, Kind::File, libc::S_IFREG | mode, 0, caller.uid, caller.gid, 0, &[]);
         let (h, a) = match made {
@@ -87,10 +92,7 @@ impl ScionNfs {
         let mut fs = at.fs();
         self.may_change(&mut fs, &at, &caller)?;
         // The client applied its umask; the engine adds what the parent passes down.
-        let mode = match attr.mode {
-            Nfs3Option::Some(m) => m & 0o7777,
-            Nfs3Option::None => 0o755,
-        };
+        let mode = mode_or(attr, 0o755);
         let r = fs.mknod(at.ino, name(dirname), Kind::Dir, libc::S_IFDIR | mode, 0, caller.uid, caller.gid, 0, &[]);
         self.made(&at, &mut fs, r)
     }
