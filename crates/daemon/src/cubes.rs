@@ -160,7 +160,7 @@ impl Cubes {
             Err(e) => return Err(e),
         };
         let engine = self.open_engine(cube)?;
-        let vol = self.router.add_serving(engine.clone(), serving(cube))?;
+        let vol = self.router.add_serving(engine.clone(), serving(cube), generation(cube))?;
         self.router.graft(VolumeId::MAIN, dir, above, vol);
         self.router.name_cube(cube.id, vol);
         log::info!("cube /{} served ({}, on error {})", show(&cube.path), cube.mode.name(), cube.on_error.name());
@@ -660,4 +660,16 @@ fn disk_usage(dir: &Path) -> u64 {
         }
     }
     total
+}
+
+/// The generation of a cube's entries (`Router::add_serving`): from its directory's inode
+/// number (never reused) and its id, so the same at every mount (a file handle of one of its
+/// files lasts across a remount) and another for each cube. 32 bits, as the kernel keeps it;
+/// never 0, the main volume's.
+fn generation(cube: &Cube) -> u64 {
+    let mut b = [0u8; 12];
+    b[..8].copy_from_slice(&cube.graft.to_le_bytes());
+    b[8..].copy_from_slice(&cube.id.to_le_bytes());
+    let h = blake3::hash(&b);
+    u64::from(u32::from_le_bytes(h.as_bytes()[..4].try_into().expect("4 bytes"))).max(1)
 }

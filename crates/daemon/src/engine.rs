@@ -38,6 +38,29 @@ impl Engine {
         &self.mirrors
     }
 
+    /// Inode `ino` of this volume found by its number alone, as a file handle names it, with
+    /// one reference counted as `lookup` counts: through `hint` (names from its namespace's
+    /// root) or what the engine remembers, else by `walk`. ESTALE if it is gone.
+    pub fn reach(&self, ino: Ino, hint: &[Vec<u8>]) -> FsResult<scion_fs::Attr> {
+        // (Bound first: a guard in the match would be held into the walk.)
+        let reached = self.lock().reach(ino, hint)?;
+        match reached {
+            Some(a) => Ok(a),
+            None => self.walk(ino),
+        }
+    }
+
+    /// A walk of `ino`'s namespace for it (`Fs::walk_step`), the lock let go between steps
+    /// so that other requests go on. One reference counted once found; ESTALE if not there.
+    pub fn walk(&self, ino: Ino) -> FsResult<scion_fs::Attr> {
+        let mut w = scion_fs::reach::Walk::new(ino);
+        loop {
+            if let Some(a) = self.lock().walk_step(&mut w)? {
+                return Ok(a);
+            }
+        }
+    }
+
     /// The engine, locked: for operations that need nothing done outside the lock.
     pub fn lock(&self) -> MutexGuard<'_, Fs> {
         scion_fs::lock(&self.fs)

@@ -96,9 +96,10 @@ pub struct Serving {
 struct Served {
     engine: Engine,
     serving: Serving,
-    /// The generation of every entry this volume gives the kernel: new for each volume a
+    /// The generation of every entry this volume gives the kernel: another for each volume a
     /// slot serves, so an inode the kernel still holds of a volume the slot served before is
-    /// found stale (the kernel compares generations when it finds an inode by number).
+    /// found stale (the kernel compares generations when it finds an inode by number), and
+    /// for a cube the same at every mount (`cubes::generation`), so its file handles last.
     generation: u64,
 }
 
@@ -155,15 +156,17 @@ impl Router {
 
     /// Serves one more volume; its namespaces are limited to [`VOLUME_NS_LIMIT`].
     pub fn add(&self, engine: Engine) -> FsResult<VolumeId> {
-        self.add_serving(engine, Serving::default())
+        let generation = self.generations.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        self.add_serving(engine, Serving::default(), generation)
     }
 
-    /// `add`, served as `serving` says.
-    pub fn add_serving(&self, engine: Engine, serving: Serving) -> FsResult<VolumeId> {
+    /// `add`, served as `serving` says, its entries of `generation` (not 0: the main
+    /// volume's).
+    pub fn add_serving(&self, engine: Engine, serving: Serving, generation: u64) -> FsResult<VolumeId> {
+        assert_ne!(generation, 0, "generation 0 is the main volume's");
         engine.lock().limit_namespaces(VOLUME_NS_LIMIT)?;
         let mut v = self.volumes.write().unwrap();
         let slot = self.free_slot(&mut v)?;
-        let generation = self.generations.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         v[slot] = Some(Served { engine, serving, generation });
         Ok(VolumeId(slot as u16))
     }

@@ -313,6 +313,7 @@ impl Fs {
             dirty: Default::default(),
             idle_dirs: Vec::new(),
             idle_fresh: 0,
+            whereabouts: Default::default(),
             idle_sweep_at: 1024,
             carried: Default::default(),
             carry_memo: Default::default(),
@@ -1394,7 +1395,7 @@ impl Fs {
             let Some(n) = self.nodes.get_mut(&ino) else { continue };
             n.pinned = false;
             if crate::evict::file_unheld(ino, n) {
-                self.nodes.remove(&ino);
+                self.unload(ino);
             }
         }
         if sweep {

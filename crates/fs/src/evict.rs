@@ -63,7 +63,7 @@ impl Fs {
                 continue;
             }
             let Loc::Entry { parent, .. } = n.loc else { unreachable!("an idle directory is an entry") };
-            self.nodes.remove(&ino);
+            self.unload(ino);
             if let Some(k) = kids.get_mut(&parent) {
                 *k -= 1;
                 if *k == 0 {
@@ -105,13 +105,22 @@ impl Fs {
     pub(crate) fn sweep_unheld(&mut self) {
         let idle: Vec<Ino> = self.nodes.iter().filter(|(i, n)| file_unheld(**i, n)).map(|(i, _)| *i).collect();
         for ino in idle {
-            self.nodes.remove(&ino);
+            self.unload(ino);
         }
         let dirs: Vec<Ino> = self.nodes.iter().filter(|(_, n)| n.inode.kind == Kind::Dir).map(|(i, _)| *i).collect();
         self.idle_dirs = self.sweep_dirs(dirs);
         (self.idle_fresh, self.idle_sweep_at) = (0, (2 * self.idle_dirs.len()).max(SWEEP_FIRST));
         self.shrink_nodes();
         (self.loaded_since_sweep, self.sweep_at) = (0, self.nodes.len().max(1 << 16));
+    }
+
+    /// Drops loaded inode `ino` from memory, noting where it was (`reach::Whereabouts`).
+    pub(crate) fn unload(&mut self, ino: Ino) {
+        if let Some(n) = self.nodes.remove(&ino) {
+            if let Loc::Entry { parent, name } = &n.loc {
+                self.whereabouts.note(ino, *parent, name);
+            }
+        }
     }
 
     /// Gives back the inode table's slack once most of it is empty (a hash table never

@@ -447,6 +447,8 @@ pub struct Fs {
     /// (`evict.rs`).
     pub(crate) idle_dirs: Vec<Ino>,
     pub(crate) idle_fresh: usize,
+    /// Where recently evicted inodes were (`reach.rs`).
+    pub(crate) whereabouts: crate::reach::Whereabouts,
     pub(crate) idle_sweep_at: usize,
     /// Files whose small overwrites the last checkpoint carried forward at the head of the
     /// new journal instead of folding them into their trees (`checkpoint.rs`, "carry"). They
@@ -1130,7 +1132,7 @@ impl Fs {
                 }
             }
         } else if !n.pinned && n.inode.kind != Kind::Dir && n.chunks.is_empty() {
-            self.nodes.remove(&ino);
+            self.unload(ino);
             // Its directory may have waited only for it.
             self.idle_fresh += !self.idle_dirs.is_empty() as usize;
             self.shrink_nodes();

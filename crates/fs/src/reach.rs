@@ -7,9 +7,14 @@
 //! number; failing that, a walk of the namespace's directories, in steps short enough for the
 //! caller to let go of the engine lock between them. Numbers are never reused (namespace and
 //! object ids only grow), so an inode found by number is the one the handle was made for.
+//!
+//! Between the two, `Whereabouts`: where recently evicted inodes were, so that a handle used
+//! soon after the kernel dropped its caches (FUSE's `open_by_handle_at`) finds its inode
+//! without a walk.
 
+use crate::clone::SNAPDIR_BIT;
 use crate::error::{errno, eio, FsResult};
-use crate::fs::{Attr, Fs, Ino, Loc, NsKind, MAX_OID};
+use crate::fs::{make_ino, Attr, Fs, InoMap, Ino, Loc, NsKind, MAX_OID};
 use crate::inode::{summary_mount_key, Kind};
 use crate::records::inode::oid_key;
 
@@ -19,6 +24,36 @@ const WALK_STEP: usize = 64;
 pub const WALK_LIMIT: u64 = 1 << 22;
 /// Deepest path a hint or a walk follows.
 const MAX_DEPTH: usize = 4096;
+
+/// Evicted inodes whose place `Whereabouts` keeps: about 2 MiB at most.
+const WHEREABOUTS: usize = 1 << 15;
+
+/// Where the last `WHEREABOUTS` inodes evicted from memory were: each one's directory and
+/// name. Only a hint: what is found there is taken only if it has the number looked for.
+#[derive(Default)]
+pub(crate) struct Whereabouts {
+    at: InoMap<(Ino, Vec<u8>)>,
+    /// Oldest first: the next to be dropped.
+    order: std::collections::VecDeque<Ino>,
+}
+
+impl Whereabouts {
+    /// Inode `ino`, evicted, was entry `name` of directory `parent`.
+    pub(crate) fn note(&mut self, ino: Ino, parent: Ino, name: &[u8]) {
+        if self.at.insert(ino, (parent, name.to_vec())).is_none() {
+            self.order.push_back(ino);
+        }
+        while self.order.len() > WHEREABOUTS {
+            let old = self.order.pop_front().expect("more than the bound");
+            self.at.remove(&old);
+        }
+        debug_assert_eq!(self.at.len(), self.order.len());
+    }
+
+    fn get(&self, ino: Ino) -> Option<&(Ino, Vec<u8>)> {
+        self.at.get(&ino)
+    }
+}
 
 /// A walk of one namespace for one inode number (`Fs::walk_step`).
 pub struct Walk {
@@ -83,23 +118,75 @@ impl Fs {
             self.connect(ns);
             return self.remember(ino).map(Some);
         }
-        if n.links.get(&oid).is_none()
+        if !n.links.contains_key(&oid)
             && self.vol.forest.get(n.link_root.as_ref(), &oid_key(oid)).map_err(eio)?.is_some()
         {
             self.connect(ns);
             return self.linked(ns, oid).and_then(|i| self.remember(i)).map(Some);
         }
+        if self.by_hint(ns, ino, hint)? || self.by_whereabouts(ns, ino)? {
+            self.connect(ns);
+            return self.remember(ino).map(Some);
+        }
+        Ok(None)
+    }
+
+    /// Whether `hint` (names from namespace `ns`'s root) leads to `ino`, loading it.
+    fn by_hint(&mut self, ns: u32, ino: Ino, hint: &[Vec<u8>]) -> FsResult<bool> {
         if hint.is_empty() || hint.len() > MAX_DEPTH {
-            return Ok(None);
+            return Ok(false);
         }
         let (dir, last) = hint.split_at(hint.len() - 1);
-        let Some(parent) = self.follow(ns, dir)? else { return Ok(None) };
-        match self.child(parent, &last[0]) {
-            Ok(Some(found)) if found == ino => {
-                self.connect(ns);
-                self.remember(ino).map(Some)
+        let Some(parent) = self.follow(ns, dir)? else { return Ok(false) };
+        Ok(matches!(self.child(parent, &last[0]), Ok(Some(found)) if found == ino))
+    }
+
+    /// Whether the places `Whereabouts` noted for `ino` and the directories above it, up to
+    /// one still loaded, lead to it, loading it.
+    fn by_whereabouts(&mut self, ns: u32, ino: Ino) -> FsResult<bool> {
+        let mut chain = Vec::new();
+        let mut cur = ino;
+        while !self.nodes.contains_key(&cur) {
+            let Some((parent, name)) = self.whereabouts.get(cur) else { return Ok(false) };
+            // (Notes made at different times may loop: the bound ends that too.)
+            if chain.len() >= MAX_DEPTH || ns_of(*parent) != ns {
+                return Ok(false);
             }
-            Ok(_) | Err(_) => Ok(None),
+            chain.push((cur, name.clone()));
+            cur = *parent;
+        }
+        for (want, name) in chain.into_iter().rev() {
+            match self.child(cur, &name) {
+                Ok(Some(found)) if found == want => cur = found,
+                Ok(_) | Err(_) => return Ok(false),
+            }
+        }
+        Ok(cur == ino)
+    }
+
+    /// The directory `..` of loaded inode `ino` leads to, as the kernel asks when it
+    /// connects a directory found by number to the tree: its parent; for a clone's root, the
+    /// directory holding its mount entry; for a snapshot's root, its directory's `.snapshot`;
+    /// the main root itself. ESTALE for an inode with no one directory.
+    pub fn parent_ino(&mut self, ino: Ino) -> FsResult<Ino> {
+        if ino & SNAPDIR_BIT != 0 {
+            return Ok(ino & !SNAPDIR_BIT);
+        }
+        let n = self.node(ino)?;
+        let ns = n.ns;
+        match &n.loc {
+            Loc::Entry { parent, .. } => Ok(*parent),
+            Loc::Root => {
+                self.connect(ns);
+                let n = self.namespaces.get(&ns).ok_or(errno::ESTALE)?;
+                match (n.info.kind, &n.mounted_at) {
+                    (_, Some((at, _))) => Ok(*at),
+                    (NsKind::Snapshot, None) => Ok(make_ino(n.info.parent, n.info.anchor) | SNAPDIR_BIT),
+                    (NsKind::Main, None) => Ok(ino),
+                    (NsKind::Clone, None) => Err(errno::ESTALE),
+                }
+            }
+            Loc::Linked | Loc::Gone => Err(errno::ESTALE),
         }
     }
 

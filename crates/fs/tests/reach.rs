@@ -125,6 +125,7 @@ fn run(ops: &[Op], crash: bool) {
     let hints: BTreeMap<Ino, Vec<Vec<u8>>> = want.keys().filter_map(|&i| fs.names_of(i).map(|n| (i, n))).collect();
     // Hints name every inode with one name; one with several is reached through the link table.
     assert_eq!(hints.len(), want.len(), "names_of missed an inode");
+    forgotten_and_found(&mut fs, &want);
     fs.fsync().unwrap();
     if crash {
         drop(fs);
@@ -176,6 +177,26 @@ fn run(ops: &[Op], crash: bool) {
         assert!(fs.reach(1 << 39, &[]).is_err());
         assert!(fs.reach(500 << 40 | 2, &[]).is_err());
         fs.close().unwrap();
+    }
+}
+
+/// The kernel forgets every inode (its caches dropped) and a checkpoint lets them leave
+/// memory; each is then found by number alone from where it was (`Whereabouts`), without a
+/// hint or a walk, as a file handle's inode is after `drop_caches`.
+fn forgotten_and_found(fs: &mut Fs, want: &BTreeMap<Ino, (Kind, u64, Vec<u8>)>) {
+    let before = fs.memory().inodes;
+    for &ino in want.keys() {
+        let held = fs.references(ino);
+        fs.forget(ino, held);
+    }
+    fs.checkpoint().unwrap();
+    let after = fs.memory().inodes;
+    let files = want.values().filter(|(k, _, _)| *k != Kind::Dir).count();
+    assert!(after < before || files == 0, "nothing left memory: {after} of {before} inodes loaded");
+    for (&ino, (kind, size, _)) in want {
+        let a = fs.reach(ino, &[]).unwrap().unwrap_or_else(|| panic!("forgotten inode {ino:#x} not found where it was"));
+        assert_eq!((a.ino, a.kind, a.size), (ino, *kind, *size));
+        fs.forget(ino, 1);
     }
 }
 

@@ -384,6 +384,80 @@ impl ScionFuse {
         root.entry(r, reply)
     }
 
+    /// LOOKUP of "." or "..", which the kernel sends only with FUSE_EXPORT_SUPPORT: "." to
+    /// find an inode by number (a file handle whose inode it no longer holds: after a
+    /// remount, or once its caches were dropped), ".." for a directory's parent (to connect
+    /// a directory found so to the tree).
+    fn lookup_by_number(&self, nodeid: u64, dotdot: bool, reply: ReplyEntry) {
+        if nodeid == CUBES_DIR_INO {
+            if dotdot {
+                return self.found(VolumeId::MAIN, scion_fs::ROOT_INO, reply);
+            }
+            return reply.entry_with_ttls(&Duration::from_secs(1), &Duration::ZERO, &Self::cubes_dir_attr(), Generation(0));
+        }
+        let (vol, engine, ino) = match self.router.route(nodeid) {
+            Ok(r) => r,
+            Err(e) => return reply.error(err(e)),
+        };
+        let cube_root = vol != VolumeId::MAIN && ino == scion_fs::ROOT_INO;
+        if !dotdot && cube_root {
+            return self.cube_root_entry(vol, reply);
+        }
+        if !dotdot {
+            return self.found(vol, ino, reply);
+        }
+        let parent = if cube_root {
+            // Above a cube's root: the directory holding its graft, in the main volume.
+            let Some(graft) = self.router.graft_of(vol) else { return reply.error(Errno::ESTALE) };
+            let main = self.router.main();
+            main.reach(graft, &[]).and_then(|_| {
+                let mut fs = main.lock();
+                let p = fs.parent_ino(graft);
+                fs.forget(graft, 1);
+                p
+            })
+        } else {
+            engine.lock().parent_ino(ino)
+        };
+        match parent {
+            Ok(p) => self.found(if cube_root { VolumeId::MAIN } else { vol }, p, reply),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    /// The entry of inode `ino` of volume `vol` (a `.snapshot` directory's too), found by
+    /// its number (`Engine::reach`), with the kernel's reference counted; ESTALE if it is
+    /// gone, removed but still open included (the kernel would hold it if it were open).
+    fn found(&self, vol: VolumeId, ino: u64, reply: ReplyEntry) {
+        let engine = match self.router.engine(vol) {
+            Ok(e) => e,
+            Err(e) => return reply.error(err(e)),
+        };
+        let at = At { vol, engine, ino, generation: self.router.generation(vol) };
+        // A `.snapshot` directory is its directory's: found through it.
+        let dir = ino & !SNAPDIR_BIT;
+        let r = at.engine.reach(dir, &[]).and_then(|a| {
+            if a.nlink > 0 && ino == dir {
+                return Ok(a);
+            }
+            let mut fs = at.fs();
+            fs.forget(dir, 1);
+            if a.nlink == 0 {
+                Err(scion_fs::errno::ESTALE)
+            } else {
+                fs.remember(ino)
+            }
+        });
+        if let Ok(a) = &r {
+            if let Some(cube) = self.router.grafted(vol, a.ino) {
+                // A graft shows its cube's root (as `lookup` gives it).
+                at.fs().forget(a.ino, 1);
+                return self.cube_root_entry(cube, reply);
+            }
+        }
+        at.entry(r, reply)
+    }
+
     /// Serve requests through io_uring if the kernel offers it (Linux 6.14+, with the fuse
     /// module parameter enable_uring=Y); /dev/fuse otherwise.
     pub fn with_uring(mut self, on: bool) -> ScionFuse {
@@ -557,6 +631,9 @@ impl Filesystem for ScionFuse {
             // Modes arrive unmasked, with the umask: the engine applies it unless a default
             // ACL decides instead.
             InitFlags::FUSE_DONT_MASK,
+            // File handles (open_by_handle_at, knfsd, fanotify): the kernel finds an inode it
+            // no longer holds by LOOKUP of "." and its parent by "..", `lookup_by_number`.
+            InitFlags::FUSE_EXPORT_SUPPORT,
         ] {
             if config.add_capabilities(cap).is_err() {
                 log::info!("kernel lacks {cap:?}");
@@ -588,6 +665,9 @@ impl Filesystem for ScionFuse {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if matches!(name.as_bytes(), b"." | b"..") {
+            return self.lookup_by_number(parent.0, name.as_bytes() == b"..", reply);
+        }
         if parent.0 == CUBES_DIR_INO {
             return self.lookup_cube(name.as_bytes(), reply);
         }

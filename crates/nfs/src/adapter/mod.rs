@@ -413,7 +413,7 @@ impl ScionNfs {
                 self.revived[0].fetch_add(u64::from(!hint.is_empty()), Ordering::Relaxed);
                 Ok(a)
             }
-            Ok(None) => walk(engine, ino).inspect(|_| {
+            Ok(None) => engine.walk(ino).map_err(status).inspect(|_| {
                 self.revived[1].fetch_add(1, Ordering::Relaxed);
             }),
             Err(e) => Err(status(e)),
@@ -639,17 +639,6 @@ impl ScionNfs {
         }
     }
 
-}
-
-/// A walk of `ino`'s namespace for it (`Fs::walk_step`), letting other requests to the
-/// engine in between steps.
-fn walk(engine: &Engine, ino: u64) -> Result<Attr, nfsstat3> {
-    let mut w = scion_fs::reach::Walk::new(ino);
-    loop {
-        if let Some(a) = engine.lock().walk_step(&mut w).map_err(status)? {
-            return Ok(a);
-        }
-    }
 }
 
 /// The volume's fsync, off the server's one thread (`lib.rs`): other calls go on meanwhile.
