@@ -594,7 +594,7 @@ impl Fs {
             } else {
                 i.size
             },
-            blocks: i.alloc.div_ceil(512),
+            blocks: (i.alloc + crate::prealloc::total(&i.prealloc)).div_ceil(512),
             atime: i.atime,
             mtime: i.mtime,
             ctime: i.ctime,
@@ -2021,7 +2021,7 @@ impl Fs {
         }
     }
 
-    fn chunk_len(&self, n: &Node, idx: u64) -> FsResult<u64> {
+    pub(crate) fn chunk_len(&self, n: &Node, idx: u64) -> FsResult<u64> {
         match n.chunks.get(&idx) {
             Some(c) => Ok(c.len()),
             None if Self::has_inline(n, idx) => Ok(self.inline_bytes(n)?.len() as u64),
@@ -2036,6 +2036,10 @@ impl Fs {
         let new = c.len();
         let n = self.node_mut(ino)?;
         n.inode.alloc = n.inode.alloc + new - old.min(n.inode.alloc);
+        if !n.inode.prealloc.is_empty() && new > 0 {
+            // What the chunk stores now is no longer only preallocated.
+            n.inode.prealloc = crate::prealloc::remove(&n.inode.prealloc, idx * CHUNK, idx * CHUNK + new);
+        }
         let new_mem = c.memory();
         match n.chunks.insert(idx, c) {
             Some(c @ (Chunk::Buf(_) | Chunk::Patched { .. })) => {
@@ -2591,6 +2595,10 @@ impl Fs {
                 }
             }
         }
+        if size < old {
+            // Truncating frees what was preallocated past the new end, as on ext4.
+            self.unpreallocate(ino, size, u64::MAX)?;
+        }
         let n = self.node_mut(ino)?;
         n.inode.size = size;
         n.inode.ctime = Ts::now().max(n.inode.ctime);
@@ -2674,7 +2682,14 @@ impl Fs {
             n.inode.mtime = now;
             n.inode.ctime = now;
         }
-        // Space is not reserved ahead: blocks are written at checkpoints, never in place.
+        // Nothing is written ahead (blocks are written at checkpoints, never in place): the
+        // ranges are noted for st_blocks (`prealloc.rs`). A punched hole frees them; a zeroed
+        // range keeps what it had.
+        if punch {
+            self.unpreallocate(ino, offset, end)?;
+        } else if !zero {
+            self.preallocate(ino, offset, end)?;
+        }
         let n = self.node_mut(ino)?;
         if !keep && end > n.inode.size {
             n.inode.size = end;

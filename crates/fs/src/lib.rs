@@ -30,6 +30,7 @@ mod fs;
 pub mod journal;
 pub mod pinned;
 mod punch;
+pub mod prealloc;
 pub mod reach;
 pub mod records;
 /// Inode records, directory entries and keys (`records::inode`, under its old name).

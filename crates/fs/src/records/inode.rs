@@ -173,6 +173,9 @@ pub struct Inode {
     /// oid) lie below. It is what lets a clone know its link counts and nested clones
     /// without walking the files. `None` when both are empty.
     pub summary: Option<BlockPtr>,
+    /// Regular files only: byte ranges `fallocate` covered that store nothing yet, which
+    /// `st_blocks` counts (`prealloc.rs`). Format 13, mask bit 16.
+    pub prealloc: crate::prealloc::Ranges,
 }
 
 const RECORD_VERSION: u8 = 2;
@@ -199,6 +202,7 @@ impl Inode {
             inline: Vec::new(),
             direct: None,
             summary: None,
+            prealloc: Vec::new(),
         }
     }
 
@@ -240,7 +244,8 @@ impl Inode {
         let mask = self.content.is_some() as u8
             | (self.summary.is_some() as u8) << 1
             | (!self.inline.is_empty() as u8) << 2
-            | (self.direct.is_some() as u8) << 3;
+            | (self.direct.is_some() as u8) << 3
+            | (!self.prealloc.is_empty() as u8) << 4;
         w.u8(RECORD_VERSION).u8(mask);
         w.u64(self.oid).u8(self.kind as u8).u16(self.perm);
         w.u32(self.uid)
@@ -261,6 +266,13 @@ impl Inode {
         if let Some(p) = &self.direct {
             w.bytes(&p.encode());
         }
+        if !self.prealloc.is_empty() {
+            debug_assert!(self.kind == Kind::File && crate::prealloc::valid(&self.prealloc));
+            w.u32(self.prealloc.len() as u32);
+            for (s, e) in &self.prealloc {
+                w.u64(*s).u64(*e);
+            }
+        }
     }
 
     pub fn decode_record(r: &mut Reader<'_>, ptrs: &[BlockPtr]) -> Result<Inode> {
@@ -269,7 +281,7 @@ impl Inode {
             return Err(Error::corrupt("inode", "record", format!("unknown record version {v}")));
         }
         let mask = r.u8()?;
-        if mask > 15 || ptrs.len() != (mask & 1) as usize + (mask >> 1 & 1) as usize {
+        if mask > 31 || ptrs.len() != (mask & 1) as usize + (mask >> 1 & 1) as usize {
             return Err(Error::corrupt(
                 "inode",
                 "record",
@@ -337,6 +349,20 @@ impl Inode {
                 "content root is not a tree node",
             ));
         }
+        let mut prealloc = Vec::new();
+        if mask & 16 != 0 {
+            let n = r.count(16)?;
+            for _ in 0..n {
+                prealloc.push((r.u64()?, r.u64()?));
+            }
+            if kind != Kind::File || prealloc.is_empty() || !crate::prealloc::valid(&prealloc) {
+                return Err(Error::corrupt(
+                    "inode",
+                    format!("oid {oid}"),
+                    format!("preallocated ranges {prealloc:?} in a {kind:?} record"),
+                ));
+            }
+        }
         Ok(Inode {
             oid,
             kind,
@@ -357,6 +383,7 @@ impl Inode {
             inline,
             direct,
             summary,
+            prealloc,
         })
     }
 
