@@ -589,7 +589,9 @@ mod tests {
         direct.direct = Some(p);
         let mut plain = direct.clone();
         plain.direct = Some(Patches::default());
-        for i in [f, inline, tree, direct, plain] {
+        let mut prealloc = tree.clone();
+        prealloc.prealloc = vec![(0, 4097), (1 << 20, 5 << 30)];
+        for i in [f, inline, tree, direct, plain, prealloc] {
             assert_eq!(round_trip(&i).unwrap(), i);
         }
     }
@@ -618,6 +620,15 @@ mod tests {
         let mut tree_data = base.clone();
         tree_data.content = Some(ptr(BlockKind::Data));
         bad.push(tree_data);
+        // Preallocated ranges in a directory; overlapping, touching, empty or unsorted.
+        let mut dir_pre = Inode::new(3, Kind::Dir, 0o755, 0, 0, Ts::default());
+        dir_pre.prealloc = vec![(0, 10)];
+        bad.push(dir_pre);
+        for r in [vec![(0, 10), (5, 20)], vec![(0, 10), (10, 20)], vec![(7, 7)], vec![(30, 40), (0, 10)]] {
+            let mut f = base.clone();
+            f.prealloc = r;
+            bad.push(f);
+        }
         for i in bad {
             // (Encoding asserts the same invariants in debug builds.)
             let r = std::panic::catch_unwind(|| round_trip(&i));
