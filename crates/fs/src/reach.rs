@@ -25,7 +25,7 @@ pub const WALK_LIMIT: u64 = 1 << 22;
 /// Deepest path a hint or a walk follows.
 const MAX_DEPTH: usize = 4096;
 
-/// Evicted inodes whose place `Whereabouts` keeps: about 2 MiB at most.
+/// Evicted inodes whose place `Whereabouts` keeps: about 3 MiB at most (names included).
 const WHEREABOUTS: usize = 1 << 15;
 
 /// Where the last `WHEREABOUTS` inodes evicted from memory were: each one's directory and
