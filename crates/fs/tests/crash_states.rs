@@ -37,6 +37,8 @@ enum Step {
     Mkdir(String),
     Write(String, u64, Vec<u8>),
     Truncate(String, u64),
+    /// fallocate(mode, offset, length): preallocation, KEEP_SIZE, a punched hole.
+    Fallocate(String, i32, u64, u64),
     Unlink(String),
     Rmdir(String),
     Rename(String, String),
@@ -203,6 +205,10 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
                     ..Default::default()
                 },
             )?;
+        }
+        Step::Fallocate(p, mode, off, len) => {
+            let ino = resolve(fs, p)?;
+            fs.fallocate(ino, *mode, *off, *len)?;
         }
         Step::Chmod(p, mode) => {
             let ino = resolve(fs, p)?;
@@ -708,7 +714,14 @@ fn overwrite(rng: &mut StdRng) -> Vec<Step> {
             s.push(Step::FlushBehind);
         }
         if rng.gen_bool(0.1) {
-            s.push(Step::Truncate(f, rng.gen_range(0..150_000)));
+            s.push(Step::Truncate(f.clone(), rng.gen_range(0..150_000)));
+        }
+        if rng.gen_bool(0.15) {
+            // Preallocation (ranges in the inode record, format 13), past the end or not,
+            // and holes punched through data and preallocated ranges alike.
+            let modes = [0, libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE];
+            let mode = modes[rng.gen_range(0..3)];
+            s.push(Step::Fallocate(f, mode, rng.gen_range(0..200_000), rng.gen_range(1..140_000)));
         }
         if rng.gen_bool(0.35) {
             s.push(Step::Fsync);
