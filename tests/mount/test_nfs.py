@@ -169,6 +169,8 @@ def test_bad_arguments_are_refused_before_anything_is_served(scion_mount):
         (["--anon", "nobody"], "UID:GID"),
         (["--export", "/nonexistent/dir"], "not below the mount point"),
         (["--export", f"{m.mnt}/missing"], "--export"),
+        (["--max-held", "16"], "--max-held 16: expected a number of inodes from 64"),
+        (["--max-held", "lots"], "--max-held lots"),
     ]
     for args, words in cases:
         r = m.run("serve", "nfs", m.mnt, *args)
@@ -179,6 +181,13 @@ def test_bad_arguments_are_refused_before_anything_is_served(scion_mount):
     assert r.returncode == 2 and "not inside a scion mount" in r.stderr, r.describe()
     r = m.run("mount", "-o", "nfs_squash=all", m.store, m.mnt)
     assert r.returncode != 0 and "nfs=ADDR:PORT" in r.stderr, r.describe()
+    r = m.run("mount", "-o", "nfs=127.0.0.1:0,nfs_max_held=5", m.store, m.mnt)
+    assert r.returncode != 0 and "nfs_max_held=5" in r.stderr, r.describe()
+    # A bound given is the one the server keeps (its status line says it).
+    r = m.run("serve", "nfs", m.mnt, "--listen", "127.0.0.1:0", "--max-held", "100")
+    assert r.returncode == 0, r.describe()
+    assert "at most 100 after a sweep" in r.stdout, r.describe()
+    assert m.run("serve", "nfs", "--stop", m.mnt).returncode == 0
     r = m.run("serve", "nfs", "--help")
     assert r.returncode == 0 and "--read-only" in r.stdout and "--squash" in r.stdout
 

@@ -76,8 +76,8 @@ enum Cmd {
         /// diff, send and receive; default 1048576), fold_batch=N (a checkpoint as soon as
         /// N changed inodes wait, keeping each one's pause short; 0: only every 30 s or
         /// 256 MiB; default 1024), nfs=ADDR:PORT (serve NFSv3 from the daemon too, as `scion
-        /// serve nfs` does; with nfs_squash=root|all|none, nfs_anon=UID:GID and
-        /// nfs_access=rw|ro). With `remount` (what
+        /// serve nfs` does; with nfs_squash=root|all|none, nfs_anon=UID:GID,
+        /// nfs_access=rw|ro and nfs_max_held=N). With `remount` (what
         /// `mount -o remount,...` runs): the kernel's flags of the mount at MOUNTPOINT change
         /// in place, ro and rw included; scion's own options stay as mounted.
         #[arg(short = 'o', value_delimiter = ',')]
@@ -537,6 +537,11 @@ enum ServeCmd {
         /// The identity squashed callers get, and calls without AUTH_SYS.
         #[arg(long, default_value = "65534:65534")]
         anon: String,
+        /// Inodes the server keeps loaded for its clients at most (64 to 16777216; default
+        /// 65536, about 64 MB): past it the oldest are given back at each sweep and found
+        /// again by number when a client uses them.
+        #[arg(long, value_name = "N")]
+        max_held: Option<String>,
         /// Stop the mount's NFS server.
         #[arg(long)]
         stop: bool,
@@ -997,8 +1002,8 @@ fn main() -> ExitCode {
             tree_cmds::list(path, store, json, scripted, exact, orphaned)
         }
         Cmd::Status { path, store, json } => status_cmd::status(path, store, json),
-        Cmd::Serve { cmd: ServeCmd::Nfs { path, store, listen, export, read_only, squash, anon, stop } } => {
-            serve_cmd::nfs(serve_cmd::Args { mountpoint: path, store, listen, export, read_only, squash, anon, stop })
+        Cmd::Serve { cmd: ServeCmd::Nfs { path, store, listen, export, read_only, squash, anon, max_held, stop } } => {
+            serve_cmd::nfs(serve_cmd::Args { mountpoint: path, store, listen, export, read_only, squash, anon, max_held, stop })
         }
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "scion", &mut std::io::stdout());

@@ -147,7 +147,8 @@ struct ScionOptions {
     hash_memo: Option<usize>,
     /// Inodes waiting to be folded that make the background checkpoint (`fold_batch=N`).
     fold_batch: Option<usize>,
-    /// Serve the mount over NFSv3 too (`nfs=ADDR:PORT`, `nfs_squash=`, `nfs_anon=`, `nfs_access=`).
+    /// Serve the mount over NFSv3 too (`nfs=ADDR:PORT`, `nfs_squash=`, `nfs_anon=`, `nfs_access=`,
+    /// `nfs_max_held=`).
     nfs: Option<scion_nfs::NfsOptions>,
     kernel: Vec<String>,
 }
@@ -166,15 +167,16 @@ const KERNEL_OPTIONS: &[&str] = &[
 /// scion's own options' names (each `NAME=VALUE`).
 const OURS: &[&str] = &[
     "snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "fold_batch", "nfs",
-    "nfs_squash", "nfs_anon", "nfs_access",
+    "nfs_squash", "nfs_anon", "nfs_access", "nfs_max_held",
 ];
 
-/// `nfs=ADDR:PORT` with `nfs_squash=root|all|none`, `nfs_anon=UID:GID` and
-/// `nfs_access=rw|ro`: what the daemon serves over NFSv3 beside the mount.
+/// `nfs=ADDR:PORT` with `nfs_squash=root|all|none`, `nfs_anon=UID:GID`,
+/// `nfs_access=rw|ro` and `nfs_max_held=N`: what the daemon serves over NFSv3 beside the
+/// mount.
 fn nfs_options(options: &[String]) -> Result<Option<scion_nfs::NfsOptions>, String> {
     let last = |key: &str| options.iter().rev().find_map(|o| o.strip_prefix(key).and_then(|v| v.strip_prefix('=')));
     let Some(listen) = last("nfs") else {
-        if let Some(k) = ["nfs_squash", "nfs_anon", "nfs_access"].iter().find(|k| last(k).is_some()) {
+        if let Some(k) = ["nfs_squash", "nfs_anon", "nfs_access", "nfs_max_held"].iter().find(|k| last(k).is_some()) {
             return Err(format!("{k}= is an option of the NFS server: give nfs=ADDR:PORT too"));
         }
         return Ok(None);
@@ -189,6 +191,9 @@ fn nfs_options(options: &[String]) -> Result<Option<scion_nfs::NfsOptions>, Stri
     if let Some(v) = last("nfs_anon") {
         let ids = v.split_once(':').and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
         o.identity.anon = ids.ok_or_else(|| format!("nfs_anon={v}: expected UID:GID (numbers)"))?;
+    }
+    if let Some(v) = last("nfs_max_held") {
+        o.max_held = scion_nfs::parse_max_held(v).map_err(|e| format!("nfs_max_held={v}: {e}"))?;
     }
     match last("nfs_access") {
         None | Some("rw") => {}
@@ -240,7 +245,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
             return Err(format!(
                 "mount option {o:?} is unknown: scion takes {}, max_read=N, blksize=N, and its own snapdir=, uring=, \
                  repack=, compress_old=, cache=, users=, node_cache=, hash_memo=, fold_batch=, nfs=, nfs_squash=, \
-                 nfs_anon= and nfs_access= (see scion mount --help)",
+                 nfs_anon=, nfs_access= and nfs_max_held= (see scion mount --help)",
                 KERNEL_OPTIONS.join(", ")
             ));
         }

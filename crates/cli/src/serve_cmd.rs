@@ -73,6 +73,9 @@ fn options(spec: &NfsSpec) -> Result<scion_nfs::NfsOptions, String> {
     o.identity.anon = (spec.anon_uid, spec.anon_gid);
     o.exports = spec.exports.clone();
     o.read_only_dirs = spec.read_only.clone();
+    if spec.max_held != 0 {
+        o.max_held = spec.max_held as usize;
+    }
     Ok(o)
 }
 
@@ -85,6 +88,7 @@ pub(crate) struct Args {
     pub read_only: Vec<PathBuf>,
     pub squash: String,
     pub anon: String,
+    pub max_held: Option<String>,
     pub stop: bool,
 }
 
@@ -97,6 +101,10 @@ fn anon(s: &str) -> Result<(u32, u32), String> {
 pub(crate) fn nfs(a: Args) -> Result<(), String> {
     let (anon_uid, anon_gid) = anon(&a.anon)?;
     a.squash.parse::<scion_nfs::Squash>()?;
+    let max_held = match &a.max_held {
+        Some(v) => scion_nfs::parse_max_held(v).map_err(|e| format!("--max-held {v}: {e}"))? as u32,
+        None => 0,
+    };
     match (&a.mountpoint, &a.store) {
         (Some(_), Some(_)) => Err("give a mount point or --store STORE, not both".into()),
         (None, None) => Err("give the mount point to serve, or --store STORE for a store that is not mounted".into()),
@@ -114,6 +122,7 @@ pub(crate) fn nfs(a: Args) -> Result<(), String> {
                 squash: a.squash.clone(),
                 anon_uid,
                 anon_gid,
+                max_held,
             };
             crate::mount::serve_nfs_foreground(&store, options(&spec)?)
         }
@@ -138,6 +147,7 @@ pub(crate) fn nfs(a: Args) -> Result<(), String> {
                     squash: a.squash.clone(),
                     anon_uid,
                     anon_gid,
+                    max_held,
                 }))
             };
             match tree_cmds::call(&at, &op)? {

@@ -63,6 +63,8 @@ pub struct NfsSpec {
     pub squash: String,
     pub anon_uid: u32,
     pub anon_gid: u32,
+    /// Inodes held for clients at most after each sweep (0: the server's default).
+    pub max_held: u32,
 }
 
 /// `Status` from the engine, and its listing (which counts space without the engine lock

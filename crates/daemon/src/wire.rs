@@ -2,7 +2,8 @@
 //! (version 3 added the schedule operations and the scheduled mark of a listing's rows;
 //! version 4 the scan operations and part frames; version 5 compression of old versions and
 //! the stored size of a listing's rows; versions 6 and 7 are in `docs/format.md`; version 8
-//! the pins of a scan's reply; version 12 `scion serve nfs` and the status's NFS line).
+//! the pins of a scan's reply; version 12 `scion serve nfs` and the status's NFS line;
+//! version 13 the NFS server's bound on held inodes).
 //! Decoded without trusting the other side: every length is checked against what remains
 //! (`scion_store::codec::Reader`), and a frame is at most `MAX_MESSAGE` bytes.
 //!
@@ -41,7 +42,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 12;
+pub const VERSION: u8 = 13;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -301,6 +302,7 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
                     w.bytes(p);
                 }
             }
+            w.u32(n.max_held);
         }
         Op::Apply { top, base, open, frames } => {
             w.u8(21).bytes(top).u8(base.is_some() as u8).bytes(base.as_deref().unwrap_or_default());
@@ -552,7 +554,9 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
                     }
                 }
                 let [exports, read_only] = lists;
-                Op::Nfs(crate::control::NfsRequest::Start(crate::control::NfsSpec { listen, exports, read_only, squash, anon_uid, anon_gid }))
+                let max_held = r.u32().map_err(bad)?;
+                let spec = crate::control::NfsSpec { listen, exports, read_only, squash, anon_uid, anon_gid, max_held };
+                Op::Nfs(crate::control::NfsRequest::Start(spec))
             }
             k => return Err(format!("unknown NFS request {k}")),
         },

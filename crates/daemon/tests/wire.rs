@@ -30,6 +30,7 @@ fn ops() -> Vec<Op> {
             squash: "all".into(),
             anon_uid: 65534,
             anon_gid: 100,
+            max_held: 4096,
         })),
         Op::Clone {
             src: b"a/b".to_vec(),

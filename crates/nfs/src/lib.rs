@@ -31,6 +31,14 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 /// `NfsOptions::max_held` by default: about 64 MB of the engine's memory.
 pub const MAX_HELD: usize = 1 << 16;
 
+/// `--max-held N` and `-o nfs_max_held=N`: inodes, 64 to 2^24.
+pub fn parse_max_held(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if (64..=1 << 24).contains(&n) => Ok(n),
+        _ => Err("expected a number of inodes from 64 to 16777216".into()),
+    }
+}
+
 /// What to serve and how.
 #[derive(Clone)]
 pub struct NfsOptions {

@@ -307,7 +307,7 @@ impl ScionNfs {
             s.push_str(&format!("; {} read-only director{}", self.frozen.len(), if self.frozen.len() == 1 { "y" } else { "ies" }));
         }
         s.push_str(&format!(
-            "; squash {} to {}:{}; {} inodes held; {} found again by hint, {} by walk",
+            "; squash {} to {}:{}; {} inodes held (at most {} after a sweep); {} found again by hint, {} by walk",
             match self.who.squash {
                 crate::Squash::Root => "root",
                 crate::Squash::All => "all",
@@ -316,6 +316,7 @@ impl ScionNfs {
             self.who.anon.0,
             self.who.anon.1,
             self.held(),
+            self.max_held,
             self.revived().0,
             self.revived().1
         ));
