@@ -1,5 +1,6 @@
-//! Preallocation (`fallocate` mode 0 and ZERO_RANGE): what `st_blocks` counts of a file
-//! beyond its stored bytes (issue 36, xfstests generic/568 and 701).
+//! Preallocation (`fallocate` mode 0, with or without KEEP_SIZE): what `st_blocks` counts of
+//! a file beyond its stored bytes (issue 36, xfstests generic/568 and 701). ZERO_RANGE
+//! neither adds nor frees ranges; PUNCH_HOLE frees those it covers.
 //!
 //! A copy-on-write store writes every block anew, so there is nothing to allocate ahead:
 //! `fallocate` checks that the host has the room (ENOSPC otherwise, `Fs::fallocate`) and
