@@ -497,6 +497,20 @@ impl Fs {
                 let i = self.resolve(ino)?;
                 self.op_removexattr(i, name, *time)
             }
+            Record::Reserve { ns, oid } => self.op_reserve(*ns, *oid).map(|_| ()),
+            Record::Adopt {
+                parent,
+                name,
+                perm,
+                uid,
+                gid,
+                xattrs,
+                oid,
+                time,
+            } => {
+                let p = self.resolve(parent)?;
+                self.replay_adopt(p, name, *perm, *uid, *gid, xattrs, *oid, *time)
+            }
             Record::Carry {
                 ino,
                 size,

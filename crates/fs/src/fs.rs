@@ -152,6 +152,9 @@ pub(crate) struct Node {
     pub inline_cold: bool,
     /// A content reference this inode holds while unlinked but open.
     pub orphan_ref: Option<BlockPtr>,
+    /// Made by `tmpfile` and never named yet: `Loc::Gone`, but `link` may give it its first
+    /// name (`tmpfile.rs`).
+    pub nameless: bool,
     /// Checkpoint scratch: the old content root this checkpoint took a reference on.
     pub prepass: Option<BlockPtr>,
     /// ... and the old summary root.
@@ -199,6 +202,7 @@ impl Node {
             pinned: false,
             inline_cold: false,
             orphan_ref: None,
+            nameless: false,
             prepass: None,
             prepass_sum: None,
             sum_delta: BTreeMap::new(),
@@ -908,7 +912,7 @@ impl Fs {
 
     /// Journals one record of an operation that needs several; `more`: others follow, and
     /// recovery replays them all or none.
-    fn log_part(&mut self, more: bool, rec: impl FnOnce() -> Option<Record>) -> FsResult<()> {
+    pub(crate) fn log_part(&mut self, more: bool, rec: impl FnOnce() -> Option<Record>) -> FsResult<()> {
         if self.replaying || !self.journaled {
             return Ok(());
         }
@@ -1261,8 +1265,33 @@ impl Fs {
                 errno::ENAMETOOLONG
             });
         }
+        let (perm, xattrs) = self.new_mode(parent, kind, mode, umask)?;
+        let oid = self.new_oid(self.dir_node(parent)?.ns)?;
+        let now = Ts::now();
+        let ptarget = self.target(parent);
+        let ino = self.op_mknod(parent, name, kind, perm, uid, gid, rdev, target, &xattrs, oid, now)?;
+        self.log(|| {
+            ptarget.map(|parent| Record::Mknod {
+                parent,
+                name: name.to_vec(),
+                kind,
+                perm,
+                uid,
+                gid,
+                rdev,
+                target: target.to_vec(),
+                xattrs,
+                oid,
+                time: now,
+            })
+        })?;
+        Ok(ino)
+    }
+
+    /// The permission bits and inherited ACLs of a new inode of `kind` in directory `parent`:
+    /// its default ACL if it has one (the umask is then ignored), else `mode` less `umask`.
+    pub(crate) fn new_mode(&self, parent: Ino, kind: Kind, mode: u32, umask: u32) -> FsResult<(u16, Vec<(Vec<u8>, Vec<u8>)>)> {
         let p = self.dir_node(parent)?;
-        let ns = p.ns;
         let default = p
             .inode
             .xattrs
@@ -1283,31 +1312,18 @@ impl Fs {
             }
             None => (mode & !umask & 0o7777) as u16,
         };
+        Ok((perm, xattrs))
+    }
+
+    /// The object id the next new inode of namespace `ns` gets (ENOSPC when all are used).
+    pub(crate) fn new_oid(&self, ns: u32) -> FsResult<u64> {
         let oid = self.namespaces.get(&ns).ok_or(errno::ESTALE)?.next_oid;
         if oid >= MAX_OID {
             // Past it, st_ino would name an object of the next namespace.
             log::warn!("namespace {ns} has used all 2^40 object ids");
             return Err(errno::ENOSPC);
         }
-        let now = Ts::now();
-        let ptarget = self.target(parent);
-        let ino = self.op_mknod(parent, name, kind, perm, uid, gid, rdev, target, &xattrs, oid, now)?;
-        self.log(|| {
-            ptarget.map(|parent| Record::Mknod {
-                parent,
-                name: name.to_vec(),
-                kind,
-                perm,
-                uid,
-                gid,
-                rdev,
-                target: target.to_vec(),
-                xattrs,
-                oid,
-                time: now,
-            })
-        })?;
-        Ok(ino)
+        Ok(oid)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1686,6 +1702,9 @@ impl Fs {
     }
 
     pub fn link(&mut self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
+        if self.nodes.get(&ino).is_some_and(|n| n.nameless) {
+            return self.name_tmpfile(ino, newparent, newname);
+        }
         self.writable()?;
         self.rw(ino)?;
         self.rw(newparent)?;
@@ -1999,7 +2018,7 @@ impl Fs {
     }
 
     /// The bytes of chunk `idx` (`None` for a hole).
-    fn chunk(&self, n: &Node, idx: u64) -> FsResult<Option<Vec<u8>>> {
+    pub(crate) fn chunk(&self, n: &Node, idx: u64) -> FsResult<Option<Vec<u8>>> {
         match n.chunks.get(&idx) {
             Some(Chunk::Buf(b)) => Ok(Some(b.clone())),
             Some(Chunk::Block(p) | Chunk::Shared(p)) => self.read_block(n, idx, p).map(Some),

@@ -46,6 +46,7 @@ pub mod schedule;
 pub mod scan;
 pub mod stream;
 pub mod treehash;
+mod tmpfile;
 pub mod scrub;
 pub mod status;
 pub mod versions;

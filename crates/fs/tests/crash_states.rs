@@ -72,6 +72,11 @@ enum Step {
     WriteHeld(usize, u64, Vec<u8>),
     /// A file created in the directory an open handle holds.
     CreateIn(usize, String),
+    /// A file made without a name (O_TMPFILE) in a directory, held open under a handle.
+    Tmpfile(String, usize),
+    /// The held file given a name (`linkat` of a file made without one: journal record 23
+    /// and its content's records, all or nothing).
+    LinkHeld(usize, String),
     /// The handle closes and the kernel forgets the inode.
     Release(usize),
     /// The step must fail with this errno and change nothing.
@@ -301,6 +306,16 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
         }
         Step::WriteHeld(h, off, data) => {
             fs.write(held[h], *off, data)?;
+        }
+        Step::Tmpfile(dir, h) => {
+            let d = resolve(fs, dir)?;
+            let ino = fs.tmpfile(d, 0o640, 0, 0, 0)?.ino;
+            fs.open_file(ino)?;
+            held.insert(*h, ino);
+        }
+        Step::LinkHeld(h, p) => {
+            let (d, n) = parent_of(fs, p)?;
+            fs.link(held[h], d, &n)?;
         }
         Step::CreateIn(h, name) => {
             fs.mknod(held[h], name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[])?;
@@ -1072,6 +1087,51 @@ fn held_and_refused(rng: &mut StdRng) -> Vec<Step> {
     s
 }
 
+/// Files made without a name (O_TMPFILE) and named later: whole chunks written ahead,
+/// buffered bytes, bytes written behind, an xattr and a preallocated range, across a
+/// checkpoint and an overlapped one; one never named, and files made after them, whose object
+/// ids replay after the reserved ones.
+fn tmpfiles(rng: &mut StdRng) -> Vec<Step> {
+    vec![
+        Step::Mkdir("d".into()),
+        Step::Create("d/x".into()),
+        Step::Write("d/x".into(), 0, bytes(rng, 5000)),
+        Step::Fsync,
+        Step::Tmpfile("d".into(), 0),
+        Step::WriteHeld(0, 0, bytes(rng, 3 * 65536)),
+        Step::WriteHeld(0, 200_000, bytes(rng, 5000)),
+        Step::FlushBehind,
+        Step::Tmpfile("d".into(), 1),
+        Step::WriteHeld(1, 0, bytes(rng, 70_000)),
+        Step::Create("d/after".into()),
+        Step::Write("d/after".into(), 0, bytes(rng, 300)),
+        Step::Fsync,
+        Step::Checkpoint,
+        Step::WriteHeld(0, 65_536 + 10, bytes(rng, 4000)),
+        Step::LinkHeld(0, "d/named".into()),
+        Step::Write("d/named".into(), 3, bytes(rng, 10)),
+        Step::SetXattr("d/named".into(), b"user.k".to_vec(), b"v".to_vec()),
+        Step::Fsync,
+        Step::Tmpfile("".into(), 2),
+        Step::WriteHeld(2, 0, bytes(rng, 100)),
+        Step::Fallocate("d/x".into(), libc::FALLOC_FL_KEEP_SIZE, 8192, 65536),
+        Step::LinkHeld(2, "small".into()),
+        Step::Link("small".into(), "d/small2".into()),
+        Step::CheckpointBegin,
+        Step::Tmpfile("d".into(), 3),
+        Step::WriteHeld(3, 0, bytes(rng, 70_000)),
+        Step::LinkHeld(3, "d/in-window".into()),
+        Step::Create("d/after2".into()),
+        Step::CheckpointEnd,
+        Step::Release(0),
+        Step::Release(1),
+        Step::Release(2),
+        Step::Release(3),
+        Step::Unlink("d/named".into()),
+        Step::Fsync,
+    ]
+}
+
 /// Long runs of whole chunks (a megabyte at once, as streaming writeback sends them) go to
 /// the packs with direct writes into space allocated ahead, which each sync cuts back:
 /// crashes around the allocation, the direct writes and the cut.
@@ -1200,7 +1260,7 @@ fn every_crash_state_recovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let mixes = if full { 24 } else { 3 };
-    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 13] = [
+    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 14] = [
         ("overwrite + fsync", overwrite),
         ("rename over", rename_over),
         ("directory trees", dir_tree),
@@ -1214,6 +1274,7 @@ fn every_crash_state_recovers() {
         ("cubes and the root", cubes),
         ("writeback cube", writeback_cube),
         ("overlapped checkpoints", overlapped),
+        ("tmpfiles", tmpfiles),
     ];
     println!("crash states: seed {seed}, {mixes} random mixes per crash point");
     println!(

@@ -1265,6 +1265,22 @@ impl Filesystem for ScionFuse {
         }
     }
 
+    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, _flags: i32, reply: ReplyCreate) {
+        let at = route!(self, parent, reply);
+        let mut fs = at.fs();
+        let r = fs.tmpfile(at.ino, mode, umask, req.uid(), req.gid());
+        match r.and_then(|a| fs.open_file(a.ino).map(|_| a)) {
+            Ok(a) => reply.created(
+                &TTL,
+                &at.attr(&a),
+                Generation(at.generation),
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
     fn fallocate(
         &self,
         req: &Request,

@@ -859,6 +859,15 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// scion's patch: create and open a file without a name in directory `parent`
+    /// (O_TMPFILE, protocol 7.37). Its link count is 0 until `link` names it; the kernel
+    /// allows that only when O_EXCL was not given. ENOSYS makes the kernel stop asking and
+    /// fail O_TMPFILE with EOPNOTSUPP.
+    fn tmpfile(&self, _req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        warn!("[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, umask: {umask:#x?}, flags: {flags:#x?})");
+        reply.error(Errno::ENOSYS);
+    }
+
     /// Test for a POSIX file lock.
     fn getlk(
         &self,
