@@ -559,6 +559,54 @@ async fn read_only_directories_refuse_every_change() {
     assert_eq!(read(&mut c, &w, 0, 10).await.unwrap(), b"ok");
 }
 
+/// A cube is a store of its own hung at a directory of the main volume (as the daemon's
+/// cube table does it): the directory shows the cube's root.
+fn cube_at(s: &Setup, dir: &str) -> scion_daemon::router::VolumeId {
+    let host = scion_store::os_host();
+    let store = s.tmp.path().join(format!("cube-{}", dir.replace('/', "-")));
+    Fs::create(&host, &store).unwrap();
+    let mut fs = Fs::open(&store, MountOptions { holder: "nfs test cube".into(), host }).unwrap();
+    fs.setattr(ROOT_INO, scion_fs::SetAttr { mode: Some(0o777), ..Default::default() }).unwrap();
+    let vol = s.router.add(Engine::new(fs)).unwrap();
+    let names: Vec<&str> = dir.split('/').collect();
+    let above: Vec<u64> = (1..names.len()).map(|n| s.ino(&names[..n].join("/"))).collect();
+    s.router.graft(scion_daemon::router::VolumeId::MAIN, s.ino(dir), above, vol);
+    vol
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cube_below_a_read_only_directory_refuses_changes_and_its_dotdot_leads_out() {
+    let s = setup();
+    s.make("gold", Kind::Dir, 0o777, 0, b"");
+    s.make("gold/q", Kind::Dir, 0o777, 0, b"");
+    s.make("work", Kind::Dir, 0o777, 0, b"");
+    s.make("work/q", Kind::Dir, 0o777, 0, b"");
+    cube_at(&s, "gold/q");
+    cube_at(&s, "work/q");
+    let server = s.serve(|o| o.read_only_dirs = vec![b"gold".to_vec()]);
+    let mut c = connect(&server, "/", 1000, 1000).await.unwrap();
+    let root = c.root_nfs_fh3();
+    let gold = lookup(&mut c, &root, "gold").await.unwrap();
+    let frozen = lookup(&mut c, &gold, "q").await.unwrap();
+    let work = lookup(&mut c, &root, "work").await.unwrap();
+    let open = lookup(&mut c, &work, "q").await.unwrap();
+    // The cube's root is not the directory it hangs at: another volume, its own inode.
+    assert_ne!(getattr(&mut c, &frozen).await.unwrap().fileid, s.ino("gold/q"));
+    assert_eq!(create(&mut c, &frozen, "new", 0o644).await.map(|_| ()), Err(nfsstat3::NFS3ERR_ROFS), "a cube inside a read-only directory took a change");
+    assert_eq!(mkdir(&mut c, &frozen, "d", 0o755).await.map(|_| ()), Err(nfsstat3::NFS3ERR_ROFS));
+    let f = create(&mut c, &open, "f", 0o644).await.unwrap();
+    write(&mut c, &f, 0, b"ok", stable_how::FILE_SYNC).await.unwrap();
+    // `..` of a cube's root is the directory above the one it hangs at, not the cube again.
+    for (cube, above) in [(&frozen, &gold), (&open, &work)] {
+        let up = lookup(&mut c, cube, "..").await.unwrap();
+        assert_eq!(getattr(&mut c, &up).await.unwrap().fileid, getattr(&mut c, above).await.unwrap().fileid);
+    }
+    let args = READDIRPLUS3args { dir: open.clone(), cookie: 0, cookieverf: Default::default(), dircount: 8192, maxcount: 65536 };
+    let entries = res(c.readdirplus(&args).await.unwrap()).unwrap().reply.entries.into_inner();
+    let dotdot = entries.iter().find(|e| e.name.as_ref() == b"..").unwrap();
+    assert_eq!(dotdot.fileid, getattr(&mut c, &work).await.unwrap().fileid);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_write_verifier_changes_with_the_server() {
     let s = setup();

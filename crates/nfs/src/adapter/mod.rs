@@ -479,6 +479,23 @@ impl ScionNfs {
         self.exports.iter().any(|(p, _)| names.starts_with(p))
     }
 
+    /// The global inode number of directory `at`'s parent: itself at an export's root
+    /// (nothing above it is reachable), the graft's parent in the main volume at a cube's
+    /// root (the main volume's lock taken after the cube's, which `fs` holds).
+    fn parent_global(&self, fs: &mut Fs, at: &At) -> u64 {
+        let me = at.vol.global(at.ino);
+        if self.is_export_root(me) {
+            return me;
+        }
+        if at.ino == scion_fs::ROOT_INO && at.vol != VolumeId::MAIN {
+            return match self.router.graft_of(at.vol) {
+                Some(g) => VolumeId::MAIN.global(self.router.main().lock().parent_of(g)),
+                None => me, // a cube being removed hangs nowhere
+            };
+        }
+        at.vol.global(fs.parent_of(at.ino))
+    }
+
     fn lost(&self, key: hints::Key) {
         let mut g = locked(&self.gone);
         if g.len() >= MAX_GONE {

@@ -43,12 +43,7 @@ impl NfsReadFileSystem for ScionNfs {
             return Ok(*dirid);
         }
         if n == b".." {
-            // An export's root is its own parent: nothing above it is reachable.
-            if self.is_export_root(at.vol.global(at.ino)) {
-                return Ok(*dirid);
-            }
-            let p = fs.parent_of(at.ino);
-            return Ok(self.handle(at.vol.global(p)));
+            return Ok(self.handle(self.parent_global(&mut fs, &at)));
         }
         let a = if at.ino & SNAPDIR_BIT != 0 {
             fs.lookup_as(at.ino, n, &caller)
@@ -139,19 +134,20 @@ impl NfsReadFileSystem for ScionNfs {
         }
         may(&fs, &dir, &caller, R)?;
         let list = fs.readdir(at.ino).map_err(status)?;
-        let parent = if self.is_export_root(at.vol.global(at.ino)) { at.ino } else { fs.parent_of(at.ino) };
+        let parent = self.parent_global(&mut fs, &at);
         // Cookies are positions: 1 and 2 are "." and "..", then the entries in name order.
         let mut out = Vec::new();
         let start = cookie as usize;
-        let dots = [(b".".to_vec(), at.ino), (b"..".to_vec(), parent)];
-        for (i, (n, ino)) in dots.into_iter().enumerate().skip(start) {
-            let a = fs.getattr(ino).ok();
+        let dots = [(b".".to_vec(), at.vol.global(at.ino)), (b"..".to_vec(), parent)];
+        for (i, (n, global)) in dots.into_iter().enumerate().skip(start) {
+            // (A cube root's ".." is the main volume's: its attributes are left to a GETATTR.)
+            let a = (VolumeId::of(global) == at.vol).then(|| fs.getattr(VolumeId::local(global)).ok()).flatten();
             out.push(DirEntryPlus {
-                fileid: at.vol.global(ino),
+                fileid: global,
                 name: n.into(),
                 cookie: i as u64 + 1,
                 name_attributes: a.map(|a| fattr(&a, at.vol)),
-                name_handle: Some(self.handle(at.vol.global(ino))),
+                name_handle: Some(self.handle(global)),
             });
         }
         for (i, e) in list.into_iter().enumerate().skip(start.saturating_sub(2)).take(LIST_BATCH) {

@@ -41,15 +41,29 @@ impl ScionNfs {
         if self.frozen.is_empty() {
             return Ok(());
         }
-        let mut ino = at.ino;
+        match self.frozen_above(fs, at.vol, at.ino)? {
+            // A cube's root: the walk goes on from its graft, in the main volume (whose
+            // lock is taken after the cube's, as everywhere).
+            Some(graft) => self.frozen_above(&mut self.router.main().lock(), VolumeId::MAIN, graft).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// Walks up from `ino` of volume `vol`: NFS3ERR_ROFS at a read-only directory; else the
+    /// graft the volume hangs at if the walk reached a cube's root, None at the mount's root.
+    fn frozen_above(&self, fs: &mut Fs, vol: VolumeId, mut ino: u64) -> Result<Option<u64>, nfsstat3> {
         for _ in 0..MAX_DEPTH {
-            if self.frozen.contains(&at.vol.global(ino)) {
+            if self.frozen.contains(&vol.global(ino)) {
                 return Err(nfsstat3::NFS3ERR_ROFS);
             }
             let p = fs.parent_of(ino);
             if p == ino {
+                if ino == scion_fs::ROOT_INO && vol != VolumeId::MAIN {
+                    // A cube hanging nowhere is one being removed: nothing there changes.
+                    return self.router.graft_of(vol).map(Some).ok_or(nfsstat3::NFS3ERR_STALE);
+                }
                 let top = ino == scion_fs::ROOT_INO || fs.getattr(ino).is_ok_and(|a| a.kind == Kind::Dir);
-                return if top { Ok(()) } else { Err(nfsstat3::NFS3ERR_ROFS) };
+                return if top { Ok(None) } else { Err(nfsstat3::NFS3ERR_ROFS) };
             }
             ino = p;
         }
