@@ -9,12 +9,12 @@
 //! is replaced by each holder's path in its output; output that does not name it is shown
 //! with the path before each line, as `grep` does with several files.
 
-use crate::tree_cmds::{call, locate, store_path, Located};
-use scion_daemon::control::{Op, Reply};
+use crate::tree_cmds::{call, call_parts, locate, store_path, Located};
+use scion_daemon::control::{Op, Reply, ScanCounts};
 use scion_daemon::scan_cache::ScanResult;
-use scion_daemon::wire::MAX_MESSAGE;
+use scion_daemon::wire::{Part, MAX_MESSAGE};
 use std::collections::VecDeque;
-use std::io::Write;
+use std::io::{Read, Seek, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -56,61 +56,169 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, String> {
         since,
         command: (!a.no_cache).then(|| line.clone()),
     };
-    let Reply::Scan { listing, cached, pins } = call(first, &op)? else {
-        return Err("the daemon answered something else".into());
-    };
+    let mut got = Listing::new().map_err(|e| format!("a temporary file for the listing: {e}"))?;
+    let reply = call_parts(first, &op, &mut |p| got.take(p, &mnt));
+    // (A scan that failed had its pins undone by the daemon.)
+    let reply = reply?;
     // COMMAND reads each content where the daemon pinned it for the scan (the bytes its key
     // names, whatever happens to the live file meanwhile); the pins go when the scan ends.
+    let pins = got.pins.take().unwrap_or_default();
     let _unpin = Unpin { at: first, pins: &pins };
-    for d in &listing.denied {
-        eprintln!("scion scan: {}: permission denied", mnt.join(rel(d)).display());
-    }
+    let Reply::Scanned(n) = reply else {
+        return Err("the daemon answered something else".into());
+    };
+    got.check(&n)?;
     // The contents to run on: one holder each (its first path), unless kept.
-    let mut results: Vec<Option<(ScanResult, bool)>> = vec![None; listing.contents.len()];
-    // (By key, not by a search of the listing per result: that was quadratic, 75 s for a
-    // cached scan of 300,000 contents.)
-    let index: std::collections::HashMap<_, usize> =
-        listing.contents.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect();
-    for x in cached {
-        if let Some(&i) = index.get(&x.key) {
-            results[i] = Some((x, true));
-        }
-    }
-    let mut first_path: Vec<Option<&[u8]>> = vec![None; listing.contents.len()];
-    for (p, k) in &listing.files {
-        first_path[*k as usize].get_or_insert(p);
-    }
-    let todo: Vec<(usize, PathBuf)> = results
-        .iter()
+    let todo: Vec<(usize, PathBuf)> = got
+        .first_path
+        .iter_mut()
         .enumerate()
-        .filter(|(_, r)| r.is_none())
-        .filter_map(|(i, _)| first_path[i].map(|p| (i, mnt.join(rel(&pinned(p, &pins))))))
+        .filter_map(|(i, p)| p.take().map(|p| (i, mnt.join(rel(&p)))))
         .collect();
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1);
     let cmd = Scanner::new(&a.command);
     if cmd.batched && a.command.iter().filter(|w| w.contains("{}")).count() > 1 {
         return Err("with `{} +`, `{}` may appear only once, as its own word before `+`".into());
     }
-    let ran = run_all(&cmd, todo, jobs, &listing.contents)?;
+    let ran = run_all(&cmd, todo, jobs, &got.contents)?;
     let fresh: Vec<ScanResult> = ran.iter().filter(|(_, _, k)| *k).map(|(_, r, _)| r.clone()).collect();
     let n_ran = ran.len();
     for (i, r, _) in ran {
-        results[i] = Some((r, false));
+        got.results[i] = Some((r, false));
     }
     if !a.no_cache {
         keep(first, &line, &fresh);
     }
-    let status = report(&listing, &results, &mnt, a.json)?;
-    let kept = results.iter().flatten().filter(|(_, c)| *c).count();
+    let status = report(&mut got, &mnt, a.json)?;
+    let kept = got.results.iter().flatten().filter(|(_, c)| *c).count();
     eprintln!(
         "scion scan: {} files, {} distinct contents: {} run, {} from the cache",
-        listing.files.len(),
-        listing.contents.len(),
-        n_ran,
-        kept
+        n.files, n.contents, n_ran, kept
     );
-    let code = if !listing.denied.is_empty() { 2 } else { status };
+    let code = if n.denied > 0 { 2 } else { status };
     Ok(ExitCode::from(code))
+}
+
+/// A scan's listing as it streams from the daemon: what there is one of per distinct
+/// content (its key and size, its result, the path COMMAND will run on) in memory, the
+/// files (one record each: content index, path) spooled to an unlinked temporary file in the
+/// order they come, which is the order they are shown in. So the memory grows with the
+/// contents, not with the files.
+struct Listing {
+    pins: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+    contents: Vec<([u8; 32], u64)>,
+    results: Vec<Option<(ScanResult, bool)>>,
+    /// For each content not kept, the path (pinned) COMMAND runs on: its first holder's.
+    first_path: Vec<Option<Vec<u8>>>,
+    /// The contents the last batch listed first.
+    batch: std::ops::Range<usize>,
+    spool: std::io::BufWriter<std::fs::File>,
+    files: u64,
+    denied: u64,
+    cached: u64,
+}
+
+impl Listing {
+    fn new() -> std::io::Result<Listing> {
+        Ok(Listing {
+            pins: None,
+            contents: Vec::new(),
+            results: Vec::new(),
+            first_path: Vec::new(),
+            batch: 0..0,
+            spool: std::io::BufWriter::with_capacity(1 << 20, tempfile::tempfile()?),
+            files: 0,
+            denied: 0,
+            cached: 0,
+        })
+    }
+
+    /// One part from the daemon.
+    fn take(&mut self, part: Part, mnt: &Path) -> Result<(), String> {
+        if self.pins.is_none() && !matches!(part, Part::ScanPins(_)) {
+            return Err("a scan's listing before its pins".into());
+        }
+        match part {
+            Part::ScanPins(p) if self.pins.is_none() => self.pins = Some(p),
+            Part::ScanPins(_) => return Err("a scan's pins twice".into()),
+            Part::ScanContents(v) => {
+                self.batch = self.contents.len()..self.contents.len() + v.len();
+                self.contents.extend(v);
+                self.results.resize(self.contents.len(), None);
+                self.first_path.resize(self.contents.len(), None);
+            }
+            Part::ScanCached(v) if !v.is_empty() => {
+                // Kept results come right after the contents their batch lists first.
+                let index: std::collections::HashMap<[u8; 32], usize> =
+                    self.batch.clone().map(|i| (self.contents[i].0, i)).collect();
+                for x in v {
+                    let i = *index.get(&x.key).ok_or("a kept result of a content its batch does not list")?;
+                    self.results[i] = Some((x, true));
+                    self.cached += 1;
+                }
+            }
+            Part::ScanCached(_) => {}
+            Part::ScanFiles(v) => {
+                for (p, k) in v {
+                    let k = k as usize;
+                    if k >= self.contents.len() {
+                        return Err(format!("a file of content {k}, of {} contents", self.contents.len()));
+                    }
+                    if self.results[k].is_none() && self.first_path[k].is_none() {
+                        self.first_path[k] = Some(pinned(&p, self.pins.as_deref().unwrap_or_default()));
+                    }
+                    self.spool(k as u32, &p).map_err(|e| format!("spooling the listing: {e}"))?;
+                    self.files += 1;
+                }
+            }
+            Part::ScanDenied(v) => {
+                for d in v {
+                    eprintln!("scion scan: {}: permission denied", mnt.join(rel(&d)).display());
+                    self.denied += 1;
+                }
+            }
+            p => return Err(format!("unexpected part in a scan: {p:?}")),
+        }
+        Ok(())
+    }
+
+    fn spool(&mut self, k: u32, p: &[u8]) -> std::io::Result<()> {
+        self.spool.write_all(&k.to_le_bytes())?;
+        self.spool.write_all(&(p.len() as u32).to_le_bytes())?;
+        self.spool.write_all(p)
+    }
+
+    /// The counts the daemon's reply gives must be what came.
+    fn check(&self, n: &ScanCounts) -> Result<(), String> {
+        let got = [self.contents.len() as u64, self.files, self.denied, self.cached];
+        let want = [n.contents, n.files, n.denied, n.cached];
+        if got != want {
+            return Err(format!("the daemon announced {want:?} contents, files, denied and kept results; {got:?} came"));
+        }
+        Ok(())
+    }
+
+    /// The spooled files again, in order: (content index, path).
+    fn files(&mut self) -> std::io::Result<impl Iterator<Item = std::io::Result<(usize, Vec<u8>)>> + '_> {
+        self.spool.flush()?;
+        let f = self.spool.get_mut();
+        f.seek(std::io::SeekFrom::Start(0))?;
+        let mut r = std::io::BufReader::with_capacity(1 << 20, &*f);
+        let mut left = self.files;
+        Ok(std::iter::from_fn(move || {
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            let mut head = [0u8; 8];
+            Some(r.read_exact(&mut head).and_then(|()| {
+                let k = u32::from_le_bytes(head[..4].try_into().unwrap()) as usize;
+                let mut p = vec![0u8; u32::from_le_bytes(head[4..].try_into().unwrap()) as usize];
+                r.read_exact(&mut p)?;
+                Ok((k, p))
+            }))
+        }))
+    }
 }
 
 /// Destroys a scan's pins when it ends, however it ends (a killed scan's are destroyed
@@ -373,22 +481,17 @@ fn keep(at: &Located, line: &[u8], fresh: &[ScanResult]) {
     send(&mut batch);
 }
 
-/// Prints each file's result, sorted by path; the exit status: 0 if every run exited 0.
-fn report(
-    listing: &scion_fs::scan::ScanListing,
-    results: &[Option<(ScanResult, bool)>],
-    mnt: &Path,
-    json: bool,
-) -> Result<u8, String> {
-    let mut order: Vec<usize> = (0..listing.files.len()).collect();
-    order.sort_by(|&x, &y| listing.files[x].0.cmp(&listing.files[y].0));
+/// Prints each file's result, in the order listed; the exit status: 0 if every run exited 0.
+fn report(got: &mut Listing, mnt: &Path, json: bool) -> Result<u8, String> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut err_shown = vec![false; results.len()];
+    let mut err_shown = vec![false; got.results.len()];
     let mut status = 0;
-    for f in order {
-        let (p, k) = &listing.files[f];
-        let Some((r, cached)) = &results[*k as usize] else { continue };
-        let path = mnt.join(rel(p));
+    let results = std::mem::take(&mut got.results);
+    let contents = std::mem::take(&mut got.contents);
+    for f in got.files().map_err(|e| format!("reading the spooled listing: {e}"))? {
+        let (k, p) = f.map_err(|e| format!("reading the spooled listing: {e}"))?;
+        let Some((r, cached)) = &results[k] else { continue };
+        let path = mnt.join(rel(&p));
         let path_b = path.as_os_str().as_bytes();
         let stdout = shown_for(&r.stdout, &r.shown_as, path_b);
         if r.status != 0 {
@@ -398,7 +501,7 @@ fn report(
             let v = serde_json::json!({
                 "path": path.to_string_lossy(),
                 "content": crate::receive_cmd::hex(&r.key),
-                "size": listing.contents[*k as usize].1,
+                "size": contents[k].1,
                 "status": r.status,
                 "stdout": String::from_utf8_lossy(&stdout),
                 "stderr": String::from_utf8_lossy(&r.stderr),
@@ -409,11 +512,13 @@ fn report(
             continue;
         }
         out.write_all(&stdout).map_err(|e| e.to_string())?;
-        if !std::mem::replace(&mut err_shown[*k as usize], true) && !r.stderr.is_empty() {
+        if !std::mem::replace(&mut err_shown[k], true) && !r.stderr.is_empty() {
             let _ = std::io::stderr().write_all(&r.stderr);
         }
     }
     out.flush().map_err(|e| e.to_string())?;
+    got.results = results;
+    got.contents = contents;
     Ok(status)
 }
 

@@ -155,18 +155,36 @@ pub(crate) fn call_streaming(
     server::call_streaming(&at.store, &at.device, at.mnt.as_deref(), op, &mut |_, _, _| {}, Some(sink)).map_err(|e| e.message)
 }
 
+/// `call` of a scan: its parts go to `parts` as they come (a mounted store only).
+pub(crate) fn call_parts(
+    at: &Located,
+    op: &Op,
+    parts: &mut dyn FnMut(scion_daemon::wire::Part) -> Result<(), String>,
+) -> Result<scion_daemon::control::Reply, String> {
+    if at.mnt.is_none() {
+        return Err("a scan is served by a mounted store's daemon: mount the store".into());
+    }
+    sync_mount(at, op);
+    server::call_parts(&at.store, &at.device, at.mnt.as_deref(), op, parts).map_err(|e| e.message)
+}
+
+/// The kernel may hold written data the daemon has not seen yet (writeback caching, a file
+/// still open or mapped): a clone is of what processes see, and a diff or scan compares it,
+/// so it is flushed first.
+fn sync_mount(at: &Located, op: &Op) {
+    let Some(mnt) = &at.mnt else { return };
+    if matches!(op, Op::Clone { .. } | Op::Snapshot { .. } | Op::Diff { .. } | Op::Scan { .. }) {
+        if let Ok(d) = std::fs::File::open(mnt) {
+            use std::os::fd::AsRawFd;
+            unsafe { libc::syncfs(d.as_raw_fd()) };
+        }
+    }
+}
+
 /// `call`, with the errno of a refusal beside its message (0 where there is none).
 fn call_errno(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, (i32, String)> {
     let reply = if let Some(mnt) = &at.mnt {
-        if matches!(op, Op::Clone { .. } | Op::Snapshot { .. } | Op::Diff { .. } | Op::Scan { .. }) {
-            // The kernel may hold written data the daemon has not seen yet (writeback
-            // caching, a file still open or mapped): a clone is of what processes see, and a
-            // diff or scan compares it, so flush it first.
-            if let Ok(d) = std::fs::File::open(mnt) {
-                use std::os::fd::AsRawFd;
-                unsafe { libc::syncfs(d.as_raw_fd()) };
-            }
-        }
+        sync_mount(at, op);
         // Progress of long operations, on a terminal.
         let tty = unsafe { libc::isatty(2) } == 1;
         let mut progress = |_done: u64, _total: u64, what: &str| {

@@ -9,7 +9,6 @@ use scion_fs::schedule::{Schedule, ScheduleRow};
 use scion_fs::scrub::ScrubReport;
 use scion_fs::versions::{Deleted, Version};
 use crate::scan_cache::{self, ScanResult};
-use scion_fs::scan::ScanListing;
 use scion_fs::treehash::ChunkChange;
 use scion_fs::{Fs, FsError, Inval, Listing};
 
@@ -279,7 +278,8 @@ pub enum Reply {
     /// keep results for, each scanned directory that could change is pinned: listed from a
     /// snapshot taken for the scan, `pins` (each scanned path and its pin's path), where the
     /// command must read what the keys name (`scan_cmd`); the caller destroys the pins.
-    Scan { listing: ScanListing, cached: Vec<ScanResult>, pins: Vec<(Vec<u8>, Vec<u8>)> },
+    /// A scan's end: what its parts held (`wire::Part::Scan*`, which came before).
+    Scanned(ScanCounts),
     ScanRecorded,
     TreeHash([u8; 32]),
     Found(Vec<Vec<u8>>),
@@ -314,6 +314,15 @@ pub enum SendDedup {
 
 /// Hashes a request names at most (`Use`, `FindBlocks`): what fits in one request frame.
 pub const MAX_HASHES_PER_REQUEST: usize = (crate::wire::MAX_MESSAGE - 4096) / 32;
+
+/// What a scan's parts held, as its reply tells the caller at the end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanCounts {
+    pub contents: u64,
+    pub files: u64,
+    pub denied: u64,
+    pub cached: u64,
+}
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
 /// was refused and why.
@@ -464,23 +473,6 @@ fn restore(
     Ok((Reply::Restored(r), inval))
 }
 
-/// The files below `paths` by content, walked as `user` would, and the results kept for
-/// `command`'s contents. With `command`, each path that could change while the command
-/// runs is pinned first (`pin_for_scan`) and listed from its pin, so that a result kept
-/// under a key is the result for exactly those bytes (another user swapping a file between
-/// the listing and the run cannot have a harmless file's result kept for theirs).
-fn scan(
-    fs: &mut Fs,
-    paths: &[Vec<u8>],
-    since: Option<&[u8]>,
-    command: Option<&[u8]>,
-    user: Option<&scion_fs::access::Caller>,
-) -> Result<Reply, Failure> {
-    let plan = scan_begin(fs, paths, since, command, user)?;
-    let listing = scan_walk(fs, &plan, paths, user);
-    scan_end(fs, plan, listing, command, user)
-}
-
 /// What a scan walks: each path's top (a pin of it when a command will run: a snapshot, so
 /// that the command reads what was listed) and the snapshot to compare it with, by path:
 /// the walk resolves them again where it runs (the engine, or a view taken after).
@@ -533,13 +525,31 @@ pub(crate) fn scan_begin(
     Ok(plan)
 }
 
-/// A scan's walk, in the engine or in a view of it taken after `scan_begin`.
+/// Where a scan's parts go as its walk finds them: the caller's socket (`server.rs`).
+pub type ScanOut<'a> = dyn FnMut(crate::wire::Part) -> Result<(), Failure> + 'a;
+
+/// The results kept for `command` run by `user`, by content (read once per scan; what the
+/// walk finds is taken out and sent with its contents).
+pub(crate) fn scan_kept(
+    fs: &Fs,
+    command: &[u8],
+    user: Option<&scion_fs::access::Caller>,
+) -> std::collections::HashMap<scion_fs::scan::ContentKey, ScanResult> {
+    scan_cache::load(&scan_cache::file_for(fs.store_dir(), user.map(|u| u.uid), command))
+}
+
+/// A scan's walk, in a view of the engine taken after `scan_begin`: its files go to `out`
+/// in parts as they are found (each batch's new contents first, with their kept results),
+/// so that neither side holds the whole listing.
 pub(crate) fn scan_walk(
     fs: &mut Fs,
     plan: &ScanPlan,
     paths: &[Vec<u8>],
     user: Option<&scion_fs::access::Caller>,
-) -> Result<scion_fs::scan::ScanListing, Failure> {
+    kept: &mut std::collections::HashMap<scion_fs::scan::ContentKey, ScanResult>,
+    out: &mut ScanOut,
+) -> Result<ScanCounts, Failure> {
+    use crate::wire::Part;
     let mut roots = Vec::with_capacity(plan.roots.len());
     for (top, rel, base) in &plan.roots {
         let ino = fs.resolve_path_as(top, user).map_err(Failure::from_fs(show(top)))?;
@@ -549,35 +559,45 @@ pub(crate) fn scan_walk(
         };
         roots.push((ino, rel.clone(), base));
     }
-    fs.scan_contents(&roots, user)
-        .map_err(Failure::from_fs(format!("scan of {}", paths.iter().map(|p| show(p)).collect::<Vec<_>>().join(" "))))
+    let mut n = ScanCounts::default();
+    // (The caller's failure, kept whole: the walk is only told to stop.)
+    let mut gone: Option<Failure> = None;
+    let r = fs.scan_each(&roots, user, &mut |b| {
+        let cached: Vec<ScanResult> = b.contents.iter().filter_map(|(k, _)| kept.remove(k)).collect();
+        n.contents += b.contents.len() as u64;
+        n.files += b.files.len() as u64;
+        n.denied += b.denied.len() as u64;
+        n.cached += cached.len() as u64;
+        let parts = [Part::ScanContents(b.contents), Part::ScanCached(cached), Part::ScanFiles(b.files), Part::ScanDenied(b.denied)];
+        for p in parts {
+            if let Err(f) = out(p) {
+                gone = Some(f);
+                return Err(scion_fs::errno::EIO);
+            }
+        }
+        Ok(())
+    });
+    if let Some(f) = gone {
+        return Err(f);
+    }
+    r.map_err(Failure::from_fs(format!("scan of {}", paths.iter().map(|p| show(p)).collect::<Vec<_>>().join(" "))))?;
+    Ok(n)
 }
 
-/// A scan's last step, in the engine: its pins undone if the walk failed, the results a
-/// command's cache keeps.
-pub(crate) fn scan_end(
-    fs: &mut Fs,
-    plan: ScanPlan,
-    listing: Result<scion_fs::scan::ScanListing, Failure>,
-    command: Option<&[u8]>,
-    user: Option<&scion_fs::access::Caller>,
-) -> Result<Reply, Failure> {
-    let pins = plan.pins;
-    let listing = match listing {
-        Ok(l) => l,
+/// A scan's last step, in the engine: its pins undone if the walk failed.
+pub(crate) fn scan_end(fs: &mut Fs, plan: ScanPlan, walked: Result<ScanCounts, Failure>) -> Result<Reply, Failure> {
+    match walked {
+        Ok(n) => Ok(Reply::Scanned(n)),
         Err(f) => {
-            unpin_all(fs, &pins);
-            return Err(f);
+            unpin_all(fs, &plan.pins);
+            Err(f)
         }
-    };
-    let cached = match command {
-        None => Vec::new(),
-        Some(c) => {
-            let mut kept = scan_cache::load(&scan_cache::file_for(fs.store_dir(), user.map(|u| u.uid), c));
-            listing.contents.iter().filter_map(|(k, _)| kept.remove(k)).collect()
-        }
-    };
-    Ok(Reply::Scan { listing, cached, pins })
+    }
+}
+
+/// The snapshots the scan reads its directories from: (directory, pin).
+pub(crate) fn scan_pins(plan: &ScanPlan) -> Vec<(Vec<u8>, Vec<u8>)> {
+    plan.pins.clone()
 }
 
 /// Snapshots taken to pin a scan's directories are named `SCAN_PIN` + random hex; `scion
@@ -936,7 +956,8 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
                 .map_err(Failure::from_fs(format!("diff of {} and {}", show(a), show(b))))?;
             (Reply::Diff(changes), Vec::new())
         }
-        Op::Scan { paths, since, command } => (scan(fs, paths, since.as_deref(), command.as_deref(), user)?, Vec::new()),
+        // (Its listing streams: the daemon's socket serves it, `server::run_scan`.)
+        Op::Scan { .. } => return Err(Failure::new(libc::EINVAL, "a scan is served by a mounted store's daemon: mount the store")),
         Op::ScanRecord { command, results } => {
             let f = scan_cache::file_for(fs.store_dir(), uid, command);
             let most = if uid.is_some() { scan_cache::MAX_USER_FILE } else { scan_cache::MAX_FILE };

@@ -406,7 +406,7 @@ fn run_routed(
         let global = |i: &[Inval]| invalidate(&vol.global_invals(i));
         return on_cube_volume(s, cubes, vol, &engine, &global, &op, who);
     }
-    let reply = run(s, &engine, invalidate, &op, who)?;
+    let reply = run(s, None, &engine, invalidate, &op, who)?;
     match (&op, reply) {
         (Op::Snapshot { path, name }, reply) => {
             snapshot_cubes(s, cubes, invalidate, path, name, who)?;
@@ -457,7 +457,7 @@ fn on_cube_volume(
     who: &Rights,
 ) -> Result<Reply, Failure> {
     let top = cubes.path_of(vol);
-    let reply = run(s, engine, global, op, who).map_err(|f| match &top {
+    let reply = run(s, top.as_ref().map(|(t, _)| &t[..]), engine, global, op, who).map_err(|f| match &top {
         Some((top, _)) => Failure::new(f.errno, format!("in cube {}: {}", crate::control::show(top), f.message)),
         None => f,
     })?;
@@ -505,15 +505,6 @@ fn from_cube(reply: Reply, top: &[u8], cube: u32) -> Reply {
         Reply::Restored(mut r) => {
             r.kept_as.iter_mut().for_each(up);
             Reply::Restored(r)
-        }
-        Reply::Scan { mut listing, cached, mut pins } => {
-            listing.files.iter_mut().for_each(|(p, _)| up(p));
-            listing.denied.iter_mut().for_each(up);
-            pins.iter_mut().for_each(|(p, q)| {
-                up(p);
-                up(q)
-            });
-            Reply::Scan { listing, cached, pins }
         }
         Reply::Found(mut ps) => {
             ps.iter_mut().for_each(up);
@@ -678,15 +669,21 @@ fn cube_op(cubes: &Cubes, op: &Op) -> Result<Reply, Failure> {
     }
 }
 
+/// `top`: the cube the operation runs in, at that path from the mount's root (None: the
+/// main volume), for the paths of what streams to the caller before the reply.
 fn run(
     s: &mut UnixStream,
+    top: Option<&[u8]>,
     engine: &Engine,
     invalidate: &(dyn Fn(&[Inval]) + Send + Sync),
     op: &Op,
     who: &Rights,
 ) -> Result<Reply, Failure> {
     if let Rights::User(c) = who {
-        return run_for_user(engine, invalidate, op, c);
+        return run_for_user(s, top, engine, invalidate, op, c);
+    }
+    if let Op::Scan { paths, since, command } = op {
+        return run_scan(engine, paths, since.as_deref(), command.as_deref(), None, &mut scan_out(s, top));
     }
     if on_view(op) {
         return run_on_view(engine, op, None);
@@ -782,23 +779,59 @@ fn on_view(op: &Op) -> bool {
     )
 }
 
-/// Runs an `on_view` command: the engine lock is held to take the view and give it back
-/// (and, for a scan, to take and undo its pins), not while it walks.
+/// A scan: its pins taken in the engine and sent first, its walk in a view (no engine lock
+/// held), its parts sent to `out` as found, its pins undone in the engine if it fails.
+fn run_scan(
+    engine: &Engine,
+    paths: &[Vec<u8>],
+    since: Option<&[u8]>,
+    command: Option<&[u8]>,
+    user: Option<&scion_fs::access::Caller>,
+    out: &mut crate::control::ScanOut,
+) -> Result<Reply, Failure> {
+    use crate::control::{scan_begin, scan_end, scan_kept, scan_pins, scan_walk};
+    let plan = scan_begin(&mut engine.lock(), paths, since, command, user)?;
+    let walked = (|| {
+        out(wire::Part::ScanPins(scan_pins(&plan)))?;
+        let mut kept = match command {
+            Some(c) => scan_kept(&engine.lock(), c, user),
+            None => Default::default(),
+        };
+        let mut view = engine.view().map_err(Failure::from_fs("a view of the committed state".into()))?;
+        let r = scan_walk(&mut view, &plan, paths, user, &mut kept, out);
+        engine.end_view(view);
+        r
+    })();
+    scan_end(&mut engine.lock(), plan, walked)
+}
+
+/// Where a scan's parts go: to the caller at `s`, as frames, with their paths made the
+/// mount's where the scan ran in the cube at `top`.
+fn scan_out<'a>(s: &'a mut UnixStream, top: Option<&'a [u8]>) -> impl FnMut(wire::Part) -> Result<(), Failure> + 'a {
+    use wire::Part;
+    let up = move |p: Vec<u8>| match top {
+        Some(t) if p.is_empty() => t.to_vec(),
+        Some(t) => [t, b"/", &p[..]].concat(),
+        None => p,
+    };
+    move |part| {
+        let part = match part {
+            Part::ScanFiles(v) => Part::ScanFiles(v.into_iter().map(|(p, k)| (up(p), k)).collect()),
+            Part::ScanDenied(v) => Part::ScanDenied(v.into_iter().map(up).collect()),
+            Part::ScanPins(v) => Part::ScanPins(v.into_iter().map(|(d, p)| (up(d), up(p))).collect()),
+            p => p,
+        };
+        for f in wire::encode_scan_part(&part) {
+            write_frame(s, &f).map_err(|e| Failure::new(libc::EPIPE, format!("the scan's caller went away: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs an `on_view` command: the engine lock is held to take the view and give it back,
+/// not while it walks.
 fn run_on_view(engine: &Engine, op: &Op, user: Option<&scion_fs::access::Caller>) -> Result<Reply, Failure> {
     let view_failed = |e| Failure::from_fs("a view of the committed state".into())(e);
-    if let Op::Scan { paths, since, command } = op {
-        let (since, command) = (since.as_deref(), command.as_deref());
-        let plan = crate::control::scan_begin(&mut engine.lock(), paths, since, command, user)?;
-        let listing = match engine.view() {
-            Ok(mut view) => {
-                let l = crate::control::scan_walk(&mut view, &plan, paths, user);
-                engine.end_view(view);
-                l
-            }
-            Err(e) => Err(view_failed(e)),
-        };
-        return crate::control::scan_end(&mut engine.lock(), plan, listing, command, user);
-    }
     let mut view = engine.view().map_err(view_failed)?;
     let r = execute(&mut view, op, user);
     engine.end_view(view);
@@ -853,6 +886,8 @@ fn peer_cred(s: &UnixStream) -> Option<libc::ucred> {
 /// `run` for an ordinary user: the operation is checked against their rights under the
 /// same engine lock it then runs under, and listings are cut to what they can reach.
 fn run_for_user(
+    s: &mut UnixStream,
+    top: Option<&[u8]>,
     engine: &Engine,
     invalidate: &(dyn Fn(&[Inval]) + Send + Sync),
     op: &Op,
@@ -865,6 +900,9 @@ fn run_for_user(
     }
     if on_view(op) {
         rights::authorize(&mut engine.lock(), who, op)?;
+        if let Op::Scan { paths, since, command } = op {
+            return run_scan(engine, paths, since.as_deref(), command.as_deref(), Some(who), &mut scan_out(s, top));
+        }
         return run_on_view(engine, op, Some(who));
     }
     if matches!(op, Op::Clone { .. } | Op::Snapshot { .. }) {
@@ -898,7 +936,31 @@ pub fn call_streaming(
     mnt: Option<&Path>,
     op: &Op,
     progress: &mut dyn FnMut(u64, u64, &str),
+    stream: Option<&mut dyn FnMut(&[u8]) -> Result<(), String>>,
+) -> Result<Reply, Failure> {
+    request(store, device, mnt, op, progress, stream, None)
+}
+
+/// `call` of a scan: its parts handed to `parts` as they come (a failure there ends the
+/// call with EPIPE, and the daemon's walk with it).
+pub fn call_parts(
+    store: &Path,
+    device: &str,
+    mnt: Option<&Path>,
+    op: &Op,
+    parts: &mut dyn FnMut(wire::Part) -> Result<(), String>,
+) -> Result<Reply, Failure> {
+    request(store, device, mnt, op, &mut |_, _, _| {}, None, Some(parts))
+}
+
+fn request(
+    store: &Path,
+    device: &str,
+    mnt: Option<&Path>,
+    op: &Op,
+    progress: &mut dyn FnMut(u64, u64, &str),
     mut stream: Option<&mut dyn FnMut(&[u8]) -> Result<(), String>>,
+    mut scan: Option<&mut dyn FnMut(wire::Part) -> Result<(), String>>,
 ) -> Result<Reply, Failure> {
     let sock = socket_path(store);
     let io =
@@ -938,6 +1000,10 @@ pub fn call_streaming(
             wire::Frame::Part(wire::Part::Stream(b)) => match stream.as_mut() {
                 Some(f) => f(&b).map_err(|e| Failure::new(libc::EPIPE, e))?,
                 None => return Err(proto("stream bytes where none were asked for".into())),
+            },
+            wire::Frame::Part(p) if p.is_scan() => match scan.as_mut() {
+                Some(f) => f(p).map_err(|e| Failure::new(libc::EPIPE, e))?,
+                None => return Err(proto("a scan's parts where none were asked for".into())),
             },
             wire::Frame::Part(p) => parts.add(p).map_err(proto)?,
             wire::Frame::Gathered(end) => return parts.complete(end).map_err(proto),

@@ -3,7 +3,8 @@
 //! version 4 the scan operations and part frames; version 5 compression of old versions and
 //! the stored size of a listing's rows; versions 6 and 7 are in `docs/format.md`; version 8
 //! the pins of a scan's reply; version 12 `scion serve nfs` and the status's NFS line;
-//! version 13 the NFS server's bound on held inodes).
+//! version 13 the NFS server's bound on held inodes; version 14 a scan's listing streamed:
+//! its pins first, its parts as the walk finds them, counts in its reply).
 //! Decoded without trusting the other side: every length is checked against what remains
 //! (`scion_store::codec::Reader`), and a frame is at most `MAX_MESSAGE` bytes.
 //!
@@ -29,7 +30,7 @@
 use crate::control::{Failure, Op, Reply, SendDedup, Step, Target, MAX_HASHES_PER_REQUEST};
 use crate::scan_cache::{ScanResult, MAX_COMMAND};
 use scion_fs::diff::{Change, Difference};
-use scion_fs::scan::{ContentKey, ScanListing};
+use scion_fs::scan::ContentKey;
 use scion_fs::treehash::ChunkChange;
 use scion_fs::records::{mirrors, schedules};
 use scion_fs::repack::RepackReport;
@@ -42,7 +43,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 13;
+pub const VERSION: u8 = 14;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -53,7 +54,7 @@ const REPLY: u8 = 0x11;
 const FAILURE: u8 = 0x12;
 const PART: u8 = 0x13;
 /// Most items a reply gathers from its parts.
-const MAX_ITEMS: usize = scion_fs::scan::MAX_FILES;
+const MAX_ITEMS: usize = 1 << 24;
 
 pub fn write_frame(s: &mut impl Write, body: &[u8]) -> std::io::Result<()> {
     if body.len() > MAX_MESSAGE {
@@ -596,8 +597,6 @@ pub enum Frame {
 pub enum Gathered {
     /// Changes.
     Diff(u64),
-    /// Contents, files, denied directories, cached results; and the pins (version 8).
-    Scan([u64; 4], Vec<(Vec<u8>, Vec<u8>)>),
 }
 
 /// Some of the items of the reply that follows.
@@ -608,27 +607,31 @@ pub enum Part {
     ScanFiles(Vec<(Vec<u8>, u32)>),
     ScanDenied(Vec<Vec<u8>>),
     ScanCached(Vec<ScanResult>),
+    /// The snapshots a scan reads its directories from: (directory, pin) (version 14).
+    ScanPins(Vec<(Vec<u8>, Vec<u8>)>),
     /// Bytes of a send stream, for the caller's sink (never gathered).
     Stream(Vec<u8>),
+}
+
+impl Part {
+    /// A scan's part (never gathered: the caller takes them as they come, `call_parts`).
+    pub fn is_scan(&self) -> bool {
+        matches!(self, Part::ScanContents(_) | Part::ScanFiles(_) | Part::ScanDenied(_) | Part::ScanCached(_) | Part::ScanPins(_))
+    }
 }
 
 /// The parts of a reply gathered so far.
 #[derive(Default)]
 pub struct Parts {
     diff: Vec<Difference>,
-    scan: ScanListing,
-    cached: Vec<ScanResult>,
 }
 
 impl Parts {
     pub fn add(&mut self, p: Part) -> Result<(), String> {
         let n = match p {
             Part::Diff(v) => extend(&mut self.diff, v),
-            Part::ScanContents(v) => extend(&mut self.scan.contents, v),
-            Part::ScanFiles(v) => extend(&mut self.scan.files, v),
-            Part::ScanDenied(v) => extend(&mut self.scan.denied, v),
-            Part::ScanCached(v) => extend(&mut self.cached, v),
             Part::Stream(_) => return Err("stream bytes where none were asked for".into()),
+            p => return Err(format!("a scan's part where none was asked for ({} items)", p.len())),
         };
         if n > MAX_ITEMS {
             return Err(format!("a reply of more than {MAX_ITEMS} items"));
@@ -638,35 +641,28 @@ impl Parts {
 
     /// The reply its parts make, checked against the counts its end gives.
     pub fn complete(self, end: Gathered) -> Result<Reply, String> {
-        let counts = |want: [u64; 4], got: [usize; 4]| {
-            if want == got.map(|n| n as u64) {
-                Ok(())
-            } else {
-                Err(format!("the reply announces {want:?} items, its parts held {got:?}"))
-            }
-        };
-        let s = &self.scan;
-        let stray = [s.contents.len(), s.files.len(), s.denied.len(), self.cached.len()];
         Ok(match end {
             Gathered::Diff(n) => {
-                counts([n, 0, 0, 0], [self.diff.len(), stray[1..].iter().sum::<usize>() + stray[0], 0, 0])?;
+                if n != self.diff.len() as u64 {
+                    return Err(format!("the reply announces {n} changes, its parts held {}", self.diff.len()));
+                }
                 Reply::Diff(self.diff)
             }
-            Gathered::Scan(n, pins) => {
-                counts(n, stray)?;
-                if !self.diff.is_empty() {
-                    return Err("diff changes in a scan's reply".into());
-                }
-                if let Some((_, k)) = s.files.iter().find(|(_, k)| *k as usize >= s.contents.len()) {
-                    return Err(format!("a file of content {k}, of {} contents", s.contents.len()));
-                }
-                Reply::Scan {
-                    listing: self.scan,
-                    cached: self.cached,
-                    pins,
-                }
-            }
         })
+    }
+}
+
+impl Part {
+    fn len(&self) -> usize {
+        match self {
+            Part::Diff(v) => v.len(),
+            Part::ScanContents(v) => v.len(),
+            Part::ScanFiles(v) => v.len(),
+            Part::ScanDenied(v) => v.len(),
+            Part::ScanCached(v) => v.len(),
+            Part::ScanPins(v) => v.len(),
+            Part::Stream(_) => 1,
+        }
     }
 }
 
@@ -680,21 +676,38 @@ pub fn encode_reply_frames(reply: &Reply) -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
     match reply {
         Reply::Diff(changes) => part_frames(&mut frames, 1, changes, encode_change),
-        Reply::Scan { listing, cached, .. } => {
-            part_frames(&mut frames, 2, &listing.contents, |w, (k, size)| {
-                w.raw(k).u64(*size);
-            });
-            part_frames(&mut frames, 3, &listing.files, |w, (p, k)| {
-                w.u32(*k).bytes(p);
-            });
-            part_frames(&mut frames, 4, &listing.denied, |w, p| {
-                w.bytes(p);
-            });
-            part_frames(&mut frames, 5, cached, |w, x| x.encode(w));
-        }
         _ => {}
     }
     frames.push(encode_reply(reply));
+    frames
+}
+
+/// The frames of a scan's part (as many as its items need; none for no items), which go
+/// to the caller as the walk finds them, before the scan's reply.
+pub fn encode_scan_part(part: &Part) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    match part {
+        Part::ScanContents(v) => part_frames(&mut frames, 2, v, |w, (k, size)| {
+            w.raw(k).u64(*size);
+        }),
+        Part::ScanFiles(v) => part_frames(&mut frames, 3, v, |w, (p, k)| {
+            w.u32(*k).bytes(p);
+        }),
+        Part::ScanDenied(v) => part_frames(&mut frames, 4, v, |w, p| {
+            w.bytes(p);
+        }),
+        Part::ScanCached(v) => part_frames(&mut frames, 5, v, |w, x| x.encode(w)),
+        Part::ScanPins(v) => {
+            // (Sent even when empty: the caller waits for it before it runs anything.)
+            let mut w = Writer::new();
+            w.u8(PART).u8(7).u32(v.len() as u32);
+            for (dir, pin) in v {
+                w.bytes(dir).bytes(pin);
+            }
+            frames.push(w.finish());
+        }
+        p => panic!("not a scan's part: {p:?}"),
+    }
     frames
 }
 
@@ -813,6 +826,12 @@ fn decode_part(r: &mut Reader) -> Result<Part, String> {
         })?),
         4 => Part::ScanDenied(items(n, || Ok(r.bytes().map_err(bad)?.to_vec()))?),
         5 => Part::ScanCached(items(n, || ScanResult::decode(r).map_err(bad))?),
+        7 => {
+            if n > MAX_FIELDS {
+                return Err(format!("{n} pins in a scan (at most {MAX_FIELDS})"));
+            }
+            Part::ScanPins(items(n, || Ok((r.bytes().map_err(bad)?.to_vec(), r.bytes().map_err(bad)?.to_vec())))?)
+        }
         6 => {
             if n != 1 {
                 return Err("a stream part holds one piece".into());
@@ -1049,14 +1068,8 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         Reply::Diff(changes) => {
             w.u8(14).u64(changes.len() as u64);
         }
-        Reply::Scan { listing, cached, pins } => {
-            w.u8(15).u64(listing.contents.len() as u64).u64(listing.files.len() as u64);
-            w.u64(listing.denied.len() as u64).u64(cached.len() as u64);
-            assert!(pins.len() <= MAX_FIELDS, "{} pins", pins.len());
-            w.u32(pins.len() as u32);
-            for (path, pin) in pins {
-                w.bytes(path).bytes(pin);
-            }
+        Reply::Scanned(n) => {
+            w.u8(15).u64(n.contents).u64(n.files).u64(n.denied).u64(n.cached);
         }
         Reply::ScanRecorded => {
             w.u8(16);
@@ -1416,22 +1429,12 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 let n = r.u64().map_err(bad)?;
                 return Ok(Frame::Gathered(Gathered::Diff(n)));
             }
-            15 => {
-                let mut n = [0u64; 4];
-                for c in &mut n {
-                    *c = r.u64().map_err(bad)?;
-                }
-                let k = r.count(8).map_err(bad)?;
-                if k > MAX_FIELDS {
-                    return Err(format!("{k} pins in a scan's reply (at most {MAX_FIELDS})"));
-                }
-                let mut pins = Vec::with_capacity(k);
-                for _ in 0..k {
-                    pins.push((r.bytes().map_err(bad)?.to_vec(), r.bytes().map_err(bad)?.to_vec()));
-                }
-                r.expect_end().map_err(bad)?;
-                return Ok(Frame::Gathered(Gathered::Scan(n, pins)));
-            }
+            15 => Reply::Scanned(crate::control::ScanCounts {
+                contents: r.u64().map_err(bad)?,
+                files: r.u64().map_err(bad)?,
+                denied: r.u64().map_err(bad)?,
+                cached: r.u64().map_err(bad)?,
+            }),
             16 => Reply::ScanRecorded,
             17 => Reply::TreeHash(r.array().map_err(bad)?),
             18 => {

@@ -2,10 +2,9 @@
 //! every cut-short message is refused (never a panic), and an older scion's messages are
 //! recognised as such.
 
-use scion_daemon::control::{Failure, Op, Reply, SendDedup, Target};
+use scion_daemon::control::{Failure, Op, Reply, ScanCounts, SendDedup, Target};
 use scion_daemon::scan_cache::ScanResult;
-use scion_daemon::wire::{self, Frame};
-use scion_fs::scan::ScanListing;
+use scion_daemon::wire::{self, Frame, Part};
 use scion_fs::repack::RepackReport;
 use scion_fs::schedule::retention::{Keep, Thresholds};
 use scion_fs::schedule::{Schedule, ScheduleRow};
@@ -430,33 +429,57 @@ fn replies_in_parts_arrive_whole() {
     lost.remove(1);
     assert!(gather(&lost).is_err());
 
-    let listing = ScanListing {
-        contents: (0..30_000u32).map(|i| ([i as u8; 32], i as u64)).collect(),
-        files: (0..60_000u32).map(|i| (format!("vm{}/usr/lib/file{i}", i % 8).into_bytes(), i / 2)).collect(),
-        denied: vec![b"vm1/root".to_vec()],
-    };
-    let cached = vec![scan_result(1, 0), scan_result(9, 1)];
-    let pins = vec![(b"vm1".to_vec(), b"vm1/.snapshot/.scion-scan-00ff".to_vec())];
-    let frames = wire::encode_reply_frames(&Reply::Scan {
-        listing: listing.clone(),
-        cached: cached.clone(),
-        pins: pins.clone(),
-    });
-    let Ok(Reply::Scan { listing: l, cached: c, pins: p }) = gather(&frames) else { panic!() };
-    assert_eq!((l, c, p), (listing, cached, pins));
     for b in &frames {
         for cut in [0, 1, b.len() / 2, b.len() - 1] {
             assert!(wire::decode_frame(&b[..cut]).is_err());
         }
     }
-    // A file naming a content the reply does not have.
-    let bad = ScanListing {
-        contents: vec![([0; 32], 1)],
-        files: vec![(b"f".to_vec(), 1)],
-        denied: vec![],
-    };
-    let frames = wire::encode_reply_frames(&Reply::Scan { listing: bad, cached: vec![], pins: vec![] });
-    assert!(gather(&frames).is_err());
+}
+
+/// A scan's parts (each too large for one frame travels in several) decode to what was
+/// sent, kind by kind; a frame cut short is refused; gathered, they are refused (a scan's
+/// parts go to the caller's sink, `call_parts`); the reply's counts round-trip.
+#[test]
+fn a_scans_parts_stream_whole() {
+    let contents: Vec<([u8; 32], u64)> = (0..30_000u32).map(|i| ([i as u8; 32], i as u64)).collect();
+    let files: Vec<(Vec<u8>, u32)> = (0..60_000u32).map(|i| (format!("vm{}/usr/lib/file{i}", i % 8).into_bytes(), i / 2)).collect();
+    let pins = vec![(b"vm1".to_vec(), b"vm1/.snapshot/.scion-scan-00ff".to_vec())];
+    let parts = [
+        Part::ScanPins(pins),
+        Part::ScanPins(vec![]),
+        Part::ScanContents(contents),
+        Part::ScanCached(vec![scan_result(1, 0), scan_result(9, 1)]),
+        Part::ScanFiles(files),
+        Part::ScanDenied(vec![b"vm1/root".to_vec()]),
+    ];
+    for part in parts {
+        let frames = wire::encode_scan_part(&part);
+        assert!(frames.iter().all(|f| f.len() <= wire::MAX_MESSAGE));
+        let mut got: Vec<Part> = Vec::new();
+        for f in &frames {
+            for cut in [0, 1, f.len() / 2, f.len() - 1] {
+                assert!(wire::decode_frame(&f[..cut]).is_err());
+            }
+            match wire::decode_frame(f).unwrap() {
+                Frame::Part(p) => got.push(p),
+                f => panic!("{f:?}"),
+            }
+        }
+        let joined = got.into_iter().reduce(|a, b| match (a, b) {
+            (Part::ScanContents(mut x), Part::ScanContents(y)) => { x.extend(y); Part::ScanContents(x) }
+            (Part::ScanFiles(mut x), Part::ScanFiles(y)) => { x.extend(y); Part::ScanFiles(x) }
+            (a, b) => panic!("{a:?} then {b:?}"),
+        });
+        assert_eq!(joined.as_ref(), Some(&part));
+        assert!(gather(&frames).is_err(), "a scan's part gathered");
+    }
+    let n = ScanCounts { contents: 3, files: 9, denied: 1, cached: 2 };
+    let r = wire::encode_reply(&Reply::Scanned(n));
+    assert!(matches!(wire::decode_frame(&r).unwrap(), Frame::Reply(Reply::Scanned(m)) if m == n));
+    // The fuzz corpus's seeds for these frames are these bytes.
+    let pins = vec![(b"vm1".to_vec(), b"vm1/.snapshot/.scion-scan-00ff".to_vec())];
+    assert_eq!(wire::encode_scan_part(&Part::ScanPins(pins)), [include_bytes!("../../../fuzz/corpus/control/seed-scan-pins").to_vec()]);
+    assert_eq!(r, include_bytes!("../../../fuzz/corpus/control/seed-scanned"));
 }
 
 fn cube_row() -> scion_daemon::cubes::CubeRow {

@@ -10,8 +10,15 @@
 //! scanned twice, which costs time, never a wrong answer.
 //!
 //! Clones share structure, and so does the walk: a directory whose tree was walked already
-//! (same tree hash, elsewhere or in another clone) is not walked again, its files are listed
-//! again under the new path; a content tree already keyed is not read again.
+//! (same tree hash, elsewhere or in another clone) is not walked again, its entries are
+//! listed again under the new path (`Memo`, within `MEMO_BUDGET`); a content tree already
+//! keyed is not read again.
+//!
+//! The listing streams: files go to the caller in batches of `BATCH_FILES` as the walk finds
+//! them, each batch with the contents first seen in it, so that memory grows with the
+//! distinct contents (and the memo's bound), not with the files. Files come in walk order:
+//! each directory's names sorted, a subdirectory's files where its name falls (the order of
+//! the paths sorted with `/` below every other byte).
 
 use crate::clone::SNAPDIR_NAME;
 use crate::delta::StoredChunk;
@@ -25,18 +32,21 @@ use std::collections::HashMap;
 /// Names a file's content (see the module comment).
 pub type ContentKey = [u8; 32];
 
-/// Most files one scan lists.
-pub const MAX_FILES: usize = 1 << 24;
+/// Files a batch holds before it goes to the caller.
+pub const BATCH_FILES: usize = 4096;
+/// Bytes the memo of walked directories may hold (names and entries); past it, a tree seen
+/// again is walked again (slower, the same listing).
+const MEMO_BUDGET: usize = 32 << 20;
 /// Directories nest at most this deep in a scan.
 const MAX_DEPTH: usize = 2048;
 
-/// What a scan found.
+/// Part of what a scan found, in walk order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ScanListing {
-    /// The distinct contents, in order of first appearance: key and size.
+pub struct ScanBatch {
+    /// The contents first seen in this batch, in order: key and size. Indexes go on from
+    /// the batches before (the first batch's first content is 0).
     pub contents: Vec<(ContentKey, u64)>,
-    /// Every regular file: its path from the mount root, and its content's index in
-    /// `contents`.
+    /// Regular files: path from the mount root, and the index of its content.
     pub files: Vec<(Vec<u8>, u32)>,
     /// Directories not walked and files not keyed: the caller may not read (and search)
     /// them. Nothing else of them is listed (no key, no size), so a scan tells a user
@@ -44,59 +54,123 @@ pub struct ScanListing {
     pub denied: Vec<Vec<u8>>,
 }
 
-/// In `Walk::out.files` while walking, a directory the caller may not list or a file they
-/// may not read (so that a directory listed again from its first walk lists its refusals
-/// again too).
-const DENIED: u32 = u32::MAX;
+/// A whole scan's batches put together (`Fs::scan_contents`, for callers that want it all).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScanListing {
+    pub contents: Vec<(ContentKey, u64)>,
+    pub files: Vec<(Vec<u8>, u32)>,
+    pub denied: Vec<Vec<u8>>,
+}
 
-impl ScanListing {
-    /// Adds a file, keeping `contents` distinct.
-    fn push(&mut self, index: &mut HashMap<ContentKey, u32>, path: Vec<u8>, key: ContentKey, size: u64) -> FsResult<()> {
-        if self.files.len() >= MAX_FILES {
-            return Err(errno::E2BIG);
-        }
-        let i = *index.entry(key).or_insert_with(|| {
-            self.contents.push((key, size));
-            (self.contents.len() - 1) as u32
-        });
-        self.files.push((path, i));
-        Ok(())
+/// An entry of a walked directory, as the memo keeps it to list the same tree again.
+enum Seen {
+    /// A file keyed in the directory's tree: its name and content index.
+    File(Vec<u8>, u32),
+    /// A file the caller may not read.
+    Denied(Vec<u8>),
+    /// A subdirectory, a file with several names or a clone's mount: looked up again.
+    Other(Vec<u8>),
+}
+
+impl Seen {
+    fn bytes(&self) -> usize {
+        let (Seen::File(n, _) | Seen::Denied(n) | Seen::Other(n)) = self;
+        n.len() + 40
     }
 }
 
 struct Walk<'a> {
     /// An ordinary user asks: directories they may not read and search are not walked.
     who: Option<&'a Caller>,
-    out: ScanListing,
+    /// What goes to `sink` next.
+    batch: ScanBatch,
+    sink: &'a mut dyn FnMut(ScanBatch) -> FsResult<()>,
+    /// Content key -> its index (every content seen so far).
     index: HashMap<ContentKey, u32>,
     /// A content tree's root hash -> its file's key (clones share content trees).
     by_root: HashMap<[u8; 32], ContentKey>,
     /// A directory's tree (hash, and its namespace when hard links or clones lie below) ->
-    /// the files its first walk listed (`out.files[start..end]`) and its path's length then.
-    dirs: HashMap<([u8; 32], u32), (usize, usize, usize)>,
+    /// its entries as its first walk saw them.
+    memo: HashMap<([u8; 32], u32), Vec<Seen>>,
+    memo_bytes: usize,
 }
 
 impl Walk<'_> {
+    /// Lists a file, keeping contents distinct.
+    fn push(&mut self, path: Vec<u8>, key: ContentKey, size: u64) -> FsResult<u32> {
+        let next = self.index.len();
+        let i = match self.index.get(&key) {
+            Some(i) => *i,
+            None => {
+                let i = u32::try_from(next).map_err(|_| errno::E2BIG)?;
+                self.index.insert(key, i);
+                self.batch.contents.push((key, size));
+                i
+            }
+        };
+        self.batch.files.push((path, i));
+        self.flush_if_full()?;
+        Ok(i)
+    }
+
+    /// Lists a path the caller may not read (once, where a memo lists it again).
+    fn deny(&mut self, path: Vec<u8>) -> FsResult<()> {
+        if self.batch.denied.last() != Some(&path) {
+            self.batch.denied.push(path);
+        }
+        self.flush_if_full()
+    }
+
+    fn flush_if_full(&mut self) -> FsResult<()> {
+        if self.batch.files.len() + self.batch.denied.len() >= BATCH_FILES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> FsResult<()> {
+        let b = std::mem::take(&mut self.batch);
+        if b.files.is_empty() && b.denied.is_empty() && b.contents.is_empty() {
+            return Ok(());
+        }
+        (self.sink)(b)
+    }
+
     /// Whether the caller may read file `i` (at `path`); if not, it is listed as denied.
-    fn may_read(&mut self, i: &Inode, path: &[u8]) -> bool {
+    fn may_read(&mut self, i: &Inode, path: &[u8]) -> FsResult<bool> {
         match self.who {
             Some(who) if !may(who, i, R) => {
-                self.out.files.push((path.to_vec(), DENIED));
-                false
+                self.deny(path.to_vec())?;
+                Ok(false)
             }
-            _ => true,
+            _ => Ok(true),
+        }
+    }
+
+    /// Keeps a walked directory's entries, if the budget allows.
+    fn remember(&mut self, key: ([u8; 32], u32), seen: Vec<Seen>) {
+        let bytes: usize = seen.iter().map(Seen::bytes).sum::<usize>() + 64;
+        if self.memo_bytes + bytes <= MEMO_BUDGET {
+            self.memo_bytes += bytes;
+            self.memo.insert(key, seen);
         }
     }
 }
 
 impl Fs {
     /// Every regular file below the directories `roots` (each with its path from the mount
-    /// root, which prefixes its files' paths), with its content's key. With `since`, only
-    /// the files that differ from the snapshot of each root given there (added, changed or
-    /// of another kind; a root without one is scanned whole). With `who`, as that user
-    /// would walk: directories they may not read and search, and files they may not read,
-    /// are listed as denied.
-    pub fn scan_contents(&mut self, roots: &[(Ino, Vec<u8>, Option<Ino>)], who: Option<&Caller>) -> FsResult<ScanListing> {
+    /// root, which prefixes its files' paths), with its content's key, handed to `sink` in
+    /// batches as the walk goes. With `since`, only the files that differ from the snapshot
+    /// of each root given there (added, changed or of another kind; a root without one is
+    /// scanned whole). With `who`, as that user would walk: directories they may not read
+    /// and search, and files they may not read, are listed as denied. An error from `sink`
+    /// ends the walk with it.
+    pub fn scan_each(
+        &mut self,
+        roots: &[(Ino, Vec<u8>, Option<Ino>)],
+        who: Option<&Caller>,
+        sink: &mut dyn FnMut(ScanBatch) -> FsResult<()>,
+    ) -> FsResult<()> {
         // What a reader of the mount sees, committed (files a checkpoint would carry too):
         // the walk then reads records only.
         for (ino, _, _) in roots {
@@ -104,10 +178,12 @@ impl Fs {
         }
         let mut w = Walk {
             who,
-            out: ScanListing::default(),
+            batch: ScanBatch::default(),
+            sink,
             index: HashMap::new(),
             by_root: HashMap::new(),
-            dirs: HashMap::new(),
+            memo: HashMap::new(),
+            memo_bytes: 0,
         };
         for (ino, path, since) in roots {
             self.remember(*ino)?;
@@ -118,12 +194,19 @@ impl Fs {
             self.forget(*ino, 1);
             r?;
         }
-        let mut out = w.out;
-        let (denied, files): (Vec<_>, Vec<_>) = out.files.into_iter().partition(|(_, k)| *k == DENIED);
-        out.files = files;
-        out.denied = denied.into_iter().map(|(p, _)| p).collect();
-        out.denied.dedup();
-        Ok(out)
+        w.flush()
+    }
+
+    /// `scan_each`, its batches put together.
+    pub fn scan_contents(&mut self, roots: &[(Ino, Vec<u8>, Option<Ino>)], who: Option<&Caller>) -> FsResult<ScanListing> {
+        let mut all = ScanListing::default();
+        self.scan_each(roots, who, &mut |b| {
+            all.contents.extend(b.contents);
+            all.files.extend(b.files);
+            all.denied.extend(b.denied);
+            Ok(())
+        })?;
+        Ok(all)
     }
 
     /// The files of `root` that differ from its snapshot `snap`.
@@ -144,9 +227,9 @@ impl Fs {
             let i = self.inode_full(ino)?;
             self.forget(ino, 1);
             let at = join(path, &d.path);
-            if w.may_read(&i, &at) {
+            if w.may_read(&i, &at)? {
                 let key = self.content_key(&i, w)?;
-                w.out.push(&mut w.index, at, key, i.size)?;
+                w.push(at, key, i.size)?;
             }
         }
         Ok(())
@@ -176,9 +259,7 @@ impl Fs {
         if self.permits(d, who, R | X)? {
             return Ok(true);
         }
-        if w.out.files.last().map(|(p, k)| (&p[..], *k)) != Some((path, DENIED)) {
-            w.out.files.push((path.to_vec(), DENIED));
-        }
+        w.deny(path.to_vec())?;
         Ok(false)
     }
 
@@ -199,33 +280,39 @@ impl Fs {
         if !self.may_list(d, &path, w)? {
             return Ok(());
         }
-        if let Some(&(start, end, len)) = memo.as_ref().and_then(|m| w.dirs.get(m)) {
-            for i in start..end {
-                let (p, k) = &w.out.files[i];
-                let again = [&path[..], &p[len..]].concat();
-                if *k == DENIED {
-                    w.out.files.push((again, DENIED));
-                    continue;
-                }
-                let (key, size) = w.out.contents[*k as usize];
-                w.out.push(&mut w.index, again, key, size)?;
-            }
-            return Ok(());
+        if let Some(seen) = memo.as_ref().and_then(|m| w.memo.remove(m)) {
+            let r = self.list_again(d, &path, &seen, w, depth);
+            w.memo.insert(memo.unwrap(), seen);
+            return r;
         }
-        let start = w.out.files.len();
-        if overlays {
-            self.scan_entries_loaded(d, &path, w, depth)?;
+        let seen = if overlays {
+            self.scan_entries_loaded(d, &path, w, depth)?
         } else {
-            self.scan_entries_committed(d, &inode, ns, &path, w, depth)?;
-        }
+            self.scan_entries_committed(d, &inode, ns, &path, w, depth)?
+        };
         if let Some(m) = memo {
-            w.dirs.insert(m, (start, w.out.files.len(), path.len()));
+            w.remember(m, seen);
         }
         Ok(())
     }
 
-    /// A directory's entries from its committed tree: files keyed from their records there,
-    /// without loading them.
+    /// A directory whose tree was walked before, at `path`: its entries as then.
+    fn list_again(&mut self, d: Ino, path: &[u8], seen: &[Seen], w: &mut Walk, depth: usize) -> FsResult<()> {
+        for s in seen {
+            match s {
+                Seen::File(name, k) => {
+                    w.batch.files.push((join(path, name), *k));
+                    w.flush_if_full()?;
+                }
+                Seen::Denied(name) => w.deny(join(path, name))?,
+                Seen::Other(name) => self.scan_child(d, name, path, w, depth)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// A directory's entries from its committed tree, in name order: files keyed from their
+    /// records there, without loading them.
     fn scan_entries_committed(
         &mut self,
         d: Ino,
@@ -234,18 +321,18 @@ impl Fs {
         path: &[u8],
         w: &mut Walk,
         depth: usize,
-    ) -> FsResult<()> {
-        let mut files = Vec::new();
-        let mut others = Vec::new();
+    ) -> FsResult<Vec<Seen>> {
+        // (Inline records of files; None: an entry looked up through the inode table.)
+        let mut entries: Vec<(Vec<u8>, Option<Inode>)> = Vec::new();
         let mut bad = None;
         self.vol
             .forest
             .scan(dir.content.as_ref(), &[], &mut |k, v| {
                 match EntryRecord::from_value(v) {
-                    Ok(EntryRecord::Inline(i)) if i.kind == Kind::File => files.push((k.to_vec(), i)),
+                    Ok(EntryRecord::Inline(i)) if i.kind == Kind::File => entries.push((k.to_vec(), Some(i))),
                     Ok(EntryRecord::Inline(i)) if i.kind != Kind::Dir => {}
                     Ok(EntryRecord::Linked { kind, .. }) if kind != Kind::File => {}
-                    Ok(_) => others.push(k.to_vec()),
+                    Ok(_) => entries.push((k.to_vec(), None)),
                     Err(e) => bad = Some(e),
                 }
                 bad.is_none()
@@ -254,31 +341,40 @@ impl Fs {
         if let Some(e) = bad {
             return Err(eio(e));
         }
-        for (name, i) in files {
+        let mut seen = Vec::with_capacity(entries.len());
+        for (name, record) in entries {
+            let Some(i) = record else {
+                // Subdirectories, hard-linked files and nested clones: through the inode table.
+                self.scan_child(d, &name, path, w, depth)?;
+                seen.push(Seen::Other(name));
+                continue;
+            };
             // A file loaded with changes of its own would be seen here as committed; the
             // fold above left none.
             debug_assert!(self.nodes.get(&make_ino(ns, i.oid)).is_none_or(|n| n.chunks.is_empty()));
             let at = join(path, &name);
-            if w.may_read(&i, &at) {
+            if w.may_read(&i, &at)? {
                 let key = self.content_key(&i, w)?;
-                w.out.push(&mut w.index, at, key, i.size)?;
+                let k = w.push(at, key, i.size)?;
+                seen.push(Seen::File(name, k));
+            } else {
+                seen.push(Seen::Denied(name));
             }
         }
-        // Subdirectories, hard-linked files and nested clones: through the inode table.
-        for name in others {
-            self.scan_child(d, &name, path, w, depth)?;
-        }
-        Ok(())
+        Ok(seen)
     }
 
     /// A directory's entries as loaded (a directory with changes not folded into its tree).
-    fn scan_entries_loaded(&mut self, d: Ino, path: &[u8], w: &mut Walk, depth: usize) -> FsResult<()> {
-        for e in self.readdir(d)? {
+    fn scan_entries_loaded(&mut self, d: Ino, path: &[u8], w: &mut Walk, depth: usize) -> FsResult<Vec<Seen>> {
+        let mut entries = self.readdir(d)?;
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        for e in entries {
             if e.name != SNAPDIR_NAME && matches!(e.kind, Kind::File | Kind::Dir) {
                 self.scan_child(d, &e.name, path, w, depth)?;
             }
         }
-        Ok(())
+        // (Never kept: such a directory has no tree hash to find it by.)
+        Ok(Vec::new())
     }
 
     fn scan_child(&mut self, d: Ino, name: &[u8], path: &[u8], w: &mut Walk, depth: usize) -> FsResult<()> {
@@ -289,9 +385,9 @@ impl Fs {
             let sub = join(path, name);
             match i.kind {
                 Kind::Dir => self.scan_dir(c, sub, w, depth + 1),
-                Kind::File if w.may_read(&i, &sub) => {
+                Kind::File if w.may_read(&i, &sub)? => {
                     let key = self.content_key(&i, w)?;
-                    w.out.push(&mut w.index, sub, key, i.size)
+                    w.push(sub, key, i.size).map(|_| ())
                 }
                 _ => Ok(()),
             }

@@ -316,3 +316,59 @@ fn a_tree_walked_once_is_listed_again_only_where_the_user_may_list_it() {
         assert_eq!(got.denied, [shut.as_bytes().to_vec()], "closed first: {closed_first}");
     }
 }
+
+/// A scan streams: 10,000 files and a clone of them reach the sink in batches of at most
+/// `BATCH_FILES`, each file's content announced in its batch or before, in walk order (the
+/// paths sorted with `/` below every other byte: `a/z` before `a.b`); the batches make
+/// the listing `scan_contents` gives; a sink's error ends the walk with it.
+#[test]
+fn a_scan_streams_in_batches_in_walk_order() {
+    use scion_fs::scan::{ScanBatch, BATCH_FILES};
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    for d in ["a", "a.b", "a-c", "b"] {
+        let dir = fs.mknod(src, d.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+        for f in 0..2500 {
+            mkfile(&mut fs, dir, &format!("f{f}"), format!("{}", f % 300).as_bytes());
+        }
+        mkfile(&mut fs, src, &format!("{d}0"), d.as_bytes());
+    }
+    fs.checkpoint().unwrap();
+    let c = fs.clone_dir(src, root, b"c", &[], b"test").unwrap();
+    let roots = [(src, b"src".to_vec(), None), (c, b"c".to_vec(), None)];
+    let mut batches: Vec<ScanBatch> = Vec::new();
+    fs.scan_each(&roots, None, &mut |b| {
+        batches.push(b);
+        Ok(())
+    })
+    .unwrap();
+    assert!(batches.len() >= 2 * 10_004 / BATCH_FILES, "{} batches", batches.len());
+    let mut announced = 0;
+    let mut paths = Vec::new();
+    for b in &batches {
+        assert!(b.files.len() + b.denied.len() <= BATCH_FILES);
+        announced += b.contents.len();
+        assert!(b.files.iter().all(|(_, k)| (*k as usize) < announced), "a file before its content");
+        paths.extend(b.files.iter().map(|(p, _)| p.clone()));
+    }
+    assert_eq!(paths.len(), 2 * 10_004);
+    let mut sorted = paths.clone();
+    // (Root by root, in the order given.)
+    sorted.sort_by_key(|p| (!p.starts_with(b"src/"), p.split(|&c| c == b'/').map(<[u8]>::to_vec).collect::<Vec<_>>()));
+    if let Some(i) = (0..paths.len()).find(|&i| paths[i] != sorted[i]) {
+        let show = |v: &[Vec<u8>]| v.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect::<Vec<_>>();
+        panic!("not in walk order at {i}: {:?}, sorted {:?}", show(&paths[i.saturating_sub(2)..i + 2]), show(&sorted[i.saturating_sub(2)..i + 2]));
+    }
+    assert!(paths.iter().position(|p| p == b"src/a/f999").unwrap() < paths.iter().position(|p| p == b"src/a.b/f0").unwrap());
+    let all = fs.scan_contents(&roots, None).unwrap();
+    assert_eq!(all.files.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(), paths);
+    assert_eq!(all.contents.len(), announced);
+    // A sink that fails stops the walk, with its error.
+    let mut calls = 0;
+    let r = fs.scan_each(&roots, None, &mut |_| {
+        calls += 1;
+        Err(scion_fs::errno::EPERM)
+    });
+    assert_eq!((r.unwrap_err(), calls), (scion_fs::errno::EPERM, 1));
+}
