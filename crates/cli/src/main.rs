@@ -1,4 +1,6 @@
 //! The `scion` command line: thin wrappers over scion-fs and scion-fuse.
+// (serde_json's `json!` of the status report nests deeper than the default allows.)
+#![recursion_limit = "256"]
 
 mod control;
 mod copy;

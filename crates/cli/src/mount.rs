@@ -145,6 +145,8 @@ struct ScionOptions {
     node_cache: Option<usize>,
     /// The bound of each volume's memo of tree hashes, in entries (`hash_memo=N`).
     hash_memo: Option<usize>,
+    /// The bound of each volume's places of evicted inodes (`whereabouts=N`).
+    whereabouts: Option<usize>,
     /// Inodes waiting to be folded that make the background checkpoint (`fold_batch=N`).
     fold_batch: Option<usize>,
     /// Serve the mount over NFSv3 too (`nfs=ADDR:PORT`, `nfs_squash=`, `nfs_anon=`, `nfs_access=`,
@@ -166,7 +168,7 @@ const KERNEL_OPTIONS: &[&str] = &[
 /// neither scion's nor one of the kernel's it passes on.
 /// scion's own options' names (each `NAME=VALUE`).
 const OURS: &[&str] = &[
-    "snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "fold_batch", "nfs",
+    "snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "whereabouts", "fold_batch", "nfs",
     "nfs_squash", "nfs_anon", "nfs_access", "nfs_max_held",
 ];
 
@@ -212,6 +214,15 @@ fn fold_batch(options: &[String]) -> Result<Option<usize>, String> {
     }
 }
 
+/// `whereabouts=N`: evicted inodes whose place is kept for handles, 0 to 2^24.
+fn whereabouts_entries(options: &[String]) -> Result<Option<usize>, String> {
+    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix("whereabouts=")) else { return Ok(None) };
+    match v.parse::<usize>() {
+        Ok(n) if n <= 1 << 24 => Ok(Some(n)),
+        _ => Err(format!("whereabouts={v}: expected a number of inodes from 0 to 16777216")),
+    }
+}
+
 /// `hash_memo=N`: entries, 1,024 to 2^28.
 fn hash_memo_entries(options: &[String]) -> Result<Option<usize>, String> {
     let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix("hash_memo=")) else { return Ok(None) };
@@ -244,7 +255,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         if !ours && !numeric && !KERNEL_OPTIONS.contains(&o.as_str()) {
             return Err(format!(
                 "mount option {o:?} is unknown: scion takes {}, max_read=N, blksize=N, and its own snapdir=, uring=, \
-                 repack=, compress_old=, cache=, users=, node_cache=, hash_memo=, fold_batch=, nfs=, nfs_squash=, \
+                 repack=, compress_old=, cache=, users=, node_cache=, hash_memo=, whereabouts=, fold_batch=, nfs=, nfs_squash=, \
                  nfs_anon=, nfs_access= and nfs_max_held= (see scion mount --help)",
                 KERNEL_OPTIONS.join(", ")
             ));
@@ -267,6 +278,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         users: value("users", "on", "off")?,
         node_cache: node_cache_size(options)?,
         hash_memo: hash_memo_entries(options)?,
+        whereabouts: whereabouts_entries(options)?,
         fold_batch: fold_batch(options)?,
         nfs: nfs_options(options)?,
         kernel: options
@@ -305,6 +317,9 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     }
     if let Some(n) = ours.hash_memo {
         scion_fs::set_hash_memo_limit(n);
+    }
+    if let Some(n) = ours.whereabouts {
+        scion_fs::reach::set_whereabouts_limit(n);
     }
     if let Some(n) = ours.fold_batch {
         scion_fs::set_fold_batch(n);
@@ -345,6 +360,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         users,
         node_cache: _,
         hash_memo: _,
+        whereabouts: _,
         fold_batch: _,
         nfs,
         kernel: options,
@@ -839,7 +855,7 @@ fn kernel_flag(o: &str) -> Option<(libc::c_ulong, bool)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{fold_batch, hash_memo_entries, node_cache_size};
+    use super::{fold_batch, hash_memo_entries, node_cache_size, whereabouts_entries};
 
     #[test]
     fn node_cache_takes_a_size_and_refuses_nonsense() {
@@ -856,6 +872,12 @@ mod tests {
         assert_eq!(memo("ro"), Ok(None));
         for bad in ["hash_memo=", "hash_memo=10", "hash_memo=1e6", "hash_memo=999999999999"] {
             assert!(memo(bad).is_err(), "{bad}");
+        }
+        let places = |o: &str| whereabouts_entries(&[o.to_string()]);
+        assert_eq!(places("whereabouts=0"), Ok(Some(0)));
+        assert_eq!(places("whereabouts=100000"), Ok(Some(100_000)));
+        for bad in ["whereabouts=", "whereabouts=-1", "whereabouts=lots", "whereabouts=99999999"] {
+            assert!(places(bad).is_err(), "{bad}");
         }
         let batch = |o: &str| fold_batch(&[o.to_string()]);
         assert_eq!(batch("fold_batch=0"), Ok(Some(0)));

@@ -110,6 +110,8 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
                 "node_cache_limit": f.memory.node_cache_limit,
                 "hash_memo_entries": f.memory.hash_memo_entries,
                 "hash_memo_limit": f.memory.hash_memo_limit,
+                "whereabouts_entries": f.memory.whereabouts_entries,
+                "whereabouts_limit": f.memory.whereabouts_limit,
                 "listings": st.listings,
                 "listing_bytes": st.listing_bytes,
                 "buffered_bytes": f.dirty_bytes,
@@ -173,7 +175,7 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
     );
     let m = &f.memory;
     out += &format!(
-        "  memory: {}{} inodes loaded ({} held by the kernel) in {}; node cache {} of {}; {} of {} tree hashes kept; {} open directory listings in {}; {} buffered\n",
+        "  memory: {}{} inodes loaded ({} held by the kernel) in {}; node cache {} of {}; {} of {} tree hashes kept; {} of {} evicted inodes' places kept; {} open directory listings in {}; {} buffered\n",
         if st.pid != 0 { format!("daemon {} resident; ", human(st.rss_bytes)) } else { String::new() },
         m.inodes,
         m.kernel_inodes,
@@ -182,6 +184,8 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
         human(m.node_cache_limit),
         m.hash_memo_entries,
         m.hash_memo_limit,
+        m.whereabouts_entries,
+        m.whereabouts_limit,
         st.listings,
         human(st.listing_bytes),
         human(f.dirty_bytes),

@@ -974,6 +974,8 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             }
             // Since version 12.
             w.bytes(st.nfs.as_bytes());
+            // Since version 14.
+            w.u64(m.whereabouts_entries).u64(m.whereabouts_limit);
         }
         Reply::MirrorRemoved(n) => {
             w.u8(24).u32(*n);
@@ -1266,6 +1268,8 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 for x in m.iter_mut() {
                     *x = r.u64().map_err(bad)?;
                 }
+                let nfs = text(r.bytes().map_err(bad)?);
+                let whereabouts = [r.u64().map_err(bad)?, r.u64().map_err(bad)?];
                 let memory = scion_fs::status::Memory {
                     inodes: m[3],
                     kernel_inodes: m[4],
@@ -1274,6 +1278,8 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     node_cache_limit: m[7],
                     hash_memo_entries: m[8],
                     hash_memo_limit: m[9],
+                    whereabouts_entries: whereabouts[0],
+                    whereabouts_limit: whereabouts[1],
                 };
                 let facts = scion_fs::status::StatusFacts {
                     written,
@@ -1309,7 +1315,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     rss_bytes: m[0],
                     listings: m[1],
                     listing_bytes: m[2],
-                    nfs: text(r.bytes().map_err(bad)?),
+                    nfs,
                 }))
             }
             24 => Reply::MirrorRemoved(r.u32().map_err(bad)?),

@@ -249,6 +249,8 @@ fn replies_round_trip_and_cut_ones_are_refused() {
                     node_cache_limit: 64 << 20,
                     hash_memo_entries: 12,
                     hash_memo_limit: 1 << 20,
+                    whereabouts_entries: 77,
+                    whereabouts_limit: 1 << 15,
                 },
             },
             store: b"/srv/store".to_vec(),

@@ -25,8 +25,21 @@ pub const WALK_LIMIT: u64 = 1 << 22;
 /// Deepest path a hint or a walk follows.
 const MAX_DEPTH: usize = 4096;
 
-/// Evicted inodes whose place `Whereabouts` keeps: about 3 MiB at most (names included).
-const WHEREABOUTS: usize = 1 << 15;
+/// Evicted inodes whose place `Whereabouts` keeps by default: about 3 MiB at most (names
+/// included).
+pub const WHEREABOUTS: usize = 1 << 15;
+
+static WHEREABOUTS_LIMIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(WHEREABOUTS);
+
+/// The bound of every volume's `Whereabouts` from now on, in inodes (mount option
+/// `whereabouts=N`; 0 keeps none, and a handle of an evicted inode is found by a walk).
+pub fn set_whereabouts_limit(entries: usize) {
+    WHEREABOUTS_LIMIT.store(entries, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub(crate) fn whereabouts_limit() -> usize {
+    WHEREABOUTS_LIMIT.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Where the last `WHEREABOUTS` inodes evicted from memory were: each one's directory and
 /// name. Only a hint: what is found there is taken only if it has the number looked for.
@@ -43,11 +56,16 @@ impl Whereabouts {
         if self.at.insert(ino, (parent, name.to_vec())).is_none() {
             self.order.push_back(ino);
         }
-        while self.order.len() > WHEREABOUTS {
+        while self.order.len() > whereabouts_limit() {
             let old = self.order.pop_front().expect("more than the bound");
             self.at.remove(&old);
         }
         debug_assert_eq!(self.at.len(), self.order.len());
+    }
+
+    /// Inodes noted.
+    pub(crate) fn len(&self) -> usize {
+        self.order.len()
     }
 
     fn get(&self, ino: Ino) -> Option<&(Ino, Vec<u8>)> {

@@ -52,6 +52,9 @@ pub struct Memory {
     /// (`hash_memo=`).
     pub hash_memo_entries: u64,
     pub hash_memo_limit: u64,
+    /// Evicted inodes whose place is kept for handles, and their bound (`whereabouts=`).
+    pub whereabouts_entries: u64,
+    pub whereabouts_limit: u64,
 }
 
 /// Bytes written since mount: by users (through the mount), and to the host by what they
@@ -88,6 +91,8 @@ impl Fs {
             node_cache_limit: limit as u64,
             hash_memo_entries: self.hash_memo.len() as u64,
             hash_memo_limit: crate::treehash::hash_memo_limit() as u64,
+            whereabouts_entries: self.whereabouts.len() as u64,
+            whereabouts_limit: crate::reach::whereabouts_limit() as u64,
             ..Memory::default()
         };
         for n in self.nodes.values() {
