@@ -147,6 +147,8 @@ struct ScionOptions {
     hash_memo: Option<usize>,
     /// The bound of each volume's places of evicted inodes (`whereabouts=N`).
     whereabouts: Option<usize>,
+    /// Background requests the kernel keeps in flight (`max_background=N`).
+    max_background: Option<u16>,
     /// Inodes waiting to be folded that make the background checkpoint (`fold_batch=N`).
     fold_batch: Option<usize>,
     /// Serve the mount over NFSv3 too (`nfs=ADDR:PORT`, `nfs_squash=`, `nfs_anon=`, `nfs_access=`,
@@ -168,7 +170,7 @@ const KERNEL_OPTIONS: &[&str] = &[
 /// neither scion's nor one of the kernel's it passes on.
 /// scion's own options' names (each `NAME=VALUE`).
 const OURS: &[&str] = &[
-    "snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "whereabouts", "fold_batch", "nfs",
+    "snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "whereabouts", "max_background", "fold_batch", "nfs",
     "nfs_squash", "nfs_anon", "nfs_access", "nfs_max_held",
 ];
 
@@ -214,6 +216,15 @@ fn fold_batch(options: &[String]) -> Result<Option<usize>, String> {
     }
 }
 
+/// `max_background=N`: background requests (writeback, readahead) in flight, 1 to 1024.
+fn max_background(options: &[String]) -> Result<Option<u16>, String> {
+    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix("max_background=")) else { return Ok(None) };
+    match v.parse::<u16>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(Some(n)),
+        _ => Err(format!("max_background={v}: expected a number of requests from 1 to 1024")),
+    }
+}
+
 /// `whereabouts=N`: evicted inodes whose place is kept for handles, 0 to 2^24.
 fn whereabouts_entries(options: &[String]) -> Result<Option<usize>, String> {
     let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix("whereabouts=")) else { return Ok(None) };
@@ -255,7 +266,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         if !ours && !numeric && !KERNEL_OPTIONS.contains(&o.as_str()) {
             return Err(format!(
                 "mount option {o:?} is unknown: scion takes {}, max_read=N, blksize=N, and its own snapdir=, uring=, \
-                 repack=, compress_old=, cache=, users=, node_cache=, hash_memo=, whereabouts=, fold_batch=, nfs=, nfs_squash=, \
+                 repack=, compress_old=, cache=, users=, node_cache=, hash_memo=, whereabouts=, max_background=, fold_batch=, nfs=, nfs_squash=, \
                  nfs_anon=, nfs_access= and nfs_max_held= (see scion mount --help)",
                 KERNEL_OPTIONS.join(", ")
             ));
@@ -279,6 +290,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         node_cache: node_cache_size(options)?,
         hash_memo: hash_memo_entries(options)?,
         whereabouts: whereabouts_entries(options)?,
+        max_background: max_background(options)?,
         fold_batch: fold_batch(options)?,
         nfs: nfs_options(options)?,
         kernel: options
@@ -361,6 +373,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         node_cache: _,
         hash_memo: _,
         whereabouts: _,
+        max_background: background,
         fold_batch: _,
         nfs,
         kernel: options,
@@ -383,6 +396,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let front = scion_fuse::ScionFuse::new(router.clone())
         .with_atime(scion_fuse::Atime::from_options(options.iter().map(String::as_str)))
         .with_uring(uring)
+        .with_max_background(background.unwrap_or(scion_fuse::DEFAULT_MAX_BACKGROUND))
         .with_writeback(writeback)
         .with_control_socket(users_socket.clone());
     let stale_attrs = front.attr_invalidator();
@@ -855,7 +869,7 @@ fn kernel_flag(o: &str) -> Option<(libc::c_ulong, bool)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{fold_batch, hash_memo_entries, node_cache_size, whereabouts_entries};
+    use super::{fold_batch, hash_memo_entries, max_background, node_cache_size, whereabouts_entries};
 
     #[test]
     fn node_cache_takes_a_size_and_refuses_nonsense() {
@@ -878,6 +892,11 @@ mod tests {
         assert_eq!(places("whereabouts=100000"), Ok(Some(100_000)));
         for bad in ["whereabouts=", "whereabouts=-1", "whereabouts=lots", "whereabouts=99999999"] {
             assert!(places(bad).is_err(), "{bad}");
+        }
+        let bg = |o: &str| max_background(&[o.to_string()]);
+        assert_eq!(bg("max_background=16"), Ok(Some(16)));
+        for bad in ["max_background=0", "max_background=2000", "max_background=x"] {
+            assert!(bg(bad).is_err(), "{bad}");
         }
         let batch = |o: &str| fold_batch(&[o.to_string()]);
         assert_eq!(batch("fold_batch=0"), Ok(Some(0)));

@@ -110,8 +110,9 @@ struct Listing {
     results: Vec<Option<(ScanResult, bool)>>,
     /// For each content not kept, the path (pinned) COMMAND runs on: its first holder's.
     first_path: Vec<Option<Vec<u8>>>,
-    /// The contents the last batch listed first.
+    /// The contents the last batch listed first, and whether its files have come since.
     batch: std::ops::Range<usize>,
+    batch_done: bool,
     spool: std::io::BufWriter<std::fs::File>,
     files: u64,
     denied: u64,
@@ -126,6 +127,7 @@ impl Listing {
             results: Vec::new(),
             first_path: Vec::new(),
             batch: 0..0,
+            batch_done: false,
             spool: std::io::BufWriter::with_capacity(1 << 20, tempfile::tempfile()?),
             files: 0,
             denied: 0,
@@ -142,7 +144,10 @@ impl Listing {
             Part::ScanPins(p) if self.pins.is_none() => self.pins = Some(p),
             Part::ScanPins(_) => return Err("a scan's pins twice".into()),
             Part::ScanContents(v) => {
-                self.batch = self.contents.len()..self.contents.len() + v.len();
+                // (A batch's contents may come in several frames: the range grows until files come.)
+                let start = if self.batch.end == self.contents.len() && !self.batch_done { self.batch.start } else { self.contents.len() };
+                self.batch = start..self.contents.len() + v.len();
+                self.batch_done = false;
                 self.contents.extend(v);
                 self.results.resize(self.contents.len(), None);
                 self.first_path.resize(self.contents.len(), None);
@@ -159,6 +164,7 @@ impl Listing {
             }
             Part::ScanCached(_) => {}
             Part::ScanFiles(v) => {
+                self.batch_done = true;
                 for (p, k) in v {
                     let k = k as usize;
                     if k >= self.contents.len() {
@@ -172,6 +178,7 @@ impl Listing {
                 }
             }
             Part::ScanDenied(v) => {
+                self.batch_done = true;
                 for d in v {
                     eprintln!("scion scan: {}: permission denied", mnt.join(rel(&d)).display());
                     self.denied += 1;

@@ -528,14 +528,15 @@ pub(crate) fn scan_begin(
 /// Where a scan's parts go as its walk finds them: the caller's socket (`server.rs`).
 pub type ScanOut<'a> = dyn FnMut(crate::wire::Part) -> Result<(), Failure> + 'a;
 
-/// The results kept for `command` run by `user`, by content (read once per scan; what the
-/// walk finds is taken out and sent with its contents).
+/// The results kept for `command` run by `user` in the store at `store`, by content (read
+/// once per scan, without the engine lock; what the walk finds is taken out and sent with
+/// its contents).
 pub(crate) fn scan_kept(
-    fs: &Fs,
+    store: &std::path::Path,
     command: &[u8],
     user: Option<&scion_fs::access::Caller>,
 ) -> std::collections::HashMap<scion_fs::scan::ContentKey, ScanResult> {
-    scan_cache::load(&scan_cache::file_for(fs.store_dir(), user.map(|u| u.uid), command))
+    scan_cache::load(&scan_cache::file_for(store, user.map(|u| u.uid), command))
 }
 
 /// A scan's walk, in a view of the engine taken after `scan_begin`: its files go to `out`

@@ -794,7 +794,10 @@ fn run_scan(
     let walked = (|| {
         out(wire::Part::ScanPins(scan_pins(&plan)))?;
         let mut kept = match command {
-            Some(c) => scan_kept(&engine.lock(), c, user),
+            Some(c) => {
+                let store = engine.lock().store_dir().to_path_buf();
+                scan_kept(&store, c, user)
+            }
             None => Default::default(),
         };
         let mut view = engine.view().map_err(Failure::from_fs("a view of the committed state".into()))?;

@@ -40,6 +40,9 @@ impl Fs {
         let mut node = Node::new(inode, ns, Loc::Gone);
         node.nameless = true;
         self.nodes.insert(ino, Box::new(node));
+        // An orphan from the start: its buffered bytes are written behind as an unlinked
+        // file's are (`flush_begin`), not kept in memory.
+        self.orphans.insert(ino);
         self.log(|| Some(Record::Reserve { ns, oid }))?;
         self.remember(ino)
     }

@@ -59,6 +59,9 @@ fn entry_ttl(a: &Attr) -> Duration {
     }
 }
 const MAX_WRITE: u32 = 1 << 20;
+/// Background requests in flight by default (`-o max_background=N`; the kernel's own
+/// default is 12, fuser's 16).
+pub const DEFAULT_MAX_BACKGROUND: u16 = 64;
 
 pub struct ScionFuse {
     /// The volumes served, found by inode number.
@@ -69,6 +72,8 @@ pub struct ScionFuse {
     next_fh: AtomicU64,
     /// Ask for FUSE over io_uring (per-CPU queues: no cross-CPU wake-up per round trip).
     uring: bool,
+    /// Background requests (writeback, readahead) the kernel keeps in flight at once.
+    max_background: u16,
     /// Ask for the kernel's writeback cache of file data.
     writeback: bool,
     /// The users' control socket the root directory names (`CONTROL_XATTR`), if any.
@@ -265,6 +270,7 @@ impl ScionFuse {
             atime: Atime::Relative,
             next_fh: AtomicU64::new(1),
             uring: false,
+            max_background: DEFAULT_MAX_BACKGROUND,
             writeback: true,
             control: None,
         }
@@ -464,6 +470,13 @@ impl ScionFuse {
         self.uring = on;
         self
     }
+
+    /// At most `n` background requests (writeback, readahead) in flight: fewer let an
+    /// fsync or a small request overtake a bulk writer's queue sooner.
+    pub fn with_max_background(mut self, n: u16) -> ScionFuse {
+        self.max_background = n;
+        self
+    }
 }
 
 /// The mode to set when the kernel asks the filesystem to drop a file's privileges
@@ -656,7 +669,7 @@ impl Filesystem for ScionFuse {
         }
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_readahead(MAX_WRITE);
-        let _ = config.set_max_background(64);
+        let _ = config.set_max_background(self.max_background);
         Ok(())
     }
 
