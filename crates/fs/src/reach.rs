@@ -151,12 +151,19 @@ impl Fs {
 
     /// Whether `hint` (names from namespace `ns`'s root) leads to `ino`, loading it.
     fn by_hint(&mut self, ns: u32, ino: Ino, hint: &[Vec<u8>]) -> FsResult<bool> {
-        if hint.is_empty() || hint.len() > MAX_DEPTH {
-            return Ok(false);
+        debug_assert_eq!(ns, ns_of(ino));
+        Ok(self.named_in(ino, hint)?.is_some())
+    }
+
+    /// The directory in which `names` (from `ino`'s namespace root) still name `ino`, if they
+    /// do: one place of a file with several names, which has no one parent (`parent_of`).
+    pub fn named_in(&mut self, ino: Ino, names: &[Vec<u8>]) -> FsResult<Option<Ino>> {
+        if names.is_empty() || names.len() > MAX_DEPTH {
+            return Ok(None);
         }
-        let (dir, last) = hint.split_at(hint.len() - 1);
-        let Some(parent) = self.follow(ns, dir)? else { return Ok(false) };
-        Ok(matches!(self.child(parent, &last[0]), Ok(Some(found)) if found == ino))
+        let (dir, last) = names.split_at(names.len() - 1);
+        let Some(parent) = self.follow(ns_of(ino), dir)? else { return Ok(None) };
+        Ok(matches!(self.child(parent, &last[0]), Ok(Some(found)) if found == ino).then_some(parent))
     }
 
     /// Whether the places `Whereabouts` noted for `ino` and the directories above it, up to

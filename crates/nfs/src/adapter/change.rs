@@ -292,6 +292,7 @@ impl NfsFileSystem for ScionNfs {
         // A name in a writable directory would make a frozen file writable.
         self.thawed(&mut fs, &file)?;
         let a = fs.link(file.ino, dir.ino, name(newname)).map_err(status)?;
+        self.reached_by(&fs, &dir, name(newname), &a);
         // The engine counted a reference for the new name; the adapter holds one already.
         self.hold(&file, &mut fs, &a);
         drop(fs);

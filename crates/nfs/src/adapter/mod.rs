@@ -35,7 +35,7 @@ use scion_daemon::Engine;
 use scion_fs::access::{Caller, R, W, X};
 use scion_fs::clone::SNAPDIR_BIT;
 use scion_fs::{Attr, Fs, FsError, Inval, Kind, SetAttr, Stamp, Ts};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -108,6 +108,10 @@ pub struct ScionNfs {
     store: PathBuf,
     /// Hints read at start for inodes not revived yet (`hints.rs`).
     hints: Arc<Mutex<Hints>>,
+    /// Files with several names: the names (from their namespace's root) of the one a client
+    /// reached each by, since such a file has no one place (`names_of` gives none). Kept as
+    /// its hint, so that after a restart it is found in an export by that name.
+    linked_at: Arc<Mutex<HashMap<u64, Vec<Vec<u8>>>>>,
     /// Handles known to name nothing any more, by (graft, inode).
     gone: Arc<Mutex<HashSet<hints::Key>>>,
     /// Whether the held set changed since the hints were last written, and sweeps since.
@@ -230,6 +234,7 @@ impl ScionNfs {
         let store = router.main().lock().store_dir().to_path_buf();
         let mut nfs = ScionNfs {
             hints: Arc::new(Mutex::new(hints::load(&store))),
+            linked_at: Arc::default(),
             store,
             router,
             key,
@@ -265,7 +270,7 @@ impl ScionNfs {
         nfs.frozen = Arc::new(fr);
         let held: Vec<u64> = locked(&nfs.held).iter().copied().collect();
         let above = held.into_iter().filter(|&g| match nfs.router.route(g) {
-            Ok((vol, engine, ino)) => !nfs.in_exports(vol, &engine, ino),
+            Ok((vol, engine, ino)) => !nfs.in_exports(vol, &engine, ino, &[]),
             Err(_) => true,
         });
         nfs.above = Arc::new(above.collect());
@@ -419,7 +424,7 @@ impl ScionNfs {
             }),
             Err(e) => Err(status(e)),
         };
-        if found.as_ref().is_ok_and(|a| a.nlink > 0) && !self.in_exports(vol, engine, ino) {
+        if found.as_ref().is_ok_and(|a| a.nlink > 0) && !self.in_exports(vol, engine, ino, &hint) {
             // Made under other exports (before a restart with other `--export`s).
             engine.lock().forget(ino, 1);
             return Err(nfsstat3::NFS3ERR_STALE);
@@ -427,6 +432,10 @@ impl ScionNfs {
         let mut fs = engine.lock();
         match found {
             Ok(a) if a.nlink > 0 => {
+                if !hint.is_empty() && fs.names_of(ino).is_some_and(|n| n.is_empty()) {
+                    // A file with several names keeps the name it was found by as its hint.
+                    locked(&self.linked_at).insert(global, hint);
+                }
                 if locked(&self.held).insert(global) {
                     locked(&self.order).push_back(global);
                 } else {
@@ -453,8 +462,9 @@ impl ScionNfs {
 
     /// Whether inode `ino` of `vol` (loaded) lies in an export, by its path from the mount
     /// root: a directory's own, a file's directory's. A file with several names has no one
-    /// directory: it is in an export only when the mount's root is exported.
-    fn in_exports(&self, vol: VolumeId, engine: &Engine, ino: u64) -> bool {
+    /// directory: it is in an export if `hint` (the name a client reached it by) still names
+    /// it there, or if the mount's root is exported.
+    fn in_exports(&self, vol: VolumeId, engine: &Engine, ino: u64, hint: &[Vec<u8>]) -> bool {
         if self.exports.iter().any(|(p, _)| p.is_empty()) {
             return true;
         }
@@ -463,6 +473,10 @@ impl ScionNfs {
             let dir = match fs.getattr(ino) {
                 Ok(a) if a.kind == Kind::Dir => ino,
                 Ok(_) if fs.parent_of(ino) != ino => fs.parent_of(ino),
+                Ok(_) => match fs.named_in(ino, hint) {
+                    Ok(Some(d)) => d,
+                    _ => return false,
+                },
                 _ => return false,
             };
             let Ok(p) = fs.path_of_dir(dir) else { return false };
@@ -494,6 +508,29 @@ impl ScionNfs {
             };
         }
         at.vol.global(fs.parent_of(at.ino))
+    }
+
+    /// Notes that a client reached file `a` by the name `name` in directory `dir`: where a
+    /// file with several names is found in an export after a restart (`linked_at`).
+    fn reached_by(&self, fs: &Fs, dir: &At, name: &[u8], a: &Attr) {
+        if a.kind == Kind::Dir || a.nlink < 2 {
+            return;
+        }
+        let Some(mut names) = fs.names_of(dir.ino) else { return };
+        names.push(name.to_vec());
+        let mut l = locked(&self.linked_at);
+        if l.len() < MAX_HINTS {
+            l.insert(dir.vol.global(a.ino), names);
+        }
+    }
+
+    /// The hint of inode `ino` of `vol`: its names from its namespace's root, or for a file
+    /// with several names the one a client reached it by.
+    fn hint_of(&self, fs: &Fs, vol: VolumeId, ino: u64) -> Option<Vec<Vec<u8>>> {
+        match fs.names_of(ino) {
+            Some(n) if n.is_empty() && ino != scion_fs::ROOT_INO => locked(&self.linked_at).get(&vol.global(ino)).cloned(),
+            n => n,
+        }
     }
 
     fn lost(&self, key: hints::Key) {
@@ -599,7 +636,7 @@ impl ScionNfs {
                 continue;
             };
             let mut fs = engine.lock();
-            if let (Some(graft), Some(names)) = (self.graft(vol), fs.names_of(ino)) {
+            if let (Some(graft), Some(names)) = (self.graft(vol), self.hint_of(&fs, vol, ino)) {
                 let mut h = locked(&self.hints);
                 if h.len() < MAX_HINTS {
                     h.insert((graft, ino), names);
@@ -628,7 +665,7 @@ impl ScionNfs {
             let fs = engine.lock();
             for &g in chunk.iter().filter(|g| VolumeId::of(**g) == vol && **g & SNAPDIR_BIT == 0) {
                 let ino = VolumeId::local(g);
-                if let Some(names) = fs.names_of(ino) {
+                if let Some(names) = self.hint_of(&fs, vol, ino) {
                     out.insert((graft, ino), names);
                 }
             }

@@ -56,6 +56,7 @@ impl NfsReadFileSystem for ScionNfs {
             fs.forget(a.ino, 1);
             return Ok(self.handle(cube.global(scion_fs::ROOT_INO)));
         }
+        self.reached_by(&fs, &at, n, &a);
         Ok(self.hold(&at, &mut fs, &a))
     }
 
@@ -166,7 +167,10 @@ impl NfsReadFileSystem for ScionNfs {
                     let Ok(root) = root else { continue };
                     (self.handle(cube.global(scion_fs::ROOT_INO)), root, cube)
                 }
-                None => (self.hold(&at, &mut fs, &a), a, at.vol),
+                None => {
+                    self.reached_by(&fs, &at, &e.name, &a);
+                    (self.hold(&at, &mut fs, &a), a, at.vol)
+                }
             };
             out.push(DirEntryPlus {
                 fileid: vol.global(a.ino),
