@@ -110,20 +110,24 @@ def test_memory_follows_what_the_kernel_holds(scion_mount):
 
     for _ in os.walk(f"{m.mnt}/w"):
         pass
+    def forgotten():
+        """`memory()` once the kernel has forgotten what it held (or 30 s have gone by)."""
+        deadline = time.time() + 30
+        while True:
+            with open("/proc/sys/vm/drop_caches", "w") as h:
+                h.write("3\n")
+            time.sleep(1)
+            now = memory()
+            if now["inodes"] < 20 or time.time() > deadline:
+                return now
+
     walked = memory()
     assert walked["kernel_inodes"] >= 20 * 26, walked
     assert walked["rss_bytes"] > 0 and walked["node_cache_limit"] == 64 << 20, walked
     assert walked["hash_memo_limit"] == 1 << 20 and walked["listings"] == 0, walked
     assert walked["whereabouts_limit"] == 1 << 15 and walked["whereabouts_entries"] <= 1 << 15, walked
     # The kernel forgets over a while; what the daemon holds follows.
-    deadline = time.time() + 30
-    while True:
-        with open("/proc/sys/vm/drop_caches", "w") as h:
-            h.write("3\n")
-        time.sleep(1)
-        now = memory()
-        if now["inodes"] < 20 or time.time() > deadline:
-            break
+    now = forgotten()
     assert now["inodes"] < 20, (now, walked)
     assert now["inode_bytes"] < walked["inode_bytes"], (now, walked)
     # What was evicted left its place for handles, within the bound; `whereabouts=` sets it.
@@ -132,12 +136,5 @@ def test_memory_follows_what_the_kernel_holds(scion_mount):
     m.mount("whereabouts=100")
     for _ in os.walk(f"{m.mnt}/w"):
         pass
-    deadline = time.time() + 30
-    while True:
-        with open("/proc/sys/vm/drop_caches", "w") as h:
-            h.write("3\n")
-        time.sleep(1)
-        now = memory()
-        if now["inodes"] < 20 or time.time() > deadline:
-            break
+    now = forgotten()
     assert now["whereabouts_limit"] == 100 and 0 < now["whereabouts_entries"] <= 100, now

@@ -479,6 +479,14 @@ impl ScionFuse {
     }
 }
 
+/// The answer to CREATE and TMPFILE: the new file `r`, opened (or the error).
+fn created(at: &At, fs: &mut scion_fs::Fs, r: scion_fs::FsResult<scion_fs::Attr>, reply: ReplyCreate) {
+    match r.and_then(|a| fs.open_file(a.ino).map(|_| a)) {
+        Ok(a) => reply.created(&TTL, &at.attr(&a), Generation(at.generation), FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+        Err(e) => reply.error(err(e)),
+    }
+}
+
 /// The mode to set when the kernel asks the filesystem to drop a file's privileges
 /// (FUSE_HANDLE_KILLPRIV_V2): on a write or truncate by a caller without CAP_FSETID, and on a
 /// chown of anything but a directory. `mode` is the one the request sets, if any; `None`: it
@@ -1266,32 +1274,14 @@ impl Filesystem for ScionFuse {
             0,
             &[],
         );
-        match r.and_then(|a| fs.open_file(a.ino).map(|_| a)) {
-            Ok(a) => reply.created(
-                &TTL,
-                &at.attr(&a),
-                Generation(at.generation),
-                FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE,
-            ),
-            Err(e) => reply.error(err(e)),
-        }
+        created(&at, &mut fs, r, reply);
     }
 
     fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, _flags: i32, reply: ReplyCreate) {
         let at = route!(self, parent, reply);
         let mut fs = at.fs();
         let r = fs.tmpfile(at.ino, mode, umask, req.uid(), req.gid());
-        match r.and_then(|a| fs.open_file(a.ino).map(|_| a)) {
-            Ok(a) => reply.created(
-                &TTL,
-                &at.attr(&a),
-                Generation(at.generation),
-                FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE,
-            ),
-            Err(e) => reply.error(err(e)),
-        }
+        created(&at, &mut fs, r, reply);
     }
 
     fn fallocate(
