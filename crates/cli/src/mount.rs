@@ -207,40 +207,34 @@ fn nfs_options(options: &[String]) -> Result<Option<scion_nfs::NfsOptions>, Stri
     Ok(Some(o))
 }
 
+/// The last `KEY=N` of `options`, a count that `allowed` accepts; refused saying `expected`.
+fn count_option(options: &[String], key: &str, allowed: impl Fn(usize) -> bool, expected: &str) -> Result<Option<usize>, String> {
+    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix(key)?.strip_prefix('=')) else { return Ok(None) };
+    match v.parse::<usize>() {
+        Ok(n) if allowed(n) => Ok(Some(n)),
+        _ => Err(format!("{key}={v}: expected {expected}")),
+    }
+}
+
 /// `fold_batch=N`: inodes, 0 (checkpoints only by age and size) or 64 to 2^20.
 fn fold_batch(options: &[String]) -> Result<Option<usize>, String> {
-    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix("fold_batch=")) else { return Ok(None) };
-    match v.parse::<usize>() {
-        Ok(n) if n == 0 || (64..=1 << 20).contains(&n) => Ok(Some(n)),
-        _ => Err(format!("fold_batch={v}: expected 0 or a number of inodes from 64 to 1048576")),
-    }
+    count_option(options, "fold_batch", |n| n == 0 || (64..=1 << 20).contains(&n), "0 or a number of inodes from 64 to 1048576")
 }
 
 /// `max_background=N`: background requests (writeback, readahead) in flight, 1 to 1024.
 fn max_background(options: &[String]) -> Result<Option<u16>, String> {
-    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix("max_background=")) else { return Ok(None) };
-    match v.parse::<u16>() {
-        Ok(n) if (1..=1024).contains(&n) => Ok(Some(n)),
-        _ => Err(format!("max_background={v}: expected a number of requests from 1 to 1024")),
-    }
+    let n = count_option(options, "max_background", |n| (1..=1024).contains(&n), "a number of requests from 1 to 1024")?;
+    Ok(n.map(|n| n as u16))
 }
 
 /// `whereabouts=N`: evicted inodes whose place is kept for handles, 0 to 2^24.
 fn whereabouts_entries(options: &[String]) -> Result<Option<usize>, String> {
-    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix("whereabouts=")) else { return Ok(None) };
-    match v.parse::<usize>() {
-        Ok(n) if n <= 1 << 24 => Ok(Some(n)),
-        _ => Err(format!("whereabouts={v}: expected a number of inodes from 0 to 16777216")),
-    }
+    count_option(options, "whereabouts", |n| n <= 1 << 24, "a number of inodes from 0 to 16777216")
 }
 
 /// `hash_memo=N`: entries, 1,024 to 2^28.
 fn hash_memo_entries(options: &[String]) -> Result<Option<usize>, String> {
-    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix("hash_memo=")) else { return Ok(None) };
-    match v.parse::<usize>() {
-        Ok(n) if (1024..=1 << 28).contains(&n) => Ok(Some(n)),
-        _ => Err(format!("hash_memo={v}: expected a number of entries from 1024 to 268435456")),
-    }
+    count_option(options, "hash_memo", |n| (1024..=1 << 28).contains(&n), "a number of entries from 1024 to 268435456")
 }
 
 /// `node_cache=SIZE`: bytes, or a number with K, M or G (powers of 1024), at least 1M.

@@ -34,12 +34,7 @@ impl Fs {
         let gid = if p.inode.perm & libc::S_ISGID as u16 != 0 { p.inode.gid } else { gid };
         let oid = self.new_oid(ns)?;
         let ino = self.op_reserve(ns, oid)?;
-        let mut inode = Inode::new(oid, Kind::File, perm, uid, gid, Ts::now());
-        inode.nlink = 0;
-        inode.xattrs.extend(xattrs);
-        let mut node = Node::new(inode, ns, Loc::Gone);
-        node.nameless = true;
-        self.nodes.insert(ino, Box::new(node));
+        self.put_nameless(ns, oid, perm, uid, gid, &xattrs, Ts::now());
         // An orphan from the start: its buffered bytes are written behind as an unlinked
         // file's are (`flush_begin`), not kept in memory.
         self.orphans.insert(ino);
@@ -149,18 +144,26 @@ impl Fs {
             log::error!("a file named with object id {oid} that was never reserved");
             return Err(errno::EIO);
         }
-        let ino = make_ino(ns, oid);
-        if self.nodes.contains_key(&ino) {
+        if self.nodes.contains_key(&make_ino(ns, oid)) {
             log::error!("a file named with object id {oid}, which is in use");
             return Err(errno::EIO);
         }
+        let ino = self.put_nameless(ns, oid, perm, uid, gid, xattrs, time);
+        self.op_adopt(ino, parent, name, time)
+    }
+
+    /// A new, empty regular file without a name (nlink 0, `Loc::Gone`) loaded as object
+    /// `oid` of namespace `ns`; its inode number.
+    #[allow(clippy::too_many_arguments)]
+    fn put_nameless(&mut self, ns: u32, oid: u64, perm: u16, uid: u32, gid: u32, xattrs: &[(Vec<u8>, Vec<u8>)], time: Ts) -> Ino {
         let mut inode = Inode::new(oid, Kind::File, perm, uid, gid, time);
         inode.nlink = 0;
         inode.xattrs.extend(xattrs.iter().cloned());
         let mut node = Node::new(inode, ns, Loc::Gone);
         node.nameless = true;
+        let ino = make_ino(ns, oid);
         self.nodes.insert(ino, Box::new(node));
-        self.op_adopt(ino, parent, name, time)
+        ino
     }
 
     /// The records that rebuild nameless file `ino`'s content on an empty file of its name,
