@@ -251,7 +251,7 @@ pub fn render_schedules(rows: &[scion_fs::schedule::ScheduleRow], json: bool, sc
     out
 }
 
-fn kind_word(k: scion_fs::Kind) -> &'static str {
+pub fn kind_word(k: scion_fs::Kind) -> &'static str {
     match k {
         scion_fs::Kind::File => "file",
         scion_fs::Kind::Dir => "dir",
@@ -316,63 +316,6 @@ pub fn render_deleted(ds: &[scion_fs::versions::Deleted], json: bool) -> String 
                 show(&d.snapshot)
             );
         }
-    }
-    out
-}
-
-/// `scion diff`: a line per change (`A path`, `D`, `M`, `m`, `T`), JSON Lines (`{"change",
-/// "path", "kind"}`, with `--stat` also `"old_size"`, `"new_size"`), or with `--stat` alone a
-/// summary.
-pub fn render_diff(changes: &[scion_fs::diff::Difference], json: bool, stat: bool) -> String {
-    use scion_fs::diff::Change;
-    let mut out = String::new();
-    let path = |d: &scion_fs::diff::Difference| {
-        if d.path.is_empty() {
-            ".".to_string()
-        } else {
-            String::from_utf8_lossy(&d.path).into_owned()
-        }
-    };
-    for d in changes {
-        if json {
-            let mut j = serde_json::json!({
-                "change": d.change.word(),
-                "path": path(d),
-                "kind": kind_word(d.kind),
-            });
-            if let Some(old) = &d.old_path {
-                j["old_path"] = String::from_utf8_lossy(old).into_owned().into();
-            }
-            if stat {
-                j["old_size"] = d.old_size.into();
-                j["new_size"] = d.new_size.into();
-            }
-            out += &format!("{j}\n");
-        } else if !stat {
-            match &d.old_path {
-                Some(old) => out += &format!("R {} {}\n", String::from_utf8_lossy(old), path(d)),
-                None => out += &format!("{} {}\n", d.change.letter(), path(d)),
-            }
-        }
-    }
-    if stat && !json {
-        let count = |c: Change| changes.iter().filter(|d| d.change == c).count();
-        let (old, new): (u64, u64) = changes
-            .iter()
-            .filter(|d| d.kind != scion_fs::Kind::Dir)
-            .fold((0, 0), |(o, n), d| (o + d.old_size, n + d.new_size));
-        out += &format!(
-            "{} changed: {} added, {} deleted, {} modified, {} metadata only, {} changed kind, {} renamed; files {} -> {}\n",
-            changes.len(),
-            count(Change::Added),
-            count(Change::Deleted),
-            count(Change::Modified),
-            count(Change::Metadata),
-            count(Change::Type),
-            count(Change::Renamed),
-            human(old),
-            human(new),
-        );
     }
     out
 }

@@ -5,6 +5,7 @@
 mod control;
 mod copy;
 mod cube_cmd;
+mod diff_cmd;
 mod fstab;
 mod mount;
 mod meta;
@@ -907,10 +908,10 @@ fn main() -> ExitCode {
             no_renames,
             patch,
             store,
-        } => match tree_cmds::diff(
+        } => match diff_cmd::diff(
             a,
             b,
-            tree_cmds::DiffFlags {
+            diff_cmd::DiffFlags {
                 json,
                 stat,
                 recursive,

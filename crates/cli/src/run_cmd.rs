@@ -116,7 +116,7 @@ fn finish(t: &Trial, keep: bool, apply: bool, src_rel: &[u8]) -> Result<bool, St
     let changes = match diff(&t.at, &from, &t.clone_rel) {
         Ok(c) => {
             eprintln!("scion run: {} changes", c.len());
-            print!("{}", crate::control::render_diff(&c, false, false));
+            print!("{}", crate::diff_cmd::lines(&c));
             c
         }
         Err(e) => {

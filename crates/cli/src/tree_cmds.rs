@@ -162,7 +162,7 @@ pub(crate) fn call_parts(
     parts: &mut dyn FnMut(scion_daemon::wire::Part) -> Result<(), String>,
 ) -> Result<scion_daemon::control::Reply, String> {
     if at.mnt.is_none() {
-        return Err("a scan is served by a mounted store's daemon: mount the store".into());
+        return Err("a scan or streamed diff is served by a mounted store's daemon: mount the store".into());
     }
     sync_mount(at, op);
     server::call_parts(&at.store, &at.device, at.mnt.as_deref(), op, parts).map_err(|e| e.message)
@@ -665,69 +665,6 @@ pub fn versions(
         }
         Err(e) => Err(e),
     }
-}
-
-/// What `scion diff` prints and compares.
-pub struct DiffFlags {
-    pub json: bool,
-    pub stat: bool,
-    pub recursive: bool,
-    pub times: bool,
-    pub no_renames: bool,
-    pub patch: bool,
-}
-
-/// `scion diff A B`: 0 no differences, 1 differences, 2 trouble (as `diff`).
-pub fn diff(a: PathBuf, b: PathBuf, f: DiffFlags, store: Option<PathBuf>) -> Result<std::process::ExitCode, String> {
-    use scion_daemon::control::Reply;
-    let (x, y) = (locate(&a, true, &store)?, locate(&b, true, &store)?);
-    if x.store != y.store {
-        return Err(format!("{} and {} are not in one store", a.display(), b.display()));
-    }
-    if f.patch && x.mnt.is_none() {
-        return Err("--patch reads the files through the mount; mount the store first".into());
-    }
-    let op = Op::Diff {
-        a: store_path(&x),
-        b: store_path(&y),
-        times: f.times,
-        recursive: f.recursive,
-        no_renames: f.no_renames,
-    };
-    let Reply::Diff(changes) = call(&x, &op)? else {
-        return Err("the daemon answered something else".into());
-    };
-    print!("{}", control::render_diff(&changes, f.json, f.stat));
-    if f.patch {
-        patches(&a, &b, &changes)?;
-    }
-    Ok(std::process::ExitCode::from(if changes.is_empty() { 0 } else { 1 }))
-}
-
-/// `diff -u` of each changed file (a renamed one against its old path), through the mount.
-fn patches(a: &Path, b: &Path, changes: &[scion_fs::diff::Difference]) -> Result<(), String> {
-    use scion_fs::diff::Change;
-    use std::io::Write;
-    let rel = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
-    for d in changes {
-        if d.kind != scion_fs::Kind::File || !matches!(d.change, Change::Modified | Change::Renamed) {
-            continue;
-        }
-        let new = rel(&d.path);
-        let old = d.old_path.as_deref().map(rel).unwrap_or_else(|| new.clone());
-        let (pa, pb) = if new.is_empty() { (a.to_path_buf(), b.to_path_buf()) } else { (a.join(&old), b.join(&new)) };
-        let out = std::process::Command::new("diff")
-            .args(["-u", "--label", &format!("a/{old}"), "--label", &format!("b/{new}")])
-            .arg(&pa)
-            .arg(&pb)
-            .output()
-            .map_err(|e| format!("diff -u: {e} (is diffutils installed?)"))?;
-        if out.status.code() == Some(2) {
-            return Err(format!("diff -u {} {}: {}", pa.display(), pb.display(), String::from_utf8_lossy(&out.stderr)));
-        }
-        std::io::stdout().write_all(&out.stdout).map_err(|e| e.to_string())?;
-    }
-    Ok(())
 }
 
 /// `scion restore PATH --from SNAPSHOT [--to DEST] [--replace]`.

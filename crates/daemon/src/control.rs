@@ -272,8 +272,11 @@ pub enum Reply {
     Deleted(Vec<Deleted>),
     Restored(RestoreReport),
     RolledBack,
-    /// The differences, sorted by path.
+    /// The differences, in walk order (`scion_fs::diff::walk_cmp`).
     Diff(Vec<scion_fs::diff::Difference>),
+    /// The end of a diff whose changes went to the caller as parts (`wire::Part::Diff`,
+    /// `DiffHeld`) as found: how many there were.
+    DiffCount(u64),
     /// The files found, and the results kept for their contents. With a command line to
     /// keep results for, each scanned directory that could change is pinned: listed from a
     /// snapshot taken for the scan, `pins` (each scanned path and its pin's path), where the
@@ -523,6 +526,30 @@ pub(crate) fn scan_begin(
         return Err(f);
     }
     Ok(plan)
+}
+
+/// `Op::Diff` in `fs` (a view, in a daemon), its changes handed to `sink` a batch at a time
+/// (`Fs::diff_each`). Its paths are resolved as `user` would reach them.
+pub fn diff_each(
+    fs: &mut Fs,
+    op: &Op,
+    user: Option<&scion_fs::access::Caller>,
+    sink: &mut scion_fs::diff::DiffSink<'_>,
+) -> Result<(), Failure> {
+    let Op::Diff { a, b, times, recursive, no_renames } = op else { unreachable!("diff_each of {op:?}") };
+    let x = fs.resolve_path_as(a, user).map_err(Failure::from_fs(show(a)))?;
+    let y = fs.resolve_path_as(b, user).map_err(Failure::from_fs(show(b)))?;
+    let opts = scion_fs::diff::DiffOptions {
+        times: *times,
+        recursive: *recursive,
+        no_renames: *no_renames,
+    };
+    fs.diff_each(x, y, opts, user, sink).map(drop).map_err(|e| diff_failed(op, e))
+}
+
+fn diff_failed(op: &Op, e: FsError) -> Failure {
+    let Op::Diff { a, b, .. } = op else { unreachable!() };
+    Failure::from_fs(format!("diff of {} and {}", show(a), show(b)))(e)
 }
 
 /// Where a scan's parts go as its walk finds them: the caller's socket (`server.rs`).
@@ -938,24 +965,17 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             to,
             replace,
         } => restore(fs, path, from, to.as_deref(), *replace, user)?,
-        Op::Diff {
-            a,
-            b,
-            times,
-            recursive,
-            no_renames,
-        } => {
-            let x = fs.resolve_path_as(a, user).map_err(Failure::from_fs(show(a)))?;
-            let y = fs.resolve_path_as(b, user).map_err(Failure::from_fs(show(b)))?;
-            let opts = scion_fs::diff::DiffOptions {
-                times: *times,
-                recursive: *recursive,
-                no_renames: *no_renames,
-            };
-            let (changes, _) = fs
-                .diff_as(x, y, opts, user)
-                .map_err(Failure::from_fs(format!("diff of {} and {}", show(a), show(b))))?;
-            (Reply::Diff(changes), Vec::new())
+        // (In a daemon its changes stream: `server::run_diff`.)
+        Op::Diff { .. } => {
+            let (mut walk, mut held) = (Vec::new(), Vec::new());
+            diff_each(fs, op, user, &mut |run, v| {
+                match run {
+                    scion_fs::diff::Run::Walk => walk.extend(v),
+                    scion_fs::diff::Run::Held => held.extend(v),
+                }
+                Ok(())
+            })?;
+            (Reply::Diff(scion_fs::diff::Merged::new(walk.into_iter(), held.into_iter()).collect()), Vec::new())
         }
         // (Its listing streams: the daemon's socket serves it, `server::run_scan`.)
         Op::Scan { .. } => return Err(Failure::new(libc::EINVAL, "a scan is served by a mounted store's daemon: mount the store")),

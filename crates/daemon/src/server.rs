@@ -685,6 +685,9 @@ fn run(
     if let Op::Scan { paths, since, command } = op {
         return run_scan(engine, paths, since.as_deref(), command.as_deref(), None, &mut scan_out(s, top));
     }
+    if let Op::Diff { .. } = op {
+        return run_diff(engine, op, None, s);
+    }
     if on_view(op) {
         return run_on_view(engine, op, None);
     }
@@ -808,6 +811,24 @@ fn run_scan(
     scan_end(&mut engine.lock(), plan, walked)
 }
 
+/// A diff: walked in a view (no engine lock held), its changes written to the caller at `s`
+/// a batch at a time as found (`wire::encode_diff_part`); the reply gives their count.
+fn run_diff(engine: &Engine, op: &Op, user: Option<&scion_fs::access::Caller>, s: &mut UnixStream) -> Result<Reply, Failure> {
+    let mut view = engine.view().map_err(Failure::from_fs("a view of the committed state".into()))?;
+    let mut sent = 0u64;
+    let mut out = |run, changes: Vec<scion_fs::diff::Difference>| -> scion_fs::FsResult<()> {
+        sent += changes.len() as u64;
+        for f in wire::encode_diff_part(run, &changes) {
+            write_frame(s, &f).map_err(|e| scion_fs::FsError::new(libc::EPIPE).with(format!("the diff's caller went away: {e}")))?;
+        }
+        Ok(())
+    };
+    let r = crate::control::diff_each(&mut view, op, user, &mut out);
+    engine.end_view(view);
+    r?;
+    Ok(Reply::DiffCount(sent))
+}
+
 /// Where a scan's parts go: to the caller at `s`, as frames, with their paths made the
 /// mount's where the scan ran in the cube at `top`.
 fn scan_out<'a>(s: &'a mut UnixStream, top: Option<&'a [u8]>) -> impl FnMut(wire::Part) -> Result<(), Failure> + 'a {
@@ -906,6 +927,9 @@ fn run_for_user(
         if let Op::Scan { paths, since, command } = op {
             return run_scan(engine, paths, since.as_deref(), command.as_deref(), Some(who), &mut scan_out(s, top));
         }
+        if let Op::Diff { .. } = op {
+            return run_diff(engine, op, Some(who), s);
+        }
         return run_on_view(engine, op, Some(who));
     }
     if matches!(op, Op::Clone { .. } | Op::Snapshot { .. }) {
@@ -944,8 +968,9 @@ pub fn call_streaming(
     request(store, device, mnt, op, progress, stream, None)
 }
 
-/// `call` of a scan: its parts handed to `parts` as they come (a failure there ends the
-/// call with EPIPE, and the daemon's walk with it).
+/// `call` of a scan or a diff: its parts handed to `parts` as they come (a failure there
+/// ends the call with EPIPE, and the daemon's walk with it). A diff ends in
+/// `Reply::DiffCount`.
 pub fn call_parts(
     store: &Path,
     device: &str,
@@ -1004,11 +1029,13 @@ fn request(
                 Some(f) => f(&b).map_err(|e| Failure::new(libc::EPIPE, e))?,
                 None => return Err(proto("stream bytes where none were asked for".into())),
             },
-            wire::Frame::Part(p) if p.is_scan() => match scan.as_mut() {
+            wire::Frame::Part(p) => match scan.as_mut() {
                 Some(f) => f(p).map_err(|e| Failure::new(libc::EPIPE, e))?,
-                None => return Err(proto("a scan's parts where none were asked for".into())),
+                None if p.is_scan() => return Err(proto("a scan's parts where none were asked for".into())),
+                None => parts.add(p).map_err(proto)?,
             },
-            wire::Frame::Part(p) => parts.add(p).map_err(proto)?,
+            // (Its parts went to the caller, who counts them.)
+            wire::Frame::Gathered(wire::Gathered::Diff(n)) if scan.is_some() => return Ok(Reply::DiffCount(n)),
             wire::Frame::Gathered(end) => return parts.complete(end).map_err(proto),
             wire::Frame::Reply(r) => return Ok(r),
             wire::Frame::Failure(f) => return Err(f),

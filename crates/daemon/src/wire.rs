@@ -43,7 +43,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 14;
+pub const VERSION: u8 = 15;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -602,7 +602,11 @@ pub enum Gathered {
 /// Some of the items of the reply that follows.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Part {
+    /// Changes of a diff found by its walk, in walk order.
     Diff(Vec<Difference>),
+    /// Changes of a diff held for rename pairing, in walk order, after every `Diff` part
+    /// (version 15; `scion_fs::diff::Run`).
+    DiffHeld(Vec<Difference>),
     ScanContents(Vec<(ContentKey, u64)>),
     ScanFiles(Vec<(Vec<u8>, u32)>),
     ScanDenied(Vec<Vec<u8>>),
@@ -624,12 +628,15 @@ impl Part {
 #[derive(Default)]
 pub struct Parts {
     diff: Vec<Difference>,
+    held: Vec<Difference>,
 }
 
 impl Parts {
     pub fn add(&mut self, p: Part) -> Result<(), String> {
         let n = match p {
-            Part::Diff(v) => extend(&mut self.diff, v),
+            Part::Diff(v) if self.held.is_empty() => extend(&mut self.diff, v) + self.held.len(),
+            Part::Diff(_) => return Err("a diff's walk went on after its held changes".into()),
+            Part::DiffHeld(v) => extend(&mut self.held, v) + self.diff.len(),
             Part::Stream(_) => return Err("stream bytes where none were asked for".into()),
             p => return Err(format!("a scan's part where none was asked for ({} items)", p.len())),
         };
@@ -643,10 +650,12 @@ impl Parts {
     pub fn complete(self, end: Gathered) -> Result<Reply, String> {
         Ok(match end {
             Gathered::Diff(n) => {
-                if n != self.diff.len() as u64 {
-                    return Err(format!("the reply announces {n} changes, its parts held {}", self.diff.len()));
+                let got = self.diff.len() + self.held.len();
+                if n != got as u64 {
+                    return Err(format!("the reply announces {n} changes, its parts held {got}"));
                 }
-                Reply::Diff(self.diff)
+                let merged = scion_fs::diff::Merged::new(self.diff.into_iter(), self.held.into_iter());
+                Reply::Diff(merged.collect())
             }
         })
     }
@@ -655,7 +664,7 @@ impl Parts {
 impl Part {
     fn len(&self) -> usize {
         match self {
-            Part::Diff(v) => v.len(),
+            Part::Diff(v) | Part::DiffHeld(v) => v.len(),
             Part::ScanContents(v) => v.len(),
             Part::ScanFiles(v) => v.len(),
             Part::ScanDenied(v) => v.len(),
@@ -679,6 +688,18 @@ pub fn encode_reply_frames(reply: &Reply) -> Vec<Vec<u8>> {
         _ => {}
     }
     frames.push(encode_reply(reply));
+    frames
+}
+
+/// The frames of a diff's batch of changes of run `run` (none for no changes), which go to
+/// the caller as the walk finds them, before the diff's end (`Reply::DiffCount`).
+pub fn encode_diff_part(run: scion_fs::diff::Run, changes: &[Difference]) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    let what = match run {
+        scion_fs::diff::Run::Walk => 1,
+        scion_fs::diff::Run::Held => 8,
+    };
+    part_frames(&mut frames, what, changes, encode_change);
     frames
 }
 
@@ -793,12 +814,13 @@ fn decode_cube(r: &mut Reader) -> Result<crate::cubes::CubeRow, String> {
     })
 }
 
-fn encode_change(w: &mut Writer, d: &Difference) {
+/// One change as the wire carries it (and a caller's spool keeps it).
+pub fn encode_change(w: &mut Writer, d: &Difference) {
     w.u8(d.change as u8).u8(d.kind as u8).u64(d.old_size).u64(d.new_size).bytes(&d.path);
     w.bytes(d.old_path.as_deref().unwrap_or_default());
 }
 
-fn decode_change(r: &mut Reader) -> Result<Difference, String> {
+pub fn decode_change(r: &mut Reader) -> Result<Difference, String> {
     let change = change_of(r.u8().map_err(bad)?)?;
     let kind = kind_of(r.u8().map_err(bad)?)?;
     Ok(Difference {
@@ -819,6 +841,7 @@ fn decode_part(r: &mut Reader) -> Result<Part, String> {
     }
     Ok(match what {
         1 => Part::Diff(items(n, || decode_change(r))?),
+        8 => Part::DiffHeld(items(n, || decode_change(r))?),
         2 => Part::ScanContents(items(n, || Ok((r.array().map_err(bad)?, r.u64().map_err(bad)?)))?),
         3 => Part::ScanFiles(items(n, || {
             let k = r.u32().map_err(bad)?;
@@ -1069,6 +1092,9 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         }
         Reply::Diff(changes) => {
             w.u8(14).u64(changes.len() as u64);
+        }
+        Reply::DiffCount(n) => {
+            w.u8(14).u64(*n);
         }
         Reply::Scanned(n) => {
             w.u8(15).u64(n.contents).u64(n.files).u64(n.denied).u64(n.cached);

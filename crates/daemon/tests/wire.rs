@@ -438,6 +438,40 @@ fn replies_in_parts_arrive_whole() {
     }
 }
 
+/// A streamed diff (protocol 15): the walk's parts, then the held run's, then the count;
+/// gathered, the two runs merge in walk order; a walk part after a held one, or a count that
+/// is not what came, is refused.
+#[test]
+fn a_diffs_two_runs_gather_in_walk_order() {
+    use scion_fs::diff::{Change, Difference, Run};
+    let d = |change, path: &str| Difference {
+        change,
+        path: path.as_bytes().to_vec(),
+        old_path: (change == Change::Renamed).then(|| b"old".to_vec()),
+        kind: Kind::File,
+        old_size: 1,
+        new_size: 2,
+    };
+    let walk: Vec<Difference> = (0..50_000).map(|i| d(Change::Modified, &format!("a/{i:05}"))).collect();
+    let held = vec![d(Change::Renamed, "a/00001x"), d(Change::Added, "a.b")];
+    let mut frames = wire::encode_diff_part(Run::Walk, &walk);
+    assert!(frames.len() > 1 && frames.iter().all(|f| f.len() <= wire::MAX_MESSAGE));
+    frames.extend(wire::encode_diff_part(Run::Held, &held));
+    frames.push(wire::encode_reply(&Reply::DiffCount(50_002)));
+    let Ok(Reply::Diff(got)) = gather(&frames) else { panic!() };
+    assert_eq!(got.len(), 50_002);
+    assert_eq!((got[2].path.as_slice(), got[50_001].path.as_slice()), (&b"a/00001x"[..], &b"a.b"[..]));
+    let mut wrong = frames.clone();
+    *wrong.last_mut().unwrap() = wire::encode_reply(&Reply::DiffCount(50_001));
+    assert!(gather(&wrong).is_err());
+    let mut late = wire::encode_diff_part(Run::Held, &held);
+    late.extend(wire::encode_diff_part(Run::Walk, &walk[..1]));
+    late.push(wire::encode_reply(&Reply::DiffCount(3)));
+    assert!(gather(&late).is_err(), "a walk part after the held run");
+    // The fuzz corpus's seed for a held part is these bytes.
+    assert_eq!(wire::encode_diff_part(Run::Held, &held), [include_bytes!("../../../fuzz/corpus/control/seed-diff-held").to_vec()]);
+}
+
 /// A scan's parts (each too large for one frame travels in several) decode to what was
 /// sent, kind by kind; a frame cut short is refused; gathered, they are refused (a scan's
 /// parts go to the caller's sink, `call_parts`); the reply's counts round-trip.

@@ -13,6 +13,13 @@
 //! patched or short chunks of files that differ otherwise, and to compare a file stored
 //! inline with one stored in blocks. The cost is proportional to what differs, not to the
 //! trees.
+//!
+//! Changes stream (`Fs::diff_each`): they are handed on in batches in walk order (each
+//! directory's names sorted, a subdirectory's entries where its name falls: the paths sorted
+//! with `/` below every other byte, `walk_cmp`). Only the files and symlinks added or deleted
+//! are held back, for rename pairing, which needs both sides whole; they follow the walk as
+//! a second run, also in walk order, which a reader merges with the first (`Merged`). With
+//! `no_renames` nothing is held.
 
 use crate::access::{Caller, R, X};
 use crate::clone::SNAPDIR_NAME;
@@ -21,10 +28,14 @@ use crate::error::errno;
 use crate::fs::{eio, Fs, Ino};
 use crate::inode::{Inode, Kind};
 use crate::FsResult;
+use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 /// Directories nest at most this deep in a diff.
 const MAX_DEPTH: usize = 2048;
+
+/// Changes handed on at a time.
+pub const BATCH: usize = 4096;
 
 /// What changed at a path (the numbers are the control protocol's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,29 +118,123 @@ pub struct DiffWork {
     pub files_read: u64,
 }
 
-struct Walk<'a> {
+/// The two runs of a diff's changes, each in walk order (`walk_cmp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Run {
+    /// Found by the walk and handed on at once.
+    Walk,
+    /// Files and symlinks added or deleted, held for rename pairing and handed on after the
+    /// walk: renames (at their new path) and what found no partner.
+    Held,
+}
+
+/// Where a diff's changes go, a batch at a time; an error ends the walk with it.
+pub type DiffSink<'s> = dyn FnMut(Run, Vec<Difference>) -> FsResult<()> + 's;
+
+/// A file or symlink added or deleted: a rename's half, until the walk has seen both sides.
+struct Held {
+    d: Difference,
+    /// Its object id and a hash of its content's identity (`content_key`).
+    oid: u64,
+    key: [u8; 32],
+}
+
+struct Walk<'a, 's> {
     /// An ordinary user asks: every directory listed and file read must be theirs to read,
     /// as `diff -r` would need (EACCES names the first that is not).
     who: Option<&'a Caller>,
     opts: DiffOptions,
-    out: Vec<Difference>,
     work: DiffWork,
-    /// Files and symlinks added or deleted, by index into `out`: their object id and
-    /// content, for rename detection.
-    moved: Vec<(usize, u64, Vec<u8>)>,
+    /// Changes found and not yet handed on (fewer than `BATCH`).
+    batch: Vec<Difference>,
+    sink: &'a mut DiffSink<'s>,
+    /// Files and symlinks added or deleted (with renames detected).
+    held: Vec<Held>,
+}
+
+impl Walk<'_, '_> {
+    /// A change found; `who` is the object id and content of a file or symlink on one side
+    /// only, which may be half a rename.
+    fn found(&mut self, d: Difference, who: Option<(u64, [u8; 32])>) -> FsResult<()> {
+        if let (Some((oid, key)), false) = (who, self.opts.no_renames) {
+            self.held.push(Held { d, oid, key });
+            return Ok(());
+        }
+        // Invariant: the walk finds changes in walk order.
+        debug_assert!(self.batch.last().is_none_or(|p| walk_cmp(&p.path, &d.path) == Ordering::Less));
+        self.batch.push(d);
+        if self.batch.len() >= BATCH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> FsResult<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        (self.sink)(Run::Walk, std::mem::take(&mut self.batch))
+    }
+
+    /// After the walk: what is held, paired into renames, in walk order, in batches.
+    fn finish(mut self) -> FsResult<DiffWork> {
+        self.flush()?;
+        let mut held = pair_renames(std::mem::take(&mut self.held));
+        held.sort_by(|x, y| walk_cmp(&x.path, &y.path));
+        while !held.is_empty() {
+            let rest = held.split_off(held.len().min(BATCH));
+            (self.sink)(Run::Held, std::mem::replace(&mut held, rest))?;
+        }
+        Ok(self.work)
+    }
+}
+
+/// The order of a diff's (and a scan's) walk: paths compared byte by byte with `/` below
+/// every other byte, so a directory's entries come right after it and before its next
+/// sibling (`a`, `a/z`, `a.b`).
+pub fn walk_cmp(x: &[u8], y: &[u8]) -> Ordering {
+    let rank = |b: &u8| if *b == b'/' { 0u16 } else { u16::from(*b) + 1 };
+    x.iter().map(rank).cmp(y.iter().map(rank))
+}
+
+/// The two runs of a diff merged into one sequence in walk order.
+pub struct Merged<I: Iterator<Item = Difference>, J: Iterator<Item = Difference>> {
+    walk: std::iter::Peekable<I>,
+    held: std::iter::Peekable<J>,
+}
+
+impl<I: Iterator<Item = Difference>, J: Iterator<Item = Difference>> Merged<I, J> {
+    pub fn new(walk: I, held: J) -> Self {
+        Merged {
+            walk: walk.peekable(),
+            held: held.peekable(),
+        }
+    }
+}
+
+impl<I: Iterator<Item = Difference>, J: Iterator<Item = Difference>> Iterator for Merged<I, J> {
+    type Item = Difference;
+    fn next(&mut self) -> Option<Difference> {
+        let first = match (self.walk.peek(), self.held.peek()) {
+            (Some(a), Some(b)) => walk_cmp(&a.path, &b.path) != Ordering::Greater,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        if first {
+            self.walk.next()
+        } else {
+            self.held.next()
+        }
+    }
 }
 
 impl Fs {
-    /// The differences between `a` and `b` (directories or files), sorted by path.
+    /// The differences between `a` and `b` (directories or files), in walk order.
     pub fn diff(&mut self, a: Ino, b: Ino, opts: DiffOptions) -> FsResult<(Vec<Difference>, DiffWork)> {
         self.diff_as(a, b, opts, None)
     }
 
-    /// `diff` for ordinary user `who` if given: refused (EACCES, naming the path) where
-    /// `diff -r` run by them would fail: a directory compared or listed that they may not
-    /// read and search, and a file compared by content that they may not read (unless both
-    /// sides name the same stored content). A subtree both sides share is not looked into:
-    /// nothing in it is read or shown.
+    /// `diff_each`, gathered: every change, in walk order.
     pub fn diff_as(
         &mut self,
         a: Ino,
@@ -137,6 +242,31 @@ impl Fs {
         opts: DiffOptions,
         who: Option<&Caller>,
     ) -> FsResult<(Vec<Difference>, DiffWork)> {
+        let (mut walk, mut held) = (Vec::new(), Vec::new());
+        let work = self.diff_each(a, b, opts, who, &mut |run, v| {
+            match run {
+                Run::Walk => walk.extend(v),
+                Run::Held => held.extend(v),
+            }
+            Ok(())
+        })?;
+        Ok((Merged::new(walk.into_iter(), held.into_iter()).collect(), work))
+    }
+
+    /// `diff` for ordinary user `who` if given: refused (EACCES, naming the path) where
+    /// `diff -r` run by them would fail: a directory compared or listed that they may not
+    /// read and search, and a file compared by content that they may not read (unless both
+    /// sides name the same stored content). A subtree both sides share is not looked into:
+    /// nothing in it is read or shown. The changes go to `sink` in batches, in two runs
+    /// (`Run`), as the module comment says.
+    pub fn diff_each(
+        &mut self,
+        a: Ino,
+        b: Ino,
+        opts: DiffOptions,
+        who: Option<&Caller>,
+        sink: &mut DiffSink<'_>,
+    ) -> FsResult<DiffWork> {
         for x in [a, b] {
             if self.node(x)?.inode.kind == Kind::Dir {
                 self.fold(x)?;
@@ -148,9 +278,10 @@ impl Fs {
         let mut w = Walk {
             who,
             opts,
-            out: Vec::new(),
             work: DiffWork::default(),
-            moved: Vec::new(),
+            batch: Vec::new(),
+            sink,
+            held: Vec::new(),
         };
         // Held while compared: a checkpoint could otherwise drop them.
         self.remember(a)?;
@@ -159,11 +290,7 @@ impl Fs {
         self.forget(a, 1);
         self.forget(b, 1);
         r?;
-        if !opts.no_renames {
-            pair_renames(&mut w);
-        }
-        w.out.sort_by(|x, y| x.path.cmp(&y.path));
-        Ok((w.out, w.work))
+        w.finish()
     }
 
     fn compare(&mut self, a: Ino, b: Ino, path: Vec<u8>, w: &mut Walk, depth: usize) -> FsResult<()> {
@@ -180,14 +307,13 @@ impl Fs {
             new_size: size_of(&y),
         };
         if x.kind != y.kind {
-            w.out.push(entry(Change::Type, y.kind));
-            return Ok(());
+            return w.found(entry(Change::Type, y.kind), None);
         }
         if x.kind == Kind::Dir {
             self.may(a, &path, R | X, w)?;
             self.may(b, &path, R | X, w)?;
             if !same_meta(&x, &y, w.opts.times) {
-                w.out.push(entry(Change::Metadata, Kind::Dir));
+                w.found(entry(Change::Metadata, Kind::Dir), None)?;
             }
             return self.compare_dirs(a, b, &x, &y, &path, w, depth);
         }
@@ -197,9 +323,9 @@ impl Fs {
             self.may(b, &path, R, w)?;
         }
         if !self.same_content(a, b, &x, &y, w)? {
-            w.out.push(entry(Change::Modified, y.kind));
+            w.found(entry(Change::Modified, y.kind), None)?;
         } else if !same_meta(&x, &y, w.opts.times) {
-            w.out.push(entry(Change::Metadata, y.kind));
+            w.found(entry(Change::Metadata, y.kind), None)?;
         }
         Ok(())
     }
@@ -302,17 +428,16 @@ impl Fs {
         }
         let i = self.inode_full(ino)?;
         let (old_size, new_size) = if change == Change::Added { (0, size_of(&i)) } else { (size_of(&i), 0) };
-        if i.kind == Kind::File || i.kind == Kind::Symlink {
-            w.moved.push((w.out.len(), i.oid, content_key(&i)));
-        }
-        w.out.push(Difference {
+        let half = (i.kind == Kind::File || i.kind == Kind::Symlink).then(|| (i.oid, content_key(&i)));
+        let d = Difference {
             change,
             old_path: None,
             path: path.clone(),
             kind: i.kind,
             old_size,
             new_size,
-        });
+        };
+        w.found(d, half)?;
         if i.kind != Kind::Dir || !w.opts.recursive {
             return Ok(());
         }
@@ -396,48 +521,49 @@ impl Fs {
 
 }
 
-/// Turns a deletion and an addition of the same object with the same content into a rename.
-/// An object id alone could be two files (a clone and its source both number new files from
-/// where they parted), so the content must match too: exactly, as git's exact renames do.
-fn pair_renames(w: &mut Walk) {
+/// Turns a deletion and an addition of the same object with the same content into a rename;
+/// the rest of `held` stays as it was. An object id alone could be two files (a clone and
+/// its source both number new files from where they parted), so the content must match
+/// too: exactly, as git's exact renames do. Only a one-to-one match is a rename: several
+/// copies stay additions, several names deleted stay deletions.
+fn pair_renames(held: Vec<Held>) -> Vec<Difference> {
     use std::collections::HashMap;
-    let mut added: HashMap<(u64, &[u8]), Vec<usize>> = HashMap::new();
-    for (i, oid, key) in &w.moved {
-        if w.out[*i].change == Change::Added {
-            added.entry((*oid, key.as_slice())).or_default().push(*i);
+    let mut sides: HashMap<(u64, [u8; 32]), (u32, u32, usize, usize)> = HashMap::new();
+    for (i, h) in held.iter().enumerate() {
+        let e = sides.entry((h.oid, h.key)).or_insert((0, 0, 0, 0));
+        match h.d.change {
+            Change::Deleted => (e.0, e.2) = (e.0 + 1, i),
+            _ => (e.1, e.3) = (e.1 + 1, i),
         }
     }
-    let mut pairs = Vec::new();
-    for (i, oid, key) in &w.moved {
-        if w.out[*i].change != Change::Deleted {
+    let mut old_path: Vec<Option<Vec<u8>>> = vec![None; held.len()];
+    let mut gone = vec![false; held.len()];
+    for &(dels, adds, del, add) in sides.values() {
+        if dels == 1 && adds == 1 {
+            old_path[add] = Some(held[del].d.path.clone());
+            gone[del] = true;
+        }
+    }
+    drop(sides);
+    let mut out = Vec::with_capacity(held.len());
+    for (i, h) in held.into_iter().enumerate() {
+        if gone[i] {
             continue;
         }
-        // Only a one-to-one match is a rename; several copies stay additions.
-        if let Some(v) = added.get(&(*oid, key.as_slice())) {
-            if v.len() == 1 {
-                pairs.push((*i, v[0]));
-            }
+        let mut d = h.d;
+        if let Some(p) = old_path[i].take() {
+            d.change = Change::Renamed;
+            d.old_size = d.new_size;
+            d.old_path = Some(p);
         }
+        out.push(d);
     }
-    let mut gone = vec![false; w.out.len()];
-    for (del, add) in pairs {
-        let old_path = std::mem::take(&mut w.out[del].path);
-        let d = &mut w.out[add];
-        d.change = Change::Renamed;
-        d.old_size = d.new_size;
-        d.old_path = Some(old_path);
-        gone[del] = true;
-    }
-    let mut k = 0;
-    w.out.retain(|_| {
-        k += 1;
-        !gone[k - 1]
-    });
+    out
 }
 
 /// What identifies a file's or symlink's content in its record: kind, size, the content
 /// root's hash, the inline bytes, the direct chunk's patches, the symlink's target.
-fn content_key(i: &Inode) -> Vec<u8> {
+fn content_key(i: &Inode) -> [u8; 32] {
     let mut k = vec![i.kind as u8];
     k.extend_from_slice(&i.size.to_le_bytes());
     k.extend_from_slice(i.content.map(|c| c.hash).unwrap_or_default().as_slice());
@@ -446,7 +572,7 @@ fn content_key(i: &Inode) -> Vec<u8> {
         k.extend_from_slice(blake3::hash(&p.encode()).as_bytes());
     }
     k.extend_from_slice(&i.target);
-    k
+    *blake3::hash(&k).as_bytes()
 }
 
 /// The size `stat` shows (a symlink's is its target's length).

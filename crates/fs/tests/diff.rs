@@ -67,7 +67,7 @@ fn against_walk(fs: &mut Fs, a: Ino, b: Ino) -> (Vec<(char, String)>, Vec<(char,
     let got = got.into_iter().map(|d| (d.change.letter(), String::from_utf8_lossy(&d.path).into_owned())).collect();
     let mut want = Vec::new();
     naive(fs, a, b, "", &mut want);
-    want.sort_by(|x, y| x.1.cmp(&y.1));
+    want.sort_by(|x, y| scion_fs::diff::walk_cmp(x.1.as_bytes(), y.1.as_bytes()));
     (got, want)
 }
 
@@ -233,6 +233,75 @@ fn moves_are_renames_when_object_and_content_match() {
     let opts = DiffOptions { no_renames: true, ..Default::default() };
     let (got, _) = fs.diff(src, c, opts).unwrap();
     assert_eq!(show(got), ["A a-moved", "A b-moved", "D d/a", "D d/b", "D d/new-in-src", "A new-in-clone"]);
+}
+
+/// A diff streams: batches of at most `BATCH` changes, the walk's run in walk order, then the
+/// held run (adds, deletes and renames of files) in walk order; the two merged are the whole
+/// diff; with renames off nothing is held; an error from the sink ends the walk with it.
+#[test]
+fn a_diff_streams_in_two_runs_in_walk_order() {
+    use scion_fs::diff::{walk_cmp, Merged, Run, BATCH};
+    let (_tmp, _store, mut fs) = new_store();
+    let root = fs.root();
+    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let mut dirs = Vec::new();
+    for name in ["a", "a.b", "b"] {
+        let d = fs.mknod(src, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+        for i in 0..3000 {
+            mkfile(&mut fs, d, &format!("f{i}"), format!("{name} {i}").as_bytes());
+        }
+        dirs.push(name);
+    }
+    let c = fs.clone_dir(src, root, b"c", &[], b"/src").unwrap();
+    for name in &dirs {
+        let d = lookup(&mut fs, c, name).unwrap();
+        for i in (0..3000).step_by(2) {
+            let f = lookup(&mut fs, d, &format!("f{i}")).unwrap();
+            fs.write(f, 0, b"X").unwrap();
+        }
+        for i in (1..3000).step_by(10) {
+            fs.rename(d, format!("f{i}").as_bytes(), d, format!("g{i}").as_bytes(), 0).unwrap();
+        }
+        mkfile(&mut fs, d, "new", b"new");
+    }
+    let ab = lookup(&mut fs, c, "a.b").unwrap();
+    fs.unlink(ab, b"f3").unwrap();
+    for no_renames in [false, true] {
+        let opts = DiffOptions { no_renames, ..Default::default() };
+        let (mut walk, mut held, mut runs) = (Vec::new(), Vec::new(), Vec::new());
+        fs.diff_each(src, c, opts, None, &mut |run, v| {
+            assert!(!v.is_empty() && v.len() <= BATCH, "a batch of {}", v.len());
+            if runs.last() != Some(&run) {
+                runs.push(run);
+            }
+            match run {
+                Run::Walk => walk.extend(v),
+                Run::Held => held.extend(v),
+            }
+            Ok(())
+        })
+        .unwrap();
+        let want_runs = if no_renames { vec![Run::Walk] } else { vec![Run::Walk, Run::Held] };
+        assert_eq!(runs, want_runs);
+        for run in [&walk, &held] {
+            assert!(run.windows(2).all(|w| walk_cmp(&w[0].path, &w[1].path).is_lt()));
+        }
+        let renamed = held.iter().filter(|d| d.change == Change::Renamed).count();
+        assert_eq!(renamed, if no_renames { 0 } else { 900 });
+        assert!(walk.len() > BATCH, "{} changes found by the walk", walk.len());
+        let merged: Vec<_> = Merged::new(walk.into_iter(), held.into_iter()).collect();
+        let (whole, _) = fs.diff(src, c, opts).unwrap();
+        assert_eq!(merged, whole);
+        let at = |p: &str| whole.iter().position(|d| d.path == p.as_bytes()).unwrap();
+        assert!(at("a/new") < at("a.b/f0") && at("a.b/f0") < at("a.b/f3") && at("a.b/f3") < at("b/f0"));
+    }
+    let mut calls = 0;
+    let r = fs.diff_each(src, c, DiffOptions::default(), None, &mut |_, _| {
+        calls += 1;
+        Err(scion_fs::FsError::new(libc::EPIPE))
+    });
+    assert_eq!(r.map(drop).map_err(|e| e.errno()), Err(libc::EPIPE));
+    assert_eq!(calls, 1, "the walk went on after its sink failed");
 }
 
 /// Two directories in different namespaces can have the same tree and still differ below:
