@@ -131,12 +131,88 @@ pub enum Run {
 /// Where a diff's changes go, a batch at a time; an error ends the walk with it.
 pub type DiffSink<'s> = dyn FnMut(Run, Vec<Difference>) -> FsResult<()> + 's;
 
-/// A file or symlink added or deleted: a rename's half, until the walk has seen both sides.
+/// Files and symlinks added or deleted (each may be half a rename), held compactly until the
+/// walk has seen both sides: per change its object id, 16 bytes of its content key's hash,
+/// sizes and kind (56 bytes), its path in one arena. The walk finds them in walk order, so
+/// they are kept in it.
+#[derive(Default)]
 struct Held {
-    d: Difference,
-    /// Its object id and a hash of its content's identity (`content_key`).
+    entries: Vec<HeldEntry>,
+    paths: Vec<u8>,
+}
+
+struct HeldEntry {
     oid: u64,
-    key: [u8; 32],
+    key: [u8; 16],
+    /// Where its path ends in `paths` (it begins where the one before ends).
+    end: u64,
+    old_size: u64,
+    new_size: u64,
+    change: Change,
+    kind: Kind,
+}
+
+impl Held {
+    fn push(&mut self, d: Difference, oid: u64, key: [u8; 32]) {
+        debug_assert!(d.old_path.is_none());
+        // Invariant: held changes come in walk order.
+        debug_assert!(self.entries.is_empty() || walk_cmp(self.path(self.entries.len() - 1), &d.path).is_lt());
+        self.paths.extend_from_slice(&d.path);
+        self.entries.push(HeldEntry {
+            oid,
+            key: key[..16].try_into().expect("16 of 32 bytes"),
+            end: self.paths.len() as u64,
+            old_size: d.old_size,
+            new_size: d.new_size,
+            change: d.change,
+            kind: d.kind,
+        });
+    }
+
+    fn path(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.entries[i - 1].end as usize };
+        &self.paths[start..self.entries[i].end as usize]
+    }
+
+    fn difference(&self, i: usize) -> Difference {
+        let e = &self.entries[i];
+        Difference {
+            change: e.change,
+            path: self.path(i).to_vec(),
+            old_path: None,
+            kind: e.kind,
+            old_size: e.old_size,
+            new_size: e.new_size,
+        }
+    }
+
+    /// The renames among them: (addition, deletion) by index. A deletion and an addition of
+    /// the same object with the same content are a rename; an object id alone could be two
+    /// files (a clone and its source both number new files from where they parted), so the
+    /// content must match too: exactly, as git's exact renames do. Only a one-to-one match is
+    /// a rename: several copies stay additions, several names deleted stay deletions.
+    fn renames(&self) -> std::collections::HashMap<u32, u32> {
+        let n = self.entries.len();
+        assert!(n <= u32::MAX as usize, "more than 2^32 changes held");
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        let id = |i: &u32| {
+            let e = &self.entries[*i as usize];
+            (e.oid, e.key)
+        };
+        order.sort_unstable_by_key(id);
+        let mut pairs = std::collections::HashMap::new();
+        for same in order.chunk_by(|x, y| id(x) == id(y)) {
+            if let [x, y] = same {
+                let del = |i: &u32| self.entries[*i as usize].change == Change::Deleted;
+                match (del(x), del(y)) {
+                    (true, false) => pairs.insert(*y, *x),
+                    (false, true) => pairs.insert(*x, *y),
+                    _ => None,
+                };
+            }
+        }
+        pairs
+    }
 }
 
 struct Walk<'a, 's> {
@@ -149,7 +225,7 @@ struct Walk<'a, 's> {
     batch: Vec<Difference>,
     sink: &'a mut DiffSink<'s>,
     /// Files and symlinks added or deleted (with renames detected).
-    held: Vec<Held>,
+    held: Held,
 }
 
 impl Walk<'_, '_> {
@@ -157,7 +233,7 @@ impl Walk<'_, '_> {
     /// only, which may be half a rename.
     fn found(&mut self, d: Difference, who: Option<(u64, [u8; 32])>) -> FsResult<()> {
         if let (Some((oid, key)), false) = (who, self.opts.no_renames) {
-            self.held.push(Held { d, oid, key });
+            self.held.push(d, oid, key);
             return Ok(());
         }
         // Invariant: the walk finds changes in walk order.
@@ -179,11 +255,27 @@ impl Walk<'_, '_> {
     /// After the walk: what is held, paired into renames, in walk order, in batches.
     fn finish(mut self) -> FsResult<DiffWork> {
         self.flush()?;
-        let mut held = pair_renames(std::mem::take(&mut self.held));
-        held.sort_by(|x, y| walk_cmp(&x.path, &y.path));
-        while !held.is_empty() {
-            let rest = held.split_off(held.len().min(BATCH));
-            (self.sink)(Run::Held, std::mem::replace(&mut held, rest))?;
+        let held = std::mem::take(&mut self.held);
+        let renames = held.renames();
+        let gone: std::collections::HashSet<u32> = renames.values().copied().collect();
+        let mut batch = Vec::new();
+        for i in 0..held.entries.len() {
+            if gone.contains(&(i as u32)) {
+                continue;
+            }
+            let mut d = held.difference(i);
+            if let Some(&del) = renames.get(&(i as u32)) {
+                d.change = Change::Renamed;
+                d.old_size = d.new_size;
+                d.old_path = Some(held.path(del as usize).to_vec());
+            }
+            batch.push(d);
+            if batch.len() == BATCH {
+                (self.sink)(Run::Held, std::mem::take(&mut batch))?;
+            }
+        }
+        if !batch.is_empty() {
+            (self.sink)(Run::Held, batch)?;
         }
         Ok(self.work)
     }
@@ -281,7 +373,7 @@ impl Fs {
             work: DiffWork::default(),
             batch: Vec::new(),
             sink,
-            held: Vec::new(),
+            held: Held::default(),
         };
         // Held while compared: a checkpoint could otherwise drop them.
         self.remember(a)?;
@@ -380,8 +472,10 @@ impl Fs {
                     self.forget(cb, 1);
                     r?;
                 }
-                (Some(ca), None) => self.one_side(ca, sub, Change::Deleted, w, depth)?,
-                (None, Some(cb)) => self.one_side(cb, sub, Change::Added, w, depth)?,
+                // (Remembered and forgotten, as above, so that a file loaded only for this
+                // is unloaded again: a diff's memory must not grow with what it walks.)
+                (Some(ca), None) => self.one_side_held(ca, sub, Change::Deleted, w, depth)?,
+                (None, Some(cb)) => self.one_side_held(cb, sub, Change::Added, w, depth)?,
             }
         }
         Ok(())
@@ -421,6 +515,14 @@ impl Fs {
         }
     }
 
+    /// `one_side` of `ino` held (remembered) while it runs.
+    fn one_side_held(&mut self, ino: Ino, path: Vec<u8>, change: Change, w: &mut Walk, depth: usize) -> FsResult<()> {
+        self.remember(ino)?;
+        let r = self.one_side(ino, path, change, w, depth);
+        self.forget(ino, 1);
+        r
+    }
+
     /// An entry on one side only: one line, and with `recursive` one per entry inside.
     fn one_side(&mut self, ino: Ino, path: Vec<u8>, change: Change, w: &mut Walk, depth: usize) -> FsResult<()> {
         if depth > MAX_DEPTH {
@@ -449,10 +551,7 @@ impl Fs {
                     continue;
                 }
                 let Some(c) = self.child(ino, &e.name)? else { continue };
-                self.remember(c)?;
-                let r = self.one_side(c, [&path[..], b"/", &e.name].concat(), change, w, depth + 1);
-                self.forget(c, 1);
-                r?;
+                self.one_side_held(c, [&path[..], b"/", &e.name].concat(), change, w, depth + 1)?;
             }
             Ok(())
         })();
@@ -519,46 +618,6 @@ impl Fs {
         Ok(same)
     }
 
-}
-
-/// Turns a deletion and an addition of the same object with the same content into a rename;
-/// the rest of `held` stays as it was. An object id alone could be two files (a clone and
-/// its source both number new files from where they parted), so the content must match
-/// too: exactly, as git's exact renames do. Only a one-to-one match is a rename: several
-/// copies stay additions, several names deleted stay deletions.
-fn pair_renames(held: Vec<Held>) -> Vec<Difference> {
-    use std::collections::HashMap;
-    let mut sides: HashMap<(u64, [u8; 32]), (u32, u32, usize, usize)> = HashMap::new();
-    for (i, h) in held.iter().enumerate() {
-        let e = sides.entry((h.oid, h.key)).or_insert((0, 0, 0, 0));
-        match h.d.change {
-            Change::Deleted => (e.0, e.2) = (e.0 + 1, i),
-            _ => (e.1, e.3) = (e.1 + 1, i),
-        }
-    }
-    let mut old_path: Vec<Option<Vec<u8>>> = vec![None; held.len()];
-    let mut gone = vec![false; held.len()];
-    for &(dels, adds, del, add) in sides.values() {
-        if dels == 1 && adds == 1 {
-            old_path[add] = Some(held[del].d.path.clone());
-            gone[del] = true;
-        }
-    }
-    drop(sides);
-    let mut out = Vec::with_capacity(held.len());
-    for (i, h) in held.into_iter().enumerate() {
-        if gone[i] {
-            continue;
-        }
-        let mut d = h.d;
-        if let Some(p) = old_path[i].take() {
-            d.change = Change::Renamed;
-            d.old_size = d.new_size;
-            d.old_path = Some(p);
-        }
-        out.push(d);
-    }
-    out
 }
 
 /// What identifies a file's or symlink's content in its record: kind, size, the content

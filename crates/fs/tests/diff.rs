@@ -304,6 +304,43 @@ fn a_diff_streams_in_two_runs_in_walk_order() {
     assert_eq!(calls, 1, "the walk went on after its sink failed");
 }
 
+/// A diff leaves loaded no more inodes than before, whatever it walked: files on one side
+/// only (added, deleted, listed with `recursive`) are unloaded after, as compared ones are.
+/// (The first streaming diff kept every added file loaded: 600 bytes each until it ended.)
+#[test]
+fn a_diff_unloads_what_it_walked() {
+    let (_tmp, store, mut fs) = new_store();
+    let root = fs.root();
+    let src = fs.mknod(root, b"src", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    for i in 0..300 {
+        mkfile(&mut fs, src, &format!("f{i}"), format!("{i}").as_bytes());
+    }
+    let c = fs.clone_dir(src, root, b"c", &[], b"/src").unwrap();
+    let extra = fs.mknod(c, b"extra", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    for i in 0..300 {
+        mkfile(&mut fs, c, &format!("new{i}"), b"new");
+        mkfile(&mut fs, extra, &format!("g{i}"), b"g");
+        let f = lookup(&mut fs, c, &format!("f{i}")).unwrap();
+        fs.write(f, 0, b"X").unwrap();
+        fs.forget(f, 1);
+    }
+    fs.forget(extra, 1);
+    fs.checkpoint().unwrap();
+    drop(fs);
+    // Opened again: nothing loaded but the root.
+    let mut fs = open(&store);
+    let root = fs.root();
+    let (src, c) = (lookup(&mut fs, root, "src").unwrap(), lookup(&mut fs, root, "c").unwrap());
+    let before = fs.memory().inodes;
+    for recursive in [false, true] {
+        let opts = DiffOptions { recursive, ..Default::default() };
+        let (got, _) = fs.diff(src, c, opts).unwrap();
+        assert_eq!(got.len(), if recursive { 901 } else { 601 });
+        let after = fs.memory().inodes;
+        assert!(after <= before + 2, "{before} inodes loaded before the diff, {after} after");
+    }
+}
+
 /// Two directories in different namespaces can have the same tree and still differ below:
 /// a hard-linked file's record lives in each namespace's link table, and a nested clone's
 /// files in its own namespace. Both are compared, not skipped by the directory's hash.
