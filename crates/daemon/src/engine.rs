@@ -193,8 +193,7 @@ impl Engine {
     pub fn compress(&self, budget: u64, level: i32) -> FsResult<scion_fs::compress::CompressReport> {
         let plan = self.lock().compress_begin()?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let batch = plan.run(budget, level, threads);
-        self.lock().compress_end(batch)
+        plan.run(budget, level, threads, &mut |b| self.lock().compress_end(b))
     }
 
     /// The background pass of compression of old versions, when one is due (the store has
@@ -203,8 +202,7 @@ impl Engine {
         let Some(plan) = self.lock().background_compress_begin()? else {
             return Ok(None);
         };
-        let batch = plan.run(scion_fs::compress::BACKGROUND_BUDGET, scion_fs::compress::DEFAULT_LEVEL, 1);
-        self.lock().compress_end(batch).map(Some)
+        plan.run(scion_fs::compress::BACKGROUND_BUDGET, scion_fs::compress::DEFAULT_LEVEL, 1, &mut |b| self.lock().compress_end(b)).map(Some)
     }
 
     /// A view of the committed state (`scion_fs` `view.rs`) for a read-only command to walk

@@ -830,15 +830,17 @@ impl Checker<'_> {
     }
 
     fn finish(&mut self, refs: &RefTable, freed: &[BlockPtr]) {
-        for (addr, (found, p)) in self.refs_found.clone() {
+        // (Problems gathered, not pushed as found: the table is borrowed, and a copy of it
+        // would double what a check holds.)
+        let mut wrong = Vec::new();
+        for (&addr, &(found, p)) in &self.refs_found {
             let want = refs.get(addr);
-            if want != found {
-                self.problem(format!("{p}: reference count {want} but {found} pointer(s) to it"));
+            if want != found && wrong.len() < 1000 {
+                wrong.push(format!("{p}: reference count {want} but {found} pointer(s) to it"));
             }
-            if found > 1 {
-                self.rep.shared_blocks += 1;
-            }
+            self.rep.shared_blocks += (found > 1) as u64;
         }
+        wrong.into_iter().for_each(|m| self.problem(m));
         for (addr, n) in refs.iter() {
             if !self.refs_found.contains_key(&addr) {
                 self.problem(format!(

@@ -16,7 +16,12 @@
 //! from a snapshot meanwhile, which shares the block, still reads it right (a little slower).
 //! A crash before the checkpoint leaves the compressed forms past the committed append
 //! position, where the next open cuts them off; after it, the old places are punched again
-//! by nobody: at most one batch's worth (the budget) stays allocated (see design.md).
+//! by nobody: at most one round's worth stays allocated (see design.md).
+//!
+//! `run` and `compress_end` alternate in rounds of `ROUND` bytes of blocks: a round's
+//! compressed forms are installed and committed before the next round is read, so a pass
+//! holds one round in memory, whatever its budget (issue 39; before, a pass held every
+//! compressed form until its end: the size of the store's old versions, compressed).
 
 use crate::clone::walk_blocks;
 use crate::fs::*;
@@ -31,6 +36,9 @@ use std::time::{Duration, Instant};
 /// zstd level for old versions: high, since it runs when the store is idle and only once
 /// per block (level 19 on source trees: ~4x smaller than the blocks, a few MB/s per core).
 pub const DEFAULT_LEVEL: i32 = 19;
+/// Bytes of blocks compressed per round of a pass (what a pass holds in memory at most,
+/// before compression).
+pub const ROUND: u64 = 32 << 20;
 /// Incompressible block addresses remembered between passes, at most.
 const INCOMPRESSIBLE_MAX: usize = 1 << 20;
 /// Bytes of blocks a background pass compresses at most (~15 s of one CPU at level 19).
@@ -66,23 +74,24 @@ pub struct CompressPlan {
     _pinned: Pinned,
 }
 
-/// What `CompressPlan::run` compressed, for `compress_end`.
+/// What a round of `CompressPlan::run` compressed, for `compress_end`.
 pub struct CompressBatch {
     items: Vec<(BlockPtr, Vec<u8>)>,
     incompressible: Vec<u64>,
-    /// The plan's `skip`, handed back to the engine with what this pass added.
-    skip: HashSet<u64>,
+    /// In the last round: the plan's `skip`, handed back to the engine.
+    skip: Option<HashSet<u64>>,
+    /// This round's counts; the last round's also the pass's candidates and what it left.
     report: CompressReport,
     error: Option<Error>,
-    background: bool,
-    _pinned: Pinned,
+    /// A background pass's last round (which sets when the next pass is due).
+    background_end: bool,
 }
 
 impl Fs {
     /// A whole pass (begin, run, end) over at most `budget` bytes of blocks, at zstd `level`.
     pub fn compress_old(&mut self, budget: u64, level: i32) -> FsResult<CompressReport> {
         let plan = self.compress_begin()?;
-        self.compress_end(plan.run(budget, level, 1))
+        plan.run(budget, level, 1, &mut |b| self.compress_end(b))
     }
 
     /// The plan of a background pass, if one is due: the store has been quiet for a minute
@@ -139,7 +148,11 @@ impl Fs {
     /// old places.
     pub fn compress_end(&mut self, batch: CompressBatch) -> FsResult<CompressReport> {
         let store = self.vol.forest.store.clone();
-        self.incompressible = batch.skip;
+        if let Some(skip) = batch.skip {
+            // The plan's set back, with what the rounds before added.
+            let added = std::mem::replace(&mut self.incompressible, skip);
+            self.incompressible.extend(added);
+        }
         if self.incompressible.len() + batch.incompressible.len() > INCOMPRESSIBLE_MAX {
             self.incompressible.clear();
         }
@@ -173,7 +186,7 @@ impl Fs {
         if report.compressed > 0 {
             log::info!("compression of old versions: {report:?}");
         }
-        if batch.background {
+        if batch.background_end {
             // Its own checkpoint restarts nothing: `last_change` counts changes only.
             self.last_compress = Some((Instant::now(), report.left > 0));
         }
@@ -234,59 +247,47 @@ pub(crate) fn load_relocations(store: &Arc<BlockStore>, root: Option<&BlockPtr>)
 
 impl CompressPlan {
     /// Finds the data blocks only snapshots hold and compresses up to `budget` bytes of them
-    /// at `level` on `threads` threads. No engine lock: the state is pinned.
-    pub fn run(self, budget: u64, level: i32, threads: usize) -> CompressBatch {
-        let mut report = CompressReport::default();
+    /// at `level` on `threads` threads, without the engine lock (the state is pinned), in
+    /// rounds of `ROUND` bytes, each handed to `end` (`Fs::compress_end`, under the lock)
+    /// before the next is read. The pass's report: the rounds' counts summed. It stops at the
+    /// first round `end` refuses.
+    pub fn run(
+        self,
+        budget: u64,
+        level: i32,
+        threads: usize,
+        end: &mut dyn FnMut(CompressBatch) -> FsResult<CompressReport>,
+    ) -> FsResult<CompressReport> {
         let store = self.forest.store.clone();
-        let (candidates, error) = self.candidates(&store);
-        report.candidates = candidates.len() as u64;
+        let (candidates, mut error) = self.candidates(&store);
+        let mut pass = CompressReport { candidates: candidates.len() as u64, ..Default::default() };
         let mut chosen = Vec::new();
         let mut planned = 0u64;
         for p in candidates {
             if planned >= budget {
-                report.left += 1;
+                pass.left += 1;
                 continue;
             }
             planned += p.len as u64;
             chosen.push(p);
         }
-        let per = chosen.len().div_ceil(threads.max(1)).max(1);
-        let results: Vec<Vec<(BlockPtr, Result<Option<Vec<u8>>>)>> = std::thread::scope(|s| {
-            let handles: Vec<_> = chosen
-                .chunks(per)
-                .map(|part| {
-                    let store = &store;
-                    s.spawn(move || {
-                        part.iter()
-                            .map(|p| (*p, store.read(p).map(|b| relocate::compress(p, &b, level))))
-                            .collect()
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("compression thread")).collect()
-        });
-        let (mut items, mut incompressible, mut error) = (Vec::new(), Vec::new(), error);
-        for (p, r) in results.into_iter().flatten() {
-            match r {
-                Ok(Some(c)) => items.push((p, c)),
-                Ok(None) => {
-                    report.incompressible += 1;
-                    incompressible.push(p.addr);
-                }
-                // A damaged block is scrub's to report; it is left as it is.
-                Err(e) => {
-                    error.get_or_insert(e);
-                }
+        let mut rounds = rounds(&chosen).peekable();
+        let mut skip = Some(self.skip);
+        let mut total = CompressReport::default();
+        loop {
+            let round = rounds.next().unwrap_or(&[]);
+            let last = rounds.peek().is_none();
+            let mut batch = compress_round(&store, round, level, threads);
+            batch.error = batch.error.or(if last { error.take() } else { None });
+            if last {
+                (batch.report.candidates, batch.report.left) = (pass.candidates, pass.left);
+                batch.skip = skip.take();
+                batch.background_end = self.background;
             }
-        }
-        CompressBatch {
-            items,
-            incompressible,
-            report,
-            error,
-            background: self.background,
-            skip: self.skip,
-            _pinned: self._pinned,
+            total.add(&end(batch)?);
+            if last {
+                return Ok(total);
+            }
         }
     }
 
@@ -315,5 +316,70 @@ impl CompressPlan {
         }
         out.sort_by_key(|p| p.addr);
         (out, error)
+    }
+}
+
+/// `chosen` cut into rounds of about `ROUND` bytes (a block larger than a round is one).
+fn rounds(chosen: &[BlockPtr]) -> impl Iterator<Item = &[BlockPtr]> {
+    let mut rest = chosen;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0u64;
+        let n = rest.iter().take_while(|p| {
+            bytes += p.len as u64;
+            bytes <= ROUND
+        });
+        let n = n.count().max(1);
+        let (round, more) = rest.split_at(n);
+        rest = more;
+        Some(round)
+    })
+}
+
+/// One round: `round`'s blocks read (verified) and compressed on `threads` threads.
+fn compress_round(store: &Arc<BlockStore>, round: &[BlockPtr], level: i32, threads: usize) -> CompressBatch {
+    let per = round.len().div_ceil(threads.max(1)).max(1);
+    let results: Vec<Vec<(BlockPtr, Result<Option<Vec<u8>>>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = round
+            .chunks(per)
+            .map(|part| s.spawn(move || part.iter().map(|p| (*p, store.read(p).map(|b| relocate::compress(p, &b, level)))).collect()))
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("compression thread")).collect()
+    });
+    let mut batch = CompressBatch {
+        items: Vec::new(),
+        incompressible: Vec::new(),
+        skip: None,
+        report: CompressReport::default(),
+        error: None,
+        background_end: false,
+    };
+    for (p, r) in results.into_iter().flatten() {
+        match r {
+            Ok(Some(c)) => batch.items.push((p, c)),
+            Ok(None) => {
+                batch.report.incompressible += 1;
+                batch.incompressible.push(p.addr);
+            }
+            // A damaged block is scrub's to report; it is left as it is.
+            Err(e) => {
+                batch.error.get_or_insert(e);
+            }
+        }
+    }
+    batch
+}
+
+impl CompressReport {
+    /// `other`'s counts added to these.
+    fn add(&mut self, other: &CompressReport) {
+        self.candidates += other.candidates;
+        self.compressed += other.compressed;
+        self.bytes_before += other.bytes_before;
+        self.bytes_after += other.bytes_after;
+        self.incompressible += other.incompressible;
+        self.left += other.left;
     }
 }
