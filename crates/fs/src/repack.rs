@@ -265,6 +265,10 @@ impl Fs {
                             planned += f.blocks.iter().map(|(_, p)| p.len as u64).sum::<u64>();
                             plan.files.push(f);
                         }
+                        // Loaded only to be looked at: unloaded again, so that planning holds
+                        // no inode per file (~670 bytes each; `repack_end` reloads the ones
+                        // it installs by name).
+                        self.maybe_evict(ino);
                     }
                     _ => {}
                 }

@@ -260,3 +260,43 @@ fn a_file_written_front_to_back_is_laid_out_the_first_time() {
     let rep = check_committed(&scion_store::os_host(), &dir).unwrap();
     assert!(rep.is_clean() && rep.unreferenced_bytes == 0, "{rep}");
 }
+
+/// Planning a repack looks at every file below the directory but holds none of them: the
+/// inodes loaded to plan are unloaded as it goes, and the scattered files it plans are still
+/// moved (reloaded by name when installed). The first repack kept every file it looked at
+/// loaded until the pass ended (~670 bytes each: 235 MiB for 200,000 files).
+#[test]
+fn planning_a_repack_holds_no_inode_per_file() {
+    let (_tmp, store, mut fs) = new_store();
+    let root = fs.root();
+    let d = fs.mknod(root, b"d", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    let scattered = interleaved(&mut fs, d, &["a", "b"], 0);
+    for k in 0..20 {
+        let sub = fs.mknod(d, format!("s{k}").as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+        for i in 0..100 {
+            let f = fs.mknod(sub, format!("f{i}").as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+            fs.write(f, 0, b"small").unwrap();
+            fs.forget(f, 1);
+        }
+        fs.forget(sub, 1);
+    }
+    scattered.iter().for_each(|f| fs.forget(*f, 1));
+    fs.forget(d, 1);
+    fs.checkpoint().unwrap();
+    drop(fs);
+    let mut fs = open(&store);
+    let root = fs.root();
+    let before = fs.memory().inodes;
+    let plan = fs.repack_begin(root, u64::MAX).unwrap();
+    let loaded = fs.memory().inodes;
+    assert!(loaded < before + 40, "{before} inodes loaded before planning, {loaded} after");
+    let r = fs.repack_end(plan.run()).unwrap();
+    assert_eq!((r.files, r.moved_files), (2002, 2), "{r:?}");
+    let d = fs.lookup(root, b"d").unwrap().ino;
+    for name in ["a", "b"] {
+        let ino = fs.lookup(d, name.as_bytes()).unwrap().ino;
+        assert!(is_contiguous(&blocks(&fs, ino)));
+    }
+    drop(fs);
+    clean(&store);
+}
