@@ -264,7 +264,7 @@ fn a_file_written_front_to_back_is_laid_out_the_first_time() {
 /// Planning a repack looks at every file below the directory but holds none of them: the
 /// inodes loaded to plan are unloaded as it goes, and the scattered files it plans are still
 /// moved (reloaded by name when installed). The first repack kept every file it looked at
-/// loaded until the pass ended (~670 bytes each: 235 MiB for 200,000 files).
+/// loaded until the pass ended (~670 bytes each: 244 MiB for 200,000 files).
 #[test]
 fn planning_a_repack_holds_no_inode_per_file() {
     let (_tmp, store, mut fs) = new_store();
