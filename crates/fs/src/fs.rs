@@ -3211,6 +3211,12 @@ impl Fs {
             }
             // Pack space kept for writes that will not come now.
             self.vol.forest.store.end_streams();
+            // The content hashes computed, for the next mount (a cache: a failure is logged).
+            if !self.read_only {
+                if let Err(e) = self.hash_memo.save(&self.vol.host, &self.vol.dir) {
+                    log::warn!("{e}: the next mount computes content hashes again");
+                }
+            }
             // Closed whole: the next open need not look for what a crash leaves.
             crate::checkpoint::mark_closed(&self.vol.host, &self.vol.dir, true)?;
         }

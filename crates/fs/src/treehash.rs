@@ -34,9 +34,16 @@ pub type TreeHash = [u8; 32];
 /// Directories nest at most this deep.
 const MAX_DEPTH: usize = 2048;
 
-/// Work kept between hashes (clones and snapshots share most of it).
+/// The version of the hashes above: what a memo kept across mounts was computed with
+/// (`records::hash_memo`). A change to what a hash covers must change it.
+pub(crate) const SCHEME: u8 = 1;
+
+/// Work kept between hashes (clones and snapshots share most of it), and across mounts
+/// (`load`, `save`).
 #[derive(Default)]
 pub struct HashMemo {
+    /// Entries were added since it was loaded (or it was cut back): worth saving.
+    changed: bool,
     /// A directory's content tree hash and the hash of its own metadata (which lives in its
     /// parent's entry, not in its content tree: two directories with the same entries may
     /// differ in mode or mtime) -> its hash.
@@ -73,8 +80,50 @@ impl HashMemo {
 
     fn trim(&mut self) {
         if self.dirs.len() + self.contents.len() > hash_memo_limit() {
-            *self = HashMemo::default();
+            *self = HashMemo { changed: true, ..HashMemo::default() };
         }
+    }
+
+    /// The memo kept in store `dir` at its last clean unmount, up to the memo's bound; an
+    /// empty one if there is none or it cannot be used (said in the log: it is a cache).
+    pub(crate) fn load(host: &scion_store::Host, dir: &std::path::Path) -> HashMemo {
+        use crate::records::hash_memo;
+        let path = dir.join(hash_memo::FILE);
+        if !host.exists(&path) {
+            return HashMemo::default();
+        }
+        let decoded = host.read(&path).map_err(|e| e.to_string()).and_then(|b| hash_memo::decode(SCHEME, &b));
+        match decoded {
+            Ok((dirs, contents)) => {
+                let room = hash_memo_limit();
+                let mut m = HashMemo::default();
+                m.dirs.extend(dirs.into_iter().take(room));
+                m.contents.extend(contents.into_iter().take(room - m.dirs.len()));
+                m
+            }
+            Err(e) => {
+                log::warn!("{}: {e}; content hashes are computed again as needed", path.display());
+                HashMemo::default()
+            }
+        }
+    }
+
+    /// Writes the memo into store `dir` if it changed since it was loaded. Not synced: a
+    /// file cut short by a crash fails its checksum and is not used.
+    pub(crate) fn save(&mut self, host: &scion_store::Host, dir: &std::path::Path) -> scion_store::Result<()> {
+        use crate::records::hash_memo;
+        if !self.changed {
+            return Ok(());
+        }
+        let dirs: Vec<_> = self.dirs.iter().map(|(k, v)| (*k, *v)).collect();
+        let contents: Vec<_> = self.contents.iter().map(|(k, v)| (*k, *v)).collect();
+        let b = hash_memo::encode(SCHEME, &dirs, &contents);
+        let path = dir.join(hash_memo::FILE);
+        host.open(&path, scion_store::OpenMode::Truncate)
+            .and_then(|f| f.write_all_at(&b, 0))
+            .map_err(|e| scion_store::Error::io(format!("write of {}", path.display()), e))?;
+        self.changed = false;
+        Ok(())
     }
 }
 
@@ -260,6 +309,7 @@ impl Fs {
         let out = *h.finalize().as_bytes();
         if let Some(k) = key {
             w.memo.dirs.insert(k, out);
+            w.memo.changed = true;
         }
         Ok(out)
     }
@@ -283,6 +333,7 @@ impl Fs {
         let out = *h.finalize().as_bytes();
         if let Some(k) = key {
             w.memo.contents.insert(k, out);
+            w.memo.changed = true;
         }
         Ok(out)
     }

@@ -223,3 +223,55 @@ fn a_shared_memo_keeps_directories_apart_that_differ_only_in_their_own_metadata(
     assert_ne!(live, memoized);
     fs.close().unwrap();
 }
+
+/// The content hashes a mount computed are kept across a clean unmount (`STORE/hash-memo`):
+/// the next mount's first hash of the same tree walks none of it again (the memo answers
+/// for the top directory), and gives the same hash. A memo file that is damaged or of
+/// another version is ignored: the hash is computed again, and is the same.
+#[test]
+fn content_hashes_are_kept_across_mounts() {
+    let (_tmp, store, mut fs) = new_store();
+    let root = fs.root();
+    let t = fs.mknod(root, b"t", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+    for k in 0..20 {
+        // (No hard links: a directory with some below is walked each time, memo or not.)
+        let d = fs.mknod(t, format!("d{k}").as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+        for i in 0..30usize {
+            let data: Vec<u8> = (0..[10, 3000, 70_000][i % 3]).map(|j| (j * 7 + i + k as usize) as u8).collect();
+            let f = file(&mut fs, d, &format!("f{i}"), &data, 4096);
+            fs.forget(f, 1);
+        }
+        fs.forget(d, 1);
+    }
+    fs.forget(t, 1);
+    let t = lookup(&mut fs, root, "t").unwrap();
+    let want = fs.content_hash_of(t).unwrap();
+    fs.close().unwrap();
+    let memo = store.join("hash-memo");
+    assert!(memo.exists(), "no memo kept at unmount");
+
+    // Inodes loaded by the first hash after a mount: with the memo, the top directory only.
+    let first_hash = |store: &std::path::Path| {
+        let mut fs = open(store);
+        let root = fs.root();
+        let t = lookup(&mut fs, root, "t").unwrap();
+        let before = fs.memory().inodes;
+        let h = fs.content_hash_of(t).unwrap();
+        let loaded = fs.memory().inodes - before;
+        fs.close().unwrap();
+        (h, loaded)
+    };
+    let (h, loaded) = first_hash(&store);
+    assert_eq!(h, want);
+    assert_eq!(loaded, 0, "the tree was walked again");
+
+    let mut b = std::fs::read(&memo).unwrap();
+    let n = b.len();
+    b[n / 2] ^= 1;
+    std::fs::write(&memo, &b).unwrap();
+    let (h, loaded) = first_hash(&store);
+    assert_eq!(h, want);
+    assert!(loaded >= 20, "a damaged memo was used ({loaded} inodes loaded)");
+    // ... and the mount that computed them again kept them.
+    assert_eq!(first_hash(&store), (want, 0));
+}

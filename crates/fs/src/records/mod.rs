@@ -13,12 +13,14 @@
 //! | mirrors file (`STORE/mirrors`) | `records::mirrors` | `mirrors_file` |
 //! | cube table (`STORE/cubes`) | `records::cubes` | `cubes_file` |
 //! | commands under way (`STORE/intents`) | `records::intents` | `intents_file` |
+//! | content hashes kept across mounts (`STORE/hash-memo`) | `records::hash_memo` | `hash_memo_file` |
 //!
 //! (Block framing, superblock and tree nodes are the lower layers': `scion-store` and
 //! `scion-tree`, fuzzed as `pack_block`, `superblock`, `tree_node` and `ref_table`.)
 
 pub mod checkpoint;
 pub mod cubes;
+pub mod hash_memo;
 pub mod inode;
 pub mod intents;
 pub mod journal;
