@@ -52,7 +52,8 @@ pub fn diff(a: PathBuf, b: PathBuf, f: DiffFlags, store: Option<PathBuf>) -> Res
     } else {
         let mut take = |p: Part| -> Result<(), String> {
             let (to, v) = match p {
-                Part::Diff(v) if held.count == 0 => (&mut walk, v),
+                Part::Diff(_) if held.count > 0 => return Err("the daemon's diff went on after its held changes".into()),
+                Part::Diff(v) => (&mut walk, v),
                 Part::DiffHeld(v) => (&mut held, v),
                 _ => return Err("the daemon sent parts of something other than a diff".into()),
             };

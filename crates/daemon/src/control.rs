@@ -967,15 +967,9 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
         } => restore(fs, path, from, to.as_deref(), *replace, user)?,
         // (In a daemon its changes stream: `server::run_diff`.)
         Op::Diff { .. } => {
-            let (mut walk, mut held) = (Vec::new(), Vec::new());
-            diff_each(fs, op, user, &mut |run, v| {
-                match run {
-                    scion_fs::diff::Run::Walk => walk.extend(v),
-                    scion_fs::diff::Run::Held => held.extend(v),
-                }
-                Ok(())
-            })?;
-            (Reply::Diff(scion_fs::diff::Merged::new(walk.into_iter(), held.into_iter()).collect()), Vec::new())
+            let mut all = scion_fs::diff::Gather::default();
+            diff_each(fs, op, user, &mut |run, v| all.take(run, v))?;
+            (Reply::Diff(all.changes()), Vec::new())
         }
         // (Its listing streams: the daemon's socket serves it, `server::run_scan`.)
         Op::Scan { .. } => return Err(Failure::new(libc::EINVAL, "a scan is served by a mounted store's daemon: mount the store")),

@@ -289,6 +289,28 @@ pub fn walk_cmp(x: &[u8], y: &[u8]) -> Ordering {
     x.iter().map(rank).cmp(y.iter().map(rank))
 }
 
+/// A sink that gathers both runs of a diff (`take`) and merges them at the end.
+#[derive(Default)]
+pub struct Gather {
+    walk: Vec<Difference>,
+    held: Vec<Difference>,
+}
+
+impl Gather {
+    pub fn take(&mut self, run: Run, v: Vec<Difference>) -> FsResult<()> {
+        match run {
+            Run::Walk => self.walk.extend(v),
+            Run::Held => self.held.extend(v),
+        }
+        Ok(())
+    }
+
+    /// Every change, in walk order.
+    pub fn changes(self) -> Vec<Difference> {
+        Merged::new(self.walk.into_iter(), self.held.into_iter()).collect()
+    }
+}
+
 /// The two runs of a diff merged into one sequence in walk order.
 pub struct Merged<I: Iterator<Item = Difference>, J: Iterator<Item = Difference>> {
     walk: std::iter::Peekable<I>,
@@ -334,15 +356,9 @@ impl Fs {
         opts: DiffOptions,
         who: Option<&Caller>,
     ) -> FsResult<(Vec<Difference>, DiffWork)> {
-        let (mut walk, mut held) = (Vec::new(), Vec::new());
-        let work = self.diff_each(a, b, opts, who, &mut |run, v| {
-            match run {
-                Run::Walk => walk.extend(v),
-                Run::Held => held.extend(v),
-            }
-            Ok(())
-        })?;
-        Ok((Merged::new(walk.into_iter(), held.into_iter()).collect(), work))
+        let mut all = Gather::default();
+        let work = self.diff_each(a, b, opts, who, &mut |run, v| all.take(run, v))?;
+        Ok((all.changes(), work))
     }
 
     /// `diff` for ordinary user `who` if given: refused (EACCES, naming the path) where
