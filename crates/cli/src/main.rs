@@ -11,6 +11,7 @@ mod mount;
 mod meta;
 mod mirror_cmd;
 mod receive_cmd;
+mod remote_cmd;
 mod run_cmd;
 mod scan_cmd;
 mod send_cmd;
@@ -440,6 +441,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: MirrorCmd,
     },
+    /// Object stores (S3 API: AWS S3, MinIO, Ceph RGW, Garage, R2) a store reaches by name,
+    /// kept in the store without credentials (those come to its daemon the standard AWS
+    /// ways). Exit 0: done; 1: remove of a remote that is not there; 2: bad usage or failure.
+    Remote {
+        #[command(subcommand)]
+        cmd: RemoteCmd,
+    },
     /// Cubes: directories that are stores of their own (own packs, journal, checkpoints),
     /// so that an fsync in one never waits for another's data and a failure in one leaves
     /// the rest of the mount untouched. Exit 0: done; 2: bad usage or failure.
@@ -622,6 +630,49 @@ enum CubeCmd {
         /// The report as one JSON object, as `scion check --json` prints it.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum RemoteCmd {
+    /// Add remote NAME: s3://BUCKET or s3://BUCKET/PREFIX (the store's objects go below
+    /// PREFIX). A remote of that name is refused: remove it first.
+    Add {
+        /// 1 to 64 letters, digits, '.', '_' or '-'.
+        name: String,
+        /// s3://BUCKET[/PREFIX].
+        url: String,
+        /// The S3 API's URL (MinIO, Ceph RGW, Garage, R2...); default: AWS's for the region.
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// The region (default: the daemon's AWS_REGION or profile).
+        #[arg(long)]
+        region: Option<String>,
+        /// A path in the scion mount whose store keeps the remote (default: the current
+        /// directory).
+        #[arg(long, conflicts_with = "store")]
+        mount: Option<PathBuf>,
+        /// Work on the unmounted store in this directory.
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
+    /// The store's remotes: name, URL, region, endpoint.
+    List {
+        /// JSON Lines: {"name", "url", "bucket", "prefix", "endpoint", "region"}.
+        #[arg(long)]
+        json: bool,
+        #[arg(long, conflicts_with = "store")]
+        mount: Option<PathBuf>,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
+    /// Remove remote NAME from the store (what was pushed to it stays in the object store).
+    Remove {
+        name: String,
+        #[arg(long, conflicts_with = "store")]
+        mount: Option<PathBuf>,
+        #[arg(long)]
+        store: Option<PathBuf>,
     },
 }
 
@@ -1022,6 +1073,18 @@ fn main() -> ExitCode {
             CubeCmd::Check { dir, json } => match cube_cmd::check(dir, json) {
                 Ok(true) => Ok(()),
                 Ok(false) => return ExitCode::from(1),
+                Err(e) => Err(e),
+            },
+        },
+        Cmd::Remote { cmd } => match cmd {
+            RemoteCmd::Add { name, url, endpoint, region, mount, store } => remote_cmd::add(name, url, endpoint, region, mount, store),
+            RemoteCmd::List { json, mount, store } => remote_cmd::list(json, mount, store),
+            RemoteCmd::Remove { name, mount, store } => match remote_cmd::remove(name, mount, store) {
+                Ok(true) => Ok(()),
+                Ok(false) => {
+                    eprintln!("scion remote: no such remote");
+                    return ExitCode::from(1);
+                }
                 Err(e) => Err(e),
             },
         },

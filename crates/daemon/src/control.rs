@@ -129,6 +129,12 @@ pub enum Op {
     MirrorRemove { dir: Vec<u8>, target: Option<Vec<u8>> },
     /// Every mirror, with what it must send and how it is doing.
     MirrorStatus,
+    /// Adds an object store the store reaches by name (`scion remote add`; issue 41).
+    RemoteAdd(scion_fs::records::remotes::Remote),
+    /// Removes the remote of that name.
+    RemoteRemove { name: String },
+    /// The store's remotes.
+    RemoteList,
     /// The store's state: daemon, space, commit state, background work, failures.
     Status,
     /// Adds the snapshot schedule of a directory, or replaces it.
@@ -263,6 +269,9 @@ pub enum Reply {
     /// How many mirrors were removed.
     MirrorRemoved(u32),
     Mirrors(Vec<MirrorRow>),
+    RemoteAdded,
+    RemoteRemoved,
+    Remotes(Vec<scion_fs::records::remotes::Remote>),
     Status(Box<Status>),
     ScheduleSet,
     /// Whether there was a schedule to remove.
@@ -919,6 +928,18 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
                 .map_err(Failure::from_fs(format!("mirror of {}", show(dir))))?;
             (Reply::MirrorRemoved(n as u32), Vec::new())
         }
+        Op::RemoteAdd(r) => {
+            scion_fs::records::remotes::add(&fs.host(), fs.store_dir(), r.clone()).map_err(Failure::from_fs(format!("remote {}", r.name)))?;
+            (Reply::RemoteAdded, Vec::new())
+        }
+        Op::RemoteRemove { name } => {
+            scion_fs::records::remotes::remove(&fs.host(), fs.store_dir(), name).map_err(Failure::from_fs(format!("remote {name}")))?;
+            (Reply::RemoteRemoved, Vec::new())
+        }
+        Op::RemoteList => {
+            let stored = scion_fs::records::remotes::load(&fs.host(), fs.store_dir()).map_err(|e| Failure::from_fs("remotes".into())(e.into()))?;
+            (Reply::Remotes(stored.remotes), Vec::new())
+        }
         Op::Status => {
             let rows = fs.list().map_err(Failure::from_fs("status".into()))?;
             (Reply::Status(Box::new(status(fs, &rows))), Vec::new())
@@ -1074,6 +1095,9 @@ pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
         | Op::Scrub
         | Op::Compress { .. }
         | Op::MirrorStatus
+        | Op::RemoteAdd(_)
+        | Op::RemoteRemove { .. }
+        | Op::RemoteList
         | Op::Status
         | Op::ScheduleList
         | Op::ScanRecord { .. }

@@ -153,6 +153,10 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             "send and receive are root's and the store owner's for now",
         )),
         Op::Nfs(_) => Err(Failure::new(libc::EPERM, "serving over NFS is root's and the store owner's")),
+        // A remote is the store's, used by its daemon with the daemon's credentials.
+        Op::RemoteAdd(_) | Op::RemoteRemove { .. } | Op::RemoteList => {
+            Err(Failure::new(libc::EPERM, "a store's remotes are root's and the store owner's"))
+        }
         Op::MirrorSet { .. } | Op::MirrorRemove { .. } | Op::MirrorStatus | Op::Status => Err(Failure::new(
             libc::EPERM,
             "mirrors send the store's snapshots to another store as root: root's or the store owner's",

@@ -177,6 +177,16 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::MirrorStatus => {
             w.u8(26);
         }
+        Op::RemoteAdd(r) => {
+            w.u8(40);
+            encode_remote(&mut w, r);
+        }
+        Op::RemoteRemove { name } => {
+            w.u8(41).bytes(name.as_bytes());
+        }
+        Op::RemoteList => {
+            w.u8(42);
+        }
         Op::Status => {
             w.u8(27);
         }
@@ -536,6 +546,9 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             }
         }
         34 => Op::FindBlocks { hashes: get_hashes(&mut r)? },
+        40 => Op::RemoteAdd(decode_remote(&mut r)?),
+        41 => Op::RemoteRemove { name: utf8(r.bytes().map_err(bad)?)? },
+        42 => Op::RemoteList,
         35 => Op::Checkpoint { path: r.bytes().map_err(bad)?.to_vec() },
         38 => Op::ReadOnly { on: r.u8().map_err(bad)? != 0 },
         39 => match r.u8().map_err(bad)? {
@@ -1114,6 +1127,18 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         Reply::Applied => {
             w.u8(20);
         }
+        Reply::RemoteAdded => {
+            w.u8(33);
+        }
+        Reply::RemoteRemoved => {
+            w.u8(34);
+        }
+        Reply::Remotes(list) => {
+            w.u8(35).u32(list.len() as u32);
+            for remote in list {
+                encode_remote(&mut w, remote);
+            }
+        }
         Reply::Checkpointed => {
             w.u8(31);
         }
@@ -1162,6 +1187,25 @@ fn change_of(c: u8) -> Result<scion_fs::diff::Change, String> {
 
 fn kind_of(k: u8) -> Result<Kind, String> {
     Kind::from_u8(k).ok_or_else(|| format!("unknown file kind {k}"))
+}
+
+/// A remote's fields (name, bucket, prefix, endpoint, region), each as bytes.
+fn encode_remote(w: &mut Writer, r: &scion_fs::records::remotes::Remote) {
+    for f in [&r.name, &r.bucket, &r.prefix, &r.endpoint, &r.region] {
+        w.bytes(f.as_bytes());
+    }
+}
+
+/// A remote as `encode_remote` writes it, checked as the remotes file checks it.
+fn decode_remote(r: &mut Reader) -> Result<scion_fs::records::remotes::Remote, String> {
+    let mut f = || -> Result<String, String> { utf8(r.bytes().map_err(bad)?) };
+    let remote = scion_fs::records::remotes::Remote { name: f()?, bucket: f()?, prefix: f()?, endpoint: f()?, region: f()? };
+    remote.check()?;
+    Ok(remote)
+}
+
+fn utf8(b: &[u8]) -> Result<String, String> {
+    String::from_utf8(b.to_vec()).map_err(|_| "a text field that is not UTF-8".to_string())
 }
 
 fn text(b: &[u8]) -> String {
@@ -1479,6 +1523,15 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             }
             20 => Reply::Applied,
             31 => Reply::Checkpointed,
+            33 => Reply::RemoteAdded,
+            34 => Reply::RemoteRemoved,
+            35 => {
+                let n = r.count(5 * 4).map_err(bad)?;
+                if n > scion_fs::records::remotes::MAX_REMOTES {
+                    return Err(format!("{n} remotes"));
+                }
+                Reply::Remotes((0..n).map(|_| decode_remote(&mut r)).collect::<Result<_, _>>()?)
+            }
             32 => Reply::Nfs(text(r.bytes().map_err(bad)?)),
             21 => Reply::Sent(r.array().map_err(bad)?),
             30 => {

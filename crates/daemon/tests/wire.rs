@@ -62,6 +62,9 @@ fn ops() -> Vec<Op> {
             target: Some(b"/b".to_vec()),
         },
         Op::MirrorStatus,
+        Op::RemoteAdd(scion_fs::records::remotes::Remote::parse("minio", "s3://bases/ci", "http://127.0.0.1:9000", "us-east-1").unwrap()),
+        Op::RemoteRemove { name: "minio".into() },
+        Op::RemoteList,
         Op::Status,
         Op::CubeCreate {
             path: b"srv/db".to_vec(),
@@ -270,6 +273,12 @@ fn replies_round_trip_and_cut_ones_are_refused() {
             nfs: "NFSv3 on 127.0.0.1:2049: exports /vm1".into(),
         }))),
         wire::encode_reply(&Reply::MirrorRemoved(2)),
+        wire::encode_reply(&Reply::RemoteAdded),
+        wire::encode_reply(&Reply::RemoteRemoved),
+        wire::encode_reply(&Reply::Remotes(vec![
+            scion_fs::records::remotes::Remote::parse("minio", "s3://bases/ci", "http://127.0.0.1:9000", "us-east-1").unwrap(),
+            scion_fs::records::remotes::Remote::parse("aws", "s3://team", "", "").unwrap(),
+        ])),
         wire::encode_reply(&Reply::Mirrors(vec![scion_daemon::control::MirrorRow {
             mirror: scion_fs::records::mirrors::Mirror {
                 dir: b"home/ann".to_vec(),

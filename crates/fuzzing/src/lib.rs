@@ -36,6 +36,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("cubes_file", cubes_file),
     ("intents_file", intents_file),
     ("hash_memo_file", hash_memo_file),
+    ("remotes_file", remotes_file),
     ("apply_frames", apply_frames),
     ("nfs_hints", nfs_hints),
     ("nfs_handle", nfs_handle),
@@ -630,5 +631,18 @@ pub fn hash_memo_file(data: &[u8]) {
     }
     if let Ok((dirs, contents)) = hash_memo::decode(1, &data) {
         assert_eq!(hash_memo::encode(1, &dirs, &contents), data, "a hash memo changes through encoding");
+    }
+}
+
+/// The remotes file (`STORE/remotes`): what decodes re-encodes to the same remotes, as a
+/// file and as a payload.
+pub fn remotes_file(data: &[u8]) {
+    use scion_fs::records::remotes;
+    if let Ok(stored) = remotes::decode_file(data) {
+        let again = remotes::decode_payload(&remotes::encode_payload(&stored.remotes)).expect("re-encoded remotes decode");
+        assert_eq!(again, stored.remotes, "the remotes change through encoding");
+    }
+    if let Ok(list) = remotes::decode_payload(data) {
+        assert_eq!(remotes::decode_payload(&remotes::encode_payload(&list)).ok(), Some(list));
     }
 }

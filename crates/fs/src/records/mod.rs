@@ -14,6 +14,7 @@
 //! | cube table (`STORE/cubes`) | `records::cubes` | `cubes_file` |
 //! | commands under way (`STORE/intents`) | `records::intents` | `intents_file` |
 //! | content hashes kept across mounts (`STORE/hash-memo`) | `records::hash_memo` | `hash_memo_file` |
+//! | object stores by name (`STORE/remotes`) | `records::remotes` | `remotes_file` |
 //!
 //! (Block framing, superblock and tree nodes are the lower layers': `scion-store` and
 //! `scion-tree`, fuzzed as `pack_block`, `superblock`, `tree_node` and `ref_table`.)
@@ -26,5 +27,6 @@ pub mod intents;
 pub mod journal;
 pub mod namespace;
 pub mod mirrors;
+pub mod remotes;
 pub mod schedules;
 pub mod slots;
