@@ -1382,7 +1382,10 @@ impl Fs {
             let live: HashSet<u32> = self.nodes.values().map(|n| n.ns).collect();
             self.replaced_ns.retain(|id| live.contains(id));
         }
-        self.carried = carry.iter().map(|(i, _)| *i).collect();
+        // (A carried file unlinked and let go of while the commit was written has left
+        // memory: nothing of it is carried on. Its records follow the carried ones in the
+        // journal, so a replay removes it again.)
+        self.carried = carry.iter().map(|(i, _)| *i).filter(|i| self.nodes.contains_key(i)).collect();
         self.dirty.extend(self.carried.iter().copied());
         self.dirty_bytes += self.carried.iter().map(|i| chunk_bytes(&self.nodes[i])).sum::<u64>();
         // Reads planned before the commit may still be fetching freed blocks; later ones
