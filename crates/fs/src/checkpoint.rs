@@ -166,7 +166,6 @@ impl Fs {
             Forest::new(store.clone(), RefTable::default()),
         ));
         fs.replaying = true;
-        fs.hash_memo = crate::treehash::HashMemo::load(&fs.vol.host, dir);
         match (&sb.checkpoint, rec) {
             (Some(ptr), Some(rec)) => {
                 if rec.generation != sb.generation {

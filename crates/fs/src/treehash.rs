@@ -44,6 +44,9 @@ pub(crate) const SCHEME: u8 = 1;
 pub struct HashMemo {
     /// Entries were added since it was loaded (or it was cut back): worth saving.
     changed: bool,
+    /// The store's kept memo was read into it (at its first use, `load_once`: a mount that
+    /// never hashes a tree never holds it).
+    loaded: bool,
     /// A directory's content tree hash and the hash of its own metadata (which lives in its
     /// parent's entry, not in its content tree: two directories with the same entries may
     /// differ in mode or mtime) -> its hash.
@@ -80,31 +83,31 @@ impl HashMemo {
 
     fn trim(&mut self) {
         if self.dirs.len() + self.contents.len() > hash_memo_limit() {
-            *self = HashMemo { changed: true, ..HashMemo::default() };
+            *self = HashMemo { changed: true, loaded: true, ..HashMemo::default() };
         }
     }
 
-    /// The memo kept in store `dir` at its last clean unmount, up to the memo's bound; an
-    /// empty one if there is none or it cannot be used (said in the log: it is a cache).
-    pub(crate) fn load(host: &scion_store::Host, dir: &std::path::Path) -> HashMemo {
+    /// Adds the memo kept in store `dir` at its last clean unmount, up to the memo's bound,
+    /// the first time it is called; nothing if there is none or it cannot be used (said in
+    /// the log: it is a cache).
+    fn load_once(&mut self, host: &scion_store::Host, dir: &std::path::Path) {
         use crate::records::hash_memo;
+        if std::mem::replace(&mut self.loaded, true) {
+            return;
+        }
         let path = dir.join(hash_memo::FILE);
         if !host.exists(&path) {
-            return HashMemo::default();
+            return;
         }
         let decoded = host.read(&path).map_err(|e| e.to_string()).and_then(|b| hash_memo::decode(SCHEME, &b));
         match decoded {
             Ok((dirs, contents)) => {
-                let room = hash_memo_limit();
-                let mut m = HashMemo::default();
-                m.dirs.extend(dirs.into_iter().take(room));
-                m.contents.extend(contents.into_iter().take(room - m.dirs.len()));
-                m
+                let room = hash_memo_limit().saturating_sub(self.len());
+                self.dirs.extend(dirs.into_iter().take(room));
+                let room = hash_memo_limit().saturating_sub(self.len());
+                self.contents.extend(contents.into_iter().take(room));
             }
-            Err(e) => {
-                log::warn!("{}: {e}; content hashes are computed again as needed", path.display());
-                HashMemo::default()
-            }
+            Err(e) => log::warn!("{}: {e}; content hashes are computed again as needed", path.display()),
         }
     }
 
@@ -199,6 +202,7 @@ impl Fs {
 
     fn tree_hash_with(&mut self, dir: Ino, memo: &mut HashMemo) -> FsResult<(TreeHash, Vec<Vec<Vec<u8>>>)> {
         self.fold(dir)?;
+        memo.load_once(&self.vol.host, &self.vol.dir);
         memo.trim();
         let mut w = Walk {
             memo,

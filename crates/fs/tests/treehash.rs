@@ -256,6 +256,8 @@ fn content_hashes_are_kept_across_mounts() {
         let root = fs.root();
         let t = lookup(&mut fs, root, "t").unwrap();
         let before = fs.memory().inodes;
+        // (Read at its first use, not at open.)
+        assert_eq!(fs.memory().hash_memo_entries, 0);
         let h = fs.content_hash_of(t).unwrap();
         let loaded = fs.memory().inodes - before;
         fs.close().unwrap();
