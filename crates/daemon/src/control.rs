@@ -553,12 +553,7 @@ pub fn diff_each(
         recursive: *recursive,
         no_renames: *no_renames,
     };
-    fs.diff_each(x, y, opts, user, sink).map(drop).map_err(|e| diff_failed(op, e))
-}
-
-fn diff_failed(op: &Op, e: FsError) -> Failure {
-    let Op::Diff { a, b, .. } = op else { unreachable!() };
-    Failure::from_fs(format!("diff of {} and {}", show(a), show(b)))(e)
+    fs.diff_each(x, y, opts, user, sink).map(drop).map_err(Failure::from_fs(format!("diff of {} and {}", show(a), show(b))))
 }
 
 /// Where a scan's parts go as its walk finds them: the caller's socket (`server.rs`).

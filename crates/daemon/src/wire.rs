@@ -647,7 +647,7 @@ pub struct Parts {
 impl Parts {
     pub fn add(&mut self, p: Part) -> Result<(), String> {
         let n = match p {
-            Part::Diff(v) if self.held.is_empty() => extend(&mut self.diff, v) + self.held.len(),
+            Part::Diff(v) if self.held.is_empty() => extend(&mut self.diff, v),
             Part::Diff(_) => return Err("a diff's walk went on after its held changes".into()),
             Part::DiffHeld(v) => extend(&mut self.held, v) + self.diff.len(),
             Part::Stream(_) => return Err("stream bytes where none were asked for".into()),
