@@ -448,6 +448,41 @@ enum Cmd {
         #[command(subcommand)]
         cmd: RemoteCmd,
     },
+    /// Publish SNAPSHOT (DIR/.snapshot/NAME) on remote REMOTE as the next version of --name:
+    /// packs of the blocks the remote lacks, the tree, then its manifest, last. A cut push
+    /// leaves the remote as it was (run it again: it sends only the rest). Progress on a
+    /// terminal. Exit 0: pushed; 2: bad usage or failure.
+    Push {
+        snapshot: PathBuf,
+        remote: String,
+        /// What the tree is published as: 1 to 128 letters, digits, '.', '_' or '-'.
+        #[arg(long)]
+        name: String,
+        /// One JSON object: {"remote", "name", "version", "root", "tree", "blocks",
+        /// "new_blocks", "new_bytes", "sent_bytes", "objects", "known_packs", "seconds"}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Attach the tree published as NAME on REMOTE at DIR (a new path in a mount whose store
+    /// has REMOTE), without downloading it: blocks are fetched when first read, verified, and
+    /// kept in a bounded cache (`-o remote_cache=SIZE`, 1G by default); the tree is
+    /// snapshotted under the name it was pushed from (DIR/.snapshot/NAME), a base to clone.
+    /// Exit 0: attached; 2: bad usage or failure (nothing is left at DIR).
+    Pull {
+        remote: String,
+        name: String,
+        dir: PathBuf,
+        /// A version to pull (default: the newest).
+        #[arg(long)]
+        version: Option<u64>,
+        /// Fetch every block now (with progress), not when first read.
+        #[arg(long)]
+        prefetch: bool,
+        /// One JSON object: {"dir", "remote", "name", "version", "root", "blocks",
+        /// "snapshot", "seconds", "prefetched_bytes"}.
+        #[arg(long)]
+        json: bool,
+    },
     /// Cubes: directories that are stores of their own (own packs, journal, checkpoints),
     /// so that an fsync in one never waits for another's data and a failure in one leaves
     /// the rest of the mount untouched. Exit 0: done; 2: bad usage or failure.
@@ -1045,6 +1080,7 @@ fn main() -> ExitCode {
             abort,
             store,
             shown: None,
+            attach: None,
         }) {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -1076,6 +1112,8 @@ fn main() -> ExitCode {
                 Err(e) => Err(e),
             },
         },
+        Cmd::Push { snapshot, remote, name, json } => remote_cmd::push(snapshot, remote, name, json),
+        Cmd::Pull { remote, name, dir, version, prefetch, json } => remote_cmd::pull(remote, name, dir, version, prefetch, json),
         Cmd::Remote { cmd } => match cmd {
             RemoteCmd::Add { name, url, endpoint, region, mount, store } => remote_cmd::add(name, url, endpoint, region, mount, store),
             RemoteCmd::List { json, mount, store } => remote_cmd::list(json, mount, store),

@@ -151,6 +151,8 @@ struct ScionOptions {
     max_background: Option<u16>,
     /// Inodes waiting to be folded that make the background checkpoint (`fold_batch=N`).
     fold_batch: Option<usize>,
+    /// The bound of the local cache of blocks of trees pulled from remotes (`remote_cache=SIZE`).
+    remote_cache: Option<u64>,
     /// Serve the mount over NFSv3 too (`nfs=ADDR:PORT`, `nfs_squash=`, `nfs_anon=`, `nfs_access=`,
     /// `nfs_max_held=`).
     nfs: Option<scion_nfs::NfsOptions>,
@@ -170,7 +172,7 @@ const KERNEL_OPTIONS: &[&str] = &[
 /// neither scion's nor one of the kernel's it passes on.
 /// scion's own options' names (each `NAME=VALUE`).
 const OURS: &[&str] = &[
-    "snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "whereabouts", "max_background", "fold_batch", "nfs",
+    "snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "whereabouts", "max_background", "fold_batch", "remote_cache", "nfs",
     "nfs_squash", "nfs_anon", "nfs_access", "nfs_max_held",
 ];
 
@@ -239,7 +241,13 @@ fn hash_memo_entries(options: &[String]) -> Result<Option<usize>, String> {
 
 /// `node_cache=SIZE`: bytes, or a number with K, M or G (powers of 1024), at least 1M.
 fn node_cache_size(options: &[String]) -> Result<Option<usize>, String> {
-    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix("node_cache=")) else { return Ok(None) };
+    size_option(options, "node_cache", 1 << 20)
+}
+
+/// The last `KEY=SIZE` of `options`: bytes, or a number with K, M or G (powers of 1024),
+/// from `min` to 1024G.
+fn size_option(options: &[String], key: &str, min: u64) -> Result<Option<usize>, String> {
+    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix(key)?.strip_prefix('=')) else { return Ok(None) };
     let (digits, shift) = match v.char_indices().last() {
         Some((i, 'K' | 'k')) => (&v[..i], 10),
         Some((i, 'M' | 'm')) => (&v[..i], 20),
@@ -247,8 +255,8 @@ fn node_cache_size(options: &[String]) -> Result<Option<usize>, String> {
         _ => (v, 0),
     };
     match digits.parse::<u64>().ok().and_then(|n| n.checked_mul(1 << shift)) {
-        Some(n) if n >= 1 << 20 && n <= 1 << 40 => Ok(Some(n as usize)),
-        _ => Err(format!("node_cache={v}: expected a size from 1M to 1024G (bytes, or a number with K, M or G)")),
+        Some(n) if n >= min && n <= 1 << 40 => Ok(Some(n as usize)),
+        _ => Err(format!("{key}={v}: expected a size from {} to 1024G (bytes, or a number with K, M or G)", if min == 0 { "0".to_string() } else { format!("{}M", min >> 20) })),
     }
 }
 
@@ -260,7 +268,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         if !ours && !numeric && !KERNEL_OPTIONS.contains(&o.as_str()) {
             return Err(format!(
                 "mount option {o:?} is unknown: scion takes {}, max_read=N, blksize=N, and its own snapdir=, uring=, \
-                 repack=, compress_old=, cache=, users=, node_cache=, hash_memo=, whereabouts=, max_background=, fold_batch=, nfs=, nfs_squash=, \
+                 repack=, compress_old=, cache=, users=, node_cache=, hash_memo=, whereabouts=, max_background=, fold_batch=, remote_cache=, nfs=, nfs_squash=, \
                  nfs_anon=, nfs_access= and nfs_max_held= (see scion mount --help)",
                 KERNEL_OPTIONS.join(", ")
             ));
@@ -286,6 +294,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         whereabouts: whereabouts_entries(options)?,
         max_background: max_background(options)?,
         fold_batch: fold_batch(options)?,
+        remote_cache: size_option(options, "remote_cache", 0)?.map(|n| n as u64),
         nfs: nfs_options(options)?,
         kernel: options
             .iter()
@@ -302,6 +311,15 @@ pub(crate) fn clear_scan_pins(fs: &mut Fs, what: &str) {
         Ok(n) => log::info!("{what}destroyed {n} snapshot(s) that scans killed part way left"),
         Err(e) => log::warn!("{what}snapshots that killed scans left not destroyed: {e}"),
     }
+}
+
+/// Trees pulled from remotes read from there (and `remote_cache=` bounds their cache) before
+/// any request comes.
+fn attach_remotes(engine: &Engine, cache: Option<u64>) -> Result<(), String> {
+    if let Some(n) = cache {
+        engine.set_remote_cache(n);
+    }
+    engine.remote_source(false).map(drop).map_err(|e| format!("remote trees: {}", e.message))
 }
 
 fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
@@ -369,6 +387,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         whereabouts: _,
         max_background: background,
         fold_batch: _,
+        remote_cache,
         nfs,
         kernel: options,
     } = ours;
@@ -381,6 +400,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         clear_scan_pins(&mut fs, "");
     }
     let engine = Engine::new(fs);
+    attach_remotes(&engine, remote_cache)?;
     // The store's main volume; each cube is one more (opened below, before any request).
     let router = std::sync::Arc::new(Router::new(engine.clone()).map_err(|e| format!("{}: {e}", store.display()))?);
     let cfg = mount_options(&store, &options);
@@ -915,6 +935,7 @@ pub fn serve_nfs_foreground(store: &Path, o: scion_nfs::NfsOptions) -> Result<()
     fs.set_punch_later(true);
     clear_scan_pins(&mut fs, "");
     let engine = Engine::new(fs);
+    attach_remotes(&engine, None)?;
     let router = std::sync::Arc::new(Router::new(engine.clone()).map_err(|e| format!("{}: {e}", store.display()))?);
     let opts = BackgroundOptions { checkpoint_after: CHECKPOINT_AFTER, ..Default::default() };
     let cubes = {

@@ -1,5 +1,6 @@
-//! `scion remote add|list|remove` (issue 41 item 1): the object stores (S3 API) a store
-//! reaches by name, kept in the store (`STORE/remotes`) and used by its daemon. Only where
+//! `scion remote add|list|remove`, `scion push` and `scion pull` (issue 41): the object
+//! stores (S3 API) a store reaches by name, kept in the store (`STORE/remotes`) and used by
+//! its daemon; trees published there and attached from there. Only where
 //! a remote is: credentials come the standard AWS ways to the daemon that uses it
 //! (`AWS_ACCESS_KEY_ID`... in its environment, `~/.aws` profiles, instance metadata) and
 //! are never written into the store.
@@ -79,6 +80,94 @@ fn render(list: &[Remote], json: bool) -> String {
         out += &format!("{:<w$}  {:<u$}  {:<10}  {}\n", r.name, r.url(), dash(&r.region), dash(&r.endpoint));
     }
     out
+}
+
+/// `scion push SNAPSHOT REMOTE --name NAME [--json]`: the snapshot published on the remote as
+/// the next version of NAME; only blocks the remote lacks travel.
+pub fn push(snapshot: PathBuf, remote: String, name: String, json: bool) -> Result<(), String> {
+    let at = crate::tree_cmds::locate(&snapshot, true, &None)?;
+    if at.mnt.is_none() {
+        return Err(format!("{} is not in a mounted scion store", snapshot.display()));
+    }
+    let snap = crate::tree_cmds::store_path(&at);
+    let started = std::time::Instant::now();
+    let Reply::Pushed(p) = call(&at, &Op::Push { snap, remote: remote.clone(), name: name.clone() })? else {
+        return Err("the daemon answered something else".into());
+    };
+    let s = &p.stats;
+    let secs = started.elapsed().as_secs_f64();
+    if json {
+        let j = serde_json::json!({
+            "remote": remote, "name": name, "version": p.version, "root": hex(&p.root), "tree": hex(&p.tree),
+            "blocks": s.blocks, "new_blocks": s.new_blocks, "new_bytes": s.new_bytes, "sent_bytes": s.sent_bytes,
+            "objects": s.objects, "known_packs": s.known_packs, "seconds": secs,
+        });
+        println!("{j}");
+    } else {
+        println!(
+            "pushed {name} version {} to {remote}: {} blocks, {} new ({:.1} MiB); {:.1} MiB sent in {} objects, {secs:.1} s",
+            p.version,
+            s.blocks,
+            s.new_blocks,
+            s.new_bytes as f64 / (1 << 20) as f64,
+            s.sent_bytes as f64 / (1 << 20) as f64,
+            s.objects
+        );
+    }
+    Ok(())
+}
+
+/// `scion pull REMOTE NAME DIR [--version N] [--prefetch] [--json]`: the tree published as
+/// NAME appears at DIR (a new path in a mount whose store has REMOTE), its blocks fetched when
+/// first read, and is snapshotted under the name it was pushed from.
+pub fn pull(remote: String, name: String, dir: PathBuf, version: Option<u64>, prefetch: bool, json: bool) -> Result<(), String> {
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let at = crate::tree_cmds::locate(parent, true, &None)?;
+    if at.mnt.is_none() {
+        return Err(format!("{} is not in a mounted scion store", parent.display()));
+    }
+    if dir.symlink_metadata().is_ok() {
+        return Err(format!("{} exists: pull makes a new directory", dir.display()));
+    }
+    let started = std::time::Instant::now();
+    let mut stream = Vec::new();
+    let mut sink = |b: &[u8]| -> Result<(), String> {
+        stream.extend_from_slice(b);
+        Ok(())
+    };
+    let op = Op::PullOpen { remote: remote.clone(), name: name.clone(), version };
+    let Reply::PullOpened { attach, version, root, blocks } = crate::tree_cmds::call_streaming(&at, &op, &mut sink)? else {
+        return Err("the daemon answered something else".into());
+    };
+    let tty = unsafe { libc::isatty(2) } == 1;
+    let snapshot = crate::receive_cmd::build_pulled(&dir, stream, attach, tty && !json)?;
+    let attached = started.elapsed().as_secs_f64();
+    let fetched = if prefetch {
+        match call(&at, &Op::Prefetch { attach })? {
+            Reply::Prefetched(n) => Some(n),
+            _ => return Err("the daemon answered something else".into()),
+        }
+    } else {
+        None
+    };
+    let snapshot = String::from_utf8_lossy(&snapshot).into_owned();
+    if json {
+        let j = serde_json::json!({
+            "dir": dir.display().to_string(), "remote": remote, "name": name, "version": version, "root": hex(&root),
+            "blocks": blocks, "snapshot": snapshot, "seconds": attached, "prefetched_bytes": fetched,
+        });
+        println!("{j}");
+    } else {
+        println!("{} is {name} version {version} from {remote} ({blocks} blocks, fetched when read; snapshot {snapshot}), attached in {attached:.2} s", dir.display());
+        if let Some(n) = fetched {
+            println!("prefetched {:.1} MiB", n as f64 / (1 << 20) as f64);
+        }
+    }
+    Ok(())
+}
+
+fn hex(h: &[u8]) -> String {
+    h.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -135,6 +135,13 @@ pub enum Op {
     RemoteRemove { name: String },
     /// The store's remotes.
     RemoteList,
+    /// Publishes snapshot `snap` to remote `remote` as a new version of `name` (`scion push`).
+    Push { snap: Vec<u8>, remote: String, name: String },
+    /// Fetches and records the tree published as `name` (`version`, or the newest) on
+    /// `remote`; its stream goes to the caller as stream parts (`scion pull`).
+    PullOpen { remote: String, name: String, version: Option<u64> },
+    /// Fetches every block of the tree attached at pack id `attach` into the cache.
+    Prefetch { attach: u32 },
     /// The store's state: daemon, space, commit state, background work, failures.
     Status,
     /// Adds the snapshot schedule of a directory, or replaces it.
@@ -214,6 +221,8 @@ pub enum Op {
         base: Option<Vec<u8>>,
         open: Option<Vec<u8>>,
         frames: Vec<u8>,
+        /// A pull's: `Block` frames name blocks of the tree attached at this pack id.
+        attach: Option<u32>,
     },
     /// Makes the new directory `path` a cube (`cubes.rs`), with a mode and failure policy by
     /// name.
@@ -272,6 +281,12 @@ pub enum Reply {
     RemoteAdded,
     RemoteRemoved,
     Remotes(Vec<scion_fs::records::remotes::Remote>),
+    Pushed(PushSummary),
+    /// The attachment's first pack id, the version pulled, the tree's content hash and its
+    /// distinct blocks.
+    PullOpened { attach: u32, version: u64, root: [u8; 32], blocks: u64 },
+    /// Bytes fetched.
+    Prefetched(u64),
     Status(Box<Status>),
     ScheduleSet,
     /// Whether there was a schedule to remove.
@@ -334,6 +349,16 @@ pub struct ScanCounts {
     pub files: u64,
     pub denied: u64,
     pub cached: u64,
+}
+
+/// What `scion push` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PushSummary {
+    pub version: u64,
+    pub root: [u8; 32],
+    /// The tree object's hash.
+    pub tree: [u8; 32],
+    pub stats: scion_remote::push::PushStats,
 }
 
 /// Why an operation failed: the errno, if the engine gave one, and a message saying what
@@ -736,7 +761,7 @@ fn chunk_changes(fs: &mut Fs, old: &[u8], new: &[u8]) -> Result<Reply, Failure> 
 const FOLD_RECEIVED: u64 = 16 << 20;
 
 /// `Op::Apply`: a batch of a stream's frames applied to the tree being received.
-fn apply(fs: &mut Fs, top: &[u8], base: Option<&[u8]>, open: Option<&[u8]>, frames: &[u8]) -> Result<Reply, Failure> {
+pub fn apply(fs: &mut Fs, top: &[u8], base: Option<&[u8]>, open: Option<&[u8]>, frames: &[u8], remote: Option<scion_fs::apply::Resolve<'_>>) -> Result<Reply, Failure> {
     let bad = |e: String| Failure::new(libc::EINVAL, format!("a batch of a stream: {e}"));
     let t = fs.resolve_path(top).map_err(Failure::from_fs(show(top)))?;
     let b = match base {
@@ -751,7 +776,7 @@ fn apply(fs: &mut Fs, top: &[u8], base: Option<&[u8]>, open: Option<&[u8]>, fram
         None => None,
     };
     let frames = scion_fs::stream::decode_frames(frames).map_err(bad)?;
-    fs.apply_frames(t, b, open, frames)
+    fs.apply_frames_with(t, b, open, frames, remote)
         .map_err(Failure::from_fs(format!("receiving into {}", show(top))))?;
     // The tree is folded (a checkpoint) each time this much is buffered, while the receiver
     // reads and checks its next batch, rather than all at the end, where the receive waits
@@ -1019,7 +1044,11 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
         | Op::CubeUncube { .. } => {
             return Err(Failure::new(libc::EINVAL, "cubes are served by a mounted store's daemon: mount the store"))
         }
-        Op::Apply { top, base, open, frames } => (apply(fs, top, base.as_deref(), open.as_deref(), frames)?, Vec::new()),
+        Op::Apply { top, base, open, frames, attach: None } => (apply(fs, top, base.as_deref(), open.as_deref(), frames, None)?, Vec::new()),
+        // Made by the server, which has the engine's remote source.
+        Op::Apply { attach: Some(_), .. } | Op::Push { .. } | Op::PullOpen { .. } | Op::Prefetch { .. } => {
+            return Err(Failure::new(libc::EINVAL, "a remote's operation needs the mount's daemon"))
+        }
         Op::FindBlocks { hashes } => (
             Reply::Blocks(fs.find_blocks(hashes).map_err(Failure::from_fs("blocks offered".into()))?),
             Vec::new(),
@@ -1082,6 +1111,8 @@ pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
         Op::FindBlocks { .. } | Op::ReadOnly { .. } | Op::Nfs(_) => Vec::new(),
         Op::Checkpoint { path } => vec![path],
         Op::Apply { top, base, .. } => std::iter::once(top).chain(base.as_mut()).collect(),
+        Op::Push { snap, .. } => vec![snap],
+        Op::PullOpen { .. } | Op::Prefetch { .. } => Vec::new(),
         Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } | Op::CubeCheck { path } | Op::CubeRemove { path } => vec![path],
         Op::CubeConvert { hidden, target, .. } => vec![hidden, target],
         Op::CubeUncube { path, tmp, .. } => vec![path, tmp],

@@ -11,6 +11,8 @@ pub struct Engine {
     fs: Arc<Mutex<Fs>>,
     /// The mirrors' transfers (`mirror.rs`).
     mirrors: Arc<crate::mirror::Jobs>,
+    /// Trees pulled from remotes, read from there (`remote.rs`).
+    remote: Arc<crate::remote::RemoteState>,
     started: std::time::Instant,
 }
 
@@ -19,6 +21,7 @@ impl Engine {
         Engine {
             fs: Arc::new(Mutex::new(fs)),
             mirrors: Default::default(),
+            remote: Default::default(),
             started: std::time::Instant::now(),
         }
     }
@@ -31,6 +34,10 @@ impl Engine {
     /// When the engine was made (the mount's uptime).
     pub fn started(&self) -> std::time::Instant {
         self.started
+    }
+
+    pub(crate) fn remote(&self) -> &crate::remote::RemoteState {
+        &self.remote
     }
 
     /// The mirrors' transfers under way or failed.

@@ -10,6 +10,7 @@ pub mod cubes;
 mod engine;
 pub mod memory;
 pub mod mirror;
+pub mod remote;
 pub mod rights;
 pub mod scan_cache;
 pub mod router;

@@ -157,6 +157,9 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
         Op::RemoteAdd(_) | Op::RemoteRemove { .. } | Op::RemoteList => {
             Err(Failure::new(libc::EPERM, "a store's remotes are root's and the store owner's"))
         }
+        // A push publishes files the caller may not read; a pull brings in blocks as the
+        // store's.
+        Op::Push { .. } | Op::PullOpen { .. } | Op::Prefetch { .. } => Err(Failure::new(libc::EPERM, "push and pull are root's and the store owner's")),
         Op::MirrorSet { .. } | Op::MirrorRemove { .. } | Op::MirrorStatus | Op::Status => Err(Failure::new(
             libc::EPERM,
             "mirrors send the store's snapshots to another store as root: root's or the store owner's",

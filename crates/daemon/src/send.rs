@@ -156,9 +156,10 @@ fn send_from(view: &Mutex<Fs>, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) ->
     } else {
         Vec::new()
     };
+    let mut w = w;
     let mut s = Sender {
         view,
-        w,
+        out: &mut w,
         snap,
         links: HashMap::new(),
         groups: groups.into_iter().flat_map(|g| g.clone().into_iter().map(move |p| (p, g.clone()))).collect(),
@@ -178,10 +179,10 @@ fn send_from(view: &Mutex<Fs>, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) ->
             (Some(c), Some((b, _))) => s.incremental(b, c)?,
             _ => s.full()?,
         }
-        let dedup = std::mem::replace(&mut s.dedup, Dedup::Off);
-        s.w.finish(root).map_err(io)?;
-        Ok(dedup)
+        Ok(std::mem::replace(&mut s.dedup, Dedup::Off))
     })();
+    drop(s);
+    let r = r.and_then(|d| w.finish(root).map(|_| d).map_err(io));
     let mut fs = scion_fs::lock(view);
     fs.forget(snap, 1);
     if let Some((b, _)) = base {
@@ -199,6 +200,43 @@ fn send_from(view: &Mutex<Fs>, req: &SendRequest, sink: &mut dyn FnMut(&[u8]) ->
     Ok(root)
 }
 
+/// The frames of a full stream of snapshot `snap` (a path from the mount root) into `out`,
+/// chunks whose block hash is in `held` as `Block` frames (`scion push`: the blocks the
+/// remote holds); the tree's content hash. `End` is the caller's.
+pub fn frames(engine: &Engine, snap: &[u8], held: HashSet<[u8; 32]>, out: &mut dyn FnMut(Frame) -> Result<(), Failure>) -> Result<TreeHash, Failure> {
+    let view = engine.view().map_err(Failure::from_fs("a view of the committed state".into()))?;
+    let view = Mutex::new(view);
+    let r = frames_from(&view, snap, held, out);
+    engine.end_view(view.into_inner().unwrap_or_else(|e| e.into_inner()));
+    r
+}
+
+fn frames_from(view: &Mutex<Fs>, snap_path: &[u8], held: HashSet<[u8; 32]>, out: &mut dyn FnMut(Frame) -> Result<(), Failure>) -> Result<TreeHash, Failure> {
+    let fail = |what: String| move |e: scion_fs::FsError| Failure::from_fs(what)(e);
+    let (snap, root) = {
+        let mut fs = scion_fs::lock(view);
+        let snap = fs.resolve_path(snap_path).map_err(fail(show(snap_path)))?;
+        let root = fs.content_hash_of(snap).map_err(fail(format!("content hash of {}", show(snap_path))))?;
+        fs.remember(snap).map_err(fail(show(snap_path)))?;
+        (snap, root)
+    };
+    let name = snap_path.rsplit(|&c| c == b'/').next().unwrap_or_default().to_vec();
+    let mut sink = FnSink(out);
+    let mut s = Sender {
+        view,
+        out: &mut sink,
+        snap,
+        links: HashMap::new(),
+        groups: HashMap::new(),
+        grouped: Default::default(),
+        later: Vec::new(),
+        dedup: Dedup::Use(held),
+    };
+    let r = s.put(Frame::Begin { base: None, root, name, entries: 0, bytes: 0 }).and_then(|()| s.full());
+    scion_fs::lock(view).forget(snap, 1);
+    r.map(|()| root)
+}
+
 fn io(e: std::io::Error) -> Failure {
     Failure::new(e.raw_os_error().unwrap_or(libc::EPIPE), format!("sending the stream: {e}"))
 }
@@ -207,9 +245,28 @@ fn fs_err(what: &[u8]) -> impl FnOnce(scion_fs::FsError) -> Failure + '_ {
     move |e| Failure::from_fs(format!("send: /{}", String::from_utf8_lossy(what)))(e)
 }
 
-struct Sender<'e, W: Write> {
+/// Where a stream's frames go: a stream's bytes, or a push (`frames`).
+trait FrameSink {
+    fn put(&mut self, f: Frame) -> Result<(), Failure>;
+}
+
+impl<W: Write> FrameSink for StreamWriter<W> {
+    fn put(&mut self, f: Frame) -> Result<(), Failure> {
+        StreamWriter::put(self, &f).map_err(io)
+    }
+}
+
+struct FnSink<'a>(&'a mut dyn FnMut(Frame) -> Result<(), Failure>);
+
+impl FrameSink for FnSink<'_> {
+    fn put(&mut self, f: Frame) -> Result<(), Failure> {
+        (self.0)(f)
+    }
+}
+
+struct Sender<'e> {
     view: &'e Mutex<Fs>,
-    w: StreamWriter<W>,
+    out: &'e mut dyn FrameSink,
     /// The snapshot's top (held).
     snap: Ino,
     /// Files with several names sent so far: inode -> first path.
@@ -253,9 +310,9 @@ fn meta(fs: &mut Fs, ino: Ino) -> scion_fs::FsResult<Meta> {
     })
 }
 
-impl<W: Write> Sender<'_, W> {
+impl Sender<'_> {
     fn put(&mut self, f: Frame) -> Result<(), Failure> {
-        self.w.put(&f).map_err(io)
+        self.out.put(f)
     }
 
     /// The inode at `path` below the snapshot (held: forgotten by the caller).

@@ -718,6 +718,36 @@ fn run(
             };
             Ok(Reply::Sent(crate::send::send(engine, &req, &mut sink)?))
         }
+        // Reads a view; uploads without the engine lock.
+        Op::Push { snap, remote, name } => {
+            let _ = s.set_write_timeout(None);
+            let started = std::time::Instant::now();
+            let mut progress = |p: &scion_remote::push::PushStats| {
+                let rate = p.sent_bytes as f64 / started.elapsed().as_secs_f64().max(1e-3) / (1 << 20) as f64;
+                let what = format!("{} MiB of new blocks, {} objects sent, {rate:.1} MiB/s", p.new_bytes >> 20, p.objects);
+                let _ = write_frame(s, &wire::encode_progress(p.sent_bytes, 0, &what));
+            };
+            Ok(Reply::Pushed(crate::remote::push(engine, snap, remote, name, &mut progress)?))
+        }
+        // The tree's stream goes to the caller, which builds it as a receive does.
+        Op::PullOpen { remote, name, version } => {
+            let o = crate::remote::pull_open(engine, remote, name, *version)?;
+            for piece in o.stream.chunks(wire::MAX_MESSAGE - 64) {
+                wire::write_stream_part(s, piece).map_err(|e| Failure::new(libc::EPIPE, format!("sending the tree: {e}")))?;
+            }
+            Ok(Reply::PullOpened { attach: o.first, version: o.manifest.version, root: o.manifest.root, blocks: o.blocks })
+        }
+        Op::Prefetch { attach } => {
+            let mut progress = |done: u64, total: u64| {
+                let _ = write_frame(s, &wire::encode_progress(done, total, &format!("{done} of {total} blocks fetched")));
+            };
+            Ok(Reply::Prefetched(crate::remote::prefetch(engine, *attach, &mut progress)?))
+        }
+        Op::Apply { top, base, open, frames, attach: Some(a) } => {
+            let mut resolve = crate::remote::resolver(engine, *a)?;
+            let mut fs = engine.lock();
+            crate::control::apply(&mut fs, top, base.as_deref(), open.as_deref(), frames, Some(&mut resolve))
+        }
         // Copies blocks without the engine lock.
         Op::Repack { path, budget } => {
             let what = format!("repack of {}", crate::control::show(path));

@@ -43,7 +43,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 15;
+pub const VERSION: u8 = 16;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -187,6 +187,15 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::RemoteList => {
             w.u8(42);
         }
+        Op::Push { snap, remote, name } => {
+            w.u8(43).bytes(snap).bytes(remote.as_bytes()).bytes(name.as_bytes());
+        }
+        Op::PullOpen { remote, name, version } => {
+            w.u8(44).bytes(remote.as_bytes()).bytes(name.as_bytes()).u8(version.is_some() as u8).u64(version.unwrap_or(0));
+        }
+        Op::Prefetch { attach } => {
+            w.u8(45).u32(*attach);
+        }
         Op::Status => {
             w.u8(27);
         }
@@ -315,9 +324,10 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
             }
             w.u32(n.max_held);
         }
-        Op::Apply { top, base, open, frames } => {
+        Op::Apply { top, base, open, frames, attach } => {
             w.u8(21).bytes(top).u8(base.is_some() as u8).bytes(base.as_deref().unwrap_or_default());
             w.u8(open.is_some() as u8).bytes(open.as_deref().unwrap_or_default()).bytes(frames);
+            w.u8(attach.is_some() as u8).u32(attach.unwrap_or(0));
         }
     }
     w.finish()
@@ -549,6 +559,14 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
         40 => Op::RemoteAdd(decode_remote(&mut r)?),
         41 => Op::RemoteRemove { name: utf8(r.bytes().map_err(bad)?)? },
         42 => Op::RemoteList,
+        43 => Op::Push { snap: r.bytes().map_err(bad)?.to_vec(), remote: utf8(r.bytes().map_err(bad)?)?, name: utf8(r.bytes().map_err(bad)?)? },
+        44 => {
+            let (remote, name) = (utf8(r.bytes().map_err(bad)?)?, utf8(r.bytes().map_err(bad)?)?);
+            let has = r.u8().map_err(bad)? != 0;
+            let v = r.u64().map_err(bad)?;
+            Op::PullOpen { remote, name, version: has.then_some(v) }
+        }
+        45 => Op::Prefetch { attach: r.u32().map_err(bad)? },
         35 => Op::Checkpoint { path: r.bytes().map_err(bad)?.to_vec() },
         38 => Op::ReadOnly { on: r.u8().map_err(bad)? != 0 },
         39 => match r.u8().map_err(bad)? {
@@ -580,11 +598,15 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             let base = r.bytes().map_err(bad)?.to_vec();
             let has_open = r.u8().map_err(bad)? != 0;
             let open = r.bytes().map_err(bad)?.to_vec();
+            let frames = r.bytes().map_err(bad)?.to_vec();
+            let has_attach = r.u8().map_err(bad)? != 0;
+            let attach = r.u32().map_err(bad)?;
             Op::Apply {
                 top,
                 base: has_base.then_some(base),
                 open: has_open.then_some(open),
-                frames: r.bytes().map_err(bad)?.to_vec(),
+                frames,
+                attach: has_attach.then_some(attach),
             }
         }
         o => return Err(format!("unknown operation {o}")),
@@ -1133,6 +1155,17 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         Reply::RemoteRemoved => {
             w.u8(34);
         }
+        Reply::Pushed(p) => {
+            let s = &p.stats;
+            w.u8(36).u64(p.version).raw(&p.root).raw(&p.tree);
+            w.u64(s.blocks).u64(s.new_blocks).u64(s.new_bytes).u64(s.sent_bytes).u64(s.objects).u64(s.known_packs);
+        }
+        Reply::PullOpened { attach, version, root, blocks } => {
+            w.u8(37).u32(*attach).u64(*version).raw(root).u64(*blocks);
+        }
+        Reply::Prefetched(n) => {
+            w.u8(38).u64(*n);
+        }
         Reply::Remotes(list) => {
             w.u8(35).u32(list.len() as u32);
             for remote in list {
@@ -1525,6 +1558,18 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             31 => Reply::Checkpointed,
             33 => Reply::RemoteAdded,
             34 => Reply::RemoteRemoved,
+            36 => {
+                let (version, root, tree) = (r.u64().map_err(bad)?, r.array().map_err(bad)?, r.array().map_err(bad)?);
+                let mut n = [0u64; 6];
+                for x in n.iter_mut() {
+                    *x = r.u64().map_err(bad)?;
+                }
+                let [blocks, new_blocks, new_bytes, sent_bytes, objects, known_packs] = n;
+                let stats = scion_remote::push::PushStats { blocks, new_blocks, new_bytes, sent_bytes, objects, known_packs };
+                Reply::Pushed(crate::control::PushSummary { version, root, tree, stats })
+            }
+            37 => Reply::PullOpened { attach: r.u32().map_err(bad)?, version: r.u64().map_err(bad)?, root: r.array().map_err(bad)?, blocks: r.u64().map_err(bad)? },
+            38 => Reply::Prefetched(r.u64().map_err(bad)?),
             35 => {
                 let n = r.count(5 * 4).map_err(bad)?;
                 if n > scion_fs::records::remotes::MAX_REMOTES {

@@ -17,6 +17,9 @@ use crate::{FsResult, SetAttr};
 /// Directories nest at most this deep in a path of a stream.
 const MAX_DEPTH: usize = 2048;
 
+/// Where a pull's `Block` frames lie: a remote block, and whether it is installed already.
+pub type Resolve<'a> = &'a mut dyn FnMut(&[u8; 32]) -> FsResult<Option<(scion_store::BlockPtr, bool)>>;
+
 /// A file open across batches: its File frame (path, size, metadata).
 pub type OpenFile = Frame;
 
@@ -25,6 +28,12 @@ impl Fs {
     /// `open` the file a previous batch left open (its `File` frame). Returns the file left
     /// open at the end, if any (its metadata is set when a later frame closes it).
     pub fn apply_frames(&mut self, top: Ino, base: Option<Ino>, open: Option<OpenFile>, frames: Vec<Frame>) -> FsResult<Option<OpenFile>> {
+        self.apply_frames_with(top, base, open, frames, None)
+    }
+
+    /// `apply_frames`, with `Block` frames resolved by `remote` (a pull, issue 41) to a
+    /// remote block and whether it is installed already, instead of a block held here.
+    pub fn apply_frames_with(&mut self, top: Ino, base: Option<Ino>, open: Option<OpenFile>, frames: Vec<Frame>, mut remote: Option<Resolve<'_>>) -> FsResult<Option<OpenFile>> {
         self.remember(top)?;
         if let Some(b) = base {
             self.remember(b)?;
@@ -41,6 +50,10 @@ impl Fs {
                     if let Some((ino, ff)) = cur.take() {
                         self.close_file(ino, &ff)?;
                     }
+                }
+                if let (Frame::Block { offset, hash }, Some(r)) = (&f, remote.as_mut()) {
+                    self.attach_block(*offset, hash, &cur, r)?;
+                    continue;
                 }
                 if let Some(c) = self.apply_frame(top, base, f, &cur)? {
                     cur = Some(c);
@@ -66,6 +79,18 @@ impl Fs {
             self.forget(b, 1);
         }
         left
+    }
+
+    /// A `Block` frame of a pull: the remote block it names becomes the chunk at `offset`.
+    fn attach_block(&mut self, offset: u64, hash: &[u8; 32], cur: &Option<(Ino, Frame)>, resolve: &mut Resolve<'_>) -> FsResult<()> {
+        let Some((ino, _)) = cur else { return Err(errno::EINVAL.with("a block with no file open")) };
+        if offset % crate::records::inode::CHUNK != 0 {
+            return Err(errno::EINVAL.with(format!("a block at {offset}, not at a chunk's start")));
+        }
+        let Some((ptr, shared)) = resolve(hash)? else {
+            return Err(errno::EINVAL.with(format!("the tree names block {} and does not say where it is", hash[..8].iter().map(|b| format!("{b:02x}")).collect::<String>())));
+        };
+        self.attach_chunk(*ino, offset / crate::records::inode::CHUNK, ptr, shared)
     }
 
     /// One frame; a `File` frame returns the file it opened (held).

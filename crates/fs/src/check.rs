@@ -350,6 +350,8 @@ impl Checker<'_> {
             (BlockKind::Node, Some(ctx)) => self.work.push((*p, ctx)),
             // An interior node, checked by the walk of its tree.
             (BlockKind::Node, None) => {}
+            // A remote block is verified when it is fetched; reading it here would fetch it.
+            (BlockKind::Data, _) if p.is_remote() => {}
             (BlockKind::Data, _) => {
                 if let Err(e) = self.forest.store.read(p) {
                     self.problem(format!("{e}"));

@@ -473,6 +473,10 @@ impl Fs {
                 let i = self.resolve(ino)?;
                 self.op_put_chunks(i, *first, chunks, *time, crate::fs::Put::Shared)
             }
+            Record::AttachChunk { ino, idx, ptr, shared, time } => {
+                let i = self.resolve(ino)?;
+                self.op_attach_chunk(i, *idx, *ptr, *shared, *time)
+            }
             Record::Fallocate {
                 ino,
                 mode,

@@ -306,7 +306,8 @@ impl CompressPlan {
         let mut out = Vec::new();
         for r in &self.snapshots {
             let r = walk_blocks(&self.forest, &refs, r, false, &mut seen, &mut |p| {
-                if relocate::relocatable(p.kind) && !self.skip.contains(&p.addr) && store.relocation(p).is_none() {
+                // A remote block is the remote's to store: nothing of it is here to compress.
+                if relocate::relocatable(p.kind) && !p.is_remote() && !self.skip.contains(&p.addr) && store.relocation(p).is_none() {
                     out.push(*p);
                 }
             });

@@ -2824,6 +2824,37 @@ impl Fs {
         Ok(done)
     }
 
+    /// Makes block `ptr` of a remote pack chunk `idx` of file `ino` (a pull, issue 41): the
+    /// file then reads it from the remote. `shared`: the block is installed elsewhere already
+    /// and gains a reference; the first installation holds the block's one reference.
+    pub fn attach_chunk(&mut self, ino: Ino, idx: u64, ptr: BlockPtr, shared: bool) -> FsResult<()> {
+        self.writable()?;
+        self.rw(ino)?;
+        let now = Ts::now();
+        let target = self.target(ino);
+        self.op_attach_chunk(ino, idx, ptr, shared, now)?;
+        self.log(|| target.map(|ino| Record::AttachChunk { ino, idx, ptr, shared, time: now }))?;
+        self.maybe_checkpoint()
+    }
+
+    pub(crate) fn op_attach_chunk(&mut self, ino: Ino, idx: u64, ptr: BlockPtr, shared: bool, now: Ts) -> FsResult<()> {
+        let n = self.node(ino)?;
+        if n.inode.kind != Kind::File || !ptr.is_remote() || ptr.kind != scion_store::BlockKind::Data || ptr.len == 0 || u64::from(ptr.len) > CHUNK {
+            return Err(errno::EINVAL.with(format!("{ptr} is not a remote data block")));
+        }
+        let end = idx.checked_mul(CHUNK).and_then(|e| e.checked_add(u64::from(ptr.len))).filter(|e| *e <= MAX_FILE_SIZE).ok_or(errno::EFBIG)?;
+        if shared {
+            self.vol.forest.refs.inc(&ptr);
+        }
+        self.set_chunk(ino, idx, Chunk::Shared(ptr))?;
+        let n = self.node_mut(ino)?;
+        n.inode.size = n.inode.size.max(end);
+        n.inode.mtime = now;
+        n.inode.ctime = n.inode.ctime.max(now);
+        self.touch(ino);
+        Ok(())
+    }
+
     fn share_chunks(&mut self, ino: Ino, first: u64, chunks: &[Option<BlockPtr>]) -> FsResult<()> {
         let now = Ts::now();
         let target = self.target(ino);

@@ -118,7 +118,8 @@ struct Walk<'a> {
 impl Walk<'_> {
     /// Reads a block the first time it is reached; its payload if it verified.
     fn block(&mut self, p: &BlockPtr, path: &str) -> Option<Vec<u8>> {
-        if !self.seen.insert(p.addr) {
+        // A remote block is verified when it is fetched: a scrub does not fetch it.
+        if !self.seen.insert(p.addr) || p.is_remote() {
             return None;
         }
         let r = self.store.read(p);

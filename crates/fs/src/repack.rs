@@ -361,7 +361,8 @@ impl Fs {
             report.busy += 1;
             return Ok(None);
         }
-        if !blocks.iter().all(|(_, p)| exclusive.contains(&p.addr)) {
+        // A pulled file's blocks are the remote's (moving them would download them).
+        if !blocks.iter().all(|(_, p)| exclusive.contains(&p.addr) && !p.is_remote()) {
             report.shared += 1;
             return Ok(None);
         }

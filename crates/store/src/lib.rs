@@ -14,6 +14,7 @@ mod lock;
 mod pack;
 mod ptr;
 pub mod relocate;
+pub mod remote;
 pub mod sim;
 mod superblock;
 
@@ -24,5 +25,6 @@ pub use pack::{
     pack_path, page_sums, verify as verify_block, BlockStore, BLOCK_ALIGN, BLOCK_HEADER_LEN, MAX_BLOCK_LEN, PAGE,
 };
 pub use relocate::{Relocation, RELOCATION_LEN};
+pub use remote::{is_remote_pack, RemotePacks, REMOTE_PACK_FIRST};
 pub use ptr::{BlockKind, BlockPtr, HASH_LEN, PTR_LEN};
 pub use superblock::{Superblock, FORMAT_VERSION, SUPERBLOCK_FILE, SUPERBLOCK_SLOT};

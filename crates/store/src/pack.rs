@@ -8,6 +8,7 @@
 use crate::host::{Host, HostFile, OpenMode};
 use crate::ptr::{BlockKind, BlockPtr};
 use crate::relocate::{self, Relocation, Relocations};
+use crate::remote::{is_remote_pack, RemotePacks};
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -243,6 +244,8 @@ pub struct BlockStore {
     moved: Relocations,
     /// Bytes written to the packs since open, by what they hold (`written`).
     wrote: Written,
+    /// Where remote packs are read from (`set_remote`); none until a pull attaches some.
+    remote: RwLock<Option<Arc<dyn RemotePacks>>>,
 }
 
 /// Bytes written to the packs since the store was opened: data blocks, other blocks (the
@@ -285,6 +288,7 @@ impl BlockStore {
             sync_io: Mutex::new(None),
             moved: Relocations::default(),
             wrote: Written::default(),
+            remote: RwLock::new(None),
             active: Mutex::new(Active {
                 id: pack,
                 file,
@@ -343,7 +347,18 @@ impl BlockStore {
         (a.id, a.end)
     }
 
+    /// Gives the source of remote packs' bytes (`remote.rs`).
+    pub fn set_remote(&self, packs: Arc<dyn RemotePacks>) {
+        *self.remote.write().unwrap() = Some(packs);
+    }
+
     fn reader(&self, pack: u32) -> Result<Arc<dyn HostFile>> {
+        if is_remote_pack(pack) {
+            let r = self.remote.read().unwrap();
+            return r.as_ref().and_then(|r| r.pack(pack)).ok_or_else(|| {
+                Error::io(format!("read of remote pack {pack}"), std::io::Error::other("no remote holds it here"))
+            });
+        }
         if let Some(f) = self.readers.read().unwrap().get(&pack) {
             return Ok(f.clone());
         }
@@ -1096,6 +1111,9 @@ impl BlockStore {
         pack: u32,
         open: impl FnOnce(&Path) -> std::io::Result<Option<Arc<dyn HostFile>>>,
     ) -> Option<Arc<dyn HostFile>> {
+        if is_remote_pack(pack) {
+            return None;
+        }
         if let Some(f) = cache.read().unwrap().get(&pack) {
             return f.clone();
         }
@@ -1270,6 +1288,10 @@ impl BlockStore {
     }
 
     fn punch_run(&self, pack: u32, offset: u64, len: u64) -> Result<()> {
+        if is_remote_pack(pack) {
+            // Shared by every host that attached it: the remote's gc frees it.
+            return Ok(());
+        }
         let f = self.reader(pack)?;
         if let Err(e) = f.punch_hole(offset, len) {
             // A host filesystem without hole punching keeps the bytes; nothing is lost.

@@ -56,6 +56,10 @@ impl BlockPtr {
     pub fn offset(&self) -> u64 {
         (self.addr & ((1u64 << Self::OFFSET_BITS) - 1)) * crate::BLOCK_ALIGN
     }
+    /// Whether the block lies in a pack of a remote object store (`remote.rs`).
+    pub fn is_remote(&self) -> bool {
+        crate::remote::is_remote_pack(self.pack())
+    }
     /// Bytes the block occupies in its pack, header and padding included.
     pub fn footprint(&self) -> u64 {
         crate::pack::footprint(self.kind, self.len as usize)

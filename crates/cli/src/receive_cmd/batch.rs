@@ -18,6 +18,8 @@ pub(super) struct Batcher<'a> {
     open: Option<Frame>,
     cur: Option<Frame>,
     applier: Option<Applier>,
+    /// A pull's attachment (`Op::Apply`).
+    attach: Option<u32>,
 }
 
 /// The thread that sends batches: one waits in `tx` while one is applied. It stops at the
@@ -42,7 +44,7 @@ const PIECE: usize = 256 << 10;
 
 impl<'a> Batcher<'a> {
     /// A batcher of frames to apply below `top` (a store path), copies coming from `base`.
-    pub(super) fn new(at: &'a Located, top: Vec<u8>, base: Option<Vec<u8>>) -> Batcher<'a> {
+    pub(super) fn new(at: &'a Located, top: Vec<u8>, base: Option<Vec<u8>>, attach: Option<u32>) -> Batcher<'a> {
         Batcher {
             at,
             top,
@@ -51,6 +53,7 @@ impl<'a> Batcher<'a> {
             open: None,
             cur: None,
             applier: None,
+            attach,
         }
     }
 
@@ -105,6 +108,7 @@ impl<'a> Batcher<'a> {
             base: self.base.clone(),
             open: self.open.as_ref().map(|f| scion::stream::encode_frame(f, 0)),
             frames: std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH)),
+            attach: self.attach,
         };
         let at = self.at;
         let applier = self.applier.get_or_insert_with(|| Applier::start(at.clone()));

@@ -27,7 +27,7 @@ pub(super) fn open_stream(input: &Option<PathBuf>, at: &Located) -> Result<Strea
 }
 
 /// The frames' bytes of a stream whose header said `flags`, read from `input`.
-fn body(input: Box<dyn Read>, flags: u8) -> Result<Box<dyn Read>, String> {
+pub(super) fn body(input: Box<dyn Read>, flags: u8) -> Result<Box<dyn Read>, String> {
     Ok(if flags & FLAG_ZSTD != 0 {
         let mut d = zstd::stream::read::Decoder::new(input).map_err(|e| e.to_string())?;
         d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(|e| e.to_string())?;

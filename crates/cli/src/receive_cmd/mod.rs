@@ -39,6 +39,8 @@ pub struct ReceiveArgs {
     pub store: Option<PathBuf>,
     /// How DIR is named in messages, when it is not the path the receive works on.
     pub shown: Option<String>,
+    /// A pull's attachment: the stream's `Block` frames name its blocks (`scion pull`).
+    pub attach: Option<u32>,
 }
 
 /// The extended attribute on a kept partial tree's top naming where it stopped.
@@ -143,6 +145,36 @@ pub fn receive(mut a: ReceiveArgs) -> Result<(), String> {
         None => None,
     };
     receive_mounted(a)
+}
+
+/// `scion pull`'s building of the tree: the stream `stream` of a tree pulled as attachment
+/// `attach` built at `dir` as a full stream is received, and snapshotted under the name the
+/// stream gives; that name. What receives or pulls of `dir` that were killed left is removed
+/// first.
+pub(crate) fn build_pulled(dir: &Path, stream: Vec<u8>, attach: u32, progress: bool) -> Result<Vec<u8>, String> {
+    let at = locate(dir, false, &None)?;
+    let Some(mnt) = at.mnt.clone() else {
+        return Err(format!("{} is not in a mounted scion store", dir.display()));
+    };
+    let dst = mnt.join(Path::new(std::ffi::OsStr::from_bytes(&store_path(&at))));
+    let file_name = dst.file_name().ok_or("DIR needs a name")?.to_string_lossy().into_owned();
+    remove_killed_receives(&at, &mnt, &dst)?;
+    let path = dst.with_file_name(format!(".{file_name}.scion-receive-{}", std::process::id()));
+    let rel = crate::tree_cmds::below_mount(&mnt, &path)?;
+    let mut input: Box<dyn Read> = Box::new(std::io::Cursor::new(stream));
+    let flags = scion::stream::read_header(&mut input)?;
+    let mut frames = StreamReader::new(input::body(input, flags)?);
+    let Some(Frame::Begin { base: None, root, name, .. }) = frames.next()? else {
+        return Err("the pulled tree's stream does not begin with a full stream's Begin frame".into());
+    };
+    if dst.symlink_metadata().is_ok() {
+        return Err(format!("{} exists", dst.display()));
+    }
+    std::fs::create_dir(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let a = ReceiveArgs { dir: dir.to_path_buf(), input: None, progress, resumable: false, resume: false, abort: false, store: None, shown: None, attach: Some(attach) };
+    let staging = Staging { at, path, rel, clone: false };
+    build(&a, &staging, None, frames, root, (name.clone(), Vec::new()), &dst)?;
+    Ok(name)
 }
 
 fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
@@ -314,7 +346,7 @@ fn build(
         }
     };
     let mut progress = crate::send_cmd::Progress::new(a.progress);
-    let mut b = Batcher::new(&staging.at, staging.rel.clone(), held.as_ref().map(|h| h.rel.clone()));
+    let mut b = Batcher::new(&staging.at, staging.rel.clone(), held.as_ref().map(|h| h.rel.clone()), a.attach);
     let mut resume_at = frames.position_next();
     let r = apply_stream(&mut frames, &mut b, root, &mut progress, &mut resume_at);
     match r {
@@ -353,6 +385,9 @@ fn build(
     if !name.is_empty() {
         let dat = locate(dst, true, &None)?;
         call(&dat, &Op::Snapshot { path: store_path(&dat), name: name.clone() })?;
+    }
+    if a.attach.is_some() {
+        return Ok(());
     }
     eprintln!(
         "scion receive: {} ({}, snapshot {})",

@@ -87,6 +87,15 @@ pub enum Record {
         chunks: Vec<Option<scion_store::BlockPtr>>,
         time: Ts,
     },
+    /// A block of a remote pack made chunk `idx` of a file (a pull, issue 41); `shared`: the
+    /// block was installed before, and gains a reference.
+    AttachChunk {
+        ino: Target,
+        idx: u64,
+        ptr: scion_store::BlockPtr,
+        shared: bool,
+        time: Ts,
+    },
     Fallocate {
         ino: Target,
         mode: i32,
@@ -482,6 +491,14 @@ impl Record {
             Record::Reserve { ns, oid } => {
                 w.u8(22).u32(*ns).u64(*oid);
             }
+            Record::AttachChunk { ino, idx, ptr, shared, time } => {
+                w.u8(24);
+                put_target(&mut w, ino);
+                w.u64(*idx);
+                ptr.encode(&mut w);
+                w.u8(u8::from(*shared));
+                put_ts(&mut w, *time);
+            }
             Record::Adopt {
                 parent,
                 name,
@@ -756,6 +773,17 @@ impl Record {
             22 => Record::Reserve {
                 ns: r.u32()?,
                 oid: r.u64()?,
+            },
+            24 => Record::AttachChunk {
+                ino: get_target(&mut r)?,
+                idx: r.u64()?,
+                ptr: scion_store::BlockPtr::decode(&mut r)?,
+                shared: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    t => return Err(Error::corrupt("journal record", "attach", format!("shared flag {t}"))),
+                },
+                time: get_ts(&mut r)?,
             },
             23 => Record::Adopt {
                 parent: get_target(&mut r)?,

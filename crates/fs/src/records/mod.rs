@@ -19,6 +19,7 @@
 //! (Block framing, superblock and tree nodes are the lower layers': `scion-store` and
 //! `scion-tree`, fuzzed as `pack_block`, `superblock`, `tree_node` and `ref_table`.)
 
+pub mod attachments;
 pub mod checkpoint;
 pub mod cubes;
 pub mod hash_memo;

@@ -1,0 +1,356 @@
+//! What a remote holds (`docs/format.md`, "Remote layout"): immutable objects named by the
+//! BLAKE3 hash of their bytes, and one small manifest per published version of a tree.
+//!
+//! - `packs/HASH`: file data blocks back to back, each at a multiple of 4096 and padded with
+//!   zeros to the next (a local pack's data blocks, byte for byte), a few MiB in all;
+//! - `packs/HASH.idx`: which blocks a pack holds and where ([`PackIndex`]), written after
+//!   its pack, so an index names a pack that is whole;
+//! - `trees/HASH`: a published tree ([`TreeObject`]): the packs and blocks it uses and a
+//!   `scion send` stream of it whose file data are `Block` frames;
+//! - `manifests/NAME/VERSION`: a name's versions ([`Manifest`]), written last, each with a
+//!   conditional put that fails if the version exists, so two pushes never overwrite each
+//!   other and no object another host reads ever changes.
+//!
+//! Every decoder here takes bytes from the network: each checks its length limits, its
+//! checksum and every rule below before anything is used (fuzz targets in `scion-fuzzing`).
+
+use scion_store::codec::{Reader, Writer};
+use scion_store::{Error, Result, BLOCK_ALIGN};
+
+/// Bytes of a file chunk, and at most of a block.
+pub const CHUNK: u64 = 64 << 10;
+/// Packs are closed once they hold this much.
+pub const PACK_TARGET: u64 = 8 << 20;
+/// The largest pack a remote may hold (a decoder refuses others).
+pub const PACK_MAX: u64 = 64 << 20;
+/// The most blocks a published tree names (1 TiB of distinct 64 KiB chunks).
+pub const TREE_BLOCKS_MAX: usize = 16 << 20;
+/// The most packs a published tree names.
+pub const TREE_PACKS_MAX: usize = 1 << 20;
+/// The longest stream a tree object carries.
+pub const TREE_STREAM_MAX: u64 = 1 << 30;
+/// The longest name a tree is published under.
+pub const NAME_MAX: usize = 128;
+
+const PACK_INDEX_MAGIC: &[u8; 8] = b"SCIONIDX";
+const TREE_MAGIC: &[u8; 8] = b"SCIONTRE";
+const MANIFEST_MAGIC: &[u8; 8] = b"SCIONMAN";
+const VERSION: u8 = 1;
+
+pub type Hash = [u8; 32];
+
+pub fn hex(h: &[u8]) -> String {
+    h.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn unhex(s: &str) -> Option<Hash> {
+    if s.len() != 64 || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut h = [0u8; 32];
+    for (i, b) in h.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(h)
+}
+
+pub fn pack_key(h: &Hash) -> String {
+    format!("packs/{}", hex(h))
+}
+pub fn index_key(h: &Hash) -> String {
+    format!("packs/{}.idx", hex(h))
+}
+pub fn tree_key(h: &Hash) -> String {
+    format!("trees/{}", hex(h))
+}
+pub fn manifest_dir(name: &str) -> String {
+    format!("manifests/{name}/")
+}
+pub fn manifest_key(name: &str, version: u64) -> String {
+    format!("manifests/{name}/{version:020}")
+}
+
+/// The version a manifest key names (`manifests/NAME/VERSION`), if it is one.
+pub fn manifest_version(key: &str, name: &str) -> Option<u64> {
+    let v = key.strip_prefix(&manifest_dir(name))?;
+    (v.len() == 20 && v.bytes().all(|c| c.is_ascii_digit())).then(|| v.parse().ok()).flatten()
+}
+
+/// A name trees are published under: as a remote's name, a path component in the bucket.
+pub fn check_name(n: &str) -> std::result::Result<(), String> {
+    if n.is_empty() || n.len() > NAME_MAX || n.starts_with(['.', '-']) || !n.bytes().all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c)) {
+        return Err(format!("name {n:?}: 1 to {NAME_MAX} letters, digits, '.', '_' or '-', not first '.' or '-'"));
+    }
+    Ok(())
+}
+
+fn bad(what: &'static str, why: impl std::fmt::Display) -> Error {
+    Error::corrupt("remote object", what, why.to_string())
+}
+
+/// Checks the trailing crc32c of `b` and returns what it covers.
+fn body<'a>(b: &'a [u8], magic: &[u8; 8], what: &'static str) -> Result<&'a [u8]> {
+    if b.len() < 8 + 1 + 4 || &b[..8] != magic {
+        return Err(bad(what, "not one (wrong magic or too short)"));
+    }
+    if b[8] != VERSION {
+        return Err(bad(what, format!("version {} (this scion reads version {VERSION})", b[8])));
+    }
+    let (body, crc) = b.split_at(b.len() - 4);
+    if crc32c::crc32c(body).to_le_bytes() != crc {
+        return Err(bad(what, "checksum mismatch"));
+    }
+    Ok(&body[9..])
+}
+
+fn sealed(w: Writer) -> Vec<u8> {
+    let mut out = w.finish();
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+fn opened(magic: &[u8; 8]) -> Writer {
+    let mut w = Writer::new();
+    w.raw(magic).u8(VERSION);
+    w
+}
+
+/// Where a block lies in a pack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub hash: Hash,
+    pub offset: u64,
+    pub len: u32,
+}
+
+fn check_entry(e: &Entry, pack_len: u64, what: &'static str) -> Result<()> {
+    if e.offset % BLOCK_ALIGN != 0 || e.len == 0 || u64::from(e.len) > CHUNK || e.offset + u64::from(e.len) > pack_len {
+        return Err(bad(what, format!("block at {} of {} bytes in a pack of {pack_len}", e.offset, e.len)));
+    }
+    Ok(())
+}
+
+/// The blocks a pack holds, in the order they lie.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackIndex {
+    pub pack: Hash,
+    pub len: u64,
+    pub entries: Vec<Entry>,
+}
+
+impl PackIndex {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = opened(PACK_INDEX_MAGIC);
+        w.raw(&self.pack).u64(self.len).u32(self.entries.len() as u32);
+        for e in &self.entries {
+            w.raw(&e.hash).u64(e.offset).u32(e.len);
+        }
+        sealed(w)
+    }
+
+    pub fn decode(b: &[u8]) -> Result<PackIndex> {
+        const WHAT: &str = "pack index";
+        let mut r = Reader::new(body(b, PACK_INDEX_MAGIC, WHAT)?, WHAT);
+        let pack = r.array()?;
+        let len = r.u64()?;
+        if len > PACK_MAX || len % BLOCK_ALIGN != 0 {
+            return Err(bad(WHAT, format!("a pack of {len} bytes")));
+        }
+        let n = r.count(44)?;
+        let mut entries = Vec::with_capacity(n);
+        let mut end = 0;
+        for _ in 0..n {
+            let e = Entry { hash: r.array()?, offset: r.u64()?, len: r.u32()? };
+            check_entry(&e, len, WHAT)?;
+            if e.offset < end {
+                return Err(bad(WHAT, "blocks out of order or overlapping"));
+            }
+            end = e.offset + u64::from(e.len);
+            entries.push(e);
+        }
+        r.expect_end()?;
+        Ok(PackIndex { pack, len, entries })
+    }
+}
+
+/// A block of a published tree: its hash, the pack (an index into the tree's packs) and
+/// where in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TreeBlock {
+    pub hash: Hash,
+    pub pack: u32,
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// A published tree: its content hash (`Fs::tree_hash`), the packs and blocks it uses,
+/// and a `scion send` stream of it (`docs/format.md`, "Send stream") whose file data are
+/// `Block` frames naming those blocks by hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeObject {
+    pub root: Hash,
+    /// Each pack's key (hash) and length.
+    pub packs: Vec<(Hash, u64)>,
+    /// Sorted by hash, each hash once.
+    pub blocks: Vec<TreeBlock>,
+    pub stream: Vec<u8>,
+}
+
+impl TreeObject {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = opened(TREE_MAGIC);
+        w.raw(&self.root).u32(self.packs.len() as u32);
+        for (h, len) in &self.packs {
+            w.raw(h).u64(*len);
+        }
+        w.u32(self.blocks.len() as u32);
+        for b in &self.blocks {
+            w.raw(&b.hash).u32(b.pack).u64(b.offset).u32(b.len);
+        }
+        w.u64(self.stream.len() as u64).raw(&self.stream);
+        sealed(w)
+    }
+
+    pub fn decode(b: &[u8]) -> Result<TreeObject> {
+        const WHAT: &str = "tree object";
+        let mut r = Reader::new(body(b, TREE_MAGIC, WHAT)?, WHAT);
+        let root = r.array()?;
+        let n = r.count(40)?;
+        if n > TREE_PACKS_MAX {
+            return Err(bad(WHAT, format!("{n} packs")));
+        }
+        let mut packs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let h = r.array()?;
+            let len = r.u64()?;
+            if len > PACK_MAX || len % BLOCK_ALIGN != 0 {
+                return Err(bad(WHAT, format!("a pack of {len} bytes")));
+            }
+            packs.push((h, len));
+        }
+        let n = r.count(48)?;
+        if n > TREE_BLOCKS_MAX {
+            return Err(bad(WHAT, format!("{n} blocks")));
+        }
+        let mut blocks: Vec<TreeBlock> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let b = TreeBlock { hash: r.array()?, pack: r.u32()?, offset: r.u64()?, len: r.u32()? };
+            let Some(&(_, pack_len)) = packs.get(b.pack as usize) else {
+                return Err(bad(WHAT, format!("block in pack {} of {}", b.pack, packs.len())));
+            };
+            check_entry(&Entry { hash: b.hash, offset: b.offset, len: b.len }, pack_len, WHAT)?;
+            if blocks.last().is_some_and(|l| l.hash >= b.hash) {
+                return Err(bad(WHAT, "blocks not sorted by hash, or one twice"));
+            }
+            blocks.push(b);
+        }
+        let len = r.u64()?;
+        if len > TREE_STREAM_MAX || len as usize != r.remaining() {
+            return Err(bad(WHAT, format!("a stream of {len} bytes where {} remain", r.remaining())));
+        }
+        let stream = r.raw(len as usize)?.to_vec();
+        Ok(TreeObject { root, packs, blocks, stream })
+    }
+
+    /// The block of hash `h`, if the tree names it.
+    pub fn block(&self, h: &Hash) -> Option<&TreeBlock> {
+        self.blocks.binary_search_by(|b| b.hash.cmp(h)).ok().map(|i| &self.blocks[i])
+    }
+}
+
+/// One published version of a name: which tree, made when and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    pub name: String,
+    pub version: u64,
+    /// The tree's content hash.
+    pub root: Hash,
+    /// The tree object's key (hash) and length.
+    pub tree: Hash,
+    pub tree_len: u64,
+    /// Seconds since the epoch.
+    pub created: u64,
+    /// The snapshot it was pushed from, as the pushing host named it (for people).
+    pub source: String,
+}
+
+impl Manifest {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = opened(MANIFEST_MAGIC);
+        w.bytes(self.name.as_bytes()).u64(self.version).raw(&self.root).raw(&self.tree).u64(self.tree_len).u64(self.created).bytes(self.source.as_bytes());
+        sealed(w)
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Manifest> {
+        const WHAT: &str = "manifest";
+        let mut r = Reader::new(body(b, MANIFEST_MAGIC, WHAT)?, WHAT);
+        let text = |b: &[u8], max: usize| -> Result<String> {
+            if b.len() > max {
+                return Err(bad(WHAT, "a field too long"));
+            }
+            String::from_utf8(b.to_vec()).map_err(|_| bad(WHAT, "a field not text"))
+        };
+        let name = text(r.bytes()?, NAME_MAX)?;
+        check_name(&name).map_err(|e| bad(WHAT, e))?;
+        let m = Manifest {
+            name,
+            version: r.u64()?,
+            root: r.array()?,
+            tree: r.array()?,
+            tree_len: r.u64()?,
+            created: r.u64()?,
+            source: text(r.bytes()?, 4096)?,
+        };
+        if m.tree_len > TREE_STREAM_MAX + (TREE_BLOCKS_MAX as u64) * 48 + (TREE_PACKS_MAX as u64) * 40 + 4096 {
+            return Err(bad(WHAT, format!("a tree object of {} bytes", m.tree_len)));
+        }
+        r.expect_end()?;
+        Ok(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_round_trip_and_damage_is_refused() {
+        let idx = PackIndex {
+            pack: [7; 32],
+            len: 3 * 4096 + 65536,
+            entries: vec![Entry { hash: [1; 32], offset: 0, len: 10 }, Entry { hash: [2; 32], offset: 4096, len: 65536 }],
+        };
+        let tree = TreeObject {
+            root: [9; 32],
+            packs: vec![([7; 32], idx.len)],
+            blocks: vec![TreeBlock { hash: [1; 32], pack: 0, offset: 0, len: 10 }, TreeBlock { hash: [2; 32], pack: 0, offset: 4096, len: 65536 }],
+            stream: b"SCIONSTR...".to_vec(),
+        };
+        let man = Manifest { name: "debian-12".into(), version: 3, root: [9; 32], tree: [4; 32], tree_len: 1000, created: 1_700_000_000, source: "/a/.snapshot/v1".into() };
+        assert_eq!(PackIndex::decode(&idx.encode()).unwrap(), idx);
+        assert_eq!(TreeObject::decode(&tree.encode()).unwrap(), tree);
+        assert_eq!(Manifest::decode(&man.encode()).unwrap(), man);
+        assert_eq!(tree.block(&[2; 32]).unwrap().offset, 4096);
+        assert!(tree.block(&[3; 32]).is_none());
+        for enc in [idx.encode(), tree.encode(), man.encode()] {
+            for i in 0..enc.len() {
+                let mut b = enc.clone();
+                b[i] ^= 0x10;
+                assert!(PackIndex::decode(&b).is_err() && TreeObject::decode(&b).is_err() && Manifest::decode(&b).is_err());
+            }
+            for n in 0..enc.len() {
+                assert!(PackIndex::decode(&enc[..n]).is_err() && TreeObject::decode(&enc[..n]).is_err() && Manifest::decode(&enc[..n]).is_err());
+            }
+        }
+        let mut unsorted = tree.clone();
+        unsorted.blocks.reverse();
+        assert!(TreeObject::decode(&unsorted.encode()).is_err());
+        let mut past = idx.clone();
+        past.entries[1].offset = 8192;
+        assert!(PackIndex::decode(&past.encode()).is_err());
+        assert_eq!(manifest_version(&manifest_key("x", 12), "x"), Some(12));
+        assert_eq!(manifest_version("manifests/x/12", "x"), None);
+        assert_eq!(unhex(&hex(&[0xab; 32])), Some([0xab; 32]));
+    }
+}
