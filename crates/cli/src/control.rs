@@ -154,6 +154,7 @@ pub fn check_json(r: &scion_fs::check::Report) -> serde_json::Value {
         "journal_records": r.journal_records,
         "journal_tail": r.journal_tail,
         "unnamed_tail_bytes": r.unnamed_tail_bytes,
+        "remote_blocks": r.remote_blocks,
         "leftovers": r.leftovers,
         "unreferenced_bytes": r.unreferenced_bytes,
         "problems": r.problems,

@@ -709,6 +709,25 @@ enum RemoteCmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
+    /// Remove from remote NAME the packs and trees no published version needs (every
+    /// version of every name stays), if older than --grace: safe beside other hosts reading
+    /// and pushing. Through the daemon of the mount holding the current directory (or
+    /// --mount), with its credentials.
+    Gc {
+        name: String,
+        /// Objects younger than this stay (a push under way is making them): 90s, 15m, 2h,
+        /// 7d, or 0.
+        #[arg(long, default_value = "1d")]
+        grace: String,
+        /// Say what would go; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// One JSON object: {"manifests", "trees", "packs", "removed", "removed_bytes", "young"}.
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        mount: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -1117,6 +1136,7 @@ fn main() -> ExitCode {
         Cmd::Remote { cmd } => match cmd {
             RemoteCmd::Add { name, url, endpoint, region, mount, store } => remote_cmd::add(name, url, endpoint, region, mount, store),
             RemoteCmd::List { json, mount, store } => remote_cmd::list(json, mount, store),
+            RemoteCmd::Gc { name, grace, dry_run, json, mount } => remote_cmd::gc(name, grace, dry_run, json, mount),
             RemoteCmd::Remove { name, mount, store } => match remote_cmd::remove(name, mount, store) {
                 Ok(true) => Ok(()),
                 Ok(false) => {

@@ -166,6 +166,34 @@ pub fn pull(remote: String, name: String, dir: PathBuf, version: Option<u64>, pr
     Ok(())
 }
 
+/// `scion remote gc NAME [--grace D] [--dry-run] [--json]`.
+pub fn gc(name: String, grace: String, dry: bool, json: bool, mount: Option<PathBuf>) -> Result<(), String> {
+    let grace_s = if grace == "0" { 0 } else { scion_fs::schedule::parse_every(&grace).map_err(|e| format!("--grace: {e}"))? };
+    let at = optional_path(mount, &None)?;
+    let Reply::RemoteGc(g) = call(&at, &Op::RemoteGc { remote: name.clone(), grace_s, dry })? else {
+        return Err("the daemon answered something else".into());
+    };
+    if json {
+        let j = serde_json::json!({
+            "manifests": g.manifests, "trees": g.trees, "packs": g.packs, "removed": g.removed,
+            "removed_bytes": g.removed_bytes, "young": g.young, "dry_run": dry,
+        });
+        println!("{j}");
+    } else {
+        println!(
+            "remote {name}: {} versions; {} trees and {} packs found; {} objects ({:.1} MiB) {}; {} unneeded kept (younger than {grace})",
+            g.manifests,
+            g.trees,
+            g.packs,
+            g.removed,
+            g.removed_bytes as f64 / (1 << 20) as f64,
+            if dry { "would be removed" } else { "removed" },
+            g.young
+        );
+    }
+    Ok(())
+}
+
 fn hex(h: &[u8]) -> String {
     h.iter().map(|b| format!("{b:02x}")).collect()
 }

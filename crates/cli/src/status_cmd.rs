@@ -117,6 +117,12 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
                 "buffered_bytes": f.dirty_bytes,
             },
             "nfs": (!st.nfs.is_empty()).then_some(&st.nfs),
+            "remote": st.remote.as_ref().map(|r| serde_json::json!({
+                "fetches": r.fetches, "fetched_bytes": r.fetched_bytes, "failures": r.failures,
+                "failing": (!r.failing.is_empty()).then_some(&r.failing),
+                "failing_since": (!r.failing.is_empty()).then_some(r.failing_since),
+                "cache_bytes": r.cache_bytes, "cache_limit": r.cache_limit,
+            })),
         });
         return format!("{v}\n");
     }
@@ -192,6 +198,21 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
     );
     if !st.nfs.is_empty() {
         out += &format!("  serving {}\n", st.nfs);
+    }
+    if let Some(r) = &st.remote {
+        out += &format!(
+            "  remotes: {} fetches ({}), {} failed; cache {} of {}\n",
+            r.fetches,
+            human(r.fetched_bytes),
+            r.failures,
+            human(r.cache_bytes),
+            human(r.cache_limit)
+        );
+        if !r.failing.is_empty() {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            let since = ago(Some(now.saturating_sub(r.failing_since)));
+            out += &format!("  remote FAILING (last failure {since}): {} (reads of blocks not cached get EIO; tried again at each read)\n", r.failing);
+        }
     }
     out += &match &f.failed {
         None if f.host_full => "  state: host filesystem full: changes get ENOSPC until there is room (no remount needed)\n".to_string(),

@@ -40,6 +40,29 @@ pub struct Status {
     pub listing_bytes: u64,
     /// What the daemon serves over NFS (`NfsService::describe`); empty: nothing.
     pub nfs: String,
+    /// Trees pulled from remotes: how the remotes answered since the mount (`None`: nothing
+    /// attached, or not mounted).
+    pub remote: Option<RemoteStatus>,
+}
+
+/// `scion status`'s remote line (`scion_remote::Health`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RemoteStatus {
+    pub fetches: u64,
+    pub fetched_bytes: u64,
+    pub failures: u64,
+    /// The last failure, while no fetch has worked since (empty: none), and when.
+    pub failing: String,
+    pub failing_since: u64,
+    pub cache_bytes: u64,
+    pub cache_limit: u64,
+}
+
+impl From<scion_remote::Health> for RemoteStatus {
+    fn from(h: scion_remote::Health) -> RemoteStatus {
+        let (failing, failing_since) = h.failing.unwrap_or_default();
+        RemoteStatus { fetches: h.fetches, fetched_bytes: h.fetched_bytes, failures: h.failures, failing, failing_since, cache_bytes: h.cache_bytes, cache_limit: h.cache_limit }
+    }
 }
 
 /// `scion serve nfs`: serve the mount over NFSv3 as `NfsSpec` says, or stop.
@@ -142,6 +165,8 @@ pub enum Op {
     PullOpen { remote: String, name: String, version: Option<u64> },
     /// Fetches every block of the tree attached at pack id `attach` into the cache.
     Prefetch { attach: u32 },
+    /// Removes what no manifest on `remote` needs, older than `grace_s` (listed only: `dry`).
+    RemoteGc { remote: String, grace_s: u64, dry: bool },
     /// The store's state: daemon, space, commit state, background work, failures.
     Status,
     /// Adds the snapshot schedule of a directory, or replaces it.
@@ -287,6 +312,7 @@ pub enum Reply {
     PullOpened { attach: u32, version: u64, root: [u8; 32], blocks: u64 },
     /// Bytes fetched.
     Prefetched(u64),
+    RemoteGc(scion_remote::gc::GcReport),
     Status(Box<Status>),
     ScheduleSet,
     /// Whether there was a schedule to remove.
@@ -1046,7 +1072,7 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
         }
         Op::Apply { top, base, open, frames, attach: None } => (apply(fs, top, base.as_deref(), open.as_deref(), frames, None)?, Vec::new()),
         // Made by the server, which has the engine's remote source.
-        Op::Apply { attach: Some(_), .. } | Op::Push { .. } | Op::PullOpen { .. } | Op::Prefetch { .. } => {
+        Op::Apply { attach: Some(_), .. } | Op::Push { .. } | Op::PullOpen { .. } | Op::Prefetch { .. } | Op::RemoteGc { .. } => {
             return Err(Failure::new(libc::EINVAL, "a remote's operation needs the mount's daemon"))
         }
         Op::FindBlocks { hashes } => (
@@ -1112,7 +1138,7 @@ pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
         Op::Checkpoint { path } => vec![path],
         Op::Apply { top, base, .. } => std::iter::once(top).chain(base.as_mut()).collect(),
         Op::Push { snap, .. } => vec![snap],
-        Op::PullOpen { .. } | Op::Prefetch { .. } => Vec::new(),
+        Op::PullOpen { .. } | Op::Prefetch { .. } | Op::RemoteGc { .. } => Vec::new(),
         Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } | Op::CubeCheck { path } | Op::CubeRemove { path } => vec![path],
         Op::CubeConvert { hidden, target, .. } => vec![hidden, target],
         Op::CubeUncube { path, tmp, .. } => vec![path, tmp],

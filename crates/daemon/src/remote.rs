@@ -92,6 +92,14 @@ pub struct Opened {
     pub blocks: u64,
 }
 
+/// `scion remote gc REMOTE`: what no manifest needs removed, if older than `grace_s`.
+pub fn gc(engine: &Engine, remote: &str, grace_s: u64, dry: bool, progress: &mut dyn FnMut(&scion_remote::gc::GcReport)) -> Result<scion_remote::gc::GcReport, Failure> {
+    let source = engine.remote_source(true)?.expect("made");
+    let client = source.client(remote).map_err(|e| Failure::new(libc::ENOENT, e))?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    scion_remote::gc::gc(&client, grace_s, now, dry, progress).map_err(failed)
+}
+
 /// `scion pull REMOTE NAME DIR`, first step: the manifest of `name` (`version`, or the
 /// newest) and its tree object fetched, the tree recorded as an attachment of this store.
 pub fn pull_open(engine: &Engine, remote: &str, name: &str, version: Option<u64>) -> Result<Opened, Failure> {

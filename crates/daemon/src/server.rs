@@ -743,6 +743,13 @@ fn run(
             };
             Ok(Reply::Prefetched(crate::remote::prefetch(engine, *attach, &mut progress)?))
         }
+        Op::RemoteGc { remote, grace_s, dry } => {
+            let mut progress = |g: &scion_remote::gc::GcReport| {
+                let what = format!("{} objects ({} MiB) {}", g.removed, g.removed_bytes >> 20, if *dry { "to remove" } else { "removed" });
+                let _ = write_frame(s, &wire::encode_progress(g.removed, 0, &what));
+            };
+            Ok(Reply::RemoteGc(crate::remote::gc(engine, remote, *grace_s, *dry, &mut progress)?))
+        }
         Op::Apply { top, base, open, frames, attach: Some(a) } => {
             let mut resolve = crate::remote::resolver(engine, *a)?;
             let mut fs = engine.lock();
@@ -763,6 +770,7 @@ fn run(
             st.rss_bytes = crate::memory::rss_bytes();
             (st.listings, st.listing_bytes) = crate::memory::listings();
             st.nfs = NFS.get().and_then(|n| n.describe()).unwrap_or_default();
+            st.remote = engine.remote_health().map(Into::into);
             Ok(Reply::Status(Box::new(st)))
         }
         // With what the worker is doing.

@@ -196,6 +196,9 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::Prefetch { attach } => {
             w.u8(45).u32(*attach);
         }
+        Op::RemoteGc { remote, grace_s, dry } => {
+            w.u8(46).bytes(remote.as_bytes()).u64(*grace_s).u8(*dry as u8);
+        }
         Op::Status => {
             w.u8(27);
         }
@@ -567,6 +570,7 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             Op::PullOpen { remote, name, version: has.then_some(v) }
         }
         45 => Op::Prefetch { attach: r.u32().map_err(bad)? },
+        46 => Op::RemoteGc { remote: utf8(r.bytes().map_err(bad)?)?, grace_s: r.u64().map_err(bad)?, dry: r.u8().map_err(bad)? != 0 },
         35 => Op::Checkpoint { path: r.bytes().map_err(bad)?.to_vec() },
         38 => Op::ReadOnly { on: r.u8().map_err(bad)? != 0 },
         39 => match r.u8().map_err(bad)? {
@@ -824,11 +828,11 @@ fn part_frames<T>(frames: &mut Vec<Vec<u8>>, what: u8, items: &[T], enc: impl Fn
 }
 
 /// A check report's counts, in their order on the wire.
-fn check_counts(r: &scion_fs::check::Report) -> [u64; 21] {
+fn check_counts(r: &scion_fs::check::Report) -> [u64; 22] {
     [
         r.generation, r.namespaces, r.dirs, r.files, r.symlinks, r.specials, r.hardlinked, r.file_bytes, r.blocks, r.block_bytes,
         r.shared_blocks, r.patched_chunks, r.patch_bytes, r.page_summed_chunks, r.inline_files, r.inline_bytes,
-        r.direct_files, r.relocated_blocks, r.relocated_bytes, r.journal_records, r.unnamed_tail_bytes,
+        r.direct_files, r.relocated_blocks, r.relocated_bytes, r.journal_records, r.unnamed_tail_bytes, r.remote_blocks,
     ]
 }
 
@@ -1034,6 +1038,10 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             w.bytes(st.nfs.as_bytes());
             // Since version 14.
             w.u64(m.whereabouts_entries).u64(m.whereabouts_limit);
+            // Since version 16.
+            w.u8(st.remote.is_some() as u8);
+            let r = st.remote.clone().unwrap_or_default();
+            w.u64(r.fetches).u64(r.fetched_bytes).u64(r.failures).bytes(r.failing.as_bytes()).u64(r.failing_since).u64(r.cache_bytes).u64(r.cache_limit);
         }
         Reply::MirrorRemoved(n) => {
             w.u8(24).u32(*n);
@@ -1165,6 +1173,9 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         }
         Reply::Prefetched(n) => {
             w.u8(38).u64(*n);
+        }
+        Reply::RemoteGc(g) => {
+            w.u8(39).u64(g.manifests).u64(g.trees).u64(g.packs).u64(g.removed).u64(g.removed_bytes).u64(g.young);
         }
         Reply::Remotes(list) => {
             w.u8(35).u32(list.len() as u32);
@@ -1321,7 +1332,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 Reply::Cubes((0..n).map(|_| decode_cube(&mut r)).collect::<Result<_, _>>()?)
             }
             29 => {
-                let mut v = [0u64; 21];
+                let mut v = [0u64; 22];
                 for x in v.iter_mut() {
                     *x = r.u64().map_err(bad)?;
                 }
@@ -1335,11 +1346,11 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 }
                 let leftovers = (0..k).map(|_| r.bytes().map(text).map_err(bad)).collect::<Result<_, _>>()?;
                 let unreferenced_bytes = r.u64().map_err(bad)?;
-                let [generation, namespaces, dirs, files, symlinks, specials, hardlinked, file_bytes, blocks, block_bytes, shared_blocks, patched_chunks, patch_bytes, page_summed_chunks, inline_files, inline_bytes, direct_files, relocated_blocks, relocated_bytes, journal_records, unnamed_tail_bytes] = v;
+                let [generation, namespaces, dirs, files, symlinks, specials, hardlinked, file_bytes, blocks, block_bytes, shared_blocks, patched_chunks, patch_bytes, page_summed_chunks, inline_files, inline_bytes, direct_files, relocated_blocks, relocated_bytes, journal_records, unnamed_tail_bytes, remote_blocks] = v;
                 Reply::Checked(Box::new(scion_fs::check::Report {
                     generation, namespaces, dirs, files, symlinks, specials, hardlinked, file_bytes, blocks, block_bytes,
                     shared_blocks, patched_chunks, patch_bytes, page_summed_chunks, inline_files, inline_bytes,
-                    direct_files, relocated_blocks, relocated_bytes, journal_records, unnamed_tail_bytes,
+                    direct_files, relocated_blocks, relocated_bytes, journal_records, unnamed_tail_bytes, remote_blocks,
                     journal_tail: has.then_some(tail),
                     leftovers,
                     unreferenced_bytes,
@@ -1373,6 +1384,11 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 }
                 let nfs = text(r.bytes().map_err(bad)?);
                 let whereabouts = [r.u64().map_err(bad)?, r.u64().map_err(bad)?];
+                let has_remote = r.u8().map_err(bad)? != 0;
+                let (fetches, fetched_bytes, failures) = (r.u64().map_err(bad)?, r.u64().map_err(bad)?, r.u64().map_err(bad)?);
+                let failing = text(r.bytes().map_err(bad)?);
+                let (failing_since, cache_bytes, cache_limit) = (r.u64().map_err(bad)?, r.u64().map_err(bad)?, r.u64().map_err(bad)?);
+                let remote = has_remote.then_some(crate::control::RemoteStatus { fetches, fetched_bytes, failures, failing, failing_since, cache_bytes, cache_limit });
                 let memory = scion_fs::status::Memory {
                     inodes: m[3],
                     kernel_inodes: m[4],
@@ -1419,6 +1435,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                     listings: m[1],
                     listing_bytes: m[2],
                     nfs,
+                    remote,
                 }))
             }
             24 => Reply::MirrorRemoved(r.u32().map_err(bad)?),
@@ -1570,6 +1587,14 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             }
             37 => Reply::PullOpened { attach: r.u32().map_err(bad)?, version: r.u64().map_err(bad)?, root: r.array().map_err(bad)?, blocks: r.u64().map_err(bad)? },
             38 => Reply::Prefetched(r.u64().map_err(bad)?),
+            39 => {
+                let mut n = [0u64; 6];
+                for x in n.iter_mut() {
+                    *x = r.u64().map_err(bad)?;
+                }
+                let [manifests, trees, packs, removed, removed_bytes, young] = n;
+                Reply::RemoteGc(scion_remote::gc::GcReport { manifests, trees, packs, removed, removed_bytes, young })
+            }
             35 => {
                 let n = r.count(5 * 4).map_err(bad)?;
                 if n > scion_fs::records::remotes::MAX_REMOTES {

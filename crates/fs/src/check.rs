@@ -47,6 +47,8 @@ pub struct Report {
     /// Data blocks kept compressed elsewhere (`compress.rs`), and the bytes they occupy.
     pub relocated_blocks: u64,
     pub relocated_bytes: u64,
+    /// Data blocks of trees pulled from remotes: verified when fetched, not read here.
+    pub remote_blocks: u64,
     pub journal_records: u64,
     pub journal_tail: Option<String>,
     /// Pack bytes past the checkpoint's append position that no journal record names: left
@@ -83,6 +85,9 @@ impl std::fmt::Display for Report {
             "{} live blocks ({} payload bytes), {} shared, all checksums verified",
             self.blocks, self.block_bytes, self.shared_blocks
         )?;
+        if self.remote_blocks > 0 {
+            writeln!(f, "{} of them on remotes (pulled trees): verified when fetched, not read by check", self.remote_blocks)?;
+        }
         if self.inline_files > 0 {
             writeln!(
                 f,
@@ -351,7 +356,7 @@ impl Checker<'_> {
             // An interior node, checked by the walk of its tree.
             (BlockKind::Node, None) => {}
             // A remote block is verified when it is fetched; reading it here would fetch it.
-            (BlockKind::Data, _) if p.is_remote() => {}
+            (BlockKind::Data, _) if p.is_remote() => self.rep.remote_blocks += 1,
             (BlockKind::Data, _) => {
                 if let Err(e) = self.forest.store.read(p) {
                     self.problem(format!("{e}"));

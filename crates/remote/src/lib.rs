@@ -9,6 +9,7 @@
 
 pub mod cache;
 pub mod client;
+pub mod gc;
 pub mod layout;
 pub mod push;
 pub mod source;

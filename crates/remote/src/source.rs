@@ -207,7 +207,12 @@ impl Source {
         for _ in 0..WRONG_BYTES_TRIES {
             match self.fetch(t, pack, start, end, &blocks[i..j]) {
                 Ok(b) => return Ok(b),
-                Err(e) => last = e,
+                // The client retried already, within its deadline.
+                Err(Fetch::Failed(e)) => {
+                    last = e;
+                    break;
+                }
+                Err(Fetch::Wrong(e)) => last = e,
             }
         }
         self.failures.fetch_add(1, Relaxed);
@@ -218,9 +223,9 @@ impl Source {
 
     /// One ranged GET of `start..end` of `pack`, each of `run` verified and cached; the first's
     /// bytes, or why not (a block that came back wrong fails the try).
-    fn fetch(&self, t: &Attached, pack: &Hash, start: u64, end: u64, run: &[Entry]) -> Result<Vec<u8>, String> {
-        let client = self.client(&t.remote)?;
-        let bytes = client.get_range(&crate::layout::pack_key(pack), start, end).map_err(|e| e.to_string())?;
+    fn fetch(&self, t: &Attached, pack: &Hash, start: u64, end: u64, run: &[Entry]) -> Result<Vec<u8>, Fetch> {
+        let client = self.client(&t.remote).map_err(Fetch::Failed)?;
+        let bytes = client.get_range(&crate::layout::pack_key(pack), start, end).map_err(|e| Fetch::Failed(e.to_string()))?;
         self.fetches.fetch_add(1, Relaxed);
         self.fetched.fetch_add(bytes.len() as u64, Relaxed);
         let mut first = None;
@@ -229,7 +234,7 @@ impl Source {
             let b = &bytes[at..at + e.len as usize];
             if blake3::hash(b).as_bytes() != &e.hash {
                 if first.is_none() {
-                    return Err(format!("remote {}: pack {} gave wrong bytes for the block at {}", t.remote, hex(pack), e.offset));
+                    return Err(Fetch::Wrong(format!("remote {}: pack {} gave wrong bytes for the block at {}", t.remote, hex(pack), e.offset)));
                 }
                 // Only the one asked for must be right; the rest is read-ahead.
                 break;
@@ -261,6 +266,12 @@ impl Source {
         }
         Ok(self.fetched.load(Relaxed) - before)
     }
+}
+
+/// Why a fetch failed: the remote's answer was wrong (tried again), or no answer came.
+enum Fetch {
+    Wrong(String),
+    Failed(String),
 }
 
 /// The handle the block store reads remote packs through.
