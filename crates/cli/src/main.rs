@@ -722,7 +722,8 @@ enum RemoteCmd {
         /// Say what would go; remove nothing.
         #[arg(long)]
         dry_run: bool,
-        /// One JSON object: {"manifests", "trees", "packs", "removed", "removed_bytes", "young"}.
+        /// One JSON object: {"manifests", "trees", "packs", "removed", "removed_bytes", "young",
+        /// "pushes" (under way: then nothing is removed), "dry_run"}.
         #[arg(long)]
         json: bool,
         #[arg(long)]

@@ -176,9 +176,11 @@ pub fn gc(name: String, grace: String, dry: bool, json: bool, mount: Option<Path
     if json {
         let j = serde_json::json!({
             "manifests": g.manifests, "trees": g.trees, "packs": g.packs, "removed": g.removed,
-            "removed_bytes": g.removed_bytes, "young": g.young, "dry_run": dry,
+            "removed_bytes": g.removed_bytes, "young": g.young, "pushes": g.pushes, "dry_run": dry,
         });
         println!("{j}");
+    } else if g.pushes > 0 {
+        println!("remote {name}: {} pushes under way: nothing removed (gc again once they are done)", g.pushes);
     } else {
         println!(
             "remote {name}: {} versions; {} trees and {} packs found; {} objects ({:.1} MiB) {}; {} unneeded kept (younger than {grace})",

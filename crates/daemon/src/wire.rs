@@ -1175,7 +1175,7 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             w.u8(38).u64(*n);
         }
         Reply::RemoteGc(g) => {
-            w.u8(39).u64(g.manifests).u64(g.trees).u64(g.packs).u64(g.removed).u64(g.removed_bytes).u64(g.young);
+            w.u8(39).u64(g.manifests).u64(g.trees).u64(g.packs).u64(g.removed).u64(g.removed_bytes).u64(g.young).u64(g.pushes);
         }
         Reply::Remotes(list) => {
             w.u8(35).u32(list.len() as u32);
@@ -1588,12 +1588,12 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             37 => Reply::PullOpened { attach: r.u32().map_err(bad)?, version: r.u64().map_err(bad)?, root: r.array().map_err(bad)?, blocks: r.u64().map_err(bad)? },
             38 => Reply::Prefetched(r.u64().map_err(bad)?),
             39 => {
-                let mut n = [0u64; 6];
+                let mut n = [0u64; 7];
                 for x in n.iter_mut() {
                     *x = r.u64().map_err(bad)?;
                 }
-                let [manifests, trees, packs, removed, removed_bytes, young] = n;
-                Reply::RemoteGc(scion_remote::gc::GcReport { manifests, trees, packs, removed, removed_bytes, young })
+                let [manifests, trees, packs, removed, removed_bytes, young, pushes] = n;
+                Reply::RemoteGc(scion_remote::gc::GcReport { manifests, trees, packs, removed, removed_bytes, young, pushes })
             }
             35 => {
                 let n = r.count(5 * 4).map_err(bad)?;

@@ -7,11 +7,11 @@
 //! pack, so no push learns of a pack that is going. The manifests are listed again before the
 //! sweep, so a push that finished during the mark keeps what it named.
 //!
-//! A push that reuses a pack no manifest names (one a cut push left, older than the grace
-//! period) checks that the pack is still there before it writes its manifest; only a gc that
-//! removes that pack in the moment between the two can leave a version naming a pack that
-//! is gone (its reads then get EIO). The default grace period (a day) makes that need a push
-//! cut a day before.
+//! A gc and a push never overlap (`lock.rs`): a gc that finds a push under way removes
+//! nothing, and a push waits for a gc to end before it learns what the remote holds. The
+//! grace period is for what the locks cannot see: a push on a host whose clock is far off,
+//! or one whose lock went stale (an hour) while it still ran. A push still checks that the
+//! packs it reuses are there before it writes its manifest.
 
 use crate::client::Client;
 use crate::layout::{self, hex, Hash, Manifest, TreeObject};
@@ -28,6 +28,8 @@ pub struct GcReport {
     pub removed_bytes: u64,
     /// Unneeded objects kept because they are younger than the grace period.
     pub young: u64,
+    /// Pushes under way when the gc began: then it removes nothing.
+    pub pushes: u64,
 }
 
 fn failed(e: impl std::fmt::Display) -> String {
@@ -69,6 +71,18 @@ fn mark_packs(client: &Client, trees: &HashSet<Hash>, done: &mut HashSet<Hash>, 
 /// (listed only, `dry`). `now` is the time in seconds since the epoch.
 pub fn gc(client: &Client, grace_s: u64, now: i64, dry: bool, progress: &mut dyn FnMut(&GcReport)) -> Result<GcReport, String> {
     let mut rep = GcReport::default();
+    let lock = crate::lock::Lock::take(client, "gc")?;
+    let (pushes, stale) = crate::lock::held(client, "push", now, Some(&lock))?;
+    if !pushes.is_empty() {
+        rep.pushes = pushes.len() as u64;
+        return Ok(rep);
+    }
+    let (_, stale_gc) = crate::lock::held(client, "gc", now, Some(&lock))?;
+    for key in stale.iter().chain(&stale_gc) {
+        if !dry {
+            client.delete(key).map_err(failed)?;
+        }
+    }
     let (mut seen, mut trees, mut done, mut packs) = (HashSet::new(), HashSet::new(), HashSet::new(), HashSet::new());
     rep.manifests = mark_trees(client, &mut seen, &mut trees)?;
     mark_packs(client, &trees, &mut done, &mut packs)?;
@@ -123,5 +137,6 @@ pub fn gc(client: &Client, grace_s: u64, now: i64, dry: bool, progress: &mut dyn
         }
     }
     progress(&rep);
+    drop(lock);
     Ok(rep)
 }

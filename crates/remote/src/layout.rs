@@ -63,6 +63,10 @@ pub fn index_key(h: &Hash) -> String {
 pub fn tree_key(h: &Hash) -> String {
     format!("trees/{}", hex(h))
 }
+/// A lock: `locks/push-ID` while a push runs, `locks/gc-ID` while a gc does (`lock.rs`).
+pub fn lock_key(kind: &str, id: &str) -> String {
+    format!("locks/{kind}-{id}")
+}
 pub fn manifest_dir(name: &str) -> String {
     format!("manifests/{name}/")
 }

@@ -11,6 +11,7 @@ pub mod cache;
 pub mod client;
 pub mod gc;
 pub mod layout;
+pub mod lock;
 pub mod push;
 pub mod source;
 

@@ -34,6 +34,8 @@ const VERSION_TRIES: u64 = 16;
 
 pub struct Pusher<'a> {
     client: Client,
+    /// `locks/push-ID`, held until the push ends (`lock.rs`).
+    _lock: crate::lock::Lock,
     /// Every block the remote holds or this push uploaded: its pack (index in `packs`) and place.
     known: HashMap<Hash, (u32, Entry)>,
     packs: Vec<(Hash, u64)>,
@@ -54,7 +56,10 @@ fn failed(e: impl std::fmt::Display) -> String {
 impl<'a> Pusher<'a> {
     /// Learns what the remote holds (`idx_dir`: where fetched indexes are kept).
     pub fn start(client: Client, idx_dir: &Path, progress: &'a mut dyn FnMut(&PushStats)) -> Result<Pusher<'a>, String> {
+        let lock = crate::lock::Lock::take(&client, "push")?;
+        wait_for_gc(&client, &lock)?;
         let mut p = Pusher {
+            _lock: lock,
             client,
             known: HashMap::new(),
             packs: Vec::new(),
@@ -206,6 +211,25 @@ impl<'a> Pusher<'a> {
         }
         Err(format!("{VERSION_TRIES} versions of {name} were taken while this push tried to write one: push again"))
     }
+}
+
+/// How long a push waits for a gc on the remote to end.
+const GC_WAIT_S: u64 = 900;
+
+/// Waits while a gc runs on the remote (its lock, not stale): what the push learns of the
+/// remote must be what the gc left.
+fn wait_for_gc(client: &Client, mine: &crate::lock::Lock) -> Result<(), String> {
+    for waited in 0..=GC_WAIT_S {
+        let (live, _) = crate::lock::held(client, "gc", crate::lock::now(), Some(mine))?;
+        if live.is_empty() {
+            return Ok(());
+        }
+        if waited == 0 {
+            log::info!("remote {}: a gc runs ({}); the push waits for it", client.name(), live.join(", "));
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    Err(format!("remote {}: a gc has run for {GC_WAIT_S} s; push again once it is done", client.name()))
 }
 
 /// The newest version of `name` on the remote, if any.
