@@ -389,3 +389,33 @@ def test_a_daemon_killed_mid_fetch_loses_nothing(scion_mount, scion_store, s3):
         assert "clean" in b.check()
     finally:
         proxy.stop()
+
+
+def test_credentials_from_the_mounting_users_profile(scion_store, s3, tmp_path):
+    """A daemon without keys in its environment reads the profile files (`AWS_PROFILE` in
+    `~/.aws/credentials` and `config`, here through AWS_SHARED_CREDENTIALS_FILE and
+    AWS_CONFIG_FILE); the store keeps no credentials."""
+    m = scion_store
+    creds, config = tmp_path / "credentials", tmp_path / "config"
+    creds.write_text("[default]\naws_access_key_id = WRONG\n[ci]\naws_access_key_id = FROMPROFILE\naws_secret_access_key = SECRETKEY\n")
+    config.write_text("[profile ci]\nregion = us-east-1\n")
+    saved = {k: os.environ.pop(k, None) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")}
+    os.environ.update(AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_CONFIG_FILE=str(config), AWS_PROFILE="ci")
+    try:
+        remote(s3, m)
+        m.mount()
+    finally:
+        for k in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_PROFILE"):
+            os.environ.pop(k)
+        os.environ.update({k: v for k, v in saved.items() if v is not None})
+    src = os.path.join(m.mnt, "src")
+    os.makedirs(src)
+    with open(os.path.join(src, "f"), "wb") as f:
+        f.write(b"x" * 100000)
+    assert m.run("snapshot", src, "--name", "v1").returncode == 0
+    push(m, os.path.join(src, ".snapshot/v1"))
+    for name in os.listdir(m.store):
+        p = os.path.join(m.store, name)
+        if os.path.isfile(p):
+            with open(p, "rb") as f:
+                assert b"SECRETKEY" not in f.read(), name

@@ -1,10 +1,12 @@
 //! The object store, as scion uses it: a few blocking calls on the `object_store` crate's S3
 //! client, each under a deadline, named by keys below the remote's prefix.
 //!
-//! Credentials come the standard AWS ways, read by `object_store` from the daemon's
-//! environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
-//! `AWS_PROFILE`-less web identity and container credentials) or from instance metadata;
-//! the store never holds them.
+//! Credentials come the standard AWS ways, in the SDKs' order: the daemon's environment
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`; web identity and
+//! container credentials), then the mounting user's profile (`AWS_PROFILE` or `default` in
+//! `~/.aws/credentials` and `~/.aws/config`, or the files `AWS_SHARED_CREDENTIALS_FILE` and
+//! `AWS_CONFIG_FILE` name: static keys only), then instance metadata; the store never holds
+//! them.
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -66,6 +68,18 @@ impl Client {
         };
         let opts = ClientOptions::new().with_timeout(deadline() / 2).with_connect_timeout(Duration::from_secs(5)).with_allow_http(true);
         let mut b = AmazonS3Builder::from_env().with_bucket_name(&r.bucket).with_retry(retry).with_client_options(opts);
+        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+            let p = profile::load();
+            if let (Some(k), Some(s)) = (p.key, p.secret) {
+                b = b.with_access_key_id(k).with_secret_access_key(s);
+                if let Some(t) = p.token {
+                    b = b.with_token(t);
+                }
+            }
+            if let (Some(region), None, true) = (p.region, std::env::var_os("AWS_REGION").or(std::env::var_os("AWS_DEFAULT_REGION")), r.region.is_empty()) {
+                b = b.with_region(region);
+            }
+        }
         if !r.region.is_empty() {
             b = b.with_region(&r.region);
         }
@@ -178,6 +192,73 @@ impl std::fmt::Display for Error {
             Error::NotFound => write!(f, "no such object"),
             Error::Exists => write!(f, "the object exists"),
             Error::Failed(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+/// The mounting user's AWS profile: the static keys of `~/.aws/credentials` and the region of
+/// `~/.aws/config` (the INI files every AWS SDK reads; processes, SSO and role chains are the
+/// SDKs' own and not read here: give those as environment variables).
+mod profile {
+    #[derive(Default)]
+    pub struct Profile {
+        pub key: Option<String>,
+        pub secret: Option<String>,
+        pub token: Option<String>,
+        pub region: Option<String>,
+    }
+
+    /// `KEY = VALUE` lines of section `section` of an INI file's text.
+    pub fn section(text: &str, section: &str) -> Vec<(String, String)> {
+        let mut inside = false;
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.starts_with('#') || line.starts_with(';') || line.is_empty() {
+                continue;
+            }
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                inside = name.trim() == section;
+                continue;
+            }
+            if let (true, Some((k, v))) = (inside, line.split_once('=')) {
+                out.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+            }
+        }
+        out
+    }
+
+    pub fn load() -> Profile {
+        let name = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
+        let home = std::env::var("HOME").unwrap_or_default();
+        let path = |var: &str, file: &str| std::env::var(var).unwrap_or_else(|_| format!("{home}/.aws/{file}"));
+        let read = |p: String| std::fs::read_to_string(p).unwrap_or_default();
+        let mut p = Profile::default();
+        for (k, v) in section(&read(path("AWS_SHARED_CREDENTIALS_FILE", "credentials")), &name) {
+            match k.as_str() {
+                "aws_access_key_id" => p.key = Some(v),
+                "aws_secret_access_key" => p.secret = Some(v),
+                "aws_session_token" => p.token = Some(v),
+                _ => {}
+            }
+        }
+        let config_section = if name == "default" { name.clone() } else { format!("profile {name}") };
+        for (k, v) in section(&read(path("AWS_CONFIG_FILE", "config")), &config_section) {
+            if k == "region" {
+                p.region = Some(v);
+            }
+        }
+        p
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn sections_of_the_aws_files_are_read() {
+            let text = "[default]\naws_access_key_id = AK\n# note\n[profile ci]\nregion=eu-west-1\n[other]\nx = 1\n";
+            assert_eq!(super::section(text, "default"), vec![("aws_access_key_id".to_string(), "AK".to_string())]);
+            assert_eq!(super::section(text, "profile ci"), vec![("region".to_string(), "eu-west-1".to_string())]);
+            assert!(super::section(text, "missing").is_empty());
         }
     }
 }
