@@ -40,6 +40,10 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("apply_frames", apply_frames),
     ("nfs_hints", nfs_hints),
     ("nfs_handle", nfs_handle),
+    ("remote_pack_index", remote_pack_index),
+    ("remote_tree_object", remote_tree_object),
+    ("remote_manifest", remote_manifest),
+    ("attachments_file", attachments_file),
 ];
 
 fn fix_up(data: &[u8]) -> bool {
@@ -636,6 +640,54 @@ pub fn hash_memo_file(data: &[u8]) {
 
 /// The remotes file (`STORE/remotes`): what decodes re-encodes to the same remotes, as a
 /// file and as a payload.
+/// An object read from a remote (`scion-remote`'s layout): its trailing crc32c fixed up
+/// where the first byte is odd ("SCION..." is).
+fn remote_object(data: &[u8]) -> Vec<u8> {
+    let mut b = data.to_vec();
+    if fix_up(data) && b.len() >= 4 {
+        let n = b.len() - 4;
+        let crc = crc32c::crc32c(&b[..n]);
+        b[n..].copy_from_slice(&crc.to_le_bytes());
+    }
+    b
+}
+
+/// A pack's index (`packs/HASH.idx`).
+pub fn remote_pack_index(data: &[u8]) {
+    use scion_remote::layout::PackIndex;
+    if let Ok(i) = PackIndex::decode(&remote_object(data)) {
+        assert_eq!(PackIndex::decode(&i.encode()).ok(), Some(i), "a pack index changes through encoding");
+    }
+}
+
+/// A published tree (`trees/HASH`).
+pub fn remote_tree_object(data: &[u8]) {
+    use scion_remote::layout::TreeObject;
+    if let Ok(t) = TreeObject::decode(&remote_object(data)) {
+        for b in &t.blocks {
+            assert_eq!(t.block(&b.hash), Some(b));
+        }
+        assert_eq!(TreeObject::decode(&t.encode()).ok(), Some(t), "a tree object changes through encoding");
+    }
+}
+
+/// A manifest (`manifests/NAME/VERSION`).
+pub fn remote_manifest(data: &[u8]) {
+    use scion_remote::layout::Manifest;
+    if let Ok(m) = Manifest::decode(&remote_object(data)) {
+        assert_eq!(Manifest::decode(&m.encode()).ok(), Some(m), "a manifest changes through encoding");
+    }
+}
+
+/// The attachments file (`STORE/attachments`), whole or its payload.
+pub fn attachments_file(data: &[u8]) {
+    use scion_fs::records::attachments;
+    let _ = attachments::decode_file(data);
+    if let Ok(list) = attachments::decode_payload(data) {
+        assert_eq!(attachments::decode_payload(&attachments::encode_payload(&list)).ok(), Some(list));
+    }
+}
+
 pub fn remotes_file(data: &[u8]) {
     use scion_fs::records::remotes;
     if let Ok(stored) = remotes::decode_file(data) {
