@@ -26,10 +26,11 @@ pub const SUPERBLOCK_SLOT: usize = 4096;
 /// (records 20 and 21: the last block may be shorter than a chunk); version 13 keeps a
 /// file's preallocated ranges in its inode record (mask bit 16); version 14 journals files
 /// made without a name (O_TMPFILE): records 22 (an object id reserved) and 23 (such a file
-/// named). An older store is read as
+/// named); version 15 holds trees pulled from remotes: pointers into remote packs (ids from
+/// 2^23, `remote.rs`) and journal record 24. An older store is read as
 /// is and becomes the current version at its next checkpoint (every open makes one), after
 /// which older builds refuse it.
-pub const FORMAT_VERSION: u32 = 14;
+pub const FORMAT_VERSION: u32 = 15;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SCIONSB\0";
