@@ -188,7 +188,7 @@ mod tests {
 
     fn block(i: u8) -> (Entry, Vec<u8>) {
         let b = vec![i; 5000];
-        (Entry { hash: *blake3::hash(&b).as_bytes(), offset: u64::from(i) * 8192, len: 5000 }, b)
+        (Entry { hash: *blake3::hash(&b).as_bytes(), offset: u64::from(i) * 8192, len: 5000, stored: 5000 }, b)
     }
 
     #[test]

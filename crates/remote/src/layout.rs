@@ -1,8 +1,8 @@
 //! What a remote holds (`docs/format.md`, "Remote layout"): immutable objects named by the
 //! BLAKE3 hash of their bytes, and one small manifest per published version of a tree.
 //!
-//! - `packs/HASH`: file data blocks back to back, each at a multiple of 4096 and padded with
-//!   zeros to the next (a local pack's data blocks, byte for byte), a few MiB in all;
+//! - `packs/HASH`: file data blocks back to back, each as it is or compressed with zstd
+//!   where that saves an eighth, a few MiB in all;
 //! - `packs/HASH.idx`: which blocks a pack holds and where ([`PackIndex`]), written after
 //!   its pack, so an index names a pack that is whole;
 //! - `trees/HASH`: a published tree ([`TreeObject`]): the packs and blocks it uses and a
@@ -15,7 +15,7 @@
 //! checksum and every rule below before anything is used (fuzz targets in `scion-fuzzing`).
 
 use scion_store::codec::{Reader, Writer};
-use scion_store::{Error, Result, BLOCK_ALIGN};
+use scion_store::{Error, Result};
 
 /// Bytes of a file chunk, and at most of a block.
 pub const CHUNK: u64 = 64 << 10;
@@ -120,19 +120,48 @@ fn opened(magic: &[u8; 8]) -> Writer {
     w
 }
 
-/// Where a block lies in a pack.
+/// Where a block lies in a pack: `stored` bytes at `offset`, which are its `len` bytes
+/// compressed with zstd if `stored < len`, else the bytes themselves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
     pub hash: Hash,
     pub offset: u64,
     pub len: u32,
+    pub stored: u32,
+}
+
+impl Entry {
+    pub fn end(&self) -> u64 {
+        self.offset + u64::from(self.stored)
+    }
 }
 
 fn check_entry(e: &Entry, pack_len: u64, what: &'static str) -> Result<()> {
-    if e.offset % BLOCK_ALIGN != 0 || e.len == 0 || u64::from(e.len) > CHUNK || e.offset + u64::from(e.len) > pack_len {
-        return Err(bad(what, format!("block at {} of {} bytes in a pack of {pack_len}", e.offset, e.len)));
+    if e.len == 0 || u64::from(e.len) > CHUNK || e.stored == 0 || e.stored > e.len || e.end() > pack_len {
+        return Err(bad(what, format!("block at {} of {} bytes ({} stored) in a pack of {pack_len}", e.offset, e.len, e.stored)));
     }
     Ok(())
+}
+
+/// A block's bytes as a pack stores them: compressed (zstd level 3) where that saves at
+/// least an eighth.
+pub fn stored_form(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    match zstd::bulk::compress(bytes, 3) {
+        Ok(c) if c.len() < bytes.len() - bytes.len() / 8 => std::borrow::Cow::Owned(c),
+        _ => std::borrow::Cow::Borrowed(bytes),
+    }
+}
+
+/// A block's bytes from what its pack stores (`None`: they do not decompress to exactly
+/// `len` bytes; the caller's hash check catches any other damage).
+pub fn block_bytes(e: &Entry, stored: &[u8]) -> Option<Vec<u8>> {
+    if stored.len() != e.stored as usize {
+        return None;
+    }
+    if e.stored == e.len {
+        return Some(stored.to_vec());
+    }
+    zstd::bulk::decompress(stored, e.len as usize).ok().filter(|b| b.len() == e.len as usize)
 }
 
 /// The blocks a pack holds, in the order they lie.
@@ -148,7 +177,7 @@ impl PackIndex {
         let mut w = opened(PACK_INDEX_MAGIC);
         w.raw(&self.pack).u64(self.len).u32(self.entries.len() as u32);
         for e in &self.entries {
-            w.raw(&e.hash).u64(e.offset).u32(e.len);
+            w.raw(&e.hash).u64(e.offset).u32(e.len).u32(e.stored);
         }
         sealed(w)
     }
@@ -158,19 +187,19 @@ impl PackIndex {
         let mut r = Reader::new(body(b, PACK_INDEX_MAGIC, WHAT)?, WHAT);
         let pack = r.array()?;
         let len = r.u64()?;
-        if len > PACK_MAX || len % BLOCK_ALIGN != 0 {
+        if len > PACK_MAX {
             return Err(bad(WHAT, format!("a pack of {len} bytes")));
         }
-        let n = r.count(44)?;
+        let n = r.count(48)?;
         let mut entries = Vec::with_capacity(n);
         let mut end = 0;
         for _ in 0..n {
-            let e = Entry { hash: r.array()?, offset: r.u64()?, len: r.u32()? };
+            let e = Entry { hash: r.array()?, offset: r.u64()?, len: r.u32()?, stored: r.u32()? };
             check_entry(&e, len, WHAT)?;
             if e.offset < end {
                 return Err(bad(WHAT, "blocks out of order or overlapping"));
             }
-            end = e.offset + u64::from(e.len);
+            end = e.end();
             entries.push(e);
         }
         r.expect_end()?;
@@ -178,15 +207,28 @@ impl PackIndex {
     }
 }
 
-/// A block of a published tree: its hash, the pack (an index into the tree's packs) and
-/// where in it.
+/// A block of a published tree: its hash, the pack (an index into the tree's packs), its
+/// slot there (its place in the pack's index: a pulled tree's pointer names the block at
+/// `slot * CHUNK` of its pack) and where its stored bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TreeBlock {
     pub hash: Hash,
     pub pack: u32,
+    pub slot: u32,
     pub offset: u64,
     pub len: u32,
+    pub stored: u32,
 }
+
+impl TreeBlock {
+    pub fn entry(&self) -> Entry {
+        Entry { hash: self.hash, offset: self.offset, len: self.len, stored: self.stored }
+    }
+}
+
+/// Slots a pack holds at most (a pack of 64 MiB of one-byte blocks would need more, and is
+/// refused).
+pub const SLOTS_MAX: u32 = 1 << 20;
 
 /// A published tree: its content hash (`Fs::tree_hash`), the packs and blocks it uses,
 /// and a `scion send` stream of it (`docs/format.md`, "Send stream") whose file data are
@@ -210,7 +252,7 @@ impl TreeObject {
         }
         w.u32(self.blocks.len() as u32);
         for b in &self.blocks {
-            w.raw(&b.hash).u32(b.pack).u64(b.offset).u32(b.len);
+            w.raw(&b.hash).u32(b.pack).u32(b.slot).u64(b.offset).u32(b.len).u32(b.stored);
         }
         w.u64(self.stream.len() as u64).raw(&self.stream);
         sealed(w)
@@ -228,22 +270,25 @@ impl TreeObject {
         for _ in 0..n {
             let h = r.array()?;
             let len = r.u64()?;
-            if len > PACK_MAX || len % BLOCK_ALIGN != 0 {
+            if len > PACK_MAX {
                 return Err(bad(WHAT, format!("a pack of {len} bytes")));
             }
             packs.push((h, len));
         }
-        let n = r.count(48)?;
+        let n = r.count(60)?;
         if n > TREE_BLOCKS_MAX {
             return Err(bad(WHAT, format!("{n} blocks")));
         }
         let mut blocks: Vec<TreeBlock> = Vec::with_capacity(n);
         for _ in 0..n {
-            let b = TreeBlock { hash: r.array()?, pack: r.u32()?, offset: r.u64()?, len: r.u32()? };
+            let b = TreeBlock { hash: r.array()?, pack: r.u32()?, slot: r.u32()?, offset: r.u64()?, len: r.u32()?, stored: r.u32()? };
             let Some(&(_, pack_len)) = packs.get(b.pack as usize) else {
                 return Err(bad(WHAT, format!("block in pack {} of {}", b.pack, packs.len())));
             };
-            check_entry(&Entry { hash: b.hash, offset: b.offset, len: b.len }, pack_len, WHAT)?;
+            if b.slot >= SLOTS_MAX {
+                return Err(bad(WHAT, format!("block in slot {}", b.slot)));
+            }
+            check_entry(&b.entry(), pack_len, WHAT)?;
             if blocks.last().is_some_and(|l| l.hash >= b.hash) {
                 return Err(bad(WHAT, "blocks not sorted by hash, or one twice"));
             }
@@ -306,7 +351,7 @@ impl Manifest {
             created: r.u64()?,
             source: text(r.bytes()?, 4096)?,
         };
-        if m.tree_len > TREE_STREAM_MAX + (TREE_BLOCKS_MAX as u64) * 48 + (TREE_PACKS_MAX as u64) * 40 + 4096 {
+        if m.tree_len > TREE_STREAM_MAX + (TREE_BLOCKS_MAX as u64) * 60 + (TREE_PACKS_MAX as u64) * 40 + 4096 {
             return Err(bad(WHAT, format!("a tree object of {} bytes", m.tree_len)));
         }
         r.expect_end()?;
@@ -323,12 +368,12 @@ mod tests {
         let idx = PackIndex {
             pack: [7; 32],
             len: 3 * 4096 + 65536,
-            entries: vec![Entry { hash: [1; 32], offset: 0, len: 10 }, Entry { hash: [2; 32], offset: 4096, len: 65536 }],
+            entries: vec![Entry { hash: [1; 32], offset: 0, len: 10, stored: 10 }, Entry { hash: [2; 32], offset: 4096, len: 65536, stored: 30000 }],
         };
         let tree = TreeObject {
             root: [9; 32],
             packs: vec![([7; 32], idx.len)],
-            blocks: vec![TreeBlock { hash: [1; 32], pack: 0, offset: 0, len: 10 }, TreeBlock { hash: [2; 32], pack: 0, offset: 4096, len: 65536 }],
+            blocks: vec![TreeBlock { hash: [1; 32], pack: 0, slot: 0, offset: 0, len: 10, stored: 10 }, TreeBlock { hash: [2; 32], pack: 0, slot: 1, offset: 4096, len: 65536, stored: 30000 }],
             stream: b"SCIONSTR...".to_vec(),
         };
         let man = Manifest { name: "debian-12".into(), version: 3, root: [9; 32], tree: [4; 32], tree_len: 1000, created: 1_700_000_000, source: "/a/.snapshot/v1".into() };
@@ -351,7 +396,23 @@ mod tests {
         unsorted.blocks.reverse();
         assert!(TreeObject::decode(&unsorted.encode()).is_err());
         let mut past = idx.clone();
-        past.entries[1].offset = 4 * 4096; // its end past the pack's
+        past.entries[1].offset = 12 * 4096; // its end past the pack's
+        assert!(PackIndex::decode(&past.encode()).is_err());
+        let mut overlap = idx.clone();
+        overlap.entries[1].offset = 5;
+        assert!(PackIndex::decode(&overlap.encode()).is_err());
+        let mut grown = idx.clone();
+        grown.entries[0].stored = 11; // more stored than its length
+        assert!(PackIndex::decode(&grown.encode()).is_err());
+        let text = vec![b'a'; 65536];
+        let stored = stored_form(&text);
+        assert!(stored.len() < 1000);
+        let e = Entry { hash: [0; 32], offset: 0, len: 65536, stored: stored.len() as u32 };
+        assert_eq!(block_bytes(&e, &stored).unwrap(), text);
+        assert!(block_bytes(&Entry { len: 65535, ..e }, &stored).is_none());
+        let mut noise = vec![0u8; 4096];
+        blake3::Hasher::new().finalize_xof().fill(&mut noise);
+        assert_eq!(&*stored_form(&noise), &noise[..]);
         assert!(PackIndex::decode(&past.encode()).is_err());
         assert_eq!(manifest_version(&manifest_key("x", 12), "x"), Some(12));
         assert_eq!(manifest_version("manifests/x/12", "x"), None);

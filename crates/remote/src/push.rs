@@ -36,8 +36,9 @@ pub struct Pusher<'a> {
     client: Client,
     /// `locks/push-ID`, held until the push ends (`lock.rs`).
     _lock: crate::lock::Lock,
-    /// Every block the remote holds or this push uploaded: its pack (index in `packs`) and place.
-    known: HashMap<Hash, (u32, Entry)>,
+    /// Every block the remote holds or this push uploaded: its pack (index in `packs`), its
+    /// slot there and place.
+    known: HashMap<Hash, (u32, u32, Entry)>,
     packs: Vec<(Hash, u64)>,
     /// Packs this push uploaded (they exist).
     uploaded: HashSet<u32>,
@@ -77,8 +78,8 @@ impl<'a> Pusher<'a> {
             let idx = read_index(&p.client, idx_dir, &h)?;
             let slot = p.packs.len() as u32;
             p.packs.push((h, idx.len));
-            for e in idx.entries {
-                p.known.entry(e.hash).or_insert((slot, e));
+            for (i, e) in idx.entries.into_iter().enumerate() {
+                p.known.entry(e.hash).or_insert((slot, i as u32, e));
             }
         }
         p.stats.known_packs = p.packs.len() as u64;
@@ -132,15 +133,15 @@ impl<'a> Pusher<'a> {
             return Err("a block the remote lacks came without its bytes".into());
         };
         let offset = self.open.len() as u64;
-        self.open.extend_from_slice(bytes);
-        self.open.resize(self.open.len().div_ceil(4096) * 4096, 0);
-        let e = Entry { hash, offset, len: bytes.len() as u32 };
+        let stored = layout::stored_form(bytes);
+        self.open.extend_from_slice(&stored);
+        let e = Entry { hash, offset, len: bytes.len() as u32, stored: stored.len() as u32 };
+        // The pack's index is the one it will have once uploaded.
+        self.known.insert(hash, (self.packs.len() as u32, self.open_entries.len() as u32, e));
         self.open_entries.push(e);
-        // The pack's slot is the one it will have once uploaded.
-        self.known.insert(hash, (self.packs.len() as u32, e));
         self.stats.new_blocks += 1;
         self.stats.new_bytes += bytes.len() as u64;
-        if self.open.len() as u64 >= PACK_TARGET {
+        if self.open.len() as u64 >= PACK_TARGET || self.open_entries.len() as u32 >= layout::SLOTS_MAX {
             self.close_pack()?;
         }
         Ok(())
@@ -186,8 +187,8 @@ impl<'a> Pusher<'a> {
             .used
             .iter()
             .map(|h| {
-                let (s, e) = self.known[h];
-                TreeBlock { hash: *h, pack: index[&s], offset: e.offset, len: e.len }
+                let (s, slot, e) = self.known[h];
+                TreeBlock { hash: *h, pack: index[&s], slot, offset: e.offset, len: e.len, stored: e.stored }
             })
             .collect();
         blocks.sort_unstable_by(|a, b| a.hash.cmp(&b.hash));

@@ -5,7 +5,7 @@
 
 use crate::cache::Cache;
 use crate::client::Client;
-use crate::layout::{hex, Entry, Hash, TreeBlock, TreeObject};
+use crate::layout::{hex, Entry, Hash, TreeBlock, TreeObject, CHUNK};
 use scion_fs::records::attachments::{self, Attachment};
 use scion_fs::records::remotes;
 use scion_store::host::HostFile;
@@ -25,12 +25,12 @@ const READ_AHEAD: u64 = 1 << 20;
 const WRONG_BYTES_TRIES: u32 = 3;
 
 /// One pulled tree as reads need it: its remote, and per pack its hash and its blocks by
-/// offset.
+/// slot (a pointer names block `slot` of a pack at `slot * CHUNK`).
 struct Attached {
     remote: String,
     first: u32,
     packs: Vec<Hash>,
-    blocks: Vec<Vec<Entry>>,
+    blocks: Vec<Vec<(u32, Entry)>>,
     /// The tree object's blocks, sorted by hash (`resolve`).
     by_hash: Vec<TreeBlock>,
 }
@@ -39,10 +39,10 @@ impl Attached {
     fn new(a: &Attachment, tree: &TreeObject) -> Attached {
         let mut blocks = vec![Vec::new(); tree.packs.len()];
         for b in &tree.blocks {
-            blocks[b.pack as usize].push(Entry { hash: b.hash, offset: b.offset, len: b.len });
+            blocks[b.pack as usize].push((b.slot, b.entry()));
         }
         for v in &mut blocks {
-            v.sort_by_key(|e| e.offset);
+            v.sort_by_key(|e| e.0);
         }
         Attached { remote: a.remote.clone(), first: a.first, packs: tree.packs.iter().map(|p| p.0).collect(), blocks, by_hash: tree.blocks.clone() }
     }
@@ -167,7 +167,7 @@ impl Source {
             return Ok(None);
         };
         let b = t.by_hash[i];
-        let ptr = BlockPtr { addr: BlockPtr::make_addr(first + b.pack, b.offset), len: b.len, kind: BlockKind::Data, hash: *hash };
+        let ptr = BlockPtr { addr: BlockPtr::make_addr(first + b.pack, u64::from(b.slot) * CHUNK), len: b.len, kind: BlockKind::Data, hash: *hash };
         let mut inst = self.installed.lock().unwrap();
         let set = inst.entry(first).or_default();
         Ok(Some((ptr, !set.insert(ptr.addr))))
@@ -190,19 +190,20 @@ impl Source {
         Ok(t)
     }
 
-    /// Block `i` of pack `p` of `t`: from the cache, or fetched with the blocks after it.
+    /// Block `i` (in slot order) of pack `p` of `t`: from the cache, or fetched with the
+    /// blocks after it.
     fn block(&self, t: &Attached, p: usize, i: usize) -> io::Result<Vec<u8>> {
         let pack = &t.packs[p];
         let blocks = &t.blocks[p];
-        if let Some(b) = self.cache.get(pack, &blocks[i]) {
+        if let Some(b) = self.cache.get(pack, &cached(blocks[i])) {
             return Ok(b);
         }
-        let start = blocks[i].offset;
+        let start = blocks[i].1.offset;
         let mut j = i + 1;
-        while j < blocks.len() && blocks[j].offset + u64::from(blocks[j].len) - start <= READ_AHEAD && !self.cache.holds(pack, blocks[j].offset) {
+        while j < blocks.len() && blocks[j].1.offset >= start && blocks[j].1.end() - start <= READ_AHEAD && !self.cache.holds(pack, cached(blocks[j]).offset) {
             j += 1;
         }
-        let end = blocks[j - 1].offset + u64::from(blocks[j - 1].len);
+        let end = blocks[j - 1].1.end();
         let mut last = String::new();
         for _ in 0..WRONG_BYTES_TRIES {
             match self.fetch(t, pack, start, end, &blocks[i..j]) {
@@ -223,26 +224,26 @@ impl Source {
 
     /// One ranged GET of `start..end` of `pack`, each of `run` verified and cached; the first's
     /// bytes, or why not (a block that came back wrong fails the try).
-    fn fetch(&self, t: &Attached, pack: &Hash, start: u64, end: u64, run: &[Entry]) -> Result<Vec<u8>, Fetch> {
+    fn fetch(&self, t: &Attached, pack: &Hash, start: u64, end: u64, run: &[(u32, Entry)]) -> Result<Vec<u8>, Fetch> {
         let client = self.client(&t.remote).map_err(Fetch::Failed)?;
         let bytes = client.get_range(&crate::layout::pack_key(pack), start, end).map_err(|e| Fetch::Failed(e.to_string()))?;
         self.fetches.fetch_add(1, Relaxed);
         self.fetched.fetch_add(bytes.len() as u64, Relaxed);
         let mut first = None;
-        for e in run {
+        for &(slot, e) in run {
             let at = (e.offset - start) as usize;
-            let b = &bytes[at..at + e.len as usize];
-            if blake3::hash(b).as_bytes() != &e.hash {
+            let b = crate::layout::block_bytes(&e, &bytes[at..at + e.stored as usize]).unwrap_or_default();
+            if blake3::hash(&b).as_bytes() != &e.hash {
                 if first.is_none() {
                     return Err(Fetch::Wrong(format!("remote {}: pack {} gave wrong bytes for the block at {}", t.remote, hex(pack), e.offset)));
                 }
                 // Only the one asked for must be right; the rest is read-ahead.
                 break;
             }
-            if let Err(err) = self.cache.put(pack, e, b) {
+            if let Err(err) = self.cache.put(pack, &cached((slot, e)), &b) {
                 log::warn!("remote cache: {err}");
             }
-            first.get_or_insert_with(|| b.to_vec());
+            first.get_or_insert(b);
         }
         *self.failing.lock().unwrap() = None;
         Ok(first.expect("the run's first block"))
@@ -266,6 +267,11 @@ impl Source {
         }
         Ok(self.fetched.load(Relaxed) - before)
     }
+}
+
+/// Where the cache keeps block `e` of `slot`: at the place its pointer names.
+fn cached((slot, e): (u32, Entry)) -> Entry {
+    Entry { offset: u64::from(slot) * CHUNK, stored: e.len, ..e }
 }
 
 /// Why a fetch failed: the remote's answer was wrong (tried again), or no answer came.
@@ -292,16 +298,18 @@ struct PackFile {
 }
 
 impl HostFile for PackFile {
+    /// Reads the blocks' bytes at the places their pointers name (`slot * CHUNK`), zeros
+    /// between them.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         buf.fill(0);
         let end = offset + buf.len() as u64;
         let blocks = &self.tree.blocks[self.index];
-        let mut i = blocks.partition_point(|e| e.offset + u64::from(e.len) <= offset);
-        while i < blocks.len() && blocks[i].offset < end {
-            let e = blocks[i];
+        let mut i = blocks.partition_point(|&(slot, e)| u64::from(slot) * CHUNK + u64::from(e.len) <= offset);
+        while i < blocks.len() && u64::from(blocks[i].0) * CHUNK < end {
+            let (at, len) = (u64::from(blocks[i].0) * CHUNK, u64::from(blocks[i].1.len));
             let bytes = self.source.block(&self.tree, self.index, i)?;
-            let (from, to) = (e.offset.max(offset), (e.offset + u64::from(e.len)).min(end));
-            buf[(from - offset) as usize..(to - offset) as usize].copy_from_slice(&bytes[(from - e.offset) as usize..(to - e.offset) as usize]);
+            let (from, to) = (at.max(offset), (at + len).min(end));
+            buf[(from - offset) as usize..(to - offset) as usize].copy_from_slice(&bytes[(from - at) as usize..(to - at) as usize]);
             i += 1;
         }
         Ok(())
@@ -310,7 +318,7 @@ impl HostFile for PackFile {
         Err(io::Error::from_raw_os_error(libc::EROFS))
     }
     fn len(&self) -> io::Result<u64> {
-        Ok(self.tree.blocks[self.index].last().map_or(0, |e| e.offset + u64::from(e.len)))
+        Ok(self.tree.blocks[self.index].last().map_or(0, |&(slot, e)| u64::from(slot) * CHUNK + u64::from(e.len)))
     }
     fn set_len(&self, _: u64) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(libc::EROFS))
