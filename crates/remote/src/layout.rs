@@ -19,8 +19,11 @@ use scion_store::{Error, Result};
 
 /// Bytes of a file chunk, and at most of a block.
 pub const CHUNK: u64 = 64 << 10;
-/// Packs are closed once they hold this much.
-pub const PACK_TARGET: u64 = 8 << 20;
+/// Packs are closed once they hold this many bytes of blocks (before compression).
+pub const PACK_TARGET: u64 = 16 << 20;
+/// The zstd level of blocks in packs: compressed one by one at 9, blocks come out about as
+/// small as whole files at 3 (measured on a Debian root's /usr/lib, `docs/benchmarks.md`).
+pub const PACK_ZSTD_LEVEL: i32 = 9;
 /// The largest pack a remote may hold (a decoder refuses others).
 pub const PACK_MAX: u64 = 64 << 20;
 /// The most blocks a published tree names (1 TiB of distinct 64 KiB chunks).
@@ -143,10 +146,10 @@ fn check_entry(e: &Entry, pack_len: u64, what: &'static str) -> Result<()> {
     Ok(())
 }
 
-/// A block's bytes as a pack stores them: compressed (zstd level 3) where that saves at
-/// least an eighth.
+/// A block's bytes as a pack stores them: compressed (`PACK_ZSTD_LEVEL`) where that saves
+/// at least an eighth.
 pub fn stored_form(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    match zstd::bulk::compress(bytes, 3) {
+    match zstd::bulk::compress(bytes, PACK_ZSTD_LEVEL) {
         Ok(c) if c.len() < bytes.len() - bytes.len() / 8 => std::borrow::Cow::Owned(c),
         _ => std::borrow::Cow::Borrowed(bytes),
     }

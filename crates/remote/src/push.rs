@@ -43,8 +43,9 @@ pub struct Pusher<'a> {
     /// Packs this push uploaded (they exist).
     uploaded: HashSet<u32>,
     used: HashSet<Hash>,
-    open: Vec<u8>,
-    open_entries: Vec<Entry>,
+    /// The blocks of the pack being filled, as they are, and their bytes.
+    open: Vec<(Hash, Vec<u8>)>,
+    open_bytes: u64,
     tree: Option<StreamWriter<Vec<u8>>>,
     stats: PushStats,
     progress: &'a mut dyn FnMut(&PushStats),
@@ -67,7 +68,7 @@ impl<'a> Pusher<'a> {
             uploaded: HashSet::new(),
             used: HashSet::new(),
             open: Vec::new(),
-            open_entries: Vec::new(),
+            open_bytes: 0,
             tree: Some(StreamWriter::new(Vec::new())),
             stats: PushStats::default(),
             progress,
@@ -132,29 +133,50 @@ impl<'a> Pusher<'a> {
         let Some(bytes) = bytes else {
             return Err("a block the remote lacks came without its bytes".into());
         };
-        let offset = self.open.len() as u64;
-        let stored = layout::stored_form(bytes);
-        self.open.extend_from_slice(&stored);
-        let e = Entry { hash, offset, len: bytes.len() as u32, stored: stored.len() as u32 };
-        // The pack's index is the one it will have once uploaded.
-        self.known.insert(hash, (self.packs.len() as u32, self.open_entries.len() as u32, e));
-        self.open_entries.push(e);
+        // The pack's index is the one it will have once uploaded; its place, once compressed.
+        let e = Entry { hash, offset: 0, len: bytes.len() as u32, stored: 0 };
+        self.known.insert(hash, (self.packs.len() as u32, self.open.len() as u32, e));
+        self.open.push((hash, bytes.to_vec()));
+        self.open_bytes += bytes.len() as u64;
         self.stats.new_blocks += 1;
         self.stats.new_bytes += bytes.len() as u64;
-        if self.open.len() as u64 >= PACK_TARGET || self.open_entries.len() as u32 >= layout::SLOTS_MAX {
+        if self.open_bytes >= PACK_TARGET || self.open.len() as u32 >= layout::SLOTS_MAX {
             self.close_pack()?;
         }
         Ok(())
     }
 
+    /// The open pack's blocks compressed (on every CPU) and laid back to back: the pack's
+    /// bytes and index entries.
+    fn lay_out(&self) -> (Vec<u8>, Vec<Entry>) {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+        let per = self.open.len().div_ceil(threads).max(1);
+        let forms: Vec<Vec<u8>> = std::thread::scope(|s| {
+            let parts: Vec<_> = self.open.chunks(per).map(|part| s.spawn(move || part.iter().map(|(_, b)| layout::stored_form(b).into_owned()).collect::<Vec<_>>())).collect();
+            parts.into_iter().flat_map(|h| h.join().expect("a compressing thread")).collect()
+        });
+        let mut bytes = Vec::with_capacity(forms.iter().map(Vec::len).sum());
+        let mut entries = Vec::with_capacity(forms.len());
+        for ((hash, raw), form) in self.open.iter().zip(forms) {
+            entries.push(Entry { hash: *hash, offset: bytes.len() as u64, len: raw.len() as u32, stored: form.len() as u32 });
+            bytes.extend_from_slice(&form);
+        }
+        (bytes, entries)
+    }
+
     /// Uploads the open pack, then its index.
     fn close_pack(&mut self) -> Result<(), String> {
-        if self.open_entries.is_empty() {
+        if self.open.is_empty() {
             return Ok(());
         }
-        let bytes = std::mem::take(&mut self.open);
+        let (bytes, entries) = self.lay_out();
+        self.open.clear();
+        self.open_bytes = 0;
+        for e in &entries {
+            self.known.get_mut(&e.hash).expect("known when added").2 = *e;
+        }
         let h = *blake3::hash(&bytes).as_bytes();
-        let idx = PackIndex { pack: h, len: bytes.len() as u64, entries: std::mem::take(&mut self.open_entries) };
+        let idx = PackIndex { pack: h, len: bytes.len() as u64, entries };
         let idx_bytes = idx.encode();
         self.stats.sent_bytes += (bytes.len() + idx_bytes.len()) as u64;
         self.client.put_new(&layout::pack_key(&h), bytes).map_err(failed)?;
