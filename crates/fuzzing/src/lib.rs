@@ -667,7 +667,7 @@ pub fn remote_tree_object(data: &[u8]) {
         for b in &t.blocks {
             assert_eq!(t.block(&b.hash), Some(b));
         }
-        assert_eq!(TreeObject::decode(&t.encode()).ok(), Some(t), "a tree object changes through encoding");
+        assert_eq!(TreeObject::decode(&t.encode().expect("a decoded tree encodes")).ok(), Some(t), "a tree object changes through encoding");
     }
 }
 

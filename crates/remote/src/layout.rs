@@ -236,6 +236,11 @@ pub const SLOTS_MAX: u32 = 1 << 20;
 /// A published tree: its content hash (`Fs::tree_hash`), the packs and blocks it uses,
 /// and a `scion send` stream of it (`docs/format.md`, "Send stream") whose file data are
 /// `Block` frames naming those blocks by hash.
+///
+/// On the remote the blocks' places are listed without their hashes, in the order the
+/// stream first names each block, and all but the magic, version and checksum is one zstd
+/// frame: the hashes are in the stream already, and a tenth of a tree changed costs a tree
+/// object of a few hundred bytes per file rather than 60 per block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TreeObject {
     pub root: Hash,
@@ -246,24 +251,78 @@ pub struct TreeObject {
     pub stream: Vec<u8>,
 }
 
+/// The largest zstd window a tree object's body or stream may use (as `scion receive`).
+const ZSTD_WINDOW_LOG_MAX: u32 = 27;
+
+/// The distinct blocks a stream's `Block` frames name, in the order it first names them.
+pub fn block_order(stream: &[u8]) -> Result<Vec<Hash>> {
+    use scion_fs::stream::{read_header, Frame, ReadError, StreamReader, FLAG_ZSTD};
+    let bad_stream = |e: String| bad("tree object", format!("its stream: {e}"));
+    let mut input: &[u8] = stream;
+    let flags = read_header(&mut input).map_err(bad_stream)?;
+    let body: Box<dyn std::io::Read + '_> = if flags & FLAG_ZSTD != 0 {
+        let mut d = zstd::stream::read::Decoder::new(input).map_err(|e| bad_stream(e.to_string()))?;
+        d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(|e| bad_stream(e.to_string()))?;
+        Box::new(d)
+    } else {
+        Box::new(input)
+    };
+    let mut frames = StreamReader::new(body);
+    let mut seen = std::collections::HashSet::new();
+    let mut order = Vec::new();
+    loop {
+        match frames.next() {
+            Ok(Some(Frame::Block { hash, .. })) => {
+                if seen.insert(hash) {
+                    if order.len() >= TREE_BLOCKS_MAX {
+                        return Err(bad("tree object", "too many blocks"));
+                    }
+                    order.push(hash);
+                }
+            }
+            Ok(Some(Frame::End { .. })) => return Ok(order),
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(bad_stream("no End frame".into())),
+            Err(ReadError::Cut(e) | ReadError::Bad(e)) => return Err(bad_stream(e)),
+        }
+    }
+}
+
 impl TreeObject {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut w = opened(TREE_MAGIC);
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let order = block_order(&self.stream)?;
+        let mut w = Writer::new();
         w.raw(&self.root).u32(self.packs.len() as u32);
         for (h, len) in &self.packs {
             w.raw(h).u64(*len);
         }
-        w.u32(self.blocks.len() as u32);
-        for b in &self.blocks {
-            w.raw(&b.hash).u32(b.pack).u32(b.slot).u64(b.offset).u32(b.len).u32(b.stored);
+        w.u32(order.len() as u32);
+        for h in &order {
+            let b = self.block(h).ok_or_else(|| bad("tree object", "its stream names a block it does not place"))?;
+            w.u32(b.pack).u32(b.slot).u64(b.offset).u32(b.len).u32(b.stored);
+        }
+        if order.len() != self.blocks.len() {
+            return Err(bad("tree object", "it places blocks its stream does not name"));
         }
         w.u64(self.stream.len() as u64).raw(&self.stream);
-        sealed(w)
+        let body = zstd::bulk::compress(&w.finish(), 3).map_err(|e| Error::Format(e.to_string()))?;
+        let mut out = opened(TREE_MAGIC);
+        out.raw(&body);
+        Ok(sealed(out))
     }
 
     pub fn decode(b: &[u8]) -> Result<TreeObject> {
         const WHAT: &str = "tree object";
-        let mut r = Reader::new(body(b, TREE_MAGIC, WHAT)?, WHAT);
+        const BODY_MAX: u64 = TREE_STREAM_MAX + (TREE_BLOCKS_MAX as u64) * 24 + (TREE_PACKS_MAX as u64) * 40 + 4096;
+        let packed = body(b, TREE_MAGIC, WHAT)?;
+        let mut d = zstd::stream::read::Decoder::new(packed).map_err(|e| bad(WHAT, e))?;
+        d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(|e| bad(WHAT, e))?;
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(d, BODY_MAX + 1), &mut raw).map_err(|e| bad(WHAT, format!("its body: {e}")))?;
+        if raw.len() as u64 > BODY_MAX {
+            return Err(bad(WHAT, "its body is too long"));
+        }
+        let mut r = Reader::new(&raw, WHAT);
         let root = r.array()?;
         let n = r.count(40)?;
         if n > TREE_PACKS_MAX {
@@ -278,13 +337,13 @@ impl TreeObject {
             }
             packs.push((h, len));
         }
-        let n = r.count(60)?;
+        let n = r.count(24)?;
         if n > TREE_BLOCKS_MAX {
             return Err(bad(WHAT, format!("{n} blocks")));
         }
-        let mut blocks: Vec<TreeBlock> = Vec::with_capacity(n);
+        let mut places = Vec::with_capacity(n);
         for _ in 0..n {
-            let b = TreeBlock { hash: r.array()?, pack: r.u32()?, slot: r.u32()?, offset: r.u64()?, len: r.u32()?, stored: r.u32()? };
+            let b = TreeBlock { hash: [0; 32], pack: r.u32()?, slot: r.u32()?, offset: r.u64()?, len: r.u32()?, stored: r.u32()? };
             let Some(&(_, pack_len)) = packs.get(b.pack as usize) else {
                 return Err(bad(WHAT, format!("block in pack {} of {}", b.pack, packs.len())));
             };
@@ -292,16 +351,19 @@ impl TreeObject {
                 return Err(bad(WHAT, format!("block in slot {}", b.slot)));
             }
             check_entry(&b.entry(), pack_len, WHAT)?;
-            if blocks.last().is_some_and(|l| l.hash >= b.hash) {
-                return Err(bad(WHAT, "blocks not sorted by hash, or one twice"));
-            }
-            blocks.push(b);
+            places.push(b);
         }
         let len = r.u64()?;
         if len > TREE_STREAM_MAX || len as usize != r.remaining() {
             return Err(bad(WHAT, format!("a stream of {len} bytes where {} remain", r.remaining())));
         }
         let stream = r.raw(len as usize)?.to_vec();
+        let order = block_order(&stream)?;
+        if order.len() != places.len() {
+            return Err(bad(WHAT, format!("its stream names {} blocks and it places {}", order.len(), places.len())));
+        }
+        let mut blocks: Vec<TreeBlock> = order.into_iter().zip(places).map(|(hash, p)| TreeBlock { hash, ..p }).collect();
+        blocks.sort_unstable_by(|a, b| a.hash.cmp(&b.hash));
         Ok(TreeObject { root, packs, blocks, stream })
     }
 
@@ -366,6 +428,21 @@ impl Manifest {
 mod tests {
     use super::*;
 
+    /// A stream of one file whose chunks are `Block` frames naming `hashes`.
+    fn stream_naming(hashes: &[Hash]) -> Vec<u8> {
+        use scion_fs::stream::{write_header, Frame, Meta, StreamWriter};
+        let mut out = Vec::new();
+        write_header(&mut out, 0).unwrap();
+        let mut w = StreamWriter::new(out);
+        let meta = Meta { perm: 0o644, uid: 0, gid: 0, mtime_sec: 0, mtime_nsec: 0, xattrs: Vec::new() };
+        w.put(&Frame::Begin { base: None, root: [9; 32], name: b"v1".to_vec(), entries: 0, bytes: 0 }).unwrap();
+        w.put(&Frame::File { path: b"f".to_vec(), size: hashes.len() as u64 * CHUNK, fresh: true, meta }).unwrap();
+        for (i, h) in hashes.iter().enumerate() {
+            w.put(&Frame::Block { offset: i as u64 * CHUNK, hash: *h }).unwrap();
+        }
+        w.finish([9; 32]).unwrap()
+    }
+
     #[test]
     fn objects_round_trip_and_damage_is_refused() {
         let idx = PackIndex {
@@ -377,15 +454,15 @@ mod tests {
             root: [9; 32],
             packs: vec![([7; 32], idx.len)],
             blocks: vec![TreeBlock { hash: [1; 32], pack: 0, slot: 0, offset: 0, len: 10, stored: 10 }, TreeBlock { hash: [2; 32], pack: 0, slot: 1, offset: 4096, len: 65536, stored: 30000 }],
-            stream: b"SCIONSTR...".to_vec(),
+            stream: stream_naming(&[[2; 32], [1; 32], [2; 32]]),
         };
         let man = Manifest { name: "debian-12".into(), version: 3, root: [9; 32], tree: [4; 32], tree_len: 1000, created: 1_700_000_000, source: "/a/.snapshot/v1".into() };
         assert_eq!(PackIndex::decode(&idx.encode()).unwrap(), idx);
-        assert_eq!(TreeObject::decode(&tree.encode()).unwrap(), tree);
+        assert_eq!(TreeObject::decode(&tree.encode().unwrap()).unwrap(), tree);
         assert_eq!(Manifest::decode(&man.encode()).unwrap(), man);
         assert_eq!(tree.block(&[2; 32]).unwrap().offset, 4096);
         assert!(tree.block(&[3; 32]).is_none());
-        for enc in [idx.encode(), tree.encode(), man.encode()] {
+        for enc in [idx.encode(), tree.encode().unwrap(), man.encode()] {
             for i in 0..enc.len() {
                 let mut b = enc.clone();
                 b[i] ^= 0x10;
@@ -395,9 +472,12 @@ mod tests {
                 assert!(PackIndex::decode(&enc[..n]).is_err() && TreeObject::decode(&enc[..n]).is_err() && Manifest::decode(&enc[..n]).is_err());
             }
         }
-        let mut unsorted = tree.clone();
-        unsorted.blocks.reverse();
-        assert!(TreeObject::decode(&unsorted.encode()).is_err());
+        // A stream naming a block the tree does not place, or not naming one it does.
+        let mut short = tree.clone();
+        short.stream = stream_naming(&[[2; 32]]);
+        assert!(short.encode().is_err());
+        short.stream = stream_naming(&[[2; 32], [1; 32], [3; 32]]);
+        assert!(short.encode().is_err());
         let mut past = idx.clone();
         past.entries[1].offset = 12 * 4096; // its end past the pack's
         assert!(PackIndex::decode(&past.encode()).is_err());

@@ -215,7 +215,7 @@ impl<'a> Pusher<'a> {
             .collect();
         blocks.sort_unstable_by(|a, b| a.hash.cmp(&b.hash));
         let tree = TreeObject { root, packs: slots.iter().map(|s| self.packs[*s as usize]).collect(), blocks, stream };
-        let bytes = tree.encode();
+        let bytes = tree.encode().map_err(failed)?;
         let key = *blake3::hash(&bytes).as_bytes();
         let tree_len = bytes.len() as u64;
         self.stats.sent_bytes += tree_len;
