@@ -385,6 +385,15 @@ def test_a_daemon_killed_mid_fetch_loses_nothing(scion_mount, scion_store, s3):
         proxy.mode = "pass"
         b.mount()
         same(src, os.path.join(b.mnt, "base"))
+        # A pull killed while it fetches (slowly) leaves nothing a second pull trips on.
+        proxy.mode, proxy.everything = "delay:0.5", True
+        killed = subprocess.Popen([b.bin, "pull", "r", "base", os.path.join(b.mnt, "again")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.8)
+        killed.kill()
+        killed.wait()
+        proxy.mode, proxy.everything = "pass", False
+        pull(b, os.path.join(b.mnt, "again"))
+        same(src, os.path.join(b.mnt, "again"))
         b.umount()
         assert "clean" in b.check()
     finally:
