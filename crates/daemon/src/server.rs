@@ -722,10 +722,23 @@ fn run(
         Op::Push { snap, remote, name } => {
             let _ = s.set_write_timeout(None);
             let started = std::time::Instant::now();
+            // The snapshot's bytes, for an ETA (blocks shared within it counted once).
+            let total = engine.list().ok().and_then(|rows| rows.into_iter().find(|r| r.path.as_deref().map(|p| p.strip_prefix(b"/").unwrap_or(p)) == Some(snap.strip_prefix(b"/").unwrap_or(snap))).map(|r| r.referenced)).unwrap_or(0);
             let mut progress = |p: &scion_remote::push::PushStats| {
-                let rate = p.sent_bytes as f64 / started.elapsed().as_secs_f64().max(1e-3) / (1 << 20) as f64;
-                let what = format!("{} MiB of new blocks, {} objects sent, {rate:.1} MiB/s", p.new_bytes >> 20, p.objects);
-                let _ = write_frame(s, &wire::encode_progress(p.sent_bytes, 0, &what));
+                let secs = started.elapsed().as_secs_f64().max(1e-3);
+                let rate = p.sent_bytes as f64 / secs / (1 << 20) as f64;
+                let eta = match (p.done_bytes, total) {
+                    (d, t) if d > 0 && t > d => format!(", ETA {:.0} s", secs * (t - d) as f64 / d as f64),
+                    _ => String::new(),
+                };
+                let what = format!(
+                    "{} of {} MiB gone through; {} MiB sent in {} objects, {rate:.1} MiB/s{eta}",
+                    p.done_bytes >> 20,
+                    total >> 20,
+                    p.sent_bytes >> 20,
+                    p.objects
+                );
+                let _ = write_frame(s, &wire::encode_progress(p.done_bytes, total, &what));
             };
             Ok(Reply::Pushed(crate::remote::push(engine, snap, remote, name, &mut progress)?))
         }

@@ -1166,7 +1166,7 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         Reply::Pushed(p) => {
             let s = &p.stats;
             w.u8(36).u64(p.version).raw(&p.root).raw(&p.tree);
-            w.u64(s.blocks).u64(s.new_blocks).u64(s.new_bytes).u64(s.sent_bytes).u64(s.objects).u64(s.known_packs);
+            w.u64(s.blocks).u64(s.new_blocks).u64(s.new_bytes).u64(s.sent_bytes).u64(s.objects).u64(s.known_packs).u64(s.done_bytes);
         }
         Reply::PullOpened { attach, version, root, blocks } => {
             w.u8(37).u32(*attach).u64(*version).raw(root).u64(*blocks);
@@ -1577,12 +1577,12 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             34 => Reply::RemoteRemoved,
             36 => {
                 let (version, root, tree) = (r.u64().map_err(bad)?, r.array().map_err(bad)?, r.array().map_err(bad)?);
-                let mut n = [0u64; 6];
+                let mut n = [0u64; 7];
                 for x in n.iter_mut() {
                     *x = r.u64().map_err(bad)?;
                 }
-                let [blocks, new_blocks, new_bytes, sent_bytes, objects, known_packs] = n;
-                let stats = scion_remote::push::PushStats { blocks, new_blocks, new_bytes, sent_bytes, objects, known_packs };
+                let [blocks, new_blocks, new_bytes, sent_bytes, objects, known_packs, done_bytes] = n;
+                let stats = scion_remote::push::PushStats { blocks, new_blocks, new_bytes, sent_bytes, objects, known_packs, done_bytes };
                 Reply::Pushed(crate::control::PushSummary { version, root, tree, stats })
             }
             37 => Reply::PullOpened { attach: r.u32().map_err(bad)?, version: r.u64().map_err(bad)?, root: r.array().map_err(bad)?, blocks: r.u64().map_err(bad)? },

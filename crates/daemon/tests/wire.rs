@@ -292,7 +292,7 @@ fn replies_round_trip_and_cut_ones_are_refused() {
             version: 2,
             root: [1; 32],
             tree: [2; 32],
-            stats: scion_remote::push::PushStats { blocks: 10, new_blocks: 3, new_bytes: 3 << 16, sent_bytes: 200_000, objects: 4, known_packs: 1 },
+            stats: scion_remote::push::PushStats { blocks: 10, new_blocks: 3, new_bytes: 3 << 16, sent_bytes: 200_000, objects: 4, known_packs: 1, done_bytes: 1 << 20 },
         })),
         wire::encode_reply(&Reply::PullOpened { attach: 1 << 23, version: 2, root: [5; 32], blocks: 10 }),
         wire::encode_reply(&Reply::Prefetched(1 << 20)),

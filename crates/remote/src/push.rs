@@ -27,6 +27,8 @@ pub struct PushStats {
     pub objects: u64,
     /// Packs the remote held before.
     pub known_packs: u64,
+    /// Bytes of the tree's chunks gone through so far (for progress).
+    pub done_bytes: u64,
 }
 
 /// Manifest versions tried after one a concurrent push took.
@@ -49,7 +51,11 @@ pub struct Pusher<'a> {
     tree: Option<StreamWriter<Vec<u8>>>,
     stats: PushStats,
     progress: &'a mut dyn FnMut(&PushStats),
+    /// Progress is told each time this many more bytes were gone through (and at each pack).
+    report_at: u64,
 }
+
+const REPORT_EVERY: u64 = 32 << 20;
 
 fn failed(e: impl std::fmt::Display) -> String {
     e.to_string()
@@ -72,6 +78,7 @@ impl<'a> Pusher<'a> {
             tree: Some(StreamWriter::new(Vec::new())),
             stats: PushStats::default(),
             progress,
+            report_at: REPORT_EVERY,
         };
         std::fs::create_dir_all(idx_dir).map_err(|e| format!("{}: {e}", idx_dir.display()))?;
         for o in p.client.list("packs/").map_err(failed)? {
@@ -94,6 +101,10 @@ impl<'a> Pusher<'a> {
 
     /// One frame of the snapshot's stream.
     pub fn frame(&mut self, f: Frame) -> Result<(), String> {
+        if self.stats.done_bytes >= self.report_at {
+            (self.progress)(&self.stats);
+            self.report_at = self.stats.done_bytes + REPORT_EVERY;
+        }
         match f {
             Frame::Data { offset, bytes } => {
                 if offset % CHUNK != 0 {
@@ -104,12 +115,14 @@ impl<'a> Pusher<'a> {
                         continue; // a new file reads zeros where nothing is
                     }
                     let hash = *blake3::hash(piece).as_bytes();
+                    self.stats.done_bytes += piece.len() as u64;
                     self.block(hash, Some(piece))?;
                     self.put(Frame::Block { offset: offset + j as u64 * CHUNK, hash })?;
                 }
                 Ok(())
             }
             Frame::Block { offset, hash } => {
+                self.stats.done_bytes += self.known.get(&hash).map_or(0, |k| u64::from(k.2.len));
                 self.block(hash, None)?;
                 self.put(Frame::Block { offset, hash })
             }
