@@ -394,6 +394,19 @@ def test_a_daemon_killed_mid_fetch_loses_nothing(scion_mount, scion_store, s3):
         proxy.mode, proxy.everything = "pass", False
         pull(b, os.path.join(b.mnt, "again"))
         same(src, os.path.join(b.mnt, "again"))
+        assert not [n for n in os.listdir(b.mnt) if "scion-receive" in n]
+        # The daemon killed while a pull builds its tree: the next mount removes what it built.
+        proxy.mode, proxy.everything = "delay:0.5", True
+        killed = subprocess.Popen([b.bin, "pull", "r", "base", os.path.join(b.mnt, "third")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.8)
+        b.kill9()
+        killed.wait()
+        proxy.mode, proxy.everything = "pass", False
+        b.mount()
+        assert not [n for n in os.listdir(b.mnt) if "scion-receive" in n or n == "third"], os.listdir(b.mnt)
+        b.umount()
+        assert "left by a crash" not in b.check()
+        b.mount()
         b.umount()
         assert "clean" in b.check()
     finally:

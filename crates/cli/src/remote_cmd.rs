@@ -135,12 +135,22 @@ pub fn pull(remote: String, name: String, dir: PathBuf, version: Option<u64>, pr
         stream.extend_from_slice(b);
         Ok(())
     };
-    let op = Op::PullOpen { remote: remote.clone(), name: name.clone(), version };
-    let Reply::PullOpened { attach, version, root, blocks } = crate::tree_cmds::call_streaming(&at, &op, &mut sink)? else {
-        return Err("the daemon answered something else".into());
+    let staging = crate::receive_cmd::PullStaging::new(&dir)?;
+    let op = Op::PullOpen { remote: remote.clone(), name: name.clone(), version, tmp: staging.rel.clone(), pid: std::process::id() };
+    let opened = crate::tree_cmds::call_streaming(&at, &op, &mut sink);
+    let built = match opened {
+        Ok(Reply::PullOpened { attach, version, root, blocks }) => {
+            let tty = unsafe { libc::isatty(2) } == 1;
+            crate::receive_cmd::build_pulled(&staging, stream, attach, tty && !json).map(|s| (s, attach, version, root, blocks))
+        }
+        Ok(_) => Err("the daemon answered something else".into()),
+        Err(e) => Err(e),
     };
-    let tty = unsafe { libc::isatty(2) } == 1;
-    let snapshot = crate::receive_cmd::build_pulled(&dir, stream, attach, tty && !json)?;
+    // Built and renamed, or removed: either way the intent goes (a crash left it for the
+    // next mount to settle).
+    let done = call(&staging.at, &Op::PullDone { tmp: staging.rel.clone() });
+    let (snapshot, attach, version, root, blocks) = built?;
+    done?;
     let attached = started.elapsed().as_secs_f64();
     let fetched = if prefetch {
         match call(&at, &Op::Prefetch { attach })? {

@@ -162,7 +162,12 @@ pub enum Op {
     Push { snap: Vec<u8>, remote: String, name: String },
     /// Fetches and records the tree published as `name` (`version`, or the newest) on
     /// `remote`; its stream goes to the caller as stream parts (`scion pull`).
-    PullOpen { remote: String, name: String, version: Option<u64> },
+    /// `tmp` is where the command builds the tree (a `replace` intent until `PullDone`: a
+    /// crash leaves nothing there after the next mount), `pid` the command's.
+    PullOpen { remote: String, name: String, version: Option<u64>, tmp: Vec<u8>, pid: u32 },
+    /// The pull building at `tmp` ended (the tree renamed into place, or removed): its intent
+    /// goes, once what it did is durable.
+    PullDone { tmp: Vec<u8> },
     /// Fetches every block of the tree attached at pack id `attach` into the cache.
     Prefetch { attach: u32 },
     /// Removes what no manifest on `remote` needs, older than `grace_s` (listed only: `dry`).
@@ -312,6 +317,7 @@ pub enum Reply {
     PullOpened { attach: u32, version: u64, root: [u8; 32], blocks: u64 },
     /// Bytes fetched.
     Prefetched(u64),
+    PullDone,
     RemoteGc(scion_remote::gc::GcReport),
     Status(Box<Status>),
     ScheduleSet,
@@ -1072,7 +1078,7 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
         }
         Op::Apply { top, base, open, frames, attach: None } => (apply(fs, top, base.as_deref(), open.as_deref(), frames, None)?, Vec::new()),
         // Made by the server, which has the engine's remote source.
-        Op::Apply { attach: Some(_), .. } | Op::Push { .. } | Op::PullOpen { .. } | Op::Prefetch { .. } | Op::RemoteGc { .. } => {
+        Op::Apply { attach: Some(_), .. } | Op::Push { .. } | Op::PullOpen { .. } | Op::PullDone { .. } | Op::Prefetch { .. } | Op::RemoteGc { .. } => {
             return Err(Failure::new(libc::EINVAL, "a remote's operation needs the mount's daemon"))
         }
         Op::FindBlocks { hashes } => (
@@ -1138,7 +1144,8 @@ pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
         Op::Checkpoint { path } => vec![path],
         Op::Apply { top, base, .. } => std::iter::once(top).chain(base.as_mut()).collect(),
         Op::Push { snap, .. } => vec![snap],
-        Op::PullOpen { .. } | Op::Prefetch { .. } | Op::RemoteGc { .. } => Vec::new(),
+        Op::PullOpen { tmp, .. } | Op::PullDone { tmp } => vec![tmp],
+        Op::Prefetch { .. } | Op::RemoteGc { .. } => Vec::new(),
         Op::CubeCreate { path, .. } | Op::CubeSet { path, .. } | Op::CubeRecover { path } | Op::CubeCheck { path } | Op::CubeRemove { path } => vec![path],
         Op::CubeConvert { hidden, target, .. } => vec![hidden, target],
         Op::CubeUncube { path, tmp, .. } => vec![path, tmp],

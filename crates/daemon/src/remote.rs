@@ -102,13 +102,46 @@ pub fn gc(engine: &Engine, remote: &str, grace_s: u64, dry: bool, progress: &mut
 
 /// `scion pull REMOTE NAME DIR`, first step: the manifest of `name` (`version`, or the
 /// newest) and its tree object fetched, the tree recorded as an attachment of this store.
-pub fn pull_open(engine: &Engine, remote: &str, name: &str, version: Option<u64>) -> Result<Opened, Failure> {
+/// `tmp` (a store path) is where the command builds the tree: recorded as a `replace`
+/// intent of process `pid` before anything is there, so that a crash of the command or the
+/// daemon leaves nothing there after the next mount (`Fs::finish_replacements`).
+pub fn pull_open(engine: &Engine, remote: &str, name: &str, version: Option<u64>, tmp: &[u8], pid: u32) -> Result<Opened, Failure> {
+    use scion_fs::records::intents::{self, Intent};
     let source = engine.remote_source(true)?.expect("made");
+    {
+        let mut fs = engine.lock();
+        let (host, dir) = (fs.host(), fs.store_dir().to_path_buf());
+        // What pulls that were killed left, once their trees are gone (the command removes
+        // them before it asks): settled here rather than at the next mount.
+        let stored = intents::load(&host, &dir).map_err(|e| failed(format!("pull: {e}")))?;
+        for i in &stored.intents {
+            if let Intent::Replace { pid: p, tmp: t } = i {
+                if !intents::alive(*p) && fs.resolve_path(t).is_err() {
+                    intents::update(&host, &dir, i, None).map_err(|e| failed(format!("pull: {e}")))?;
+                }
+            }
+        }
+        let intent = Intent::Replace { pid, tmp: tmp.to_vec() };
+        intents::add(&fs.host(), fs.store_dir(), intent).map_err(|e| failed(format!("pull: {e}")))?;
+    }
     let client = source.client(remote).map_err(|e| Failure::new(libc::ENOENT, e))?;
     let m = push::manifest(&client, name, version).map_err(|e| Failure::new(libc::ENOENT, e))?;
     let (tree, bytes) = push::tree_object(&client, &m).map_err(failed)?;
     let first = source.attach(remote, &m.tree, &bytes, &tree).map_err(failed)?;
     Ok(Opened { first, blocks: tree.blocks.len() as u64, manifest: m, stream: tree.stream })
+}
+
+/// `Op::PullDone`: the pull at `tmp` ended; made durable, then its intent goes.
+pub fn pull_done(engine: &Engine, tmp: &[u8]) -> Result<(), Failure> {
+    use scion_fs::records::intents::{self, Intent};
+    let mut fs = engine.lock();
+    fs.fsync().map_err(Failure::from_fs("pull".into()))?;
+    let (host, dir) = (fs.host(), fs.store_dir().to_path_buf());
+    let stored = intents::load(&host, &dir).map_err(|e| failed(format!("pull: {e}")))?;
+    for i in stored.intents.iter().filter(|i| matches!(i, Intent::Replace { tmp: t, .. } if t == tmp)) {
+        intents::update(&host, &dir, i, None).map_err(|e| failed(format!("pull: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Where block `hash` of the tree attached at `first` lies, for `Op::Apply` of a pull.

@@ -159,7 +159,7 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
         }
         // A push publishes files the caller may not read; a pull brings in blocks as the
         // store's.
-        Op::Push { .. } | Op::PullOpen { .. } | Op::Prefetch { .. } | Op::RemoteGc { .. } => Err(Failure::new(libc::EPERM, "push and pull are root's and the store owner's")),
+        Op::Push { .. } | Op::PullOpen { .. } | Op::PullDone { .. } | Op::Prefetch { .. } | Op::RemoteGc { .. } => Err(Failure::new(libc::EPERM, "push and pull are root's and the store owner's")),
         Op::MirrorSet { .. } | Op::MirrorRemove { .. } | Op::MirrorStatus | Op::Status => Err(Failure::new(
             libc::EPERM,
             "mirrors send the store's snapshots to another store as root: root's or the store owner's",

@@ -743,12 +743,16 @@ fn run(
             Ok(Reply::Pushed(crate::remote::push(engine, snap, remote, name, &mut progress)?))
         }
         // The tree's stream goes to the caller, which builds it as a receive does.
-        Op::PullOpen { remote, name, version } => {
-            let o = crate::remote::pull_open(engine, remote, name, *version)?;
+        Op::PullOpen { remote, name, version, tmp, pid } => {
+            let o = crate::remote::pull_open(engine, remote, name, *version, tmp, *pid)?;
             for piece in o.stream.chunks(wire::MAX_MESSAGE - 64) {
                 wire::write_stream_part(s, piece).map_err(|e| Failure::new(libc::EPIPE, format!("sending the tree: {e}")))?;
             }
             Ok(Reply::PullOpened { attach: o.first, version: o.manifest.version, root: o.manifest.root, blocks: o.blocks })
+        }
+        Op::PullDone { tmp } => {
+            crate::remote::pull_done(engine, tmp)?;
+            Ok(Reply::PullDone)
         }
         Op::Prefetch { attach } => {
             let mut progress = |done: u64, total: u64| {

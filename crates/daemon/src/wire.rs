@@ -190,8 +190,12 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::Push { snap, remote, name } => {
             w.u8(43).bytes(snap).bytes(remote.as_bytes()).bytes(name.as_bytes());
         }
-        Op::PullOpen { remote, name, version } => {
+        Op::PullOpen { remote, name, version, tmp, pid } => {
             w.u8(44).bytes(remote.as_bytes()).bytes(name.as_bytes()).u8(version.is_some() as u8).u64(version.unwrap_or(0));
+            w.bytes(tmp).u32(*pid);
+        }
+        Op::PullDone { tmp } => {
+            w.u8(47).bytes(tmp);
         }
         Op::Prefetch { attach } => {
             w.u8(45).u32(*attach);
@@ -567,8 +571,10 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
             let (remote, name) = (utf8(r.bytes().map_err(bad)?)?, utf8(r.bytes().map_err(bad)?)?);
             let has = r.u8().map_err(bad)? != 0;
             let v = r.u64().map_err(bad)?;
-            Op::PullOpen { remote, name, version: has.then_some(v) }
+            let tmp = r.bytes().map_err(bad)?.to_vec();
+            Op::PullOpen { remote, name, version: has.then_some(v), tmp, pid: r.u32().map_err(bad)? }
         }
+        47 => Op::PullDone { tmp: r.bytes().map_err(bad)?.to_vec() },
         45 => Op::Prefetch { attach: r.u32().map_err(bad)? },
         46 => Op::RemoteGc { remote: utf8(r.bytes().map_err(bad)?)?, grace_s: r.u64().map_err(bad)?, dry: r.u8().map_err(bad)? != 0 },
         35 => Op::Checkpoint { path: r.bytes().map_err(bad)?.to_vec() },
@@ -1174,6 +1180,9 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
         Reply::Prefetched(n) => {
             w.u8(38).u64(*n);
         }
+        Reply::PullDone => {
+            w.u8(40);
+        }
         Reply::RemoteGc(g) => {
             w.u8(39).u64(g.manifests).u64(g.trees).u64(g.packs).u64(g.removed).u64(g.removed_bytes).u64(g.young).u64(g.pushes);
         }
@@ -1587,6 +1596,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             }
             37 => Reply::PullOpened { attach: r.u32().map_err(bad)?, version: r.u64().map_err(bad)?, root: r.array().map_err(bad)?, blocks: r.u64().map_err(bad)? },
             38 => Reply::Prefetched(r.u64().map_err(bad)?),
+            40 => Reply::PullDone,
             39 => {
                 let mut n = [0u64; 7];
                 for x in n.iter_mut() {

@@ -147,20 +147,37 @@ pub fn receive(mut a: ReceiveArgs) -> Result<(), String> {
     receive_mounted(a)
 }
 
+/// Where `scion pull` builds a tree for `dir`: beside it, as a receive does.
+pub(crate) struct PullStaging {
+    pub at: Located,
+    dir: PathBuf,
+    dst: PathBuf,
+    path: PathBuf,
+    /// The tree's path in the store.
+    pub rel: Vec<u8>,
+}
+
+impl PullStaging {
+    /// The place for `dir`, after removing what receives or pulls of it that were killed left.
+    pub(crate) fn new(dir: &Path) -> Result<PullStaging, String> {
+        let at = locate(dir, false, &None)?;
+        let Some(mnt) = at.mnt.clone() else {
+            return Err(format!("{} is not in a mounted scion store", dir.display()));
+        };
+        let dst = mnt.join(Path::new(std::ffi::OsStr::from_bytes(&store_path(&at))));
+        let file_name = dst.file_name().ok_or("DIR needs a name")?.to_string_lossy().into_owned();
+        remove_killed_receives(&at, &mnt, &dst)?;
+        let path = dst.with_file_name(format!(".{file_name}.scion-receive-{}", std::process::id()));
+        let rel = crate::tree_cmds::below_mount(&mnt, &path)?;
+        Ok(PullStaging { at, dir: dir.to_path_buf(), dst, path, rel })
+    }
+}
+
 /// `scion pull`'s building of the tree: the stream `stream` of a tree pulled as attachment
-/// `attach` built at `dir` as a full stream is received, and snapshotted under the name the
-/// stream gives; that name. What receives or pulls of `dir` that were killed left is removed
-/// first.
-pub(crate) fn build_pulled(dir: &Path, stream: Vec<u8>, attach: u32, progress: bool) -> Result<Vec<u8>, String> {
-    let at = locate(dir, false, &None)?;
-    let Some(mnt) = at.mnt.clone() else {
-        return Err(format!("{} is not in a mounted scion store", dir.display()));
-    };
-    let dst = mnt.join(Path::new(std::ffi::OsStr::from_bytes(&store_path(&at))));
-    let file_name = dst.file_name().ok_or("DIR needs a name")?.to_string_lossy().into_owned();
-    remove_killed_receives(&at, &mnt, &dst)?;
-    let path = dst.with_file_name(format!(".{file_name}.scion-receive-{}", std::process::id()));
-    let rel = crate::tree_cmds::below_mount(&mnt, &path)?;
+/// `attach` is received at `s` as a full stream, renamed into place and snapshotted under
+/// the name the stream gives; that name.
+pub(crate) fn build_pulled(s: &PullStaging, stream: Vec<u8>, attach: u32, progress: bool) -> Result<Vec<u8>, String> {
+    let (at, dir, dst, path, rel) = (s.at.clone(), s.dir.as_path(), s.dst.as_path(), s.path.clone(), s.rel.clone());
     let mut input: Box<dyn Read> = Box::new(std::io::Cursor::new(stream));
     let flags = scion::stream::read_header(&mut input)?;
     let mut frames = StreamReader::new(input::body(input, flags)?);
@@ -173,7 +190,7 @@ pub(crate) fn build_pulled(dir: &Path, stream: Vec<u8>, attach: u32, progress: b
     std::fs::create_dir(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let a = ReceiveArgs { dir: dir.to_path_buf(), input: None, progress, resumable: false, resume: false, abort: false, store: None, shown: None, attach: Some(attach) };
     let staging = Staging { at, path, rel, clone: false };
-    build(&a, &staging, None, frames, root, (name.clone(), Vec::new()), &dst)?;
+    build(&a, &staging, None, frames, root, (name.clone(), Vec::new()), dst)?;
     Ok(name)
 }
 

@@ -85,7 +85,7 @@ impl Intent {
     pub fn describe(&self) -> String {
         let s = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
         match self {
-            Intent::Replace { tmp, .. } => format!("a restore --replace left /{}", s(tmp)),
+            Intent::Replace { tmp, .. } => format!("a restore --replace or a pull left /{}", s(tmp)),
             Intent::Refill { step, dir, .. } => format!(
                 "a restore --replace of /{} {}",
                 s(dir),
