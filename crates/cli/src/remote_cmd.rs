@@ -5,6 +5,7 @@
 //! (`AWS_ACCESS_KEY_ID`... in its environment, `~/.aws` profiles, instance metadata) and
 //! are never written into the store.
 
+use crate::receive_cmd::hex;
 use crate::tree_cmds::{call, optional_path};
 use scion_daemon::control::{Op, Reply};
 use scion_fs::records::remotes::Remote;
@@ -204,10 +205,6 @@ pub fn gc(name: String, grace: String, dry: bool, json: bool, mount: Option<Path
         );
     }
     Ok(())
-}
-
-fn hex(h: &[u8]) -> String {
-    h.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

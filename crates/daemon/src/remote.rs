@@ -96,8 +96,7 @@ pub struct Opened {
 pub fn gc(engine: &Engine, remote: &str, grace_s: u64, dry: bool, progress: &mut dyn FnMut(&scion_remote::gc::GcReport)) -> Result<scion_remote::gc::GcReport, Failure> {
     let source = engine.remote_source(true)?.expect("made");
     let client = source.client(remote).map_err(|e| Failure::new(libc::ENOENT, e))?;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    scion_remote::gc::gc(&client, grace_s, now, dry, progress).map_err(failed)
+    scion_remote::gc::gc(&client, grace_s, scion_remote::lock::now(), dry, progress).map_err(failed)
 }
 
 /// `scion pull REMOTE NAME DIR`, first step: the manifest of `name` (`version`, or the

@@ -254,6 +254,15 @@ impl Source {
     pub fn prefetch(&self, first: u32, progress: &mut dyn FnMut(u64, u64)) -> io::Result<u64> {
         let t = self.attached(first)?;
         let total: u64 = t.blocks.iter().map(|v| v.len() as u64).sum();
+        let bytes: u64 = t.blocks.iter().flatten().map(|(_, e)| u64::from(e.len).div_ceil(4096) * 4096).sum();
+        if bytes > self.cache.limit() {
+            // Fetched, the first blocks would be evicted by the last.
+            return Err(io::Error::other(format!(
+                "the tree's blocks take {} MiB and the remote cache holds {} MiB: mount with -o remote_cache=SIZE to prefetch it",
+                bytes >> 20,
+                self.cache.limit() >> 20
+            )));
+        }
         let before = self.fetched.load(Relaxed);
         let mut done = 0;
         for p in 0..t.packs.len() {
