@@ -47,7 +47,11 @@ impl Cache {
     /// The cache in `store`'s directory, bounded to `limit` bytes (0: nothing is kept).
     pub fn open(store: &Path, limit: u64) -> io::Result<Cache> {
         let dir = store.join(DIR);
-        std::fs::create_dir_all(&dir)?;
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            // A store on a read-only medium still reads its pulled trees, each read a fetch.
+            log::warn!("no remote cache in {}: {e}; every read of a remote block fetches it", dir.display());
+            return Ok(Cache { dir, limit: 0, inner: Mutex::new(Inner::default()) });
+        }
         let mut inner = Inner::default();
         for e in std::fs::read_dir(&dir)? {
             let e = e?;
