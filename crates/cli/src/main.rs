@@ -2,14 +2,15 @@
 // (serde_json's `json!` of the status report nests deeper than the default allows.)
 #![recursion_limit = "256"]
 
+mod alloc;
 mod control;
 mod copy;
 mod cube_cmd;
 mod diff_cmd;
 mod fstab;
-mod mount;
 mod meta;
 mod mirror_cmd;
+mod mount;
 mod receive_cmd;
 mod remote_cmd;
 mod run_cmd;
@@ -21,12 +22,14 @@ mod tree_cmds;
 
 use clap::{Parser, Subcommand};
 
-// The daemon keeps every file's unflushed data in many small buffers between checkpoints;
-// glibc's allocator spent ~14% of an untar's daemon time searching its bins (78,579 files).
-// Built without transparent huge pages (`no_thp`): a 2 MiB page stays resident while any of
-// it is used, so a daemon whose inodes the kernel forgot kept most of their memory.
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: alloc::Alloc = alloc::Alloc;
+
+/// True if `name` is one of scion's commands (`alloc.rs` asks before `main`; allocates
+/// nothing).
+pub(crate) fn is_command(name: &[u8]) -> bool {
+    std::str::from_utf8(name).is_ok_and(|n| n == "help" || Cmd::has_subcommand(n))
+}
 
 /// Freed memory goes back to the system at once (issue 39). mimalloc purges a thread's empty
 /// pages later, when that thread next allocates; the FUSE workers that freed a walk's inodes
@@ -35,7 +38,9 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// thread safe).
 pub(crate) fn return_freed_memory() {
     const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15; // mimalloc.h, v3
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+    if alloc::is_mimalloc() {
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+    }
 }
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,6 +50,39 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// `scion clone`'s arguments (a struct of their own, so that `quick_parse` can build them alone).
+#[derive(clap::Args)]
+struct CloneArgs {
+    /// Directory to clone (in a scion mount, or a store path with --store).
+    src: Option<PathBuf>,
+    /// New directory on the same mount.
+    dst: Option<PathBuf>,
+    /// Leave this path (inside SRC; relative paths are taken from SRC) out of the clone.
+    #[arg(long)]
+    exclude: Vec<PathBuf>,
+    /// TOML file naming source, destination and exclusions (README, "Clones and
+    /// snapshots", shows one).
+    #[arg(long)]
+    template: Option<PathBuf>,
+    /// Work on this unmounted store; paths are then store paths ("/a/b").
+    #[arg(long)]
+    store: Option<PathBuf>,
+}
+
+/// The command line of a clone, parsed without building every other command's arguments
+/// and help (issue 38 item 3: clap copies every command's help text at each start, a
+/// tenth of what starting `scion clone` costs). None: the full parser decides (help,
+/// mistakes, every other command), so what users see is the same either way.
+fn quick_parse(args: &[std::ffi::OsString]) -> Option<Cli> {
+    use clap::{Args, FromArgMatches};
+    if args.get(1).is_none_or(|a| a != "clone") || args.iter().any(|a| a == "-h" || a == "--help") {
+        return None;
+    }
+    let cmd = clap::Command::new("scion").subcommand(CloneArgs::augment_args(clap::Command::new("clone")));
+    let m = cmd.try_get_matches_from(args).ok()?;
+    Cli::from_arg_matches(&m).ok()
 }
 
 #[derive(Subcommand)]
@@ -111,22 +149,7 @@ enum Cmd {
         repair: bool,
     },
     /// Clone a directory: a writable copy, as if by `cp -a`, made in constant time.
-    Clone {
-        /// Directory to clone (in a scion mount, or a store path with --store).
-        src: Option<PathBuf>,
-        /// New directory on the same mount.
-        dst: Option<PathBuf>,
-        /// Leave this path (inside SRC; relative paths are taken from SRC) out of the clone.
-        #[arg(long)]
-        exclude: Vec<PathBuf>,
-        /// TOML file naming source, destination and exclusions (README, "Clones and
-        /// snapshots", shows one).
-        #[arg(long)]
-        template: Option<PathBuf>,
-        /// Work on this unmounted store; paths are then store paths ("/a/b").
-        #[arg(long)]
-        store: Option<PathBuf>,
-    },
+    Clone(CloneArgs),
     /// Take a read-only snapshot of a directory, seen in DIR/.snapshot/NAME; or
     /// `snapshot schedule` to take them on a schedule.
     #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -516,14 +539,10 @@ enum Cmd {
     },
     /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell) for
     /// scion: `scion completions bash > /etc/bash_completion.d/scion`.
-    Completions {
-        shell: clap_complete::Shell,
-    },
+    Completions { shell: clap_complete::Shell },
     /// Write the man pages of scion and of each of its commands (scion.1, scion-mount.1, ...)
     /// into DIR, made from the same definitions as --help.
-    Man {
-        dir: PathBuf,
-    },
+    Man { dir: PathBuf },
     /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
     List {
         /// Any path in the mount (default: the current directory).
@@ -850,7 +869,9 @@ fn man_pages(dir: &std::path::Path) -> Result<(), String> {
         let cmd = cmd.name(name.clone());
         let path = dir.join(format!("{name}.1"));
         let mut out = Vec::new();
-        clap_mangen::Man::new(cmd.clone()).render(&mut out).map_err(|e| e.to_string())?;
+        clap_mangen::Man::new(cmd.clone())
+            .render(&mut out)
+            .map_err(|e| e.to_string())?;
         std::fs::write(&path, out).map_err(|e| format!("{}: {e}", path.display()))?;
         *n += 1;
         for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
@@ -868,7 +889,8 @@ fn man_pages(dir: &std::path::Path) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(fstab::args(std::env::args_os().collect()));
+    let args = fstab::args(std::env::args_os().collect());
+    let cli = quick_parse(&args).unwrap_or_else(|| Cli::parse_from(args));
     let default_log = if matches!(cli.cmd, Cmd::Mount { .. }) {
         "info"
     } else {
@@ -912,13 +934,13 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Umount { mountpoint } => mount::umount(&mountpoint),
-        Cmd::Clone {
+        Cmd::Clone(CloneArgs {
             src,
             dst,
             exclude,
             template,
             store,
-        } => tree_cmds::clone(src, dst, exclude, template, store),
+        }) => tree_cmds::clone(src, dst, exclude, template, store),
         Cmd::Snapshot {
             sub:
                 Some(SnapshotCmd::Schedule {
@@ -960,7 +982,12 @@ fn main() -> ExitCode {
             name,
             store,
         } => tree_cmds::snapshot(path.expect("clap requires a path"), name, store),
-        Cmd::Destroy { path, store, recursive, mount } => tree_cmds::destroy(path, store, recursive, mount),
+        Cmd::Destroy {
+            path,
+            store,
+            recursive,
+            mount,
+        } => tree_cmds::destroy(path, store, recursive, mount),
         Cmd::Repack {
             path,
             store,
@@ -1109,23 +1136,65 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         },
-        Cmd::List { path, store, json, scripted, exact, orphaned } => {
-            tree_cmds::list(path, store, json, scripted, exact, orphaned)
-        }
+        Cmd::List {
+            path,
+            store,
+            json,
+            scripted,
+            exact,
+            orphaned,
+        } => tree_cmds::list(path, store, json, scripted, exact, orphaned),
         Cmd::Status { path, store, json } => status_cmd::status(path, store, json),
-        Cmd::Serve { cmd: ServeCmd::Nfs { path, store, listen, export, read_only, squash, anon, max_held, stop } } => {
-            serve_cmd::nfs(serve_cmd::Args { mountpoint: path, store, listen, export, read_only, squash, anon, max_held, stop })
-        }
+        Cmd::Serve {
+            cmd:
+                ServeCmd::Nfs {
+                    path,
+                    store,
+                    listen,
+                    export,
+                    read_only,
+                    squash,
+                    anon,
+                    max_held,
+                    stop,
+                },
+        } => serve_cmd::nfs(serve_cmd::Args {
+            mountpoint: path,
+            store,
+            listen,
+            export,
+            read_only,
+            squash,
+            anon,
+            max_held,
+            stop,
+        }),
         Cmd::Completions { shell } => {
-            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "scion", &mut std::io::stdout());
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "scion",
+                &mut std::io::stdout(),
+            );
             Ok(())
         }
         Cmd::Man { dir } => man_pages(&dir),
         Cmd::Cube { cmd } => match cmd {
-            CubeCmd::Create { dir, mode, on_error, convert, progress } => cube_cmd::create(dir, mode, on_error, convert, progress),
+            CubeCmd::Create {
+                dir,
+                mode,
+                on_error,
+                convert,
+                progress,
+            } => cube_cmd::create(dir, mode, on_error, convert, progress),
             CubeCmd::Remove { dir, progress } => cube_cmd::remove(dir, progress),
             CubeCmd::Set { dir, mode, on_error } => cube_cmd::set(dir, mode, on_error),
-            CubeCmd::List { path, json, scripted, exact } => cube_cmd::list(path, json, scripted, exact),
+            CubeCmd::List {
+                path,
+                json,
+                scripted,
+                exact,
+            } => cube_cmd::list(path, json, scripted, exact),
             CubeCmd::Recover { dir } => cube_cmd::recover(dir),
             CubeCmd::Check { dir, json } => match cube_cmd::check(dir, json) {
                 Ok(true) => Ok(()),
@@ -1133,12 +1202,37 @@ fn main() -> ExitCode {
                 Err(e) => Err(e),
             },
         },
-        Cmd::Push { snapshot, remote, name, json } => remote_cmd::push(snapshot, remote, name, json),
-        Cmd::Pull { remote, name, dir, version, prefetch, json } => remote_cmd::pull(remote, name, dir, version, prefetch, json),
+        Cmd::Push {
+            snapshot,
+            remote,
+            name,
+            json,
+        } => remote_cmd::push(snapshot, remote, name, json),
+        Cmd::Pull {
+            remote,
+            name,
+            dir,
+            version,
+            prefetch,
+            json,
+        } => remote_cmd::pull(remote, name, dir, version, prefetch, json),
         Cmd::Remote { cmd } => match cmd {
-            RemoteCmd::Add { name, url, endpoint, region, mount, store } => remote_cmd::add(name, url, endpoint, region, mount, store),
+            RemoteCmd::Add {
+                name,
+                url,
+                endpoint,
+                region,
+                mount,
+                store,
+            } => remote_cmd::add(name, url, endpoint, region, mount, store),
             RemoteCmd::List { json, mount, store } => remote_cmd::list(json, mount, store),
-            RemoteCmd::Gc { name, grace, dry_run, json, mount } => remote_cmd::gc(name, grace, dry_run, json, mount),
+            RemoteCmd::Gc {
+                name,
+                grace,
+                dry_run,
+                json,
+                mount,
+            } => remote_cmd::gc(name, grace, dry_run, json, mount),
             RemoteCmd::Remove { name, mount, store } => match remote_cmd::remove(name, mount, store) {
                 Ok(true) => Ok(()),
                 Ok(false) => {
@@ -1149,7 +1243,12 @@ fn main() -> ExitCode {
             },
         },
         Cmd::Mirror { cmd } => match cmd {
-            MirrorCmd::Add { dir, to, keep_unmirrored, store } => mirror_cmd::add(dir, to, keep_unmirrored, store),
+            MirrorCmd::Add {
+                dir,
+                to,
+                keep_unmirrored,
+                store,
+            } => mirror_cmd::add(dir, to, keep_unmirrored, store),
             MirrorCmd::Remove { dir, to, store } => match mirror_cmd::remove(dir, to, store) {
                 Ok(true) => Ok(()),
                 Ok(false) => {
@@ -1158,7 +1257,13 @@ fn main() -> ExitCode {
                 }
                 Err(e) => Err(e),
             },
-            MirrorCmd::Status { path, json, store, scripted, exact } => mirror_cmd::status(path, json, store, scripted, exact),
+            MirrorCmd::Status {
+                path,
+                json,
+                store,
+                scripted,
+                exact,
+            } => mirror_cmd::status(path, json, store, scripted, exact),
             MirrorCmd::SendOne { snapshot, to, base } => mirror_cmd::send_one(snapshot, base, to),
         },
         Cmd::Scrub { path, store, json } => match tree_cmds::scrub(path, store, json) {
@@ -1170,12 +1275,22 @@ fn main() -> ExitCode {
             }
             Err(e) => Err(e),
         },
-        Cmd::Check { store, json, cube, repair: true } => match cube_cmd::repair(&store, cube.as_deref(), json) {
+        Cmd::Check {
+            store,
+            json,
+            cube,
+            repair: true,
+        } => match cube_cmd::repair(&store, cube.as_deref(), json) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),
             Err(e) => Err(e),
         },
-        Cmd::Check { store, json, cube, repair: false } => match cube_cmd::check_offline(&store, cube.as_deref(), json) {
+        Cmd::Check {
+            store,
+            json,
+            cube,
+            repair: false,
+        } => match cube_cmd::check_offline(&store, cube.as_deref(), json) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),
             Err(e) => Err(e),
@@ -1228,12 +1343,18 @@ fn humane(msg: &str) -> String {
 mod tests {
     #[test]
     fn humane_drops_os_error_tails_only() {
-        assert_eq!(super::humane("m/x: No such file or directory (os error 2)"), "m/x: No such file or directory");
+        assert_eq!(
+            super::humane("m/x: No such file or directory (os error 2)"),
+            "m/x: No such file or directory"
+        );
         assert_eq!(
             super::humane("a: Input/output error (os error 5); then b: Permission denied (os error 13)"),
             "a: Input/output error; then b: Permission denied"
         );
-        assert_eq!(super::humane("kept (os error x) and (os error )"), "kept (os error x) and (os error )");
+        assert_eq!(
+            super::humane("kept (os error x) and (os error )"),
+            "kept (os error x) and (os error )"
+        );
         assert_eq!(super::humane("nothing to drop"), "nothing to drop");
     }
 }
