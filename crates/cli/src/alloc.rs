@@ -12,6 +12,15 @@
 //! Which one is chosen from the command line by a constructor that runs before `main` and
 //! before any Rust allocation, and never changes afterwards: every block is freed by the
 //! allocator that made it. If anything allocated before the choice, the C library's stays.
+//!
+//! Even under mimalloc, blocks of [`LARGE`] bytes or more come from the C library's. The
+//! daemon tells mimalloc to give freed pages back at once (`return_freed_memory`, issue 39),
+//! so each 1 MiB buffer freed (an NFS READ's data and its reply, every request) was unmapped
+//! and the next one faulted its 256 pages in again and zeroed them: a quarter of the NFS
+//! server's time reading a cached file. glibc keeps freed blocks of that size for the next
+//! (its mmap threshold rises to the largest freed), and there are few of them. Rust frees and
+//! reallocates with the layout it allocated with, so the size says which allocator owns a
+//! block.
 
 use mimalloc::MiMalloc;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -26,25 +35,63 @@ static CHOICE: AtomicU8 = AtomicU8::new(UNDECIDED);
 
 pub struct Alloc;
 
+/// Blocks this large or larger come from the C library's allocator even in the daemon.
+pub const LARGE: usize = 256 << 10;
+
 impl Alloc {
-    /// The allocator in use; the first allocation settles an undecided choice on libc's.
+    /// The allocators in use; the first allocation settles an undecided choice on libc's.
     #[inline]
-    fn mimalloc(&self) -> bool {
-        match CHOICE.load(Ordering::Relaxed) {
+    fn routed(&self) -> Routed {
+        let mimalloc = match CHOICE.load(Ordering::Relaxed) {
             MIMALLOC => true,
             LIBC => false,
             _ => {
                 let _ = CHOICE.compare_exchange(UNDECIDED, LIBC, Ordering::Relaxed, Ordering::Relaxed);
                 CHOICE.load(Ordering::Relaxed) == MIMALLOC
             }
-        }
+        };
+        Routed { mimalloc }
     }
 }
 
 unsafe impl GlobalAlloc for Alloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if self.mimalloc() {
+        self.routed().alloc(layout)
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        self.routed().alloc_zeroed(layout)
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        self.routed().dealloc(ptr, layout)
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        self.routed().realloc(ptr, layout, new_size)
+    }
+}
+
+/// Blocks by size: mimalloc's below `LARGE` when `mimalloc`, the C library's otherwise.
+struct Routed {
+    mimalloc: bool,
+}
+
+impl Routed {
+    #[inline]
+    fn small(&self, size: usize) -> bool {
+        self.mimalloc && size < LARGE
+    }
+}
+
+unsafe impl GlobalAlloc for Routed {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if self.small(layout.size()) {
             MiMalloc.alloc(layout)
         } else {
             System.alloc(layout)
@@ -53,7 +100,7 @@ unsafe impl GlobalAlloc for Alloc {
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if self.mimalloc() {
+        if self.small(layout.size()) {
             MiMalloc.alloc_zeroed(layout)
         } else {
             System.alloc_zeroed(layout)
@@ -62,7 +109,7 @@ unsafe impl GlobalAlloc for Alloc {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if self.mimalloc() {
+        if self.small(layout.size()) {
             MiMalloc.dealloc(ptr, layout)
         } else {
             System.dealloc(ptr, layout)
@@ -71,10 +118,20 @@ unsafe impl GlobalAlloc for Alloc {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if self.mimalloc() {
-            MiMalloc.realloc(ptr, layout, new_size)
-        } else {
-            System.realloc(ptr, layout, new_size)
+        match (self.small(layout.size()), self.small(new_size)) {
+            (true, true) => MiMalloc.realloc(ptr, layout, new_size),
+            (false, false) => System.realloc(ptr, layout, new_size),
+            // Across `LARGE`: moved to the other allocator.
+            _ => {
+                // SAFETY: the caller promises `new_size`, rounded to the alignment, fits isize.
+                let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+                let new = unsafe { self.alloc(new_layout) };
+                if !new.is_null() {
+                    unsafe { std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size)) };
+                    unsafe { self.dealloc(ptr, layout) };
+                }
+                new
+            }
         }
     }
 }
@@ -129,7 +186,38 @@ pub fn is_mimalloc() -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::runs_the_engine;
+    use super::{runs_the_engine, Routed, LARGE};
+    use std::alloc::{GlobalAlloc, Layout};
+
+    /// Blocks grown and shrunk across `LARGE` keep their bytes (they change allocator).
+    #[test]
+    fn a_block_reallocated_across_the_bound_keeps_its_bytes() {
+        for (a, from, to) in [true, false].into_iter().flat_map(|mimalloc| {
+            [
+                (1000, LARGE + 10),
+                (LARGE * 2, 100),
+                (LARGE - 1, LARGE),
+                (LARGE, LARGE - 1),
+                (64, 128),
+            ]
+            .map(|(f, t)| (Routed { mimalloc }, f, t))
+        }) {
+            let layout = Layout::from_size_align(from, 16).unwrap();
+            unsafe {
+                let p = a.alloc(layout);
+                assert!(!p.is_null());
+                for i in 0..from {
+                    *p.add(i) = (i % 251) as u8;
+                }
+                let q = a.realloc(p, layout, to);
+                assert!(!q.is_null());
+                for i in 0..from.min(to) {
+                    assert_eq!(*q.add(i), (i % 251) as u8, "byte {i} of {from} -> {to}");
+                }
+                a.dealloc(q, Layout::from_size_align(to, 16).unwrap());
+            }
+        }
+    }
 
     fn v(a: &[&'static str]) -> Vec<&'static [u8]> {
         a.iter().map(|s| s.as_bytes()).collect()
