@@ -73,20 +73,7 @@ pub fn listing_table(rows: &[scion_fs::Listing], scripted: bool, exact: bool) ->
     let size = |b: u64| if exact { b.to_string() } else { human(b) };
     let mut lines: Vec<[String; 9]> = Vec::new();
     if !scripted {
-        lines.push(
-            [
-                "KIND",
-                "ID",
-                "PATH",
-                "ORIGIN",
-                "CREATED (UTC)",
-                "REFER",
-                "USED",
-                "STORED",
-                "CLONES",
-            ]
-            .map(String::from),
-        );
+        lines.push(["KIND", "ID", "PATH", "ORIGIN", "CREATED (UTC)", "REFER", "USED", "STORED", "CLONES"].map(String::from));
     }
     for l in rows {
         let clones = match l.kind {
@@ -102,11 +89,7 @@ pub fn listing_table(rows: &[scion_fs::Listing], scripted: bool, exact: bool) ->
                 (None, _) => "(directory gone)".into(),
             },
             String::from_utf8_lossy(&l.origin).into_owned(),
-            if exact {
-                l.created.sec.to_string()
-            } else {
-                utc(l.created.sec)
-            },
+            if exact { l.created.sec.to_string() } else { utc(l.created.sec) },
             size(l.referenced),
             size(l.exclusive),
             size(l.stored),
@@ -132,13 +115,9 @@ pub fn listing_table(rows: &[scion_fs::Listing], scripted: bool, exact: bool) ->
 /// The clones made from snapshot `l` (their origin is its path). A clone shares its origin's
 /// blocks by reference and does not depend on it: destroying the snapshot leaves them whole.
 pub fn clones_of<'a>(rows: &'a [scion_fs::Listing], l: &scion_fs::Listing) -> Vec<&'a scion_fs::Listing> {
-    let Some(p) = l.path.as_ref().filter(|_| l.kind == NsKind::Snapshot) else {
-        return Vec::new();
-    };
+    let Some(p) = l.path.as_ref().filter(|_| l.kind == NsKind::Snapshot) else { return Vec::new() };
     let p = show(p);
-    rows.iter()
-        .filter(|c| c.kind == NsKind::Clone && String::from_utf8_lossy(&c.origin) == p)
-        .collect()
+    rows.iter().filter(|c| c.kind == NsKind::Clone && String::from_utf8_lossy(&c.origin) == p).collect()
 }
 
 /// A listing row's kind as `list` prints it: a scheduled snapshot says so.
@@ -261,25 +240,13 @@ pub fn render_schedules(rows: &[scion_fs::schedule::ScheduleRow], json: bool, sc
         if let Some(p) = r.schedule.limits.min_free {
             keep += &format!(" min-free {p}%");
         }
-        let every = if exact {
-            r.schedule.every.to_string()
-        } else {
-            duration(r.schedule.every)
-        };
+        let every = if exact { r.schedule.every.to_string() } else { duration(r.schedule.every) };
         let (last, next) = (when(r.last_run, "-"), when(r.next_run, "(directory gone)"));
         if scripted {
             out += &[show(&r.schedule.dir), every, keep, last, next, r.kept.to_string()].join("\t");
             out.push('\n');
         } else {
-            out += &format!(
-                "{:<32} {:>6} {:<44} {:>20} {:>20} {:>5}\n",
-                show(&r.schedule.dir),
-                every,
-                keep,
-                last,
-                next,
-                r.kept
-            );
+            out += &format!("{:<32} {:>6} {:<44} {:>20} {:>20} {:>5}\n", show(&r.schedule.dir), every, keep, last, next, r.kept);
         }
     }
     out

@@ -21,11 +21,7 @@ pub struct Copied {
 /// Copies what is inside directory `src` into the existing directory `dst`, then sets
 /// `dst`'s own metadata as `src`'s. Progress on stderr when `progress`.
 pub fn copy_contents(src: &Path, dst: &Path, progress: &mut crate::send_cmd::Progress) -> Result<Copied, String> {
-    let mut c = Copier {
-        links: HashMap::new(),
-        done: Copied::default(),
-        progress,
-    };
+    let mut c = Copier { links: HashMap::new(), done: Copied::default(), progress };
     c.dir_contents(src, dst)?;
     set_meta(src, dst)?;
     Ok(c.done)
@@ -44,10 +40,7 @@ fn err(p: &Path) -> impl Fn(std::io::Error) -> String + '_ {
 
 impl Copier<'_> {
     fn dir_contents(&mut self, src: &Path, dst: &Path) -> Result<(), String> {
-        let mut names: Vec<_> = std::fs::read_dir(src)
-            .map_err(err(src))?
-            .collect::<Result<_, _>>()
-            .map_err(err(src))?;
+        let mut names: Vec<_> = std::fs::read_dir(src).map_err(err(src))?.collect::<Result<_, _>>().map_err(err(src))?;
         names.sort_by_key(|e| e.file_name());
         for e in names {
             let (s, d) = (e.path(), dst.join(e.file_name()));
@@ -144,14 +137,8 @@ fn set_meta(s: &Path, d: &Path) -> Result<(), String> {
     crate::meta::apply(d, &m)?;
     let c = std::ffi::CString::new(d.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
     let times = [
-        libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_OMIT,
-        },
-        libc::timespec {
-            tv_sec: m.mtime_sec,
-            tv_nsec: m.mtime_nsec as i64,
-        },
+        libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+        libc::timespec { tv_sec: m.mtime_sec, tv_nsec: m.mtime_nsec as i64 },
     ];
     // SAFETY: c is a NUL-terminated path and times two timespecs.
     if unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {

@@ -23,10 +23,7 @@ fn mounted(dir: &Path, exists: bool) -> Result<crate::tree_cmds::Located, String
         r => r?,
     };
     if at.mnt.is_none() {
-        return Err(format!(
-            "{}: cubes are served by a mounted store's daemon: mount the store",
-            dir.display()
-        ));
+        return Err(format!("{}: cubes are served by a mounted store's daemon: mount the store", dir.display()));
     }
     Ok(at)
 }
@@ -38,40 +35,18 @@ pub fn create(dir: PathBuf, mode: String, on_error: String, convert: bool, progr
         return convert_dir(dir, mode, on_error, progress);
     }
     if dir.symlink_metadata().is_ok() {
-        return Err(format!(
-            "{} exists: a cube is a new directory (or give --convert)",
-            dir.display()
-        ));
+        return Err(format!("{} exists: a cube is a new directory (or give --convert)", dir.display()));
     }
     let at = mounted(&dir, false)?;
-    let r = one(call(
-        &at,
-        &Op::CubeCreate {
-            path: store_path(&at),
-            mode,
-            on_error,
-        },
-    )?)?;
-    println!(
-        "cube {} at {} ({}, on error {})",
-        r.id,
-        dir.display(),
-        r.mode,
-        r.on_error
-    );
+    let r = one(call(&at, &Op::CubeCreate { path: store_path(&at), mode, on_error })?)?;
+    println!("cube {} at {} ({}, on error {})", r.id, dir.display(), r.mode, r.on_error);
     Ok(())
 }
 
 /// A hidden sibling of `dir` for a copy on its way (`.NAME.scion-WHAT-PID`).
 fn beside(dir: &Path, what: &str) -> Result<PathBuf, String> {
-    let name = dir
-        .file_name()
-        .ok_or_else(|| format!("{}: not a directory's name", dir.display()))?;
-    Ok(dir.with_file_name(format!(
-        ".{}.scion-{what}-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    )))
+    let name = dir.file_name().ok_or_else(|| format!("{}: not a directory's name", dir.display()))?;
+    Ok(dir.with_file_name(format!(".{}.scion-{what}-{}", name.to_string_lossy(), std::process::id())))
 }
 
 /// `create --convert`, all or nothing across a crash (`scion_daemon::cubes` `cube_moves.rs`):
@@ -151,12 +126,7 @@ pub fn remove(dir: PathBuf, progress: bool) -> Result<(), String> {
     let row = row.ok_or_else(|| format!("{} is not a cube", dir.display()))?;
     let tmp = beside(&dir, "uncube")?;
     let tat = mounted(&tmp, false)?;
-    let op = |step| Op::CubeUncube {
-        path: store_path(&at),
-        tmp: store_path(&tat),
-        pid: std::process::id(),
-        step,
-    };
+    let op = |step| Op::CubeUncube { path: store_path(&at), tmp: store_path(&tat), pid: std::process::id(), step };
     call(&at, &op(Step::Begin))?;
     let mut p = crate::send_cmd::Progress::new(progress);
     let copied = std::fs::create_dir(&tmp)
@@ -178,13 +148,7 @@ pub fn remove(dir: PathBuf, progress: bool) -> Result<(), String> {
     };
     p.done(done.bytes);
     call(&at, &op(Step::Finish))?;
-    println!(
-        "{} is an ordinary directory again (cube {} removed): {} entries, {} copied",
-        dir.display(),
-        row.id,
-        done.entries,
-        human(done.bytes)
-    );
+    println!("{} is an ordinary directory again (cube {} removed): {} entries, {} copied", dir.display(), row.id, done.entries, human(done.bytes));
     Ok(())
 }
 
@@ -199,19 +163,9 @@ pub fn set(dir: PathBuf, mode: Option<String>, on_error: Option<String>) -> Resu
         cubes::OnError::parse(o)?;
     }
     let at = mounted(&dir, true)?;
-    let op = Op::CubeSet {
-        path: store_path(&at),
-        mode: mode.unwrap_or_default(),
-        on_error: on_error.unwrap_or_default(),
-    };
+    let op = Op::CubeSet { path: store_path(&at), mode: mode.unwrap_or_default(), on_error: on_error.unwrap_or_default() };
     let r = one(call(&at, &op)?)?;
-    println!(
-        "cube {} at {}: {}, on error {}",
-        r.id,
-        dir.display(),
-        r.mode,
-        r.on_error
-    );
+    println!("cube {} at {}: {}, on error {}", r.id, dir.display(), r.mode, r.on_error);
     Ok(())
 }
 
@@ -234,10 +188,7 @@ pub fn check(dir: PathBuf, json: bool) -> Result<bool, String> {
 
 pub fn list(path: Option<PathBuf>, json: bool, scripted: bool, exact: bool) -> Result<(), String> {
     let at = optional_path(path, &None)?;
-    let mnt = at
-        .mnt
-        .clone()
-        .ok_or("cubes are listed by a mounted store's daemon: mount the store")?;
+    let mnt = at.mnt.clone().ok_or("cubes are listed by a mounted store's daemon: mount the store")?;
     let Reply::Cubes(rows) = call(&at, &Op::CubeList)? else {
         return Err("the daemon answered something else".into());
     };
@@ -246,11 +197,7 @@ pub fn list(path: Option<PathBuf>, json: bool, scripted: bool, exact: bool) -> R
 }
 
 fn render(rows: &[CubeRow], mnt: &Path, json: bool, scripted: bool, exact: bool) -> String {
-    let path = |r: &CubeRow| {
-        mnt.join(String::from_utf8_lossy(&r.path).as_ref())
-            .display()
-            .to_string()
-    };
+    let path = |r: &CubeRow| mnt.join(String::from_utf8_lossy(&r.path).as_ref()).display().to_string();
     let mut out = String::new();
     if json {
         for r in rows {
@@ -270,35 +217,14 @@ fn render(rows: &[CubeRow], mnt: &Path, json: bool, scripted: bool, exact: bool)
     let used = |b: u64| if exact { b.to_string() } else { human(b) };
     if scripted {
         for r in rows {
-            out.push_str(
-                &[
-                    r.id.to_string(),
-                    r.mode.clone(),
-                    r.on_error.clone(),
-                    r.state.clone(),
-                    used(r.used),
-                    path(r),
-                ]
-                .join("\t"),
-            );
+            out.push_str(&[r.id.to_string(), r.mode.clone(), r.on_error.clone(), r.state.clone(), used(r.used), path(r)].join("\t"));
             out.push('\n');
         }
         return out;
     }
-    out.push_str(&format!(
-        "{:<4} {:<9} {:<9} {:<11} {:>9}  {}\n",
-        "ID", "MODE", "ON ERROR", "STATE", "USED", "PATH"
-    ));
+    out.push_str(&format!("{:<4} {:<9} {:<9} {:<11} {:>9}  {}\n", "ID", "MODE", "ON ERROR", "STATE", "USED", "PATH"));
     for r in rows {
-        out.push_str(&format!(
-            "{:<4} {:<9} {:<9} {:<11} {:>9}  {}\n",
-            r.id,
-            r.mode,
-            r.on_error,
-            r.state,
-            used(r.used),
-            path(r)
-        ));
+        out.push_str(&format!("{:<4} {:<9} {:<9} {:<11} {:>9}  {}\n", r.id, r.mode, r.on_error, r.state, used(r.used), path(r)));
         if !r.why.is_empty() {
             out.push_str(&format!("     why: {}\n", r.why));
         }
@@ -390,8 +316,7 @@ pub fn repair(store: &Path, cube: Option<&Path>, json: bool) -> Result<bool, Str
         Some(c) => cube_store(store, c)?,
         None => store.to_path_buf(),
     };
-    let mut fs =
-        scion_fs::Fs::open(&dir, scion_fs::MountOptions::new("scion check --repair")).map_err(|e| e.to_string())?;
+    let mut fs = scion_fs::Fs::open(&dir, scion_fs::MountOptions::new("scion check --repair")).map_err(|e| e.to_string())?;
     let rep = fs.repair();
     let closed = fs.close();
     let rep = rep.map_err(|e| format!("repair of {}: {e}", dir.display()))?;

@@ -52,9 +52,7 @@ pub fn diff(a: PathBuf, b: PathBuf, f: DiffFlags, store: Option<PathBuf>) -> Res
     } else {
         let mut take = |p: Part| -> Result<(), String> {
             let (to, v) = match p {
-                Part::Diff(_) if held.count > 0 => {
-                    return Err("the daemon's diff went on after its held changes".into())
-                }
+                Part::Diff(_) if held.count > 0 => return Err("the daemon's diff went on after its held changes".into()),
                 Part::Diff(v) => (&mut walk, v),
                 Part::DiffHeld(v) => (&mut held, v),
                 _ => return Err("the daemon sent parts of something other than a diff".into()),
@@ -65,10 +63,7 @@ pub fn diff(a: PathBuf, b: PathBuf, f: DiffFlags, store: Option<PathBuf>) -> Res
             return Err("the daemon answered something else".into());
         };
         if n != walk.count + held.count {
-            return Err(format!(
-                "the daemon announced {n} changes; {} came",
-                walk.count + held.count
-            ));
+            return Err(format!("the daemon announced {n} changes; {} came", walk.count + held.count));
         }
     }
     let reread = |e: std::io::Error| format!("reading the spooled changes: {e}");
@@ -180,14 +175,7 @@ struct Shown {
 
 impl Shown {
     fn new(json: bool, stat: bool) -> Shown {
-        Shown {
-            json,
-            stat,
-            changes: 0,
-            by_change: [0; 6],
-            old: 0,
-            new: 0,
-        }
+        Shown { json, stat, changes: 0, by_change: [0; 6], old: 0, new: 0 }
     }
 
     fn one(&mut self, d: &Difference, out: &mut impl Write) -> std::io::Result<()> {
@@ -197,11 +185,7 @@ impl Shown {
             self.old += d.old_size;
             self.new += d.new_size;
         }
-        let path = if d.path.is_empty() {
-            ".".to_string()
-        } else {
-            String::from_utf8_lossy(&d.path).into_owned()
-        };
+        let path = if d.path.is_empty() { ".".to_string() } else { String::from_utf8_lossy(&d.path).into_owned() };
         if self.json {
             let mut j = serde_json::json!({
                 "change": d.change.word(),
@@ -255,11 +239,7 @@ fn patch(a: &Path, b: &Path, d: &Difference) -> Result<(), String> {
     let rel = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
     let new = rel(&d.path);
     let old = d.old_path.as_deref().map(rel).unwrap_or_else(|| new.clone());
-    let (pa, pb) = if new.is_empty() {
-        (a.to_path_buf(), b.to_path_buf())
-    } else {
-        (a.join(&old), b.join(&new))
-    };
+    let (pa, pb) = if new.is_empty() { (a.to_path_buf(), b.to_path_buf()) } else { (a.join(&old), b.join(&new)) };
     let out = std::process::Command::new("diff")
         .args(["-u", "--label", &format!("a/{old}"), "--label", &format!("b/{new}")])
         .arg(&pa)
@@ -267,12 +247,7 @@ fn patch(a: &Path, b: &Path, d: &Difference) -> Result<(), String> {
         .output()
         .map_err(|e| format!("diff -u: {e} (is diffutils installed?)"))?;
     if out.status.code() == Some(2) {
-        return Err(format!(
-            "diff -u {} {}: {}",
-            pa.display(),
-            pb.display(),
-            String::from_utf8_lossy(&out.stderr)
-        ));
+        return Err(format!("diff -u {} {}: {}", pa.display(), pb.display(), String::from_utf8_lossy(&out.stderr)));
     }
     std::io::stdout().write_all(&out.stdout).map_err(|e| e.to_string())
 }
@@ -295,16 +270,8 @@ mod tests {
 
     #[test]
     fn a_spool_gives_back_what_it_took_twice_and_the_runs_merge_in_walk_order() {
-        let walk = [
-            d(Change::Modified, "a", None),
-            d(Change::Metadata, "a/z", None),
-            d(Change::Modified, "b", None),
-        ];
-        let held = [
-            d(Change::Renamed, "a/y", Some("c")),
-            d(Change::Added, "a.b", None),
-            d(Change::Deleted, "c.d", None),
-        ];
+        let walk = [d(Change::Modified, "a", None), d(Change::Metadata, "a/z", None), d(Change::Modified, "b", None)];
+        let held = [d(Change::Renamed, "a/y", Some("c")), d(Change::Added, "a.b", None), d(Change::Deleted, "c.d", None)];
         let (mut w, mut h) = (Spool::new().unwrap(), Spool::new().unwrap());
         walk.iter().for_each(|x| w.push(x).unwrap());
         held.iter().for_each(|x| h.push(x).unwrap());

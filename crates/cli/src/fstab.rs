@@ -10,10 +10,8 @@ use std::path::Path;
 
 /// Options that only fstab and mount(8) read.
 pub(crate) fn fstab_only(o: &str) -> bool {
-    matches!(
-        o,
-        "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "owner" | "group" | "nofail" | "_netdev" | "rw"
-    ) || o.starts_with("x-")
+    matches!(o, "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "owner" | "group" | "nofail" | "_netdev" | "rw")
+        || o.starts_with("x-")
         || o.starts_with("comment=")
 }
 
@@ -27,9 +25,7 @@ pub fn args(args: Vec<OsString>) -> Vec<OsString> {
     // `scion STORE MOUNTPOINT ...`: the first argument is a store (or `scion:STORE`), not a
     // command.
     let bare = args.len() >= 3
-        && args
-            .get(1)
-            .is_some_and(|a| crate::mount::store_arg(Path::new(a)).join("superblock").is_file());
+        && args.get(1).is_some_and(|a| crate::mount::store_arg(Path::new(a)).join("superblock").is_file());
     if !helper && !bare {
         return args;
     }
@@ -44,11 +40,7 @@ pub fn args(args: Vec<OsString>) -> Vec<OsString> {
                     let o = o.to_string_lossy();
                     // A remount's `rw` is the change asked for, not fstab's default.
                     let remount = o.split(',').any(|x| x == "remount");
-                    options.extend(
-                        o.split(',')
-                            .filter(|o| !o.is_empty() && (!fstab_only(o) || remount && *o == "rw"))
-                            .map(str::to_string),
-                    );
+                    options.extend(o.split(',').filter(|o| !o.is_empty() && (!fstab_only(o) || remount && *o == "rw")).map(str::to_string));
                 }
             }
             // mount(8)'s: a type, a namespace, no mtab, fake, verbose, sloppy.
@@ -91,18 +83,7 @@ mod tests {
             "rw,defaults,allow_other,_netdev,nofail,x-systemd.requires=a.mount,snapdir=visible",
             "-n",
         ]));
-        assert_eq!(
-            got,
-            v(&[
-                "scion",
-                "mount",
-                "--quiet",
-                "-o",
-                "allow_other,snapdir=visible",
-                "/srv/store",
-                "/srv/mnt"
-            ])
-        );
+        assert_eq!(got, v(&["scion", "mount", "--quiet", "-o", "allow_other,snapdir=visible", "/srv/store", "/srv/mnt"]));
         let got = args(v(&["mount.fuse.scion", "/s", "/m", "-o", "defaults"]));
         assert_eq!(got, v(&["scion", "mount", "--quiet", "/s", "/m"]));
         // mount(8)'s -v: say what was mounted.

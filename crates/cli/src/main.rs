@@ -8,9 +8,9 @@ mod copy;
 mod cube_cmd;
 mod diff_cmd;
 mod fstab;
+mod mount;
 mod meta;
 mod mirror_cmd;
-mod mount;
 mod receive_cmd;
 mod remote_cmd;
 mod run_cmd;
@@ -539,10 +539,14 @@ enum Cmd {
     },
     /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell) for
     /// scion: `scion completions bash > /etc/bash_completion.d/scion`.
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        shell: clap_complete::Shell,
+    },
     /// Write the man pages of scion and of each of its commands (scion.1, scion-mount.1, ...)
     /// into DIR, made from the same definitions as --help.
-    Man { dir: PathBuf },
+    Man {
+        dir: PathBuf,
+    },
     /// List clones and snapshots with their space: REFER (reachable) and USED (only theirs).
     List {
         /// Any path in the mount (default: the current directory).
@@ -869,9 +873,7 @@ fn man_pages(dir: &std::path::Path) -> Result<(), String> {
         let cmd = cmd.name(name.clone());
         let path = dir.join(format!("{name}.1"));
         let mut out = Vec::new();
-        clap_mangen::Man::new(cmd.clone())
-            .render(&mut out)
-            .map_err(|e| e.to_string())?;
+        clap_mangen::Man::new(cmd.clone()).render(&mut out).map_err(|e| e.to_string())?;
         std::fs::write(&path, out).map_err(|e| format!("{}: {e}", path.display()))?;
         *n += 1;
         for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
@@ -982,12 +984,7 @@ fn main() -> ExitCode {
             name,
             store,
         } => tree_cmds::snapshot(path.expect("clap requires a path"), name, store),
-        Cmd::Destroy {
-            path,
-            store,
-            recursive,
-            mount,
-        } => tree_cmds::destroy(path, store, recursive, mount),
+        Cmd::Destroy { path, store, recursive, mount } => tree_cmds::destroy(path, store, recursive, mount),
         Cmd::Repack {
             path,
             store,
@@ -1136,65 +1133,23 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         },
-        Cmd::List {
-            path,
-            store,
-            json,
-            scripted,
-            exact,
-            orphaned,
-        } => tree_cmds::list(path, store, json, scripted, exact, orphaned),
+        Cmd::List { path, store, json, scripted, exact, orphaned } => {
+            tree_cmds::list(path, store, json, scripted, exact, orphaned)
+        }
         Cmd::Status { path, store, json } => status_cmd::status(path, store, json),
-        Cmd::Serve {
-            cmd:
-                ServeCmd::Nfs {
-                    path,
-                    store,
-                    listen,
-                    export,
-                    read_only,
-                    squash,
-                    anon,
-                    max_held,
-                    stop,
-                },
-        } => serve_cmd::nfs(serve_cmd::Args {
-            mountpoint: path,
-            store,
-            listen,
-            export,
-            read_only,
-            squash,
-            anon,
-            max_held,
-            stop,
-        }),
+        Cmd::Serve { cmd: ServeCmd::Nfs { path, store, listen, export, read_only, squash, anon, max_held, stop } } => {
+            serve_cmd::nfs(serve_cmd::Args { mountpoint: path, store, listen, export, read_only, squash, anon, max_held, stop })
+        }
         Cmd::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut <Cli as clap::CommandFactory>::command(),
-                "scion",
-                &mut std::io::stdout(),
-            );
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "scion", &mut std::io::stdout());
             Ok(())
         }
         Cmd::Man { dir } => man_pages(&dir),
         Cmd::Cube { cmd } => match cmd {
-            CubeCmd::Create {
-                dir,
-                mode,
-                on_error,
-                convert,
-                progress,
-            } => cube_cmd::create(dir, mode, on_error, convert, progress),
+            CubeCmd::Create { dir, mode, on_error, convert, progress } => cube_cmd::create(dir, mode, on_error, convert, progress),
             CubeCmd::Remove { dir, progress } => cube_cmd::remove(dir, progress),
             CubeCmd::Set { dir, mode, on_error } => cube_cmd::set(dir, mode, on_error),
-            CubeCmd::List {
-                path,
-                json,
-                scripted,
-                exact,
-            } => cube_cmd::list(path, json, scripted, exact),
+            CubeCmd::List { path, json, scripted, exact } => cube_cmd::list(path, json, scripted, exact),
             CubeCmd::Recover { dir } => cube_cmd::recover(dir),
             CubeCmd::Check { dir, json } => match cube_cmd::check(dir, json) {
                 Ok(true) => Ok(()),
@@ -1202,37 +1157,12 @@ fn main() -> ExitCode {
                 Err(e) => Err(e),
             },
         },
-        Cmd::Push {
-            snapshot,
-            remote,
-            name,
-            json,
-        } => remote_cmd::push(snapshot, remote, name, json),
-        Cmd::Pull {
-            remote,
-            name,
-            dir,
-            version,
-            prefetch,
-            json,
-        } => remote_cmd::pull(remote, name, dir, version, prefetch, json),
+        Cmd::Push { snapshot, remote, name, json } => remote_cmd::push(snapshot, remote, name, json),
+        Cmd::Pull { remote, name, dir, version, prefetch, json } => remote_cmd::pull(remote, name, dir, version, prefetch, json),
         Cmd::Remote { cmd } => match cmd {
-            RemoteCmd::Add {
-                name,
-                url,
-                endpoint,
-                region,
-                mount,
-                store,
-            } => remote_cmd::add(name, url, endpoint, region, mount, store),
+            RemoteCmd::Add { name, url, endpoint, region, mount, store } => remote_cmd::add(name, url, endpoint, region, mount, store),
             RemoteCmd::List { json, mount, store } => remote_cmd::list(json, mount, store),
-            RemoteCmd::Gc {
-                name,
-                grace,
-                dry_run,
-                json,
-                mount,
-            } => remote_cmd::gc(name, grace, dry_run, json, mount),
+            RemoteCmd::Gc { name, grace, dry_run, json, mount } => remote_cmd::gc(name, grace, dry_run, json, mount),
             RemoteCmd::Remove { name, mount, store } => match remote_cmd::remove(name, mount, store) {
                 Ok(true) => Ok(()),
                 Ok(false) => {
@@ -1243,12 +1173,7 @@ fn main() -> ExitCode {
             },
         },
         Cmd::Mirror { cmd } => match cmd {
-            MirrorCmd::Add {
-                dir,
-                to,
-                keep_unmirrored,
-                store,
-            } => mirror_cmd::add(dir, to, keep_unmirrored, store),
+            MirrorCmd::Add { dir, to, keep_unmirrored, store } => mirror_cmd::add(dir, to, keep_unmirrored, store),
             MirrorCmd::Remove { dir, to, store } => match mirror_cmd::remove(dir, to, store) {
                 Ok(true) => Ok(()),
                 Ok(false) => {
@@ -1257,13 +1182,7 @@ fn main() -> ExitCode {
                 }
                 Err(e) => Err(e),
             },
-            MirrorCmd::Status {
-                path,
-                json,
-                store,
-                scripted,
-                exact,
-            } => mirror_cmd::status(path, json, store, scripted, exact),
+            MirrorCmd::Status { path, json, store, scripted, exact } => mirror_cmd::status(path, json, store, scripted, exact),
             MirrorCmd::SendOne { snapshot, to, base } => mirror_cmd::send_one(snapshot, base, to),
         },
         Cmd::Scrub { path, store, json } => match tree_cmds::scrub(path, store, json) {
@@ -1275,22 +1194,12 @@ fn main() -> ExitCode {
             }
             Err(e) => Err(e),
         },
-        Cmd::Check {
-            store,
-            json,
-            cube,
-            repair: true,
-        } => match cube_cmd::repair(&store, cube.as_deref(), json) {
+        Cmd::Check { store, json, cube, repair: true } => match cube_cmd::repair(&store, cube.as_deref(), json) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),
             Err(e) => Err(e),
         },
-        Cmd::Check {
-            store,
-            json,
-            cube,
-            repair: false,
-        } => match cube_cmd::check_offline(&store, cube.as_deref(), json) {
+        Cmd::Check { store, json, cube, repair: false } => match cube_cmd::check_offline(&store, cube.as_deref(), json) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),
             Err(e) => Err(e),
@@ -1343,18 +1252,12 @@ fn humane(msg: &str) -> String {
 mod tests {
     #[test]
     fn humane_drops_os_error_tails_only() {
-        assert_eq!(
-            super::humane("m/x: No such file or directory (os error 2)"),
-            "m/x: No such file or directory"
-        );
+        assert_eq!(super::humane("m/x: No such file or directory (os error 2)"), "m/x: No such file or directory");
         assert_eq!(
             super::humane("a: Input/output error (os error 5); then b: Permission denied (os error 13)"),
             "a: Input/output error; then b: Permission denied"
         );
-        assert_eq!(
-            super::humane("kept (os error x) and (os error )"),
-            "kept (os error x) and (os error )"
-        );
+        assert_eq!(super::humane("kept (os error x) and (os error )"), "kept (os error x) and (os error )");
         assert_eq!(super::humane("nothing to drop"), "nothing to drop");
     }
 }

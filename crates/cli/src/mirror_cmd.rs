@@ -28,28 +28,14 @@ fn target_path(to: &Path, must_exist: bool) -> Result<Vec<u8>, String> {
         return Ok(abs.as_os_str().as_bytes().to_vec());
     }
     if must_exist && !abs.is_dir() {
-        let what = if abs.exists() {
-            "is not a directory"
-        } else {
-            "does not exist"
-        };
-        return Err(format!(
-            "{} {what}: the mirror's target is a directory in a mounted scion store, or a store",
-            abs.display()
-        ));
+        let what = if abs.exists() { "is not a directory" } else { "does not exist" };
+        return Err(format!("{} {what}: the mirror's target is a directory in a mounted scion store, or a store", abs.display()));
     }
     if must_exist {
         // The target is in a scion mount other than the source's.
         let t = locate(&abs, true, &None)?;
-        let mnt = t
-            .mnt
-            .clone()
-            .ok_or_else(|| format!("{}: not in a scion mount", abs.display()))?;
-        return Ok(mnt
-            .join(Path::new(std::ffi::OsStr::from_bytes(&store_path(&t))))
-            .as_os_str()
-            .as_bytes()
-            .to_vec());
+        let mnt = t.mnt.clone().ok_or_else(|| format!("{}: not in a scion mount", abs.display()))?;
+        return Ok(mnt.join(Path::new(std::ffi::OsStr::from_bytes(&store_path(&t)))).as_os_str().as_bytes().to_vec());
     }
     Ok(abs.as_os_str().as_bytes().to_vec())
 }
@@ -71,23 +57,12 @@ pub fn add(dir: PathBuf, to: PathBuf, keep_unmirrored: bool, store: Option<PathB
     if same(&at.store) {
         return Err("the target is the same store: a mirror goes to another store (another device, ideally)".into());
     }
-    call(
-        &at,
-        &Op::MirrorSet {
-            dir: store_path(&at),
-            target: target.clone(),
-            keep_unmirrored,
-        },
-    )?;
+    call(&at, &Op::MirrorSet { dir: store_path(&at), target: target.clone(), keep_unmirrored })?;
     println!(
         "mirroring /{} to {}{}",
         String::from_utf8_lossy(&store_path(&at)),
         String::from_utf8_lossy(&target),
-        if keep_unmirrored {
-            " (snapshots not sent yet are kept)"
-        } else {
-            ""
-        }
+        if keep_unmirrored { " (snapshots not sent yet are kept)" } else { "" }
     );
     Ok(())
 }
@@ -96,32 +71,16 @@ pub fn remove(dir: PathBuf, to: Option<PathBuf>, store: Option<PathBuf>) -> Resu
     // The directory may be gone (its mirror then has nothing to send, but stays listed).
     let at = locate(&dir, store.is_some() || dir.symlink_metadata().is_ok(), &store)?;
     let target = to.map(|t| target_path(&t, false)).transpose()?;
-    let Reply::MirrorRemoved(n) = call(
-        &at,
-        &Op::MirrorRemove {
-            dir: store_path(&at),
-            target,
-        },
-    )?
-    else {
+    let Reply::MirrorRemoved(n) = call(&at, &Op::MirrorRemove { dir: store_path(&at), target })? else {
         return Err("the daemon answered something else".into());
     };
     if n > 0 {
-        println!(
-            "removed {n} mirror(s) of /{}",
-            String::from_utf8_lossy(&store_path(&at))
-        );
+        println!("removed {n} mirror(s) of /{}", String::from_utf8_lossy(&store_path(&at)));
     }
     Ok(n > 0)
 }
 
-pub fn status(
-    path: Option<PathBuf>,
-    json: bool,
-    store: Option<PathBuf>,
-    scripted: bool,
-    exact: bool,
-) -> Result<(), String> {
+pub fn status(path: Option<PathBuf>, json: bool, store: Option<PathBuf>, scripted: bool, exact: bool) -> Result<(), String> {
     let at = optional_path(path, &store)?;
     let Reply::Mirrors(rows) = call(&at, &Op::MirrorStatus)? else {
         return Err("the daemon answered something else".into());
@@ -160,23 +119,12 @@ fn render(rows: &[MirrorRow], json: bool, scripted: bool, exact: bool) -> String
                 (Some(_), false) => rfc3339(m.last_time),
             };
             let last = m.last.as_deref().map(s).unwrap_or_else(|| "-".into());
-            out += &[
-                format!("/{}", s(&m.dir)),
-                s(&m.target),
-                last,
-                when,
-                r.behind.to_string(),
-                r.state.clone(),
-            ]
-            .join("\t");
+            out += &[format!("/{}", s(&m.dir)), s(&m.target), last, when, r.behind.to_string(), r.state.clone()].join("\t");
             out.push('\n');
         }
         return out;
     }
-    out += &format!(
-        "{:<30} {:<30} {:<24} {:>6}  {}\n",
-        "DIR", "TARGET", "LAST SENT", "BEHIND", "STATE"
-    );
+    out += &format!("{:<30} {:<30} {:<24} {:>6}  {}\n", "DIR", "TARGET", "LAST SENT", "BEHIND", "STATE");
     for r in rows {
         let m = &r.mirror;
         out += &format!(
@@ -204,10 +152,7 @@ pub fn send_one(snapshot: PathBuf, base: Option<PathBuf>, to: PathBuf) -> Result
         (to, None)
     };
     if !to.is_dir() {
-        return Err(format!(
-            "{}: not a directory (is the mirror's store mounted?)",
-            to.display()
-        ));
+        return Err(format!("{}: not a directory (is the mirror's store mounted?)", to.display()));
     }
     let dst = to.join(&name);
     let want = tree_hash(&snapshot)?;
@@ -216,11 +161,7 @@ pub fn send_one(snapshot: PathBuf, base: Option<PathBuf>, to: PathBuf) -> Result
             eprintln!("scion mirror: {} is there already", dst.display());
             Ok(())
         } else {
-            Err(format!(
-                "{} exists and differs from {}",
-                dst.display(),
-                snapshot.display()
-            ))
+            Err(format!("{} exists and differs from {}", dst.display(), snapshot.display()))
         };
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -261,24 +202,13 @@ pub fn send_one(snapshot: PathBuf, base: Option<PathBuf>, to: PathBuf) -> Result
     let sent = sender.wait().map_err(|e| e.to_string())?;
     let received = received?;
     if !received.success() {
-        return Err(format!(
-            "receive of {} failed ({received}; send: {sent})",
-            dst.display()
-        ));
+        return Err(format!("receive of {} failed ({received}; send: {sent})", dst.display()));
     }
     let got = tree_hash(&dst)?;
     if got != want {
-        return Err(format!(
-            "{} arrived with another content hash than {}",
-            dst.display(),
-            snapshot.display()
-        ));
+        return Err(format!("{} arrived with another content hash than {}", dst.display(), snapshot.display()));
     }
-    eprintln!(
-        "scion mirror: {} arrived{}",
-        dst.display(),
-        if token.is_some() { " (resumed)" } else { "" }
-    );
+    eprintln!("scion mirror: {} arrived{}", dst.display(), if token.is_some() { " (resumed)" } else { "" });
     Ok(())
 }
 

@@ -162,25 +162,8 @@ struct ScionOptions {
 /// The kernel's mount options scion passes on (`mount_options`); `max_read=` and `blksize=`
 /// take a number.
 const KERNEL_OPTIONS: &[&str] = &[
-    "ro",
-    "rw",
-    "allow_other",
-    "noexec",
-    "exec",
-    "nosuid",
-    "suid",
-    "nodev",
-    "dev",
-    "noatime",
-    "atime",
-    "relatime",
-    "strictatime",
-    "nodiratime",
-    "diratime",
-    "sync",
-    "async",
-    "dirsync",
-    "default_permissions",
+    "ro", "rw", "allow_other", "noexec", "exec", "nosuid", "suid", "nodev", "dev", "noatime", "atime", "relatime",
+    "strictatime", "nodiratime", "diratime", "sync", "async", "dirsync", "default_permissions",
 ];
 
 /// Parses scion's own options (`snapdir=`, `uring=`, `repack=`, `compress_old=`, `cache=`,
@@ -189,40 +172,17 @@ const KERNEL_OPTIONS: &[&str] = &[
 /// neither scion's nor one of the kernel's it passes on.
 /// scion's own options' names (each `NAME=VALUE`).
 const OURS: &[&str] = &[
-    "snapdir",
-    "uring",
-    "repack",
-    "compress_old",
-    "cache",
-    "users",
-    "node_cache",
-    "hash_memo",
-    "whereabouts",
-    "max_background",
-    "fold_batch",
-    "remote_cache",
-    "nfs",
-    "nfs_squash",
-    "nfs_anon",
-    "nfs_access",
-    "nfs_max_held",
+    "snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "whereabouts", "max_background", "fold_batch", "remote_cache", "nfs",
+    "nfs_squash", "nfs_anon", "nfs_access", "nfs_max_held",
 ];
 
 /// `nfs=ADDR:PORT` with `nfs_squash=root|all|none`, `nfs_anon=UID:GID`,
 /// `nfs_access=rw|ro` and `nfs_max_held=N`: what the daemon serves over NFSv3 beside the
 /// mount.
 fn nfs_options(options: &[String]) -> Result<Option<scion_nfs::NfsOptions>, String> {
-    let last = |key: &str| {
-        options
-            .iter()
-            .rev()
-            .find_map(|o| o.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-    };
+    let last = |key: &str| options.iter().rev().find_map(|o| o.strip_prefix(key).and_then(|v| v.strip_prefix('=')));
     let Some(listen) = last("nfs") else {
-        if let Some(k) = ["nfs_squash", "nfs_anon", "nfs_access", "nfs_max_held"]
-            .iter()
-            .find(|k| last(k).is_some())
-        {
+        if let Some(k) = ["nfs_squash", "nfs_anon", "nfs_access", "nfs_max_held"].iter().find(|k| last(k).is_some()) {
             return Err(format!("{k}= is an option of the NFS server: give nfs=ADDR:PORT too"));
         }
         return Ok(None);
@@ -235,9 +195,7 @@ fn nfs_options(options: &[String]) -> Result<Option<scion_nfs::NfsOptions>, Stri
         o.identity.squash = v.parse().map_err(|e| format!("nfs_squash={v}: {e}"))?;
     }
     if let Some(v) = last("nfs_anon") {
-        let ids = v
-            .split_once(':')
-            .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
+        let ids = v.split_once(':').and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
         o.identity.anon = ids.ok_or_else(|| format!("nfs_anon={v}: expected UID:GID (numbers)"))?;
     }
     if let Some(v) = last("nfs_max_held") {
@@ -252,19 +210,8 @@ fn nfs_options(options: &[String]) -> Result<Option<scion_nfs::NfsOptions>, Stri
 }
 
 /// The last `KEY=N` of `options`, a count that `allowed` accepts; refused saying `expected`.
-fn count_option(
-    options: &[String],
-    key: &str,
-    allowed: impl Fn(usize) -> bool,
-    expected: &str,
-) -> Result<Option<usize>, String> {
-    let Some(v) = options
-        .iter()
-        .rev()
-        .find_map(|o| o.strip_prefix(key)?.strip_prefix('='))
-    else {
-        return Ok(None);
-    };
+fn count_option(options: &[String], key: &str, allowed: impl Fn(usize) -> bool, expected: &str) -> Result<Option<usize>, String> {
+    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix(key)?.strip_prefix('=')) else { return Ok(None) };
     match v.parse::<usize>() {
         Ok(n) if allowed(n) => Ok(Some(n)),
         _ => Err(format!("{key}={v}: expected {expected}")),
@@ -273,43 +220,23 @@ fn count_option(
 
 /// `fold_batch=N`: inodes, 0 (checkpoints only by age and size) or 64 to 2^20.
 fn fold_batch(options: &[String]) -> Result<Option<usize>, String> {
-    count_option(
-        options,
-        "fold_batch",
-        |n| n == 0 || (64..=1 << 20).contains(&n),
-        "0 or a number of inodes from 64 to 1048576",
-    )
+    count_option(options, "fold_batch", |n| n == 0 || (64..=1 << 20).contains(&n), "0 or a number of inodes from 64 to 1048576")
 }
 
 /// `max_background=N`: background requests (writeback, readahead) in flight, 1 to 1024.
 fn max_background(options: &[String]) -> Result<Option<u16>, String> {
-    let n = count_option(
-        options,
-        "max_background",
-        |n| (1..=1024).contains(&n),
-        "a number of requests from 1 to 1024",
-    )?;
+    let n = count_option(options, "max_background", |n| (1..=1024).contains(&n), "a number of requests from 1 to 1024")?;
     Ok(n.map(|n| n as u16))
 }
 
 /// `whereabouts=N`: evicted inodes whose place is kept for handles, 0 to 2^24.
 fn whereabouts_entries(options: &[String]) -> Result<Option<usize>, String> {
-    count_option(
-        options,
-        "whereabouts",
-        |n| n <= 1 << 24,
-        "a number of inodes from 0 to 16777216",
-    )
+    count_option(options, "whereabouts", |n| n <= 1 << 24, "a number of inodes from 0 to 16777216")
 }
 
 /// `hash_memo=N`: entries, 1,024 to 2^28.
 fn hash_memo_entries(options: &[String]) -> Result<Option<usize>, String> {
-    count_option(
-        options,
-        "hash_memo",
-        |n| (1024..=1 << 28).contains(&n),
-        "a number of entries from 1024 to 268435456",
-    )
+    count_option(options, "hash_memo", |n| (1024..=1 << 28).contains(&n), "a number of entries from 1024 to 268435456")
 }
 
 /// `node_cache=SIZE`: bytes, or a number with K, M or G (powers of 1024), at least 1M.
@@ -320,13 +247,7 @@ fn node_cache_size(options: &[String]) -> Result<Option<usize>, String> {
 /// The last `KEY=SIZE` of `options`: bytes, or a number with K, M or G (powers of 1024),
 /// from `min` to 1024G.
 fn size_option(options: &[String], key: &str, min: u64) -> Result<Option<usize>, String> {
-    let Some(v) = options
-        .iter()
-        .rev()
-        .find_map(|o| o.strip_prefix(key)?.strip_prefix('='))
-    else {
-        return Ok(None);
-    };
+    let Some(v) = options.iter().rev().find_map(|o| o.strip_prefix(key)?.strip_prefix('=')) else { return Ok(None) };
     let (digits, shift) = match v.char_indices().last() {
         Some((i, 'K' | 'k')) => (&v[..i], 10),
         Some((i, 'M' | 'm')) => (&v[..i], 20),
@@ -335,14 +256,7 @@ fn size_option(options: &[String], key: &str, min: u64) -> Result<Option<usize>,
     };
     match digits.parse::<u64>().ok().and_then(|n| n.checked_mul(1 << shift)) {
         Some(n) if n >= min && n <= 1 << 40 => Ok(Some(n as usize)),
-        _ => Err(format!(
-            "{key}={v}: expected a size from {} to 1024G (bytes, or a number with K, M or G)",
-            if min == 0 {
-                "0".to_string()
-            } else {
-                format!("{}M", min >> 20)
-            }
-        )),
+        _ => Err(format!("{key}={v}: expected a size from {} to 1024G (bytes, or a number with K, M or G)", if min == 0 { "0".to_string() } else { format!("{}M", min >> 20) })),
     }
 }
 
@@ -361,11 +275,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         }
     }
     let value = |key: &str, default: &'static str, other: &'static str| -> Result<bool, String> {
-        match options
-            .iter()
-            .rev()
-            .find_map(|o| o.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-        {
+        match options.iter().rev().find_map(|o| o.strip_prefix(key).and_then(|v| v.strip_prefix('='))) {
             None => Ok(true),
             Some(v) if v == default => Ok(true),
             Some(v) if v == other => Ok(false),
@@ -388,11 +298,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         nfs: nfs_options(options)?,
         kernel: options
             .iter()
-            .filter(|o| {
-                !OURS
-                    .iter()
-                    .any(|p| o.strip_prefix(p).is_some_and(|v| v.starts_with('=')))
-            })
+            .filter(|o| !OURS.iter().any(|p| o.strip_prefix(p).is_some_and(|v| v.starts_with('='))))
             .cloned()
             .collect(),
     })
@@ -413,10 +319,7 @@ fn attach_remotes(engine: &Engine, cache: Option<u64>) -> Result<(), String> {
     if let Some(n) = cache {
         engine.set_remote_cache(n);
     }
-    engine
-        .remote_source(false)
-        .map(drop)
-        .map_err(|e| format!("remote trees: {}", e.message))
+    engine.remote_source(false).map(drop).map_err(|e| format!("remote trees: {}", e.message))
 }
 
 fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), String> {
@@ -491,11 +394,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     fs.show_snapdir = snapdir_visible;
     // `-o ro` (the last of ro and rw given): changes asked through the control socket are
     // refused too, and no background work writes (checkpoints find nothing to write).
-    let read_only = options
-        .iter()
-        .rev()
-        .find(|o| *o == "ro" || *o == "rw")
-        .is_some_and(|o| o == "ro");
+    let read_only = options.iter().rev().find(|o| *o == "ro" || *o == "rw").is_some_and(|o| o == "ro");
     fs.read_only = read_only;
     if !read_only {
         clear_scan_pins(&mut fs, "");
@@ -507,8 +406,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let cfg = mount_options(&store, &options);
     // Root's mount for everyone: other users may help themselves (rights.rs), through a
     // socket the mount's root directory names; `users=off` offers them nothing.
-    let users_socket =
-        (users && is_root() && cfg.acl == SessionACL::All).then(scion_daemon::server::new_user_socket_name);
+    let users_socket = (users && is_root() && cfg.acl == SessionACL::All).then(scion_daemon::server::new_user_socket_name);
     let front = scion_fuse::ScionFuse::new(router.clone())
         .with_atime(scion_fuse::Atime::from_options(options.iter().map(String::as_str)))
         .with_uring(uring)
@@ -516,8 +414,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         .with_writeback(writeback)
         .with_control_socket(users_socket.clone());
     let stale_attrs = front.attr_invalidator();
-    let session =
-        fuser::Session::new(front, &mnt, &cfg).map_err(|e| format!("mount of {} failed: {e}", mnt.display()))?;
+    let session = fuser::Session::new(front, &mnt, &cfg).map_err(|e| format!("mount of {} failed: {e}", mnt.display()))?;
     {
         // Offset -1: the attributes only, never the page cache.
         let notifier = session.notifier();
@@ -534,9 +431,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         let notifier = std::sync::Arc::new(std::sync::Mutex::new(session.notifier()));
         let n2 = notifier.clone();
         let invalidate: scion_daemon::cubes::GlobalInvalidator =
-            std::sync::Arc::new(move |inval: &[scion_fs::Inval]| {
-                crate::control::invalidate(&n2.lock().unwrap(), inval)
-            });
+            std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&n2.lock().unwrap(), inval));
         let opts = BackgroundOptions {
             repack: background_repack && !read_only,
             compress_old: compress_old && !read_only,
@@ -544,25 +439,16 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
             checkpoint_after: CHECKPOINT_AFTER,
             ..Default::default()
         };
-        let start: scion_daemon::cubes::StartBackground =
-            Box::new(move |engine, inval| Background::start(engine, opts.clone(), inval));
+        let start: scion_daemon::cubes::StartBackground = Box::new(move |engine, inval| Background::start(engine, opts.clone(), inval));
         std::sync::Arc::new(
-            scion_daemon::cubes::Cubes::open(&store, router.clone(), start, invalidate)
-                .map_err(|e| format!("{}: cubes: {e}", store.display()))?,
+            scion_daemon::cubes::Cubes::open(&store, router.clone(), start, invalidate).map_err(|e| format!("{}: cubes: {e}", store.display()))?,
         )
     };
     {
         let notifier = session.notifier();
         let invalidate =
             std::sync::Arc::new(move |inval: &[scion_fs::Inval]| crate::control::invalidate(&notifier, inval));
-        scion_daemon::server::serve(
-            &store,
-            engine.clone(),
-            cubes.clone(),
-            device,
-            invalidate,
-            users_socket.as_deref(),
-        )?;
+        scion_daemon::server::serve(&store, engine.clone(), cubes.clone(), device, invalidate, users_socket.as_deref())?;
     }
     // NFS beside the mount (`-o nfs=`, `scion serve nfs`): its changes are told to the
     // kernel as the control socket's are.
@@ -588,12 +474,10 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
             compress_old: compress_old && !read_only,
             schedules: !read_only,
             // Transfers run `scion mirror send-one` (this binary) on paths of this mount.
-            mirrors: std::env::current_exe().ok().filter(|_| !read_only).map(|exe| {
-                scion_daemon::mirror::MirrorOptions {
-                    mountpoint: mnt.clone(),
-                    store: store.clone(),
-                    exe,
-                }
+            mirrors: std::env::current_exe().ok().filter(|_| !read_only).map(|exe| scion_daemon::mirror::MirrorOptions {
+                mountpoint: mnt.clone(),
+                store: store.clone(),
+                exe,
             }),
             checkpoint_after: CHECKPOINT_AFTER,
             companions: Some(scion_daemon::SharedCompanions(cubes.clone())),
@@ -617,9 +501,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     let r = session.run();
     // The mount is gone: a mount of this store from now on waits for the final checkpoint
     // instead of refusing the store as in use (`scion_store::lock`).
-    engine
-        .lock()
-        .note_unmounting(&format!("unmounting (was mounted at {})", mnt.display()));
+    engine.lock().note_unmounting(&format!("unmounting (was mounted at {})", mnt.display()));
     nfs_server.shut();
     background.stop();
     if let Err(e) = cubes.close() {
@@ -692,9 +574,7 @@ fn open_store_warning(store: &Path) -> Option<String> {
 /// Refuses a directory that is not a store before anything is written into it or said
 /// about it (a log, a lock, advice on its mode).
 fn require_store(store: &Path) -> Result<(), String> {
-    scion_store::Superblock::read(&scion_store::os_host(), store)
-        .map(drop)
-        .map_err(|e| e.to_string())
+    scion_store::Superblock::read(&scion_store::os_host(), store).map(drop).map_err(|e| e.to_string())
 }
 
 pub fn background(store: &Path, mountpoint: &Path, options: &[String], quiet: bool) -> Result<(), String> {
@@ -734,10 +614,7 @@ impl Transient {
     /// Mounts `store`, or `None` and its mount point if it is mounted already.
     pub fn mount(store: &Path) -> Result<(PathBuf, Option<Transient>), String> {
         let store = canonical(store)?;
-        if let Some((mnt, _, _)) = crate::tree_cmds::scion_mounts()
-            .into_iter()
-            .find(|(_, s, _)| *s == store)
-        {
+        if let Some((mnt, _, _)) = crate::tree_cmds::scion_mounts().into_iter().find(|(_, s, _)| *s == store) {
             return Ok((mnt, None));
         }
         let dir = std::env::temp_dir().join(format!("scion-transient-{}-{}", std::process::id(), unique()));
@@ -772,12 +649,7 @@ fn unique() -> u64 {
 /// Starts a daemon serving `store` at `mountpoint` and waits until it serves (or failed):
 /// the store and mount point made absolute, and the daemon's pid. A `transient` daemon
 /// unmounts when this process dies.
-fn spawn_daemon(
-    store: &Path,
-    mountpoint: &Path,
-    options: &[String],
-    transient: bool,
-) -> Result<(PathBuf, PathBuf, u32), String> {
+fn spawn_daemon(store: &Path, mountpoint: &Path, options: &[String], transient: bool) -> Result<(PathBuf, PathBuf, u32), String> {
     let store = canonical(store)?;
     require_store(&store)?;
     scion_options(options)?;
@@ -925,14 +797,8 @@ pub fn remount(mountpoint: &Path, options: &[String]) -> Result<(), String> {
     let mnt = std::fs::canonicalize(mountpoint).map_err(|e| format!("{}: {e}", mountpoint.display()))?;
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     // After the optional fields, "-", then the type and the source.
-    let line = table
-        .lines()
-        .map(|l| l.split(' ').collect::<Vec<_>>())
-        .filter(|f| f.get(4).copied() == mnt.to_str())
-        .last();
-    let tail = line
-        .as_ref()
-        .and_then(|f| f.iter().position(|x| *x == "-").map(|i| &f[i + 1..]));
+    let line = table.lines().map(|l| l.split(' ').collect::<Vec<_>>()).filter(|f| f.get(4).copied() == mnt.to_str()).last();
+    let tail = line.as_ref().and_then(|f| f.iter().position(|x| *x == "-").map(|i| &f[i + 1..]));
     let (fstype, source) = match tail {
         Some([t, s, ..]) => (*t, *s),
         _ => ("", ""),
@@ -943,11 +809,7 @@ pub fn remount(mountpoint: &Path, options: &[String]) -> Result<(), String> {
     // The flags the mount has now, changed by those asked for (a remount sets them all).
     let now = mount_field(&mnt, 5).unwrap_or_default();
     let mut flags: std::collections::BTreeMap<libc::c_ulong, bool> = now.split(',').filter_map(kernel_flag).collect();
-    for o in options
-        .iter()
-        .flat_map(|o| o.split(','))
-        .filter(|o| !o.is_empty() && *o != "remount")
-    {
+    for o in options.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty() && *o != "remount") {
         match kernel_flag(o) {
             Some((f, on)) => {
                 flags.insert(f, on);
@@ -966,10 +828,7 @@ pub fn remount(mountpoint: &Path, options: &[String]) -> Result<(), String> {
         }
     }
     let ro = flags.get(&libc::MS_RDONLY).copied().unwrap_or(false);
-    let bits = flags
-        .iter()
-        .filter(|(_, on)| **on)
-        .fold(libc::MS_REMOUNT, |b, (f, _)| b | f);
+    let bits = flags.iter().filter(|(_, on)| **on).fold(libc::MS_REMOUNT, |b, (f, _)| b | f);
     let at = crate::tree_cmds::locate(&mnt, true, &None)?;
     let ask = |on: bool| crate::tree_cmds::call(&at, &scion_daemon::control::Op::ReadOnly { on }).map(drop);
     if !ro {
@@ -1033,13 +892,7 @@ mod tests {
         assert_eq!(size("node_cache=2g"), Ok(Some(2 << 30)));
         assert_eq!(size("node_cache=1048576"), Ok(Some(1 << 20)));
         assert_eq!(size("ro"), Ok(None));
-        for bad in [
-            "node_cache=",
-            "node_cache=512K",
-            "node_cache=lots",
-            "node_cache=-1M",
-            "node_cache=99999999G",
-        ] {
+        for bad in ["node_cache=", "node_cache=512K", "node_cache=lots", "node_cache=-1M", "node_cache=99999999G"] {
             assert!(size(bad).is_err(), "{bad}");
         }
         let memo = |o: &str| hash_memo_entries(&[o.to_string()]);
@@ -1051,12 +904,7 @@ mod tests {
         let places = |o: &str| whereabouts_entries(&[o.to_string()]);
         assert_eq!(places("whereabouts=0"), Ok(Some(0)));
         assert_eq!(places("whereabouts=100000"), Ok(Some(100_000)));
-        for bad in [
-            "whereabouts=",
-            "whereabouts=-1",
-            "whereabouts=lots",
-            "whereabouts=99999999",
-        ] {
+        for bad in ["whereabouts=", "whereabouts=-1", "whereabouts=lots", "whereabouts=99999999"] {
             assert!(places(bad).is_err(), "{bad}");
         }
         let bg = |o: &str| max_background(&[o.to_string()]);
@@ -1083,41 +931,28 @@ pub fn serve_nfs_foreground(store: &Path, o: scion_nfs::NfsOptions) -> Result<()
         log::warn!("{w}");
     }
     let sigs = block_signals();
-    let mut fs =
-        Fs::open(&store, MountOptions::new("served over NFS (scion serve nfs --store)")).map_err(|e| e.to_string())?;
+    let mut fs = Fs::open(&store, MountOptions::new("served over NFS (scion serve nfs --store)")).map_err(|e| e.to_string())?;
     fs.set_punch_later(true);
     clear_scan_pins(&mut fs, "");
     let engine = Engine::new(fs);
     attach_remotes(&engine, None)?;
     let router = std::sync::Arc::new(Router::new(engine.clone()).map_err(|e| format!("{}: {e}", store.display()))?);
-    let opts = BackgroundOptions {
-        checkpoint_after: CHECKPOINT_AFTER,
-        ..Default::default()
-    };
+    let opts = BackgroundOptions { checkpoint_after: CHECKPOINT_AFTER, ..Default::default() };
     let cubes = {
         let bg = opts.clone();
-        let start: scion_daemon::cubes::StartBackground =
-            Box::new(move |engine, inval| Background::start(engine, bg.clone(), inval));
+        let start: scion_daemon::cubes::StartBackground = Box::new(move |engine, inval| Background::start(engine, bg.clone(), inval));
         let none: scion_daemon::cubes::GlobalInvalidator = std::sync::Arc::new(|_: &[scion_fs::Inval]| {});
         std::sync::Arc::new(
-            scion_daemon::cubes::Cubes::open(&store, router.clone(), start, none)
-                .map_err(|e| format!("{}: cubes: {e}", store.display()))?,
+            scion_daemon::cubes::Cubes::open(&store, router.clone(), start, none).map_err(|e| format!("{}: cubes: {e}", store.display()))?,
         )
     };
     let background = Background::start(
         engine.clone(),
-        BackgroundOptions {
-            companions: Some(scion_daemon::SharedCompanions(cubes.clone())),
-            ..opts
-        },
+        BackgroundOptions { companions: Some(scion_daemon::SharedCompanions(cubes.clone())), ..opts },
         Box::new(|_| {}),
     );
     let server = scion_nfs::serve(router.clone(), o).map_err(|e| format!("NFS: {e}"))?;
-    eprintln!(
-        "serving {} over {} (Ctrl-C to stop)",
-        store.display(),
-        server.describe()
-    );
+    eprintln!("serving {} over {} (Ctrl-C to stop)", store.display(), server.describe());
     let mut sig = 0;
     unsafe { libc::sigwait(&sigs, &mut sig) };
     log::info!("signal {sig}: stopping the NFS server");

@@ -12,20 +12,8 @@ use scion_fs::records::remotes::Remote;
 use std::path::PathBuf;
 
 /// `scion remote add NAME s3://BUCKET/PREFIX [--endpoint URL] [--region R]`.
-pub fn add(
-    name: String,
-    url: String,
-    endpoint: Option<String>,
-    region: Option<String>,
-    mount: Option<PathBuf>,
-    store: Option<PathBuf>,
-) -> Result<(), String> {
-    let r = Remote::parse(
-        &name,
-        &url,
-        endpoint.as_deref().unwrap_or(""),
-        region.as_deref().unwrap_or(""),
-    )?;
+pub fn add(name: String, url: String, endpoint: Option<String>, region: Option<String>, mount: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), String> {
+    let r = Remote::parse(&name, &url, endpoint.as_deref().unwrap_or(""), region.as_deref().unwrap_or(""))?;
     let at = optional_path(mount, &store)?;
     let Reply::RemoteAdded = call(&at, &Op::RemoteAdd(r.clone()))? else {
         return Err("the daemon answered something else".into());
@@ -90,13 +78,7 @@ fn render(list: &[Remote], json: bool) -> String {
     out += &format!("{:<w$}  {:<u$}  {:<10}  ENDPOINT\n", "NAME", "URL", "REGION");
     for r in list {
         let dash = |s: &str| if s.is_empty() { "-".to_string() } else { s.to_string() };
-        out += &format!(
-            "{:<w$}  {:<u$}  {:<10}  {}\n",
-            r.name,
-            r.url(),
-            dash(&r.region),
-            dash(&r.endpoint)
-        );
+        out += &format!("{:<w$}  {:<u$}  {:<10}  {}\n", r.name, r.url(), dash(&r.region), dash(&r.endpoint));
     }
     out
 }
@@ -110,15 +92,7 @@ pub fn push(snapshot: PathBuf, remote: String, name: String, json: bool) -> Resu
     }
     let snap = crate::tree_cmds::store_path(&at);
     let started = std::time::Instant::now();
-    let Reply::Pushed(p) = call(
-        &at,
-        &Op::Push {
-            snap,
-            remote: remote.clone(),
-            name: name.clone(),
-        },
-    )?
-    else {
+    let Reply::Pushed(p) = call(&at, &Op::Push { snap, remote: remote.clone(), name: name.clone() })? else {
         return Err("the daemon answered something else".into());
     };
     let s = &p.stats;
@@ -147,18 +121,8 @@ pub fn push(snapshot: PathBuf, remote: String, name: String, json: bool) -> Resu
 /// `scion pull REMOTE NAME DIR [--version N] [--prefetch] [--json]`: the tree published as
 /// NAME appears at DIR (a new path in a mount whose store has REMOTE), its blocks fetched when
 /// first read, and is snapshotted under the name it was pushed from.
-pub fn pull(
-    remote: String,
-    name: String,
-    dir: PathBuf,
-    version: Option<u64>,
-    prefetch: bool,
-    json: bool,
-) -> Result<(), String> {
-    let parent = dir
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
+pub fn pull(remote: String, name: String, dir: PathBuf, version: Option<u64>, prefetch: bool, json: bool) -> Result<(), String> {
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     let at = crate::tree_cmds::locate(parent, true, &None)?;
     if at.mnt.is_none() {
         return Err(format!("{} is not in a mounted scion store", parent.display()));
@@ -173,36 +137,19 @@ pub fn pull(
         Ok(())
     };
     let staging = crate::receive_cmd::PullStaging::new(&dir)?;
-    let op = Op::PullOpen {
-        remote: remote.clone(),
-        name: name.clone(),
-        version,
-        tmp: staging.rel.clone(),
-        pid: std::process::id(),
-    };
+    let op = Op::PullOpen { remote: remote.clone(), name: name.clone(), version, tmp: staging.rel.clone(), pid: std::process::id() };
     let opened = crate::tree_cmds::call_streaming(&at, &op, &mut sink);
     let built = match opened {
-        Ok(Reply::PullOpened {
-            attach,
-            version,
-            root,
-            blocks,
-        }) => {
+        Ok(Reply::PullOpened { attach, version, root, blocks }) => {
             let tty = unsafe { libc::isatty(2) } == 1;
-            crate::receive_cmd::build_pulled(&staging, stream, attach, tty && !json)
-                .map(|s| (s, attach, version, root, blocks))
+            crate::receive_cmd::build_pulled(&staging, stream, attach, tty && !json).map(|s| (s, attach, version, root, blocks))
         }
         Ok(_) => Err("the daemon answered something else".into()),
         Err(e) => Err(e),
     };
     // Built and renamed, or removed: either way the intent goes (a crash left it for the
     // next mount to settle).
-    let done = call(
-        &staging.at,
-        &Op::PullDone {
-            tmp: staging.rel.clone(),
-        },
-    );
+    let done = call(&staging.at, &Op::PullDone { tmp: staging.rel.clone() });
     let (snapshot, attach, version, root, blocks) = built?;
     done?;
     let attached = started.elapsed().as_secs_f64();
@@ -232,21 +179,9 @@ pub fn pull(
 
 /// `scion remote gc NAME [--grace D] [--dry-run] [--json]`.
 pub fn gc(name: String, grace: String, dry: bool, json: bool, mount: Option<PathBuf>) -> Result<(), String> {
-    let grace_s = if grace == "0" {
-        0
-    } else {
-        scion_fs::schedule::parse_every(&grace).map_err(|e| format!("--grace: {e}"))?
-    };
+    let grace_s = if grace == "0" { 0 } else { scion_fs::schedule::parse_every(&grace).map_err(|e| format!("--grace: {e}"))? };
     let at = optional_path(mount, &None)?;
-    let Reply::RemoteGc(g) = call(
-        &at,
-        &Op::RemoteGc {
-            remote: name.clone(),
-            grace_s,
-            dry,
-        },
-    )?
-    else {
+    let Reply::RemoteGc(g) = call(&at, &Op::RemoteGc { remote: name.clone(), grace_s, dry })? else {
         return Err("the daemon answered something else".into());
     };
     if json {
@@ -256,10 +191,7 @@ pub fn gc(name: String, grace: String, dry: bool, json: bool, mount: Option<Path
         });
         println!("{j}");
     } else if g.pushes > 0 {
-        println!(
-            "remote {name}: {} pushes under way: nothing removed (gc again once they are done)",
-            g.pushes
-        );
+        println!("remote {name}: {} pushes under way: nothing removed (gc again once they are done)", g.pushes);
     } else {
         println!(
             "remote {name}: {} versions; {} trees and {} packs found; {} objects ({:.1} MiB) {}; {} unneeded kept (younger than {grace})",
@@ -291,10 +223,7 @@ mod tests {
              minio  s3://bases/scion  us-east-1   http://127.0.0.1:9000\n\
              aws    s3://my-bucket    -           -\n"
         );
-        let j: Vec<serde_json::Value> = render(&list, true)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let j: Vec<serde_json::Value> = render(&list, true).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(j[0]["prefix"], "scion");
         assert_eq!(j[1]["endpoint"], "");
         assert_eq!(render(&[], false), "");

@@ -51,32 +51,14 @@ pub fn run(a: RunArgs) -> Result<ExitCode, String> {
     let clone_rel = crate::tree_cmds::below_mount(&mnt, &clone)?;
     let base = if a.apply {
         let name = format!("scion-run-{}", std::process::id()).into_bytes();
-        call(
-            &at,
-            &Op::Snapshot {
-                path: src_rel.clone(),
-                name: name.clone(),
-            },
-        )?;
+        call(&at, &Op::Snapshot { path: src_rel.clone(), name: name.clone() })?;
         Some([&src_rel[..], b"/.snapshot/", &name].concat())
     } else {
         None
     };
-    let t = Trial {
-        at,
-        clone,
-        clone_rel,
-        base,
-    };
+    let t = Trial { at, clone, clone_rel, base };
     let from = t.base.clone().unwrap_or_else(|| src_rel.clone());
-    if let Err(e) = call(
-        &t.at,
-        &Op::Clone {
-            src: from,
-            dst: t.clone_rel.clone(),
-            excludes: Vec::new(),
-        },
-    ) {
+    if let Err(e) = call(&t.at, &Op::Clone { src: from, dst: t.clone_rel.clone(), excludes: Vec::new() }) {
         drop_base(&t);
         return Err(e);
     }
@@ -101,10 +83,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode, String> {
     drop_base(&t);
     let status = status.map_err(|e| format!("{program}: {e}"))?;
     if a.apply && !status.success() {
-        eprintln!(
-            "scion run: COMMAND failed; nothing applied, the clone is kept: {}",
-            t.clone.display()
-        );
+        eprintln!("scion run: COMMAND failed; nothing applied, the clone is kept: {}", t.clone.display());
     }
     match result? {
         true => Ok(ExitCode::from(code.clamp(0, 255) as u8)),
@@ -161,10 +140,7 @@ fn finish(t: &Trial, keep: bool, apply: bool, src_rel: &[u8]) -> Result<bool, St
         let mnt = t.at.mnt.as_deref().expect("a mounted store");
         let src = mnt.join(Path::new(std::ffi::OsStr::from_bytes(src_rel)));
         if let Err(e) = apply_all(t, &src, &changes) {
-            eprintln!(
-                "scion run: applying stopped: {e}\nscion run: the clone is kept: {}",
-                t.clone.display()
-            );
+            eprintln!("scion run: applying stopped: {e}\nscion run: the clone is kept: {}", t.clone.display());
             return Ok(false);
         }
         eprintln!("scion run: {} changes applied to {}", changes.len(), src.display());
@@ -172,14 +148,7 @@ fn finish(t: &Trial, keep: bool, apply: bool, src_rel: &[u8]) -> Result<bool, St
         eprintln!("scion run: kept {}", t.clone.display());
         return Ok(true);
     }
-    call(
-        &t.at,
-        &Op::Destroy {
-            target: Target::Path(t.clone_rel.clone()),
-            recursive: true,
-        },
-    )
-    .map(|_| true)
+    call(&t.at, &Op::Destroy { target: Target::Path(t.clone_rel.clone()), recursive: true }).map(|_| true)
 }
 
 fn diff(at: &Located, a: &[u8], b: &[u8]) -> Result<Vec<Difference>, String> {
@@ -198,13 +167,7 @@ fn diff(at: &Located, a: &[u8], b: &[u8]) -> Result<Vec<Difference>, String> {
 
 fn drop_base(t: &Trial) {
     if let Some(b) = &t.base {
-        if let Err(e) = call(
-            &t.at,
-            &Op::Destroy {
-                target: Target::Path(b.clone()),
-                recursive: true,
-            },
-        ) {
+        if let Err(e) = call(&t.at, &Op::Destroy { target: Target::Path(b.clone()), recursive: true }) {
             eprintln!("scion run: the snapshot {} stays: {e}", String::from_utf8_lossy(b));
         }
     }
@@ -259,12 +222,7 @@ fn put(t: &Trial, rel: &[u8], to: &Path) -> Result<(), String> {
     let name = to.file_name().ok_or("no name")?.to_string_lossy().into_owned();
     let tmp = to.with_file_name(format!(".{name}.scion-apply-{}", std::process::id()));
     let mnt = t.at.mnt.as_deref().expect("a mounted store");
-    let tmp_rel = tmp
-        .strip_prefix(mnt)
-        .map_err(|e| e.to_string())?
-        .as_os_str()
-        .as_bytes()
-        .to_vec();
+    let tmp_rel = tmp.strip_prefix(mnt).map_err(|e| e.to_string())?.as_os_str().as_bytes().to_vec();
     remove(&tmp)?;
     let op = Op::Restore {
         path: tmp_rel,
@@ -336,21 +294,10 @@ mod tests {
 
     #[test]
     fn clashes_are_equal_or_nested_paths() {
-        let ours = [
-            d(Change::Modified, "a/b", None),
-            d(Change::Renamed, "x/new", Some("y/old")),
-            d(Change::Added, "c", None),
-        ];
-        let theirs = [
-            d(Change::Deleted, "a", None),
-            d(Change::Modified, "y/old", None),
-            d(Change::Modified, "cc", None),
-        ];
+        let ours = [d(Change::Modified, "a/b", None), d(Change::Renamed, "x/new", Some("y/old")), d(Change::Added, "c", None)];
+        let theirs = [d(Change::Deleted, "a", None), d(Change::Modified, "y/old", None), d(Change::Modified, "cc", None)];
         assert_eq!(clashes(&ours, &theirs), ["a/b", "y/old"]);
         assert!(clashes(&ours, &[d(Change::Added, "c2", None)]).is_empty());
-        assert_eq!(
-            clashes(&[d(Change::Added, "dir", None)], &[d(Change::Modified, "dir/f", None)]),
-            ["dir"]
-        );
+        assert_eq!(clashes(&[d(Change::Added, "dir", None)], &[d(Change::Modified, "dir/f", None)]), ["dir"]);
     }
 }

@@ -37,21 +37,13 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, String> {
     if a.command.is_empty() {
         return Err("no command given: scion scan PATH... -- COMMAND ARGS... {}".into());
     }
-    let at: Vec<Located> = a
-        .paths
-        .iter()
-        .map(|p| locate(p, true, &None))
-        .collect::<Result<_, _>>()?;
+    let at: Vec<Located> = a.paths.iter().map(|p| locate(p, true, &None)).collect::<Result<_, _>>()?;
     let first = &at[0];
     let Some(mnt) = first.mnt.clone() else {
         return Err("scan runs COMMAND on files through the mount; mount the store".into());
     };
     if let Some(i) = at.iter().position(|x| x.store != first.store) {
-        return Err(format!(
-            "{} is not in the same store as {}",
-            a.paths[i].display(),
-            a.paths[0].display()
-        ));
+        return Err(format!("{} is not in the same store as {}", a.paths[i].display(), a.paths[0].display()));
     }
     let since = match &a.since {
         Some(s) if s.contains('/') => Some(store_path(&locate(Path::new(s), true, &None)?)),
@@ -83,10 +75,7 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, String> {
         .enumerate()
         .filter_map(|(i, p)| p.take().map(|p| (i, mnt.join(rel(&p)))))
         .collect();
-    let jobs = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
-        .max(1);
+    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1);
     let cmd = Scanner::new(&a.command);
     if cmd.batched && a.command.iter().filter(|w| w.contains("{}")).count() > 1 {
         return Err("with `{} +`, `{}` may appear only once, as its own word before `+`".into());
@@ -156,11 +145,7 @@ impl Listing {
             Part::ScanPins(_) => return Err("a scan's pins twice".into()),
             Part::ScanContents(v) => {
                 // (A batch's contents may come in several frames: the range grows until files come.)
-                let start = if self.batch.end == self.contents.len() && !self.batch_done {
-                    self.batch.start
-                } else {
-                    self.contents.len()
-                };
+                let start = if self.batch.end == self.contents.len() && !self.batch_done { self.batch.start } else { self.contents.len() };
                 self.batch = start..self.contents.len() + v.len();
                 self.batch_done = false;
                 self.contents.extend(v);
@@ -172,9 +157,7 @@ impl Listing {
                 let index: std::collections::HashMap<[u8; 32], usize> =
                     self.batch.clone().map(|i| (self.contents[i].0, i)).collect();
                 for x in v {
-                    let i = *index
-                        .get(&x.key)
-                        .ok_or("a kept result of a content its batch does not list")?;
+                    let i = *index.get(&x.key).ok_or("a kept result of a content its batch does not list")?;
                     self.results[i] = Some((x, true));
                     self.cached += 1;
                 }
@@ -190,8 +173,7 @@ impl Listing {
                     if self.results[k].is_none() && self.first_path[k].is_none() {
                         self.first_path[k] = Some(pinned(&p, self.pins.as_deref().unwrap_or_default()));
                     }
-                    self.spool(k as u32, &p)
-                        .map_err(|e| format!("spooling the listing: {e}"))?;
+                    self.spool(k as u32, &p).map_err(|e| format!("spooling the listing: {e}"))?;
                     self.files += 1;
                 }
             }
@@ -218,9 +200,7 @@ impl Listing {
         let got = [self.contents.len() as u64, self.files, self.denied, self.cached];
         let want = [n.contents, n.files, n.denied, n.cached];
         if got != want {
-            return Err(format!(
-                "the daemon announced {want:?} contents, files, denied and kept results; {got:?} came"
-            ));
+            return Err(format!("the daemon announced {want:?} contents, files, denied and kept results; {got:?} came"));
         }
         Ok(())
     }
@@ -259,15 +239,9 @@ impl Drop for Unpin<'_> {
     fn drop(&mut self) {
         for (_, pin) in self.pins {
             // Recursive: a pin holds the clones nested in what it pinned, frozen with it.
-            let op = Op::Destroy {
-                target: scion_daemon::control::Target::Path(pin.clone()),
-                recursive: true,
-            };
+            let op = Op::Destroy { target: scion_daemon::control::Target::Path(pin.clone()), recursive: true };
             if let Err(e) = call(self.at, &op) {
-                eprintln!(
-                    "scion scan: its snapshot /{} not destroyed: {e}",
-                    String::from_utf8_lossy(pin)
-                );
+                eprintln!("scion scan: its snapshot /{} not destroyed: {e}", String::from_utf8_lossy(pin));
             }
         }
     }
@@ -287,16 +261,8 @@ fn pinned(path: &[u8], pins: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
 /// A path COMMAND was given, as the live path it pinned (`/.snapshot/.scion-scan-HEX` left
 /// out): where the content was when it ran.
 fn unpinned(p: &[u8]) -> Vec<u8> {
-    let mark = [
-        b"/",
-        scion_fs::clone::SNAPDIR_NAME,
-        b"/",
-        scion_daemon::control::SCAN_PIN,
-    ]
-    .concat();
-    let Some(at) = p.windows(mark.len()).position(|w| w == mark) else {
-        return p.to_vec();
-    };
+    let mark = [b"/", scion_fs::clone::SNAPDIR_NAME, b"/", scion_daemon::control::SCAN_PIN].concat();
+    let Some(at) = p.windows(mark.len()).position(|w| w == mark) else { return p.to_vec() };
     let rest = &p[at + mark.len()..];
     let end = rest.iter().position(|&c| c == b'/').unwrap_or(rest.len());
     [&p[..at], &rest[end..]].concat()
@@ -352,11 +318,7 @@ impl Scanner {
     pub(crate) fn new(command: &[String]) -> Scanner {
         let n = command.len();
         let batched = n >= 2 && command[n - 1] == "+" && command[n - 2] == "{}";
-        let words = if batched {
-            command[..n - 1].to_vec()
-        } else {
-            command.to_vec()
-        };
+        let words = if batched { command[..n - 1].to_vec() } else { command.to_vec() };
         Scanner { words, batched }
     }
 }
@@ -386,9 +348,7 @@ fn run_all(
         for _ in 0..jobs.min(total.max(1)) {
             let (queue, done, failed) = (queue.clone(), done.clone(), failed.clone());
             s.spawn(move || loop {
-                let Some(batch) = queue.lock().unwrap().pop_front() else {
-                    return;
-                };
+                let Some(batch) = queue.lock().unwrap().pop_front() else { return };
                 if failed.lock().unwrap().is_some() {
                     return;
                 }
@@ -616,10 +576,7 @@ mod tests {
     #[test]
     fn output_is_shown_for_each_holder() {
         assert_eq!(shown_for(b"abc  /m/a/f\n", b"/m/a/f", b"/m/b/f"), b"abc  /m/b/f\n");
-        assert_eq!(
-            shown_for(b"ASCII text\nmore", b"/m/a/f", b"/m/b/f"),
-            b"/m/b/f: ASCII text\n/m/b/f: more\n"
-        );
+        assert_eq!(shown_for(b"ASCII text\nmore", b"/m/a/f", b"/m/b/f"), b"/m/b/f: ASCII text\n/m/b/f: more\n");
         assert_eq!(shown_for(b"", b"/m/a/f", b"/m/b/f"), b"");
         let f = [Path::new("/m/f")];
         let w = expand(&["rg".into(), "-l".into(), "x".into(), "--".into(), "{}".into()], &f);
@@ -629,10 +586,7 @@ mod tests {
         let w = expand(&["sh".into(), "-c".into(), "wc -c < {}".into()], &f);
         assert_eq!(w[2], "wc -c < /m/f");
         let two = [Path::new("/m/a"), Path::new("/m/b")];
-        assert_eq!(
-            expand(&["sha256sum".into(), "{}".into()], &two),
-            ["sha256sum", "/m/a", "/m/b"]
-        );
+        assert_eq!(expand(&["sha256sum".into(), "{}".into()], &two), ["sha256sum", "/m/a", "/m/b"]);
     }
 
     #[test]
@@ -642,23 +596,13 @@ mod tests {
         assert!(!Scanner::new(&["echo".into(), "+".into()]).batched);
         let batch = vec![(0, PathBuf::from("/m/a/b")), (1, PathBuf::from("/m/a/b2"))];
         let contents = [([1; 32], 1), ([2; 32], 2)];
-        let ran = Ran {
-            status: 0,
-            stdout: b"x  /m/a/b2\ny  /m/a/b\n".to_vec(),
-            stderr: Vec::new(),
-        };
+        let ran = Ran { status: 0, stdout: b"x  /m/a/b2\ny  /m/a/b\n".to_vec(), stderr: Vec::new() };
         let got = split(&batch, ran, &contents);
         assert_eq!(got[0].1.stdout, b"y  /m/a/b\n");
         assert_eq!(got[1].1.stdout, b"x  /m/a/b2\n");
         assert!(got.iter().all(|(_, r, keep)| *keep && r.status == 0));
-        let ran = Ran {
-            status: 1,
-            stdout: Vec::new(),
-            stderr: Vec::new(),
-        };
-        assert!(split(&batch, ran, &contents)
-            .iter()
-            .all(|(_, r, keep)| !keep && r.status == 1));
+        let ran = Ran { status: 1, stdout: Vec::new(), stderr: Vec::new() };
+        assert!(split(&batch, ran, &contents).iter().all(|(_, r, keep)| !keep && r.status == 1));
         let b = batches((0..10).map(|i| (i, PathBuf::from(format!("/p{i}")))).collect(), 256, 2);
         assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), [5, 5]);
     }

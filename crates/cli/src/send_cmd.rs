@@ -38,25 +38,13 @@ pub fn send(a: SendArgs) -> Result<(), String> {
         (rel.clone(), false)
     } else {
         let name = utc_now_name().into_bytes();
-        call(
-            &at,
-            &Op::Snapshot {
-                path: rel.clone(),
-                name: name.clone(),
-            },
-        )?;
+        call(&at, &Op::Snapshot { path: rel.clone(), name: name.clone() })?;
         ([&rel[..], b"/.snapshot/", &name].concat(), true)
     };
     let _ = mnt;
     let r = send_snapshot(&a, &at, &snap);
     if temp {
-        if let Err(e) = call(
-            &at,
-            &Op::Destroy {
-                target: Target::Path(snap.clone()),
-                recursive: true,
-            },
-        ) {
+        if let Err(e) = call(&at, &Op::Destroy { target: Target::Path(snap.clone()), recursive: true }) {
             eprintln!("scion send: the snapshot {} stays: {e}", String::from_utf8_lossy(&snap));
         }
     }
@@ -80,11 +68,7 @@ fn compress_threads() -> u32 {
     std::env::var("SCION_SEND_THREADS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map_or(1, |n| n.get() as u32 - 1)
-                .max(1)
-        })
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32 - 1).max(1))
 }
 
 fn in_snapshot(rel: &[u8]) -> bool {
@@ -104,10 +88,7 @@ fn send_snapshot(a: &SendArgs, at: &Located, snap: &[u8]) -> Result<(), String> 
         Some(t) => {
             let (from, chain, troot) = scion::stream::parse_token(t)?;
             if troot != hash_of(at, snap)? {
-                return Err(format!(
-                    "the resume token is for another tree than {}",
-                    a.path.display()
-                ));
+                return Err(format!("the resume token is for another tree than {}", a.path.display()));
             }
             Some((from, chain))
         }
@@ -117,11 +98,7 @@ fn send_snapshot(a: &SendArgs, at: &Located, snap: &[u8]) -> Result<(), String> 
         Some(b) => {
             let bat = locate(b, true, &None)?;
             if bat.store != at.store {
-                return Err(format!(
-                    "{} is not in the same store as {}",
-                    b.display(),
-                    a.path.display()
-                ));
+                return Err(format!("{} is not in the same store as {}", b.display(), a.path.display()));
             }
             Some(store_path(&bat))
         }
@@ -130,9 +107,7 @@ fn send_snapshot(a: &SendArgs, at: &Located, snap: &[u8]) -> Result<(), String> 
         return Err("--through and -o both say where the stream goes: give one".into());
     }
     if a.dedup && resume.is_some() {
-        return Err(
-            "--dedup negotiates a whole stream; a resumed one sends what is left as it is: drop --dedup".into(),
-        );
+        return Err("--dedup negotiates a whole stream; a resumed one sends what is left as it is: drop --dedup".into());
     }
     let mut child = a.through.as_deref().map(spawn_receiver).transpose()?;
     let mut out: Box<dyn Write> = match (&mut child, &a.output) {
@@ -171,8 +146,7 @@ fn send_snapshot(a: &SendArgs, at: &Located, snap: &[u8]) -> Result<(), String> 
             e.multithread(compress_threads()).map_err(io)?;
             e.long_distance_matching(true).map_err(io)?;
             e.window_log(ZSTD_WINDOW_LOG).map_err(io)?;
-            e.set_parameter(zstd::stream::raw::CParameter::JobSize(ZSTD_JOB))
-                .map_err(io)?;
+            e.set_parameter(zstd::stream::raw::CParameter::JobSize(ZSTD_JOB)).map_err(io)?;
             Box::new(e.auto_finish())
         };
         let mut sent = 0u64;
@@ -199,16 +173,12 @@ fn send_snapshot(a: &SendArgs, at: &Located, snap: &[u8]) -> Result<(), String> 
     // The receiver sees the end of its input, finishes and says so.
     drop(out);
     if let Some(mut c) = child {
-        let status = c
-            .wait()
-            .map_err(|e| format!("waiting for the receiving command: {e}"))?;
+        let status = c.wait().map_err(|e| format!("waiting for the receiving command: {e}"))?;
         if let Some(t) = shown {
             let _ = t.join();
         }
         if !status.success() {
-            return Err(format!(
-                "the receiving command failed ({status}); its messages are above"
-            ));
+            return Err(format!("the receiving command failed ({status}); its messages are above"));
         }
     }
     Ok(())
@@ -232,28 +202,14 @@ fn spawn_receiver(cmd: &str) -> Result<std::process::Child, String> {
 
 /// The offer of the stream's blocks (asked of the daemon: a pass that reads no data)
 /// and the receiver's answer: the hashes that may go without their bytes.
-fn negotiate(
-    at: &Located,
-    snap: &[u8],
-    base: &Option<Vec<u8>>,
-    out: &mut dyn Write,
-    back: &mut dyn std::io::Read,
-) -> Result<SendDedup, String> {
+fn negotiate(at: &Located, snap: &[u8], base: &Option<Vec<u8>>, out: &mut dyn Write, back: &mut dyn std::io::Read) -> Result<SendDedup, String> {
     let mut offered = Vec::new();
-    let op = Op::Send {
-        snap: snap.to_vec(),
-        base: base.clone(),
-        resume: None,
-        dedup: SendDedup::Offer,
-    };
+    let op = Op::Send { snap: snap.to_vec(), base: base.clone(), resume: None, dedup: SendDedup::Offer };
     call_streaming(at, &op, &mut |b: &[u8]| {
         offered.extend_from_slice(b);
         Ok(())
     })?;
-    let mut hashes: Vec<[u8; 32]> = offered
-        .chunks_exact(32)
-        .map(|h| h.try_into().expect("32 bytes"))
-        .collect();
+    let mut hashes: Vec<[u8; 32]> = offered.chunks_exact(32).map(|h| h.try_into().expect("32 bytes")).collect();
     hashes.truncate(scion::stream::MAX_OFFER);
     // A receiver that refuses the stream (its destination exists, say) exits before it reads
     // the offer: the pipe breaks, and the same words as a missing answer say so.

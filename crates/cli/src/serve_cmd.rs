@@ -19,22 +19,14 @@ pub(crate) struct DaemonNfs {
 
 impl DaemonNfs {
     pub(crate) fn new(router: Arc<Router>, tell: Option<scion_nfs::Invalidator>, read_only: bool) -> DaemonNfs {
-        DaemonNfs {
-            router,
-            tell,
-            read_only,
-            server: Mutex::new(None),
-        }
+        DaemonNfs { router, tell, read_only, server: Mutex::new(None) }
     }
 
     /// Starts serving with `o` (its `tell` and read-only flag are the daemon's).
     pub(crate) fn start_with(&self, mut o: scion_nfs::NfsOptions) -> Result<String, String> {
         let mut slot = self.server.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = slot.as_ref() {
-            return Err(format!(
-                "already serving: {} (scion serve nfs --stop first)",
-                s.describe()
-            ));
+            return Err(format!("already serving: {} (scion serve nfs --stop first)", s.describe()));
         }
         o.tell = self.tell.clone();
         o.read_only |= self.read_only;
@@ -60,34 +52,22 @@ impl scion_daemon::server::NfsService for DaemonNfs {
     }
 
     fn stop(&self) -> Result<String, String> {
-        let s = self
-            .server
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .ok_or("not serving NFS")?;
+        let s = self.server.lock().unwrap_or_else(|p| p.into_inner()).take().ok_or("not serving NFS")?;
         let d = s.describe();
         s.stop();
         Ok(format!("stopped {d}"))
     }
 
     fn describe(&self) -> Option<String> {
-        self.server
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map(|s| s.describe())
+        self.server.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|s| s.describe())
     }
 }
 
 /// The server's options from a request.
 fn options(spec: &NfsSpec) -> Result<scion_nfs::NfsOptions, String> {
-    spec.listen.parse::<std::net::SocketAddr>().map_err(|_| {
-        format!(
-            "--listen {}: expected ADDR:PORT (127.0.0.1:2049, [::1]:2049)",
-            spec.listen
-        )
-    })?;
+    spec.listen
+        .parse::<std::net::SocketAddr>()
+        .map_err(|_| format!("--listen {}: expected ADDR:PORT (127.0.0.1:2049, [::1]:2049)", spec.listen))?;
     let mut o = scion_nfs::NfsOptions::new(&spec.listen);
     o.identity.squash = spec.squash.parse().map_err(|e| format!("--squash: {e}"))?;
     o.identity.anon = (spec.anon_uid, spec.anon_gid);
@@ -159,11 +139,7 @@ pub(crate) fn nfs(a: Args) -> Result<(), String> {
                     let abs = std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display()))?;
                     below_mount(&root, &abs)
                 };
-                let exports: Vec<Vec<u8>> = if a.export.is_empty() {
-                    vec![at.rel.clone()]
-                } else {
-                    a.export.iter().map(inside).collect::<Result<_, _>>()?
-                };
+                let exports: Vec<Vec<u8>> = if a.export.is_empty() { vec![at.rel.clone()] } else { a.export.iter().map(inside).collect::<Result<_, _>>()? };
                 Op::Nfs(NfsRequest::Start(NfsSpec {
                     listen: a.listen.clone(),
                     exports,

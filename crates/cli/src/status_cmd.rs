@@ -16,10 +16,7 @@ pub fn status(path: Option<PathBuf>, store: Option<PathBuf>, json: bool) -> Resu
             if mounts.is_empty() {
                 return Err("no scion mount here (for an unmounted store: --store STORE)".into());
             }
-            mounts
-                .into_iter()
-                .map(|(mnt, store, device)| Located::mount_root(mnt, store, device))
-                .collect()
+            mounts.into_iter().map(|(mnt, store, device)| Located::mount_root(mnt, store, device)).collect()
         }
     };
     let mut failed = 0;
@@ -130,11 +127,7 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
         return format!("{v}\n");
     }
     let mut out = match &mnt {
-        Some(m) => format!(
-            "{m}: store {store}, daemon pid {}, up {}\n",
-            st.pid,
-            ago(Some(st.uptime_s)).trim_end_matches(" ago")
-        ),
+        Some(m) => format!("{m}: store {store}, daemon pid {}, up {}\n", st.pid, ago(Some(st.uptime_s)).trim_end_matches(" ago")),
         None => format!("{store}: not mounted\n"),
     };
     out += &format!(
@@ -173,11 +166,7 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
             human(st.orphaned_bytes)
         );
     }
-    out += &format!(
-        "  background: repack {}, compression of old versions {}\n",
-        ago(f.repack_age_s),
-        ago(f.compress_age_s)
-    );
+    out += &format!("  background: repack {}, compression of old versions {}\n", ago(f.repack_age_s), ago(f.compress_age_s));
     let w = &f.written;
     out += &format!(
         "  written since mount: {} by users, {} to the host ({} data, {} journal, {} metadata, {} repack, {} compression){}\n",
@@ -220,17 +209,13 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
             human(r.cache_limit)
         );
         if !r.failing.is_empty() {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
             let since = ago(Some(now.saturating_sub(r.failing_since)));
             out += &format!("  remote FAILING (last failure {since}): {} (reads of blocks not cached get EIO; tried again at each read)\n", r.failing);
         }
     }
     out += &match &f.failed {
-        None if f.host_full => {
-            "  state: host filesystem full: changes get ENOSPC until there is room (no remount needed)\n".to_string()
-        }
+        None if f.host_full => "  state: host filesystem full: changes get ENOSPC until there is room (no remount needed)\n".to_string(),
         None => "  state: ok\n".to_string(),
         Some(why) => format!("  state: FAILED, changes refused until it is mounted again: {why}\n"),
     };

@@ -42,51 +42,17 @@ mod tests {
             xattrs: vec![(b"user.a".to_vec(), b"v".to_vec())],
         };
         vec![
-            Frame::Begin {
-                base: Some([1; 32]),
-                root: [2; 32],
-                name: b"snap".to_vec(),
-                entries: 9,
-                bytes: 1 << 20,
-            },
-            Frame::Copy {
-                path: b"moved".to_vec(),
-                from: b"a/old".to_vec(),
-            },
-            Frame::Delete {
-                path: b"a/old".to_vec(),
-            },
+            Frame::Begin { base: Some([1; 32]), root: [2; 32], name: b"snap".to_vec(), entries: 9, bytes: 1 << 20 },
+            Frame::Copy { path: b"moved".to_vec(), from: b"a/old".to_vec() },
+            Frame::Delete { path: b"a/old".to_vec() },
             Frame::Dir { path: b"d".to_vec() },
-            Frame::File {
-                path: b"d/f".to_vec(),
-                size: 100_000,
-                fresh: true,
-                meta: meta.clone(),
-            },
-            Frame::Data {
-                offset: 65536,
-                bytes: vec![7; 1000],
-            },
+            Frame::File { path: b"d/f".to_vec(), size: 100_000, fresh: true, meta: meta.clone() },
+            Frame::Data { offset: 65536, bytes: vec![7; 1000] },
             Frame::Hole { offset: 0, len: 65536 },
-            Frame::Block {
-                offset: 131072,
-                hash: [5; 32],
-            },
-            Frame::Symlink {
-                path: b"l".to_vec(),
-                target: b"d/f".to_vec(),
-                meta: meta.clone(),
-            },
-            Frame::Special {
-                path: b"p".to_vec(),
-                kind: 4,
-                rdev: 0,
-                meta: meta.clone(),
-            },
-            Frame::Link {
-                path: b"d/g".to_vec(),
-                target: b"d/f".to_vec(),
-            },
+            Frame::Block { offset: 131072, hash: [5; 32] },
+            Frame::Symlink { path: b"l".to_vec(), target: b"d/f".to_vec(), meta: meta.clone() },
+            Frame::Special { path: b"p".to_vec(), kind: 4, rdev: 0, meta: meta.clone() },
+            Frame::Link { path: b"d/g".to_vec(), target: b"d/f".to_vec() },
             Frame::Meta { path: Vec::new(), meta },
         ]
     }
@@ -114,11 +80,7 @@ mod tests {
         for flags in [0, FLAG_ZSTD] {
             let got = decode_all(&stream(flags)).unwrap();
             let mut want = frames();
-            want.push(Frame::End {
-                frames: 11,
-                hash: [0; 32],
-                root: [2; 32],
-            });
+            want.push(Frame::End { frames: 11, hash: [0; 32], root: [2; 32] });
             assert_eq!(got.len(), want.len());
             assert_eq!(&got[..11], &want[..11]);
         }
@@ -131,13 +93,7 @@ mod tests {
         let bytes: Vec<u8> = (0..70_000u32).map(|i| (i * 7) as u8).collect();
         let mut out = vec![9, 9, 9];
         encode_data_into(65536, &bytes, 4, &mut out);
-        let want = encode_frame(
-            &Frame::Data {
-                offset: 65536,
-                bytes: bytes.clone(),
-            },
-            4,
-        );
+        let want = encode_frame(&Frame::Data { offset: 65536, bytes: bytes.clone() }, 4);
         assert_eq!(&out[3..], &want[..]);
         let mut batch = Vec::new();
         for f in frames() {
@@ -161,10 +117,7 @@ mod tests {
         write_answer(&mut answer, &held).unwrap();
         assert_eq!(read_offer(&mut &offer[..]).unwrap(), hashes);
         assert_eq!(read_answer(&mut &answer[..], 20).unwrap(), held);
-        assert!(
-            read_answer(&mut &answer[..], 21).is_err(),
-            "an answer for another offer"
-        );
+        assert!(read_answer(&mut &answer[..], 21).is_err(), "an answer for another offer");
         for cut in 0..offer.len() {
             assert!(read_offer(&mut &offer[..cut]).is_err(), "offer cut at {cut}");
         }
@@ -217,14 +170,7 @@ mod tests {
         let mut n = 0;
         while let Some(f) = r.next().unwrap() {
             if n == 0 {
-                assert_eq!(
-                    f,
-                    Frame::Resume {
-                        root,
-                        from: 4,
-                        chain: c2
-                    }
-                );
+                assert_eq!(f, Frame::Resume { root, from: 4, chain: c2 });
             }
             n += 1;
         }

@@ -110,21 +110,11 @@ pub(crate) fn locate_entry(path: &Path, store: &Option<PathBuf>) -> Result<Locat
 impl Located {
     /// An unmounted store (what --store names).
     pub(crate) fn unmounted(store: PathBuf) -> Located {
-        Located {
-            store,
-            rel: Vec::new(),
-            mnt: None,
-            device: String::new(),
-        }
+        Located { store, rel: Vec::new(), mnt: None, device: String::new() }
     }
     /// The root of a mount from the mount table.
     pub(crate) fn mount_root(mnt: PathBuf, store: PathBuf, device: String) -> Located {
-        Located {
-            store,
-            rel: Vec::new(),
-            mnt: Some(mnt),
-            device,
-        }
+        Located { store, rel: Vec::new(), mnt: Some(mnt), device }
     }
 }
 
@@ -162,15 +152,7 @@ pub(crate) fn call_streaming(
     if at.mnt.is_none() {
         return Err("a stream is sent by a mounted store's daemon: mount the store".into());
     }
-    server::call_streaming(
-        &at.store,
-        &at.device,
-        at.mnt.as_deref(),
-        op,
-        &mut |_, _, _| {},
-        Some(sink),
-    )
-    .map_err(|e| e.message)
+    server::call_streaming(&at.store, &at.device, at.mnt.as_deref(), op, &mut |_, _, _| {}, Some(sink)).map_err(|e| e.message)
 }
 
 /// `call` of a scan: its parts go to `parts` as they come (a mounted store only).
@@ -191,10 +173,7 @@ pub(crate) fn call_parts(
 /// so it is flushed first.
 fn sync_mount(at: &Located, op: &Op) {
     let Some(mnt) = &at.mnt else { return };
-    if matches!(
-        op,
-        Op::Clone { .. } | Op::Snapshot { .. } | Op::Diff { .. } | Op::Scan { .. }
-    ) {
+    if matches!(op, Op::Clone { .. } | Op::Snapshot { .. } | Op::Diff { .. } | Op::Scan { .. }) {
         if let Ok(d) = std::fs::File::open(mnt) {
             use std::os::fd::AsRawFd;
             unsafe { libc::syncfs(d.as_raw_fd()) };
@@ -387,13 +366,7 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>, recursive: bool, mount: Op
         let id: u32 = id[1..]
             .parse()
             .map_err(|_| "a clone id is @ and a number, as `scion list` shows it".to_string())?;
-        return run(
-            &at,
-            Op::Destroy {
-                target: Target::Id(id),
-                recursive,
-            },
-        );
+        return run(&at, Op::Destroy { target: Target::Id(id), recursive });
     }
     if mount.is_some() {
         return Err("--mount goes with @ID; a path names its mount itself".into());
@@ -411,23 +384,12 @@ pub fn destroy(path: PathBuf, store: Option<PathBuf>, recursive: bool, mount: Op
     let made: Vec<String> = match call(&at, &Op::List { under: None }) {
         Ok(scion_daemon::control::Reply::Listing(rows)) => {
             let me = rows.iter().find(|l| l.path.as_deref() == Some(&at.rel[..]));
-            me.map(|l| {
-                control::clones_of(&rows, l)
-                    .iter()
-                    .filter_map(|c| c.path.as_ref().map(|p| scion_daemon::control::show(p)))
-                    .collect()
-            })
-            .unwrap_or_default()
+            me.map(|l| control::clones_of(&rows, l).iter().filter_map(|c| c.path.as_ref().map(|p| scion_daemon::control::show(p))).collect())
+                .unwrap_or_default()
         }
         _ => Vec::new(),
     };
-    run(
-        &at,
-        Op::Destroy {
-            target: Target::Path(at.rel.clone()),
-            recursive,
-        },
-    )?;
+    run(&at, Op::Destroy { target: Target::Path(at.rel.clone()), recursive })?;
     if !made.is_empty() {
         println!(
             "clones made from it keep their files (they share its blocks; none depends on it): {}",
@@ -452,14 +414,7 @@ pub(crate) fn optional_path(path: Option<PathBuf>, store: &Option<PathBuf>) -> R
 }
 
 /// `scion list`: a table, or JSON Lines with `json`.
-pub fn list(
-    path: Option<PathBuf>,
-    store: Option<PathBuf>,
-    json: bool,
-    scripted: bool,
-    exact: bool,
-    orphaned: bool,
-) -> Result<(), String> {
+pub fn list(path: Option<PathBuf>, store: Option<PathBuf>, json: bool, scripted: bool, exact: bool, orphaned: bool) -> Result<(), String> {
     let at = optional_path(path, &store)?;
     let under = (!at.rel.is_empty()).then(|| at.rel.clone());
     let scion_daemon::control::Reply::Listing(mut rows) = call(&at, &Op::List { under })? else {
@@ -718,13 +673,7 @@ pub fn versions(
 pub fn rollback(dir: PathBuf, to: String, store: Option<PathBuf>) -> Result<(), (i32, String)> {
     use scion_daemon::control::Reply;
     if to.contains('/') {
-        return Err((
-            libc::EINVAL,
-            format!(
-                "--to takes a snapshot name (in {}/.snapshot), not a path",
-                dir.display()
-            ),
-        ));
+        return Err((libc::EINVAL, format!("--to takes a snapshot name (in {}/.snapshot), not a path", dir.display())));
     }
     let at = locate(&dir, true, &store).map_err(|e| (0, e))?;
     let op = Op::Rollback {

@@ -4,13 +4,13 @@
 //! (`nfs3_client`) against the real binary serving a store that is not mounted.
 
 use nfs3_client::nfs3_types::nfs3::{
-    createhow3, diropargs3, filename3, nfs_fh3, nfsstat3, sattr3, stable_how, writeverf3, COMMIT3args, CREATE3args,
-    LOOKUP3args, Nfs3Option, Nfs3Result, READ3args, WRITE3args,
+    createhow3, diropargs3, filename3, nfs_fh3, nfsstat3, sattr3, stable_how, writeverf3, Nfs3Option, Nfs3Result,
+    COMMIT3args, CREATE3args, LOOKUP3args, READ3args, WRITE3args,
 };
 use nfs3_client::nfs3_types::rpc::{auth_unix, opaque_auth};
 use nfs3_client::nfs3_types::xdr_codec::Opaque;
-use nfs3_client::{Nfs3Connection, Nfs3ConnectionBuilder};
 use scion_nfs::client_io::{Stream, Tcp};
+use nfs3_client::{Nfs3Connection, Nfs3ConnectionBuilder};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -33,12 +33,7 @@ fn serve(store: &Path) -> (Child, u16) {
     let port = loop {
         let line = lines.next().expect("scion serve nfs ended before it listened").unwrap();
         if let Some(rest) = line.split(" on 127.0.0.1:").nth(1) {
-            break rest
-                .split(|c: char| !c.is_ascii_digit())
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
+            break rest.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap();
         }
     };
     // Keep draining its stderr so that it never blocks on a full pipe.
@@ -47,13 +42,7 @@ fn serve(store: &Path) -> (Child, u16) {
 }
 
 async fn connect(port: u16) -> Conn {
-    let cred = auth_unix {
-        stamp: 1,
-        machinename: Opaque::borrowed(b"crash"),
-        uid: 0,
-        gid: 0,
-        gids: vec![],
-    };
+    let cred = auth_unix { stamp: 1, machinename: Opaque::borrowed(b"crash"), uid: 0, gid: 0, gids: vec![] };
     Nfs3ConnectionBuilder::new(Tcp, "127.0.0.1", "/")
         .mount_port(port)
         .nfs3_port(port)
@@ -72,17 +61,11 @@ fn res<T, E>(r: Nfs3Result<T, E>) -> Result<T, nfsstat3> {
 }
 
 fn at(dir: &nfs_fh3, n: &str) -> diropargs3<'static> {
-    diropargs3 {
-        dir: dir.clone(),
-        name: filename3(Opaque::owned(n.as_bytes().to_vec())),
-    }
+    diropargs3 { dir: dir.clone(), name: filename3(Opaque::owned(n.as_bytes().to_vec())) }
 }
 
 async fn create(c: &mut Conn, dir: &nfs_fh3, n: &str) -> Result<nfs_fh3, String> {
-    let args = CREATE3args {
-        where_: at(dir, n),
-        how: createhow3::UNCHECKED(sattr3::default()),
-    };
+    let args = CREATE3args { where_: at(dir, n), how: createhow3::UNCHECKED(sattr3::default()) };
     let r = res(c.create(&args).await.map_err(|e| format!("{e:?}"))?).map_err(|e| format!("{e:?}"))?;
     match r.obj {
         Nfs3Option::Some(fh) => Ok(fh),
@@ -91,26 +74,13 @@ async fn create(c: &mut Conn, dir: &nfs_fh3, n: &str) -> Result<nfs_fh3, String>
 }
 
 async fn write(c: &mut Conn, fh: &nfs_fh3, off: u64, data: &[u8], stable: stable_how) -> Result<writeverf3, String> {
-    let args = WRITE3args {
-        file: fh.clone(),
-        offset: off,
-        count: data.len() as u32,
-        stable,
-        data: Opaque::borrowed(data),
-    };
+    let args = WRITE3args { file: fh.clone(), offset: off, count: data.len() as u32, stable, data: Opaque::borrowed(data) };
     let r = res(c.write(&args).await.map_err(|e| format!("{e:?}"))?).map_err(|e| format!("{e:?}"))?;
     Ok(r.verf)
 }
 
 async fn commit(c: &mut Conn, fh: &nfs_fh3) -> Result<writeverf3, String> {
-    let r = c
-        .commit(&COMMIT3args {
-            file: fh.clone(),
-            offset: 0,
-            count: 0,
-        })
-        .await
-        .map_err(|e| format!("{e:?}"))?;
+    let r = c.commit(&COMMIT3args { file: fh.clone(), offset: 0, count: 0 }).await.map_err(|e| format!("{e:?}"))?;
     res(r).map(|r| r.verf).map_err(|e| format!("{e:?}"))
 }
 
@@ -133,12 +103,7 @@ const PIECE: usize = 64 << 10;
 async fn committed_writes_survive_sigkill() {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
-    let st = Command::new(SCION)
-        .arg("init")
-        .arg(&store)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
+    let st = Command::new(SCION).arg("init").arg(&store).stdout(Stdio::null()).status().unwrap();
     assert!(st.success(), "scion init");
     let (mut child, port) = serve(&store);
     let mut c = connect(port).await;
@@ -153,11 +118,7 @@ async fn committed_writes_survive_sigkill() {
         let fh = create(&mut c, &root, &format!("c{i}")).await.unwrap();
         let by_commit = i % 3 != 0;
         for (k, piece) in data.chunks(PIECE).enumerate() {
-            let how = if by_commit {
-                stable_how::UNSTABLE
-            } else {
-                stable_how::FILE_SYNC
-            };
+            let how = if by_commit { stable_how::UNSTABLE } else { stable_how::FILE_SYNC };
             let v = write(&mut c, &fh, (k * PIECE) as u64, piece, how).await.unwrap();
             assert!(verf.is_none_or(|w| w == v), "the verifier changed while the server ran");
             verf = Some(v);
@@ -174,20 +135,9 @@ async fn committed_writes_survive_sigkill() {
     });
     let mut unsynced = 0;
     'writing: for i in 0.. {
-        let Ok(fh) = create(&mut c, &root, &format!("u{i}")).await else {
-            break;
-        };
+        let Ok(fh) = create(&mut c, &root, &format!("u{i}")).await else { break };
         for k in 0..16u64 {
-            if write(
-                &mut c,
-                &fh,
-                k * PIECE as u64,
-                &content(1000 + i, PIECE),
-                stable_how::UNSTABLE,
-            )
-            .await
-            .is_err()
-            {
+            if write(&mut c, &fh, k * PIECE as u64, &content(1000 + i, PIECE), stable_how::UNSTABLE).await.is_err() {
                 break 'writing;
             }
             unsynced += 1;
@@ -205,32 +155,18 @@ async fn committed_writes_survive_sigkill() {
     for (name, data, old) in &committed {
         let mut got = Vec::new();
         loop {
-            let args = READ3args {
-                file: old.clone(),
-                offset: got.len() as u64,
-                count: 1 << 20,
-            };
-            let r = res(c.read(&args).await.unwrap())
-                .unwrap_or_else(|e| panic!("{name}, committed: its handle from before the crash: {e:?}"));
+            let args = READ3args { file: old.clone(), offset: got.len() as u64, count: 1 << 20 };
+            let r = res(c.read(&args).await.unwrap()).unwrap_or_else(|e| panic!("{name}, committed: its handle from before the crash: {e:?}"));
             got.extend_from_slice(&r.data);
             if r.eof || r.data.is_empty() {
                 break;
             }
         }
-        assert!(
-            got == *data,
-            "{name}: {} bytes after the crash, {} committed, or other bytes",
-            got.len(),
-            data.len()
-        );
+        assert!(got == *data, "{name}: {} bytes after the crash, {} committed, or other bytes", got.len(), data.len());
         let fh = res(c.lookup(&LOOKUP3args { what: at(&root, name) }).await.unwrap())
             .unwrap_or_else(|e| panic!("{name}, committed, is gone after the crash: {e:?}"))
             .object;
-        assert_eq!(
-            fh.data.to_vec(),
-            old.data.to_vec(),
-            "{name}: another handle after the restart"
-        );
+        assert_eq!(fh.data.to_vec(), old.data.to_vec(), "{name}: another handle after the restart");
     }
     // A new life, a new verifier: the client resends what it had not seen committed.
     let fh = create(&mut c, &root, "after").await.unwrap();

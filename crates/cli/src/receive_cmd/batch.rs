@@ -126,8 +126,7 @@ impl<'a> Batcher<'a> {
             None => Ok(()),
             Some(Applier { tx, done }) => {
                 drop(tx);
-                done.join()
-                    .unwrap_or_else(|_| Err("the thread applying batches panicked".into()))
+                done.join().unwrap_or_else(|_| Err("the thread applying batches panicked".into()))
             }
         }
     }

@@ -10,10 +10,7 @@ use std::path::PathBuf;
 /// The largest zstd window a stream may use (128 MiB, zstd's default limit; the sender's is
 /// `send_cmd::ZSTD_WINDOW_LOG`): a stream asking for more is refused, not given the memory.
 const ZSTD_WINDOW_LOG_MAX: u32 = 27;
-const _: () = assert!(
-    crate::send_cmd::ZSTD_WINDOW_LOG <= ZSTD_WINDOW_LOG_MAX,
-    "a stream this scion sends must be one it receives"
-);
+const _: () = assert!(crate::send_cmd::ZSTD_WINDOW_LOG <= ZSTD_WINDOW_LOG_MAX, "a stream this scion sends must be one it receives");
 
 /// The stream from `input` (or stdin), its header read; a negotiated stream's offer answered
 /// on stdout with what the store `at` holds.
@@ -87,12 +84,7 @@ impl ReadAhead {
                 }
             }
         });
-        ReadAhead {
-            rx,
-            held,
-            cur: Vec::new(),
-            at: 0,
-        }
+        ReadAhead { rx, held, cur: Vec::new(), at: 0 }
     }
 }
 
@@ -153,8 +145,7 @@ mod tests {
     #[test]
     fn the_senders_window_is_read_a_larger_one_is_refused_by_name() {
         let read = |window_log| {
-            let mut r =
-                StreamReader::new(body(Box::new(std::io::Cursor::new(compressed(window_log))), FLAG_ZSTD).unwrap());
+            let mut r = StreamReader::new(body(Box::new(std::io::Cursor::new(compressed(window_log))), FLAG_ZSTD).unwrap());
             r.next().map(|f| f.is_some()).map_err(String::from)
         };
         assert_eq!(read(crate::send_cmd::ZSTD_WINDOW_LOG), Ok(true));

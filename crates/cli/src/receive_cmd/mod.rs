@@ -64,13 +64,7 @@ impl Staging {
 
     /// Marks the partial tree with where the stream stopped (`Kept`).
     fn keep(&self, k: &Kept) -> Result<(), String> {
-        let v = format!(
-            "{}\n{}\n{}\n{}",
-            k.token,
-            u8::from(self.clone),
-            hex(&k.name),
-            hex(&k.base)
-        );
+        let v = format!("{}\n{}\n{}\n{}", k.token, u8::from(self.clone), hex(&k.name), hex(&k.base));
         crate::meta::set_xattr(&self.path, KEPT, Some(v.as_bytes()))
     }
 }
@@ -90,44 +84,22 @@ impl<'a> HeldBase<'a> {
     fn take(at: &'a Located, staging_rel: &[u8], from: &[u8]) -> Result<HeldBase<'a>, String> {
         let rel = [staging_rel, b".base"].concat();
         HeldBase::drop_leftover(at, staging_rel);
-        call(
-            at,
-            &Op::Clone {
-                src: from.to_vec(),
-                dst: rel.clone(),
-                excludes: Vec::new(),
-            },
-        )
-        .map_err(|e| format!("holding the base {}: {e}", String::from_utf8_lossy(from)))?;
+        call(at, &Op::Clone { src: from.to_vec(), dst: rel.clone(), excludes: Vec::new() })
+            .map_err(|e| format!("holding the base {}: {e}", String::from_utf8_lossy(from)))?;
         Ok(HeldBase { at, rel })
     }
 
     /// Destroys a held base a receive that died left beside `staging_rel`, if any.
     fn drop_leftover(at: &Located, staging_rel: &[u8]) {
         let rel = [staging_rel, b".base"].concat();
-        let _ = call(
-            at,
-            &Op::Destroy {
-                target: Target::Path(rel),
-                recursive: true,
-            },
-        );
+        let _ = call(at, &Op::Destroy { target: Target::Path(rel), recursive: true });
     }
 }
 
 impl Drop for HeldBase<'_> {
     fn drop(&mut self) {
-        if let Err(e) = call(
-            self.at,
-            &Op::Destroy {
-                target: Target::Path(self.rel.clone()),
-                recursive: true,
-            },
-        ) {
-            eprintln!(
-                "scion receive: the base held for the receive, {}, stays: {e}",
-                String::from_utf8_lossy(&self.rel)
-            );
+        if let Err(e) = call(self.at, &Op::Destroy { target: Target::Path(self.rel.clone()), recursive: true }) {
+            eprintln!("scion receive: the base held for the receive, {}, stays: {e}", String::from_utf8_lossy(&self.rel));
         }
     }
 }
@@ -138,14 +110,7 @@ impl Drop for HeldBase<'_> {
 /// can be tried again right away (destroying a clone takes a checkpoint itself).
 fn remove_tree(at: &Located, path: &Path, rel: &[u8], clone: Option<bool>) -> Result<(), String> {
     if clone != Some(false) {
-        let r = call(
-            at,
-            &Op::Destroy {
-                target: Target::Path(rel.to_vec()),
-                recursive: true,
-            },
-        )
-        .map(drop);
+        let r = call(at, &Op::Destroy { target: Target::Path(rel.to_vec()), recursive: true }).map(drop);
         if r.is_ok() || clone == Some(true) {
             return r;
         }
@@ -200,21 +165,11 @@ impl PullStaging {
             return Err(format!("{} is not in a mounted scion store", dir.display()));
         };
         let dst = mnt.join(Path::new(std::ffi::OsStr::from_bytes(&store_path(&at))));
-        let file_name = dst
-            .file_name()
-            .ok_or("DIR needs a name")?
-            .to_string_lossy()
-            .into_owned();
+        let file_name = dst.file_name().ok_or("DIR needs a name")?.to_string_lossy().into_owned();
         remove_killed_receives(&at, &mnt, &dst)?;
         let path = dst.with_file_name(format!(".{file_name}.scion-receive-{}", std::process::id()));
         let rel = crate::tree_cmds::below_mount(&mnt, &path)?;
-        Ok(PullStaging {
-            at,
-            dir: dir.to_path_buf(),
-            dst,
-            path,
-            rel,
-        })
+        Ok(PullStaging { at, dir: dir.to_path_buf(), dst, path, rel })
     }
 }
 
@@ -222,43 +177,19 @@ impl PullStaging {
 /// `attach` is received at `s` as a full stream, renamed into place and snapshotted under
 /// the name the stream gives; that name.
 pub(crate) fn build_pulled(s: &PullStaging, stream: Vec<u8>, attach: u32, progress: bool) -> Result<Vec<u8>, String> {
-    let (at, dir, dst, path, rel) = (
-        s.at.clone(),
-        s.dir.as_path(),
-        s.dst.as_path(),
-        s.path.clone(),
-        s.rel.clone(),
-    );
+    let (at, dir, dst, path, rel) = (s.at.clone(), s.dir.as_path(), s.dst.as_path(), s.path.clone(), s.rel.clone());
     let mut input: Box<dyn Read> = Box::new(std::io::Cursor::new(stream));
     let flags = scion::stream::read_header(&mut input)?;
     let mut frames = StreamReader::new(input::body(input, flags)?);
-    let Some(Frame::Begin {
-        base: None, root, name, ..
-    }) = frames.next()?
-    else {
+    let Some(Frame::Begin { base: None, root, name, .. }) = frames.next()? else {
         return Err("the pulled tree's stream does not begin with a full stream's Begin frame".into());
     };
     if dst.symlink_metadata().is_ok() {
         return Err(format!("{} exists", dst.display()));
     }
     std::fs::create_dir(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let a = ReceiveArgs {
-        dir: dir.to_path_buf(),
-        input: None,
-        progress,
-        resumable: false,
-        resume: false,
-        abort: false,
-        store: None,
-        shown: None,
-        attach: Some(attach),
-    };
-    let staging = Staging {
-        at,
-        path,
-        rel,
-        clone: false,
-    };
+    let a = ReceiveArgs { dir: dir.to_path_buf(), input: None, progress, resumable: false, resume: false, abort: false, store: None, shown: None, attach: Some(attach) };
+    let staging = Staging { at, path, rel, clone: false };
     build(&a, &staging, None, frames, root, (name.clone(), Vec::new()), dst)?;
     Ok(name)
 }
@@ -269,11 +200,7 @@ fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
         return Err(format!("{} is not in a mounted scion store", a.dir.display()));
     };
     let dst = mnt.join(Path::new(std::ffi::OsStr::from_bytes(&store_path(&at))));
-    let file_name = dst
-        .file_name()
-        .ok_or("DIR needs a name")?
-        .to_string_lossy()
-        .into_owned();
+    let file_name = dst.file_name().ok_or("DIR needs a name")?.to_string_lossy().into_owned();
     let kept_path = dst.with_file_name(format!(".{file_name}.scion-receive"));
     let path = if a.resumable || a.resume || a.abort {
         kept_path.clone()
@@ -298,13 +225,7 @@ fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
     let mut base_rel = Vec::new();
     let base_dir = match base {
         Some(h) => {
-            let found = match call(
-                &at,
-                &Op::FindTree {
-                    hash: h,
-                    hint: name.clone(),
-                },
-            )? {
+            let found = match call(&at, &Op::FindTree { hash: h, hint: name.clone() })? {
                 Reply::Found(f) => f,
                 _ => return Err("the daemon answered something else".into()),
             };
@@ -312,14 +233,7 @@ fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
             let mut cloned = None;
             let mut last = None;
             for b in found {
-                match call(
-                    &at,
-                    &Op::Clone {
-                        src: b.clone(),
-                        dst: rel.clone(),
-                        excludes: Vec::new(),
-                    },
-                ) {
+                match call(&at, &Op::Clone { src: b.clone(), dst: rel.clone(), excludes: Vec::new() }) {
                     Ok(_) => {
                         cloned = Some(b);
                         break;
@@ -356,19 +270,8 @@ fn receive_mounted(a: ReceiveArgs) -> Result<(), String> {
 }
 
 /// `--abort`: removes a kept partial tree; `--resume`: goes on building it.
-fn resume_or_abort(
-    a: ReceiveArgs,
-    at: Located,
-    mnt: &Path,
-    dst: PathBuf,
-    path: PathBuf,
-    rel: Vec<u8>,
-) -> Result<(), String> {
-    let killed = if a.abort {
-        remove_killed_receives(&at, mnt, &dst)?
-    } else {
-        0
-    };
+fn resume_or_abort(a: ReceiveArgs, at: Located, mnt: &Path, dst: PathBuf, path: PathBuf, rel: Vec<u8>) -> Result<(), String> {
+    let killed = if a.abort { remove_killed_receives(&at, mnt, &dst)? } else { 0 };
     if a.abort && killed > 0 && path.symlink_metadata().is_err() {
         return Ok(());
     }
@@ -381,33 +284,15 @@ fn resume_or_abort(
         return Ok(());
     }
     let kept = crate::meta::xattrs(&path)
-        .map_err(|e| {
-            format!(
-                "{}: {e} (no receive of {} stopped short here)",
-                path.display(),
-                a.dir.display()
-            )
-        })?
+        .map_err(|e| format!("{}: {e} (no receive of {} stopped short here)", path.display(), a.dir.display()))?
         .into_iter()
         .find(|(k, _)| k == KEPT)
         .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
-        .ok_or_else(|| {
-            format!(
-                "{} does not say where its stream stopped; `--abort` and receive again",
-                path.display()
-            )
-        })?;
+        .ok_or_else(|| format!("{} does not say where its stream stopped; `--abort` and receive again", path.display()))?;
     let mut parts = kept.split('\n');
     let (token, clone) = (parts.next().unwrap_or_default(), parts.next() == Some("1"));
-    let unhex = |h: &str| -> Vec<u8> {
-        (0..h.len() / 2)
-            .filter_map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).ok())
-            .collect()
-    };
-    let (name, base_rel) = (
-        unhex(parts.next().unwrap_or_default()),
-        unhex(parts.next().unwrap_or_default()),
-    );
+    let unhex = |h: &str| -> Vec<u8> { (0..h.len() / 2).filter_map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).ok()).collect() };
+    let (name, base_rel) = (unhex(parts.next().unwrap_or_default()), unhex(parts.next().unwrap_or_default()));
     let staging = Staging { at, path, rel, clone };
     if a.abort {
         HeldBase::drop_leftover(&staging.at, &staging.rel);
@@ -418,17 +303,8 @@ fn resume_or_abort(
     let (from, chain, root) = scion::stream::parse_token(token)?;
     let mut frames = open_stream(&a.input, &staging.at)?;
     match frames.next()? {
-        Some(Frame::Resume {
-            root: r,
-            from: f,
-            chain: c,
-        }) if (r, f, c) == (root, from, chain) => {}
-        Some(Frame::Resume { .. }) => {
-            return Err(
-                "the stream goes on from another place than this receive stopped; send with the token it printed"
-                    .into(),
-            )
-        }
+        Some(Frame::Resume { root: r, from: f, chain: c }) if (r, f, c) == (root, from, chain) => {}
+        Some(Frame::Resume { .. }) => return Err("the stream goes on from another place than this receive stopped; send with the token it printed".into()),
         _ => return Err("not a resumed stream: `scion send ... --resume TOKEN` makes one".into()),
     }
     // Copies come from the base; the rest of an increment may hold some.
@@ -440,32 +316,22 @@ fn resume_or_abort(
 /// trees `.NAME.scion-receive-PID` and held bases `.NAME.scion-receive-PID.base`, of a PID
 /// no process has now); how many. A receive that is still running is left alone.
 fn remove_killed_receives(at: &Located, mnt: &Path, dst: &Path) -> Result<usize, String> {
-    let (Some(parent), Some(name)) = (dst.parent(), dst.file_name()) else {
-        return Ok(0);
-    };
+    let (Some(parent), Some(name)) = (dst.parent(), dst.file_name()) else { return Ok(0) };
     let prefix = format!(".{}.scion-receive-", name.to_string_lossy());
     let entries = std::fs::read_dir(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut names: Vec<String> = entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     // A held base before its tree, so that destroying the tree leaves no clone of it behind.
     names.sort_by_key(|n| !n.ends_with(".base"));
     let mut removed = 0;
     for n in names {
-        let Some(pid) = n.strip_prefix(&prefix).map(|r| r.trim_end_matches(".base")) else {
-            continue;
-        };
+        let Some(pid) = n.strip_prefix(&prefix).map(|r| r.trim_end_matches(".base")) else { continue };
         if pid.is_empty() || !pid.bytes().all(|c| c.is_ascii_digit()) || Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
         let path = parent.join(&n);
         let rel = crate::tree_cmds::below_mount(mnt, &path)?;
         remove_tree(at, &path, &rel, None)?;
-        eprintln!(
-            "scion receive: removed {} (left by a receive that was killed)",
-            path.display()
-        );
+        eprintln!("scion receive: removed {} (left by a receive that was killed)", path.display());
         removed += 1;
     }
     Ok(removed)
@@ -488,29 +354,16 @@ fn build(
     dst: &Path,
 ) -> Result<(), String> {
     // (Declared before the batcher: dropped, so destroyed, after its last batch applied.)
-    let held = match hold_from
-        .map(|from| HeldBase::take(&staging.at, &staging.rel, &from))
-        .transpose()
-    {
+    let held = match hold_from.map(|from| HeldBase::take(&staging.at, &staging.rel, &from)).transpose() {
         Ok(h) => h,
-        Err(e) if a.resume => {
-            return Err(format!(
-                "{e}; what arrived stays in {} (`--abort` it and receive again)",
-                staging.path.display()
-            ))
-        }
+        Err(e) if a.resume => return Err(format!("{e}; what arrived stays in {} (`--abort` it and receive again)", staging.path.display())),
         Err(e) => {
             staging.remove();
             return Err(e);
         }
     };
     let mut progress = crate::send_cmd::Progress::new(a.progress);
-    let mut b = Batcher::new(
-        &staging.at,
-        staging.rel.clone(),
-        held.as_ref().map(|h| h.rel.clone()),
-        a.attach,
-    );
+    let mut b = Batcher::new(&staging.at, staging.rel.clone(), held.as_ref().map(|h| h.rel.clone()), a.attach);
     let mut resume_at = frames.position_next();
     let r = apply_stream(&mut frames, &mut b, root, &mut progress, &mut resume_at);
     match r {
@@ -548,13 +401,7 @@ fn build(
     progress.done(frames.read);
     if !name.is_empty() {
         let dat = locate(dst, true, &None)?;
-        call(
-            &dat,
-            &Op::Snapshot {
-                path: store_path(&dat),
-                name: name.clone(),
-            },
-        )?;
+        call(&dat, &Op::Snapshot { path: store_path(&dat), name: name.clone() })?;
     }
     if a.attach.is_some() {
         return Ok(());
@@ -562,11 +409,7 @@ fn build(
     eprintln!(
         "scion receive: {} ({}, snapshot {})",
         a.shown.clone().unwrap_or_else(|| dst.display().to_string()),
-        if staging.clone {
-            "an increment on a base found here"
-        } else {
-            "a full tree"
-        },
+        if staging.clone { "an increment on a base found here" } else { "a full tree" },
         String::from_utf8_lossy(&name)
     );
     Ok(())
@@ -587,9 +430,7 @@ fn apply_stream(
         if let Frame::End { root: end_root, .. } = &f {
             b.finish().map_err(ReadError::Bad)?;
             if *end_root != root {
-                return Err(ReadError::Bad(
-                    "the stream's end names another tree than its beginning".into(),
-                ));
+                return Err(ReadError::Bad("the stream's end names another tree than its beginning".into()));
             }
             break;
         }
@@ -609,20 +450,9 @@ fn apply_stream(
 /// to `dst`, where it appears whole.
 fn check_and_place(a: &ReceiveArgs, staging: &Staging, root: [u8; 32], dst: &Path) -> Result<(), String> {
     if a.resume {
-        crate::meta::set_xattr(&staging.path, KEPT, None).or_else(|e| {
-            if e.contains("No data") {
-                Ok(())
-            } else {
-                Err(e)
-            }
-        })?;
+        crate::meta::set_xattr(&staging.path, KEPT, None).or_else(|e| if e.contains("No data") { Ok(()) } else { Err(e) })?;
     }
-    let got = match call(
-        &staging.at,
-        &Op::TreeHash {
-            path: staging.rel.clone(),
-        },
-    )? {
+    let got = match call(&staging.at, &Op::TreeHash { path: staging.rel.clone() })? {
         Reply::TreeHash(h) => h,
         _ => return Err("the daemon answered something else".into()),
     };
