@@ -3435,8 +3435,31 @@ impl ReadPlan {
         self.len
     }
 
+    /// The plan, reading through the host's page cache however deep into the file it lies.
+    /// For readers with no page cache of their own in this kernel (NFS clients): for them the
+    /// host's cache is the only one, and what `will_need` asked the host to fetch ahead is
+    /// there, where a read past the cache would go to the disk for every request.
+    pub fn through_host_cache(mut self) -> Self {
+        self.streaming = false;
+        self
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// True if the host holds every stored byte this plan reads in its cache: executing it
+    /// then waits for no disk (a hint, stale as soon as it is given).
+    pub fn cached(&self) -> bool {
+        let ptrs: Vec<BlockPtr> = self
+            .parts
+            .iter()
+            .filter_map(|(_, p)| match p {
+                Part::Block { ptr, .. } => Some(*ptr),
+                Part::Bytes(_) => None,
+            })
+            .collect();
+        self.store.cached(&ptrs)
     }
 
     /// Fetches and verifies the blocks into a new buffer; see [`ReadPlan::fill`].

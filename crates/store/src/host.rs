@@ -60,6 +60,12 @@ pub trait HostFile: Send + Sync {
     /// Asks the host to start reading a range into its cache (`POSIX_FADV_WILLNEED`), for
     /// a read expected soon; returns at once. A hint: hosts without it do nothing.
     fn will_need(&self, _offset: u64, _len: u64) {}
+    /// True if every page of a range is in the host's cache, so that reading it will not wait
+    /// for a disk (`cachestat`, Linux 6.5). A hint, stale as soon as it is given; false where
+    /// the host cannot tell.
+    fn cached(&self, _offset: u64, _len: u64) -> bool {
+        false
+    }
 }
 
 /// Space of the host filesystem, as `statvfs` gives it.
@@ -118,6 +124,34 @@ impl HostFile for OsFile {
     fn will_need(&self, offset: u64, len: u64) {
         // SAFETY: an advice on an open descriptor; its failure costs only the hint.
         unsafe { libc::posix_fadvise(self.0.as_raw_fd(), offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_WILLNEED) };
+    }
+    fn cached(&self, offset: u64, len: u64) -> bool {
+        // include/uapi/linux/mman.h; the syscall's number is 451 on every architecture.
+        #[repr(C)]
+        struct Range {
+            off: u64,
+            len: u64,
+        }
+        #[repr(C)]
+        #[derive(Default)]
+        struct Stat {
+            nr_cache: u64,
+            nr_dirty: u64,
+            nr_writeback: u64,
+            nr_evicted: u64,
+            nr_recently_evicted: u64,
+        }
+        const SYS_CACHESTAT: libc::c_long = 451;
+        if len == 0 {
+            return true;
+        }
+        let range = Range { off: offset, len };
+        let mut stat = Stat::default();
+        // SAFETY: the kernel reads `range` and writes `stat`, both live for the call; an
+        // older kernel answers ENOSYS.
+        let r = unsafe { libc::syscall(SYS_CACHESTAT, self.0.as_raw_fd(), &range as *const Range, &mut stat as *mut Stat, 0u32) };
+        let pages = (offset + len).div_ceil(4096) - offset / 4096;
+        r == 0 && stat.nr_cache >= pages
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.0.write_all_at(buf, offset)

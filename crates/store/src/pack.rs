@@ -1198,6 +1198,28 @@ impl BlockStore {
         }
     }
 
+    /// True if the host holds every one of `ptrs`' stored bytes in its cache, so that reading
+    /// them will not wait for a disk or a remote (a hint, stale as soon as it is given).
+    pub fn cached(&self, ptrs: &[BlockPtr]) -> bool {
+        if ptrs.iter().any(|p| is_remote_pack(p.pack())) || self.moved.any(ptrs) {
+            return false;
+        }
+        let mut i = 0;
+        while i < ptrs.len() {
+            let (pack, start) = (ptrs[i].pack(), ptrs[i].offset());
+            let mut end = start + ptrs[i].footprint();
+            i += 1;
+            while i < ptrs.len() && ptrs[i].pack() == pack && ptrs[i].offset() == end {
+                end += ptrs[i].footprint();
+                i += 1;
+            }
+            if !self.reader(pack).is_ok_and(|f| f.cached(start, end - start)) {
+                return false;
+            }
+        }
+        true
+    }
+
     pub fn read_whole_into(&self, ptrs: &[BlockPtr], out: &mut [u8], stream: bool) -> Result<bool> {
         let Some(first) = ptrs.first() else {
             return Ok(out.is_empty());

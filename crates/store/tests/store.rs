@@ -486,3 +486,33 @@ fn random_reads_without_readahead_are_verified() {
     }
     assert!(s.read_shared(&c, false).is_err());
 }
+
+/// `cached` says whether reading blocks would wait for the disk: yes once the host dropped
+/// their pages, no while it holds them (what the NFS server decides to read inline by).
+#[test]
+fn cached_says_whether_the_host_holds_the_blocks() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    let ptrs: Vec<_> = (0..4u8).map(|i| s.write(BlockKind::Data, &[i; 65536]).unwrap()).collect();
+    s.sync().unwrap();
+    let pack = std::fs::File::open(d.path().join("packs/00000001.pack")).unwrap();
+    use std::os::fd::AsRawFd;
+    // Written and synced pages are clean: the host drops them when asked (tmpfs cannot: its
+    // pages are the file).
+    unsafe { libc::posix_fadvise(pack.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    let path = std::ffi::CString::new(d.path().as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut fs) }, 0);
+    if fs.f_type != libc::TMPFS_MAGIC {
+        assert!(!s.cached(&ptrs), "pages dropped, yet said cached");
+    }
+    for p in &ptrs {
+        s.read(p).unwrap();
+    }
+    // A kernel without cachestat (before 6.5) can never say yes: then every read goes off the
+    // server's thread, as before.
+    let supported = unsafe { libc::syscall(451, -1, 0usize, 0usize, 0u32) } == -1
+        && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS);
+    assert_eq!(s.cached(&ptrs), supported, "blocks just read back");
+    assert!(s.cached(&[]));
+}
