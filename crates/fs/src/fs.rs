@@ -3451,30 +3451,25 @@ impl ReadPlan {
     /// True if the host holds every stored byte this plan reads in its cache: executing it
     /// then waits for no disk (a hint, stale as soon as it is given).
     pub fn cached(&self) -> bool {
-        let ptrs: Vec<BlockPtr> = self
-            .parts
+        self.store.cached(&self.stored())
+    }
+
+    /// The stored blocks this plan reads, in order.
+    fn stored(&self) -> Vec<BlockPtr> {
+        self.parts
             .iter()
             .filter_map(|(_, p)| match p {
                 Part::Block { ptr, .. } => Some(*ptr),
                 Part::Bytes(_) => None,
             })
-            .collect();
-        self.store.cached(&ptrs)
+            .collect()
     }
 
     /// Fetches and verifies the blocks into a new buffer; see [`ReadPlan::fill`].
     /// Asks the host to start reading the stored blocks this plan would read (a readahead
     /// for a reader that asks for one range at a time, as an NFS client does); returns at once.
     pub fn will_need(&self) {
-        let ptrs: Vec<BlockPtr> = self
-            .parts
-            .iter()
-            .filter_map(|(_, p)| match p {
-                Part::Block { ptr, .. } => Some(*ptr),
-                Part::Bytes(_) => None,
-            })
-            .collect();
-        self.store.will_need(&ptrs);
+        self.store.will_need(&self.stored());
     }
 
     pub fn execute(self) -> FsResult<Vec<u8>> {

@@ -54,6 +54,23 @@ pub(crate) fn header_len(kind: BlockKind) -> usize {
     }
 }
 
+/// The stretches of packs `ptrs` occupy, blocks lying back to back in one pack taken as one:
+/// (pack, start, end), in `ptrs`' order.
+fn stored_runs(ptrs: &[BlockPtr]) -> impl Iterator<Item = (u32, u64, u64)> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let first = ptrs.get(i)?;
+        let (pack, start) = (first.pack(), first.offset());
+        let mut end = start + first.footprint();
+        i += 1;
+        while i < ptrs.len() && ptrs[i].pack() == pack && ptrs[i].offset() == end {
+            end += ptrs[i].footprint();
+            i += 1;
+        }
+        Some((pack, start, end))
+    })
+}
+
 pub(crate) fn footprint(kind: BlockKind, len: usize) -> u64 {
     let raw = (header_len(kind) + len) as u64;
     raw.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN
@@ -1183,15 +1200,7 @@ impl BlockStore {
     /// Asks the host to start reading `ptrs`' bytes into its cache (ranges adjacent in a
     /// pack as one), for reads expected soon; returns at once.
     pub fn will_need(&self, ptrs: &[BlockPtr]) {
-        let mut i = 0;
-        while i < ptrs.len() {
-            let (pack, start) = (ptrs[i].pack(), ptrs[i].offset());
-            let mut end = start + ptrs[i].footprint();
-            i += 1;
-            while i < ptrs.len() && ptrs[i].pack() == pack && ptrs[i].offset() == end {
-                end += ptrs[i].footprint();
-                i += 1;
-            }
+        for (pack, start, end) in stored_runs(ptrs) {
             if let Ok(f) = self.reader(pack) {
                 f.will_need(start, end - start);
             }
@@ -1204,20 +1213,7 @@ impl BlockStore {
         if ptrs.iter().any(|p| is_remote_pack(p.pack())) || self.moved.any(ptrs) {
             return false;
         }
-        let mut i = 0;
-        while i < ptrs.len() {
-            let (pack, start) = (ptrs[i].pack(), ptrs[i].offset());
-            let mut end = start + ptrs[i].footprint();
-            i += 1;
-            while i < ptrs.len() && ptrs[i].pack() == pack && ptrs[i].offset() == end {
-                end += ptrs[i].footprint();
-                i += 1;
-            }
-            if !self.reader(pack).is_ok_and(|f| f.cached(start, end - start)) {
-                return false;
-            }
-        }
-        true
+        stored_runs(ptrs).all(|(pack, start, end)| self.reader(pack).is_ok_and(|f| f.cached(start, end - start)))
     }
 
     pub fn read_whole_into(&self, ptrs: &[BlockPtr], out: &mut [u8], stream: bool) -> Result<bool> {
