@@ -137,8 +137,9 @@ unsafe impl GlobalAlloc for Routed {
 }
 
 /// True if this process runs the engine for long: `mount` (the daemon is `scion mount
-/// --foreground`), `serve`, anything given `--store` (the engine in this process), and the
-/// mount helper forms (`mount.fuse.scion ...`, `scion STORE MOUNTPOINT ...`).
+/// --foreground`), `serve`, `check` (a store's whole walk), anything given `--store` (the
+/// engine in this process), and the mount helper forms (`mount.fuse.scion ...`, `scion STORE
+/// MOUNTPOINT ...`).
 fn runs_the_engine(args: &[&[u8]]) -> bool {
     let helper = args
         .first()
@@ -150,6 +151,7 @@ fn runs_the_engine(args: &[&[u8]]) -> bool {
         || bare
         || first == b"mount"
         || first == b"serve"
+        || first == b"check"
         || args
             .iter()
             .skip(1)
@@ -230,6 +232,7 @@ mod tests {
             &["scion", "serve", "nfs", "--store", "/s"],
             &["scion", "clone", "--store", "/s", "/a", "/b"],
             &["scion", "check", "--store=/s"],
+            &["scion", "check", "/s"],
             &["/sbin/mount.fuse.scion", "/s", "/m", "-o", "rw"],
             &["scion", "/s", "/m", "-o", "rw"],
         ] {
