@@ -1,5 +1,5 @@
-//! The allocator: mimalloc for processes that run the engine (the daemon, `serve`, commands
-//! on an unmounted `--store`), the C library's for the rest, which start, send one request
+//! The allocator: mimalloc for processes that run the engine (the daemon, `serve`, `check`,
+//! commands on an unmounted `--store`), the C library's for the rest, which start, send one request
 //! to the daemon and exit.
 //!
 //! Why two. The daemon keeps every file's unflushed data in many small buffers between

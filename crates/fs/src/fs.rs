@@ -3465,13 +3465,13 @@ impl ReadPlan {
             .collect()
     }
 
-    /// Fetches and verifies the blocks into a new buffer; see [`ReadPlan::fill`].
     /// Asks the host to start reading the stored blocks this plan would read (a readahead
     /// for a reader that asks for one range at a time, as an NFS client does); returns at once.
     pub fn will_need(&self) {
         self.store.will_need(&self.stored());
     }
 
+    /// Fetches and verifies the blocks into a new buffer; see [`ReadPlan::fill`].
     pub fn execute(self) -> FsResult<Vec<u8>> {
         let mut out = vec![0u8; self.len];
         self.fill(&mut out)?;
