@@ -2302,11 +2302,17 @@ impl Fs {
     /// files arrive so, each in one WRITE (the kernel writes a file's cache back at close).
     /// `None` for anything else: a write that ends on a chunk boundary or does not start its
     /// last chunk, one that leaves bytes of the file past it, a file small enough to live in
-    /// its inode record (`INLINE_MAX`), zeros, or a volume that journals data.
+    /// its inode record (`INLINE_MAX`), zeros, or a volume that journals data. Nor a short
+    /// write past a file's start (`TAIL_AHEAD_MIN`): that is a stream of small writes (an NFS
+    /// client's 4-32 KiB WRITEs, O_DIRECT), whose next write would read the block back and
+    /// make it garbage, one pack write per chunk for nothing.
     fn tail_ahead(&mut self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<Option<BlockPtr>> {
         let end = offset + data.len() as u64;
         let start = end / CHUNK * CHUNK;
         if self.replaying || self.journal_data || end % CHUNK == 0 || start < offset || end <= INLINE_MAX as u64 {
+            return Ok(None);
+        }
+        if offset > 0 && data.len() < TAIL_AHEAD_MIN {
             return Ok(None);
         }
         let n = self.node(ino)?;
@@ -2426,6 +2432,11 @@ impl Fs {
             } else if whole {
                 changed.push((pos, pos + take as u64));
                 Chunk::Buf(src.to_vec())
+            } else if matches!(self.node(ino)?.chunks.get(&idx), Some(Chunk::Buf(_))) {
+                changed.push((pos, pos + take as u64));
+                self.write_in_buf(ino, idx, within, src)?;
+                pos += take as u64;
+                continue;
             } else {
                 changed.push((pos, pos + take as u64));
                 let mut buf = self.chunk(self.node(ino)?, idx)?.unwrap_or_default();
@@ -2452,6 +2463,39 @@ impl Fs {
             joins
         });
         Ok(changed)
+    }
+
+    /// A write into a chunk the overlay holds as bytes, in place: what `set_chunk` would do
+    /// with a copy of the chunk, without the copy (a stream of 4 KiB writes, as NFS clients
+    /// send, copied the growing chunk at each one). A chunk grown past its first write is
+    /// given its whole size at once, so that a stream does not reallocate it four times.
+    fn write_in_buf(&mut self, ino: Ino, idx: u64, within: usize, src: &[u8]) -> FsResult<()> {
+        let n = self.node_mut(ino)?;
+        let Some(Chunk::Buf(b)) = n.chunks.get_mut(&idx) else {
+            unreachable!("write_in_buf of a chunk that is not bytes")
+        };
+        let (old, end) = (b.len(), within + src.len());
+        assert!(end as u64 <= CHUNK, "a write past its chunk");
+        if end > old {
+            if end > b.capacity() && within > 0 {
+                b.reserve_exact(CHUNK as usize - old);
+            }
+            if within > old {
+                b.resize(within, 0); // a gap after the chunk's bytes reads as zeros
+            }
+        }
+        let over = (b.len() - within).min(src.len());
+        b[within..within + over].copy_from_slice(&src[..over]);
+        b.extend_from_slice(&src[over..]);
+        let new = b.len();
+        let grown = (new - old) as u64;
+        n.inode.alloc += grown;
+        if !n.inode.prealloc.is_empty() {
+            n.inode.prealloc = crate::prealloc::remove(&n.inode.prealloc, idx * CHUNK, idx * CHUNK + new as u64);
+        }
+        self.dirty_bytes += grown;
+        self.dirty.insert(ino);
+        Ok(())
     }
 
     /// A small write to a committed chunk as patches over its block (copy-on-abundant-write),
@@ -3412,6 +3456,10 @@ type RunPart = (usize, BlockPtr, usize, usize, Option<crate::delta::Sums>);
 /// cache (`BlockStore::read_shared`). Longer ones come from readahead, which the host's own
 /// readahead of the pack serves well.
 const RANDOM_READ_MAX: usize = 16 << 10;
+/// A write past a file's start gives its tail to a pack at once (`Fs::tail_ahead`) only when
+/// at least this long: the kernel's writeback of a file longer than a FUSE WRITE (1 MiB)
+/// ends in such a piece; shorter ones past the start are a stream of small writes.
+const TAIL_AHEAD_MIN: usize = 256 << 10;
 /// Reads from this far into a file on are the body of a long sequential read, whose long runs
 /// go past the host's page cache (`BlockStore::read_whole_into`): the mount's readahead already
 /// streams ahead, and the host's cache only cost the daemon a second copy of every byte. Reads
@@ -3581,6 +3629,49 @@ pub(crate) fn chunk_bytes(n: &Node) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stream of small writes into a chunk the overlay holds as bytes (an NFS client's
+    /// 4 KiB WRITEs): written in place, with gaps read as zeros, overwrites, the size and
+    /// the allocated bytes right, no tail written ahead past the file's start, and the same
+    /// bytes after a checkpoint and a reopen.
+    #[test]
+    fn small_writes_into_a_buffered_chunk_read_back_as_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("store");
+        Fs::create(&scion_store::os_host(), &dir).unwrap();
+        let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
+        let f = fs.mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+        let mut model = Vec::new();
+        let mut put = |fs: &mut Fs, model: &mut Vec<u8>, off: usize, len: usize, seed: u8| {
+            let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1).collect();
+            assert_eq!(fs.write(f, off as u64, &data).unwrap() as usize, len);
+            if model.len() < off + len {
+                model.resize(off + len, 0);
+            }
+            model[off..off + len].copy_from_slice(&data);
+        };
+        for i in 0..40 {
+            put(&mut fs, &mut model, i * 4096, 4096, i as u8); // across chunks 0-2
+        }
+        put(&mut fs, &mut model, 200_000, 100, 7); // past the end: a gap of zeros in chunk 3
+        put(&mut fs, &mut model, 196_000, 3000, 9); // into the gap, and over its end
+        put(&mut fs, &mut model, 5000, 70_000, 11); // over two chunks' bytes
+        // Only the first write, which may have been the whole file, went to a pack ahead;
+        // those at the starts of chunks 1 and 2 did not.
+        assert_eq!(fs.vol.forest.store.written().0, 4096, "small writes past the start went to a pack");
+        let check = |fs: &mut Fs, model: &[u8]| {
+            let a = fs.lookup(ROOT_INO, b"f").unwrap();
+            assert_eq!(a.size, model.len() as u64);
+            assert_eq!(fs.read(a.ino, 0, model.len() as u32 + 10).unwrap(), model);
+        };
+        check(&mut fs, &model);
+        assert_eq!(fs.node(f).unwrap().inode.alloc, model.len() as u64);
+        fs.checkpoint().unwrap();
+        check(&mut fs, &model);
+        drop(fs);
+        let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
+        check(&mut fs, &model);
+    }
 
     /// Object ids stop short of 2^40, where st_ino would name another namespace's object.
     #[test]

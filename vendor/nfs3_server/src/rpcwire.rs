@@ -163,9 +163,18 @@ pub async fn write_fragment<IO: tokio::io::AsyncWrite + Unpin>(
     assert!(buf.len() < (1 << 31));
     let fragment_header = fragment_header::new(buf.len() as u32, true);
     let header_buf = fragment_header.into_xdr_buf();
-    socket.write_all(&header_buf).await?;
     trace!("Writing fragment length: {}", buf.len());
-    socket.write_all(&buf).await?;
+    // scion's patch: header and body in one vectored send. Two sends woke the client for the
+    // four header bytes alone, then again for the body: a second wake-up per reply.
+    let mut parts = [std::io::IoSlice::new(&header_buf), std::io::IoSlice::new(&buf)];
+    let mut rest = &mut parts[..];
+    while !rest.is_empty() {
+        let n = socket.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into());
+        }
+        std::io::IoSlice::advance_slices(&mut rest, n);
+    }
     Ok(())
 }
 
