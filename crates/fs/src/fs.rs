@@ -166,6 +166,15 @@ pub(crate) struct Node {
 impl Node {
     /// Roughly the memory the node takes: the structure and what its vectors and maps hold
     /// (an entry of a map counted at its key and value plus three words).
+    /// Chunk `idx` now stores `new` bytes where it stored `old`: the allocated bytes follow,
+    /// and what it stores is no longer only preallocated (`Fs::set_chunk`, `Fs::write_in_buf`).
+    fn stored_len_changed(&mut self, idx: u64, old: u64, new: u64) {
+        self.inode.alloc = self.inode.alloc + new - old.min(self.inode.alloc);
+        if !self.inode.prealloc.is_empty() && new > 0 {
+            self.inode.prealloc = crate::prealloc::remove(&self.inode.prealloc, idx * CHUNK, idx * CHUNK + new);
+        }
+    }
+
     pub(crate) fn memory(&self) -> usize {
         const ENTRY: usize = 3 * std::mem::size_of::<usize>();
         let i = &self.inode;
@@ -2054,11 +2063,7 @@ impl Fs {
         let old = self.chunk_len(n, idx)?;
         let new = c.len();
         let n = self.node_mut(ino)?;
-        n.inode.alloc = n.inode.alloc + new - old.min(n.inode.alloc);
-        if !n.inode.prealloc.is_empty() && new > 0 {
-            // What the chunk stores now is no longer only preallocated.
-            n.inode.prealloc = crate::prealloc::remove(&n.inode.prealloc, idx * CHUNK, idx * CHUNK + new);
-        }
+        n.stored_len_changed(idx, old, new);
         let new_mem = c.memory();
         match n.chunks.insert(idx, c) {
             Some(c @ (Chunk::Buf(_) | Chunk::Patched { .. })) => {
@@ -2487,13 +2492,9 @@ impl Fs {
         let over = (b.len() - within).min(src.len());
         b[within..within + over].copy_from_slice(&src[..over]);
         b.extend_from_slice(&src[over..]);
-        let new = b.len();
-        let grown = (new - old) as u64;
-        n.inode.alloc += grown;
-        if !n.inode.prealloc.is_empty() {
-            n.inode.prealloc = crate::prealloc::remove(&n.inode.prealloc, idx * CHUNK, idx * CHUNK + new as u64);
-        }
-        self.dirty_bytes += grown;
+        let (old, new) = (old as u64, b.len() as u64);
+        n.stored_len_changed(idx, old, new);
+        self.dirty_bytes += new - old;
         self.dirty.insert(ino);
         Ok(())
     }
