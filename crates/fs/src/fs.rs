@@ -2109,8 +2109,8 @@ impl Fs {
             let take = ((CHUNK - within as u64).min(end - pos)) as usize;
             let at = (pos - offset) as usize;
             let stored;
-            // Page sums matter to a short read only (a few pages of a block).
-            let short = size as usize <= RANDOM_READ_MAX;
+            // Page sums verify the block at crc32c's cost: a few pages of it for a short read,
+            // the whole block for a long one (`ReadPlan::fill_run`).
             let mut sums = None;
             let (block, patches) = match n.chunks.get(&idx) {
                 Some(Chunk::Buf(b)) => {
@@ -2121,14 +2121,12 @@ impl Fs {
                     (None, None)
                 }
                 Some(Chunk::Block(p) | Chunk::Shared(p)) => {
-                    sums = self.vol.fresh_sums.get(&p.addr).filter(|_| short).cloned();
+                    sums = self.vol.fresh_sums.get(&p.addr).cloned();
                     (Some(*p), None)
                 }
                 Some(Chunk::Hole) => (None, None),
                 Some(Chunk::Patched { base, patches }) => {
-                    if short {
-                        sums = self.block_sums(n, idx, base)?;
-                    }
+                    sums = self.block_sums(n, idx, base)?;
                     (Some(*base), Some(patches))
                 }
                 None if Self::has_inline(n, idx) => {
@@ -2142,7 +2140,7 @@ impl Fs {
                 None => match self.stored_chunk(n, idx)? {
                     Some(s) => {
                         stored = s;
-                        sums = stored.sums.clone().filter(|_| short);
+                        sums = stored.sums.clone();
                         (Some(stored.block), Some(&stored.patches))
                     }
                     None => (None, None),
@@ -3342,7 +3340,8 @@ enum Part {
         within: usize,
         len: usize,
         oid: u64,
-        /// The block's page sums, for a short read: it then reads and verifies its pages only.
+        /// The block's page sums, if known: a short read then reads and verifies its pages
+        /// only, a long one verifies the whole block by them instead of its hash.
         sums: Option<crate::delta::Sums>,
     },
 }
@@ -3449,7 +3448,7 @@ pub fn write_ahead(store: &BlockStore, key: u64, offset: u64, data: &[u8]) -> Fs
 }
 
 /// A block part of a read: where it goes in the reply, the block, where in it and how much,
-/// and the block's page sums if a short read may use them.
+/// and the block's page sums if known.
 type RunPart = (usize, BlockPtr, usize, usize, Option<crate::delta::Sums>);
 
 /// READs up to this long are taken for random accesses (the kernel filling a page before a
@@ -3586,7 +3585,7 @@ impl ReadPlan {
             let (at, end) = (run[j].0, run[k - 1].0 + run[k - 1].3);
             if !whole(&run[j]) {
                 let (at, ptr, within, len, sums) = &run[j];
-                if let Some(sums) = sums {
+                if let Some(sums) = sums.as_ref().filter(|_| self.len <= RANDOM_READ_MAX) {
                     // A short read of a block with page sums: its pages alone, verified.
                     out[*at..at + len].copy_from_slice(&self.store.read_range(ptr, sums, *within, *len)?);
                     j = k;
@@ -3599,7 +3598,8 @@ impl ReadPlan {
                 j = k;
                 continue;
             }
-            if self.store.read_whole_into(&ptrs, &mut out[at..end], self.streaming)? {
+            let sums: Vec<Option<&[u32]>> = run[j..k].iter().map(|r| r.4.as_deref()).collect();
+            if self.store.read_whole_into(&ptrs, &sums, &mut out[at..end], self.streaming)? {
                 j = k;
                 continue;
             }

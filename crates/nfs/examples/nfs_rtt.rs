@@ -5,10 +5,14 @@
 //!
 //!   cargo run --release -p scion-nfs --example nfs_rtt -- HOST NFSPORT MOUNTPORT EXPORT [COUNT] [SIZE]
 //!
+//! With `NFS_RTT_FILE=NAME` it only reads NAME, an existing file in the export's root, in
+//! READs of SIZE bytes from its start (COUNT of them, or to its end): a server's read path
+//! alone, on a file written any way (cold if the caches were dropped).
+//!
 //! Prints the calls' mean, median and 99th percentile in microseconds, per operation.
 
 use nfs3_client::nfs3_types::nfs3::{
-    createhow3, diropargs3, filename3, nfs_fh3, sattr3, stable_how, Nfs3Option, Nfs3Result, COMMIT3args, CREATE3args,
+    createhow3, diropargs3, LOOKUP3args, filename3, nfs_fh3, sattr3, stable_how, Nfs3Option, Nfs3Result, COMMIT3args, CREATE3args,
     READ3args, REMOVE3args, WRITE3args,
 };
 use nfs3_client::nfs3_types::rpc::{auth_unix, opaque_auth};
@@ -45,6 +49,27 @@ async fn main() {
         .await
         .unwrap_or_else(|e| panic!("mount of {}: {e:?}", a[4]));
     let root: nfs_fh3 = c.root_nfs_fh3();
+    if let Ok(name) = std::env::var("NFS_RTT_FILE") {
+        let args = LOOKUP3args { what: diropargs3 { dir: root.clone(), name: filename3(Opaque::owned(name.into_bytes())) } };
+        let fh = match c.lookup(&args).await.expect("LOOKUP") {
+            Nfs3Result::Ok(r) => r.object,
+            Nfs3Result::Err((s, _)) => panic!("LOOKUP: {s:?}"),
+        };
+        let mut us = Vec::with_capacity(count);
+        for i in 0..count {
+            let args = READ3args { file: fh.clone(), offset: (i * size) as u64, count: size as u32 };
+            let t = Instant::now();
+            let r = c.read(&args).await.expect("READ");
+            us.push(t.elapsed().as_secs_f64() * 1e6);
+            match r {
+                Nfs3Result::Ok(r) if r.eof => break,
+                Nfs3Result::Ok(_) => {}
+                Nfs3Result::Err((s, _)) => panic!("READ: {s:?}"),
+            }
+        }
+        summary("READ", us);
+        return;
+    }
     let at = || diropargs3 { dir: root.clone(), name: filename3(Opaque::owned(b"nfs-rtt".to_vec())) };
     let how = createhow3::UNCHECKED(sattr3 { mode: Nfs3Option::Some(0o644), ..Default::default() });
     let fh = match c.create(&CREATE3args { where_: at(), how }).await.expect("CREATE") {

@@ -39,9 +39,35 @@ pub const PAGE: usize = 4096;
 /// The page sums of a data block's payload: the crc32c of each 4 KiB page (the last one
 /// possibly shorter). Kept beside the block's pointer in a file's content tree, they let a
 /// 4 KiB read verify 4 KiB (`BlockStore::read_pages`) instead of reading and hashing the
-/// whole 64 KiB block; reads of whole blocks go on verifying the pointer's hash.
+/// whole 64 KiB block, and a whole block read for a file verify at crc32c's speed instead of
+/// BLAKE3's (`verify_with`).
 pub fn page_sums(payload: &[u8]) -> Vec<u32> {
     payload.chunks(PAGE).map(crc32c::crc32c).collect()
+}
+
+/// Checks a raw block against its pointer, as `verify` does, or, for a data block whose page
+/// sums are given (one per page), against those: they came from the same bytes as the
+/// pointer's hash and are stored beside it, so a damaged, stale or misdirected block fails
+/// them as it fails the hash (short of a crafted collision, which only someone able to
+/// rewrite the content tree as well could plant), at about a third of BLAKE3's cost on the
+/// read path (design.md, "Page sums"). Sums of the wrong count are not trusted: the hash.
+pub fn verify_with<'a>(ptr: &BlockPtr, sums: Option<&[u32]>, buf: &'a [u8]) -> Result<&'a [u8]> {
+    let Some(sums) = sums.filter(|s| header_len(ptr.kind) == 0 && s.len() == buf.len().div_ceil(PAGE)) else {
+        return verify(ptr, buf);
+    };
+    if buf.len() != ptr.len as usize {
+        return Err(Error::corrupt("block", ptr, format!("{} bytes read", buf.len())));
+    }
+    for (i, (page, sum)) in buf.chunks(PAGE).zip(sums).enumerate() {
+        if crc32c::crc32c(page) != *sum {
+            return Err(Error::corrupt(
+                "block",
+                ptr,
+                format!("page {i}: checksum differs from the pointer's page sums (damaged, stale or misdirected)"),
+            ));
+        }
+    }
+    Ok(buf)
 }
 
 /// Bytes of header a block of this kind carries. File data has none: its pointer's hash
@@ -1196,7 +1222,8 @@ impl BlockStore {
     /// `out` (their payloads concatenated, `out.len()` bytes) with one read, and verifies each
     /// in place. Returns false, having read nothing, when the blocks do not lie so. `stream`:
     /// the caller is deep in a long sequential read, and a long page-aligned run may bypass
-    /// the host's page cache.
+    /// the host's page cache. `sums`: the blocks' page sums where known (empty, or one entry
+    /// per block), which verify those blocks instead of their hashes (`verify_with`).
     /// Asks the host to start reading `ptrs`' bytes into its cache (ranges adjacent in a
     /// pack as one), for reads expected soon; returns at once.
     pub fn will_need(&self, ptrs: &[BlockPtr]) {
@@ -1216,7 +1243,14 @@ impl BlockStore {
         stored_runs(ptrs).all(|(pack, start, end)| self.reader(pack).is_ok_and(|f| f.cached(start, end - start)))
     }
 
-    pub fn read_whole_into(&self, ptrs: &[BlockPtr], out: &mut [u8], stream: bool) -> Result<bool> {
+    pub fn read_whole_into(
+        &self,
+        ptrs: &[BlockPtr],
+        sums: &[Option<&[u32]>],
+        out: &mut [u8],
+        stream: bool,
+    ) -> Result<bool> {
+        assert!(sums.is_empty() || sums.len() == ptrs.len(), "page sums for some blocks only");
         let Some(first) = ptrs.first() else {
             return Ok(out.is_empty());
         };
@@ -1258,9 +1292,9 @@ impl BlockStore {
             return Ok(true);
         }
         let mut at = 0;
-        for p in ptrs {
+        for (i, p) in ptrs.iter().enumerate() {
             let place = &mut out[at..at + p.len as usize];
-            if let Err(e) = verify(p, place) {
+            if let Err(e) = verify_with(p, sums.get(i).copied().flatten(), place) {
                 // Relocated (and punched) since the check above.
                 place.copy_from_slice(&self.reread_if_moved::<Vec<u8>>(p, e)?);
             }

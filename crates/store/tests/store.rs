@@ -379,20 +379,20 @@ fn runs_read_in_place_are_verified_on_every_path() {
     let ptrs = s.write_data_run(&data, B).unwrap();
     s.sync().unwrap();
     let mut big = Aligned::new(8 * B);
-    assert!(s.read_whole_into(&ptrs, big.bytes(), true).unwrap());
+    assert!(s.read_whole_into(&ptrs, &[], big.bytes(), true).unwrap());
     assert!(big.bytes() == &data[..], "large aligned run");
     let mut unaligned = vec![0u8; 8 * B + 1];
-    assert!(s.read_whole_into(&ptrs, &mut unaligned[1..], true).unwrap());
+    assert!(s.read_whole_into(&ptrs, &[], &mut unaligned[1..], true).unwrap());
     assert!(unaligned[1..] == data[..], "large unaligned run");
     let mut small = Aligned::new(2 * B);
-    assert!(s.read_whole_into(&ptrs[3..5], small.bytes(), true).unwrap());
+    assert!(s.read_whole_into(&ptrs[3..5], &[], small.bytes(), true).unwrap());
     assert!(small.bytes() == &data[3 * B..5 * B], "small run");
     // A long aligned run reads past the host's page cache: blocks written and not yet synced
     // (their bytes possibly still dirty there) must read back all the same.
     let fresh: Vec<u8> = data.iter().map(|b| b ^ 0x5a).collect();
     let unsynced = s.write_data_run(&fresh, B).unwrap();
     let mut long = Aligned::new(8 * B);
-    assert!(s.read_whole_into(&unsynced, long.bytes(), true).unwrap());
+    assert!(s.read_whole_into(&unsynced, &[], long.bytes(), true).unwrap());
     assert!(long.bytes() == &fresh[..], "long aligned run of unsynced blocks");
     // Flip a byte of the sixth block on disk, behind the store's back.
     let pack = d.path().join("packs/00000001.pack");
@@ -404,11 +404,57 @@ fn runs_read_in_place_are_verified_on_every_path() {
     f.sync_all().unwrap();
     for (what, stream) in [("aligned", true), ("aligned, through the host's cache", false), ("unaligned", true)] {
         let buf = if what == "unaligned" { &mut unaligned[1..] } else { big.bytes() };
-        match s.read_whole_into(&ptrs, buf, stream) {
+        match s.read_whole_into(&ptrs, &[], buf, stream) {
             Err(Error::Corrupt { .. }) => {}
             other => panic!("{what} run over a damaged block: {other:?}"),
         }
     }
+}
+
+/// Whole blocks verified by their page sums instead of their hashes (as a file's reads do
+/// when its content tree keeps the sums) read back what was written, and fail as the hash
+/// would on a flipped bit in any page, on another block's sums (a stale or misdirected
+/// block), and on a punched (zeroed) block; sums of the wrong count fall back to the hash.
+#[test]
+fn runs_verified_by_page_sums_fail_where_the_hash_would() {
+    const B: usize = 65536;
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    let data: Vec<u8> = (0..4 * B).map(|i| (i * 131 % 251) as u8).collect();
+    let ptrs = s.write_data_run(&data, B).unwrap();
+    s.sync().unwrap();
+    let sums: Vec<Vec<u32>> = data.chunks(B).map(scion_store::page_sums).collect();
+    let with = |v: &[Vec<u32>]| -> Vec<Option<Vec<u32>>> { v.iter().cloned().map(Some).collect() };
+    let read = |sums: &[Option<Vec<u32>>]| {
+        let refs: Vec<Option<&[u32]>> = sums.iter().map(|s| s.as_deref()).collect();
+        let mut out = vec![0u8; 4 * B];
+        s.read_whole_into(&ptrs, &refs, &mut out, false).map(|done| (done, out))
+    };
+    let (done, out) = read(&with(&sums)).unwrap();
+    assert!(done && out == data, "a run verified by its page sums");
+    // Another block's sums: the bytes read are not the ones the pointer was written with.
+    let mut swapped = with(&sums);
+    swapped.swap(1, 2);
+    assert!(matches!(read(&swapped), Err(Error::Corrupt { .. })), "sums of another block accepted");
+    // Sums for too few pages are not trusted, the hash verifies: the bytes are good.
+    let mut short = with(&sums);
+    short[3] = Some(sums[3][..15].to_vec());
+    assert!(read(&short).unwrap().1 == data, "a run verified by the hash where sums are malformed");
+    // A flipped bit in the last page of the third block, then that block punched to zeros.
+    let pack = d.path().join("packs/00000001.pack");
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&pack).unwrap();
+    let at = ptrs[2].offset() + B as u64 - 1;
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x10], at).unwrap();
+    f.sync_all().unwrap();
+    match read(&with(&sums)) {
+        Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("page 15"), "{detail}"),
+        other => panic!("a run over a damaged page: {other:?}"),
+    }
+    f.write_all_at(&vec![0u8; B], ptrs[2].offset()).unwrap();
+    f.sync_all().unwrap();
+    assert!(matches!(read(&with(&sums)), Err(Error::Corrupt { .. })), "a zeroed block accepted");
 }
 
 #[test]

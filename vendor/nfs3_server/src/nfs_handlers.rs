@@ -44,7 +44,8 @@ where
         NFSPROC3_NULL => handle(context, message, nfsproc3_null).await,
         NFSPROC3_GETATTR => handle(context, message, nfsproc3_getattr).await,
         NFSPROC3_LOOKUP => handle(context, message, nfsproc3_lookup).await,
-        NFSPROC3_READ => handle(context, message, nfsproc3_read).await,
+        // scion's patch: the reply's data is not copied into it (`rpcwire::handle_read`).
+        NFSPROC3_READ => crate::rpcwire::handle_read(context, message).await,
         NFSPROC3_FSINFO => handle(context, message, nfsproc3_fsinfo).await,
         NFSPROC3_ACCESS => handle(context, message, nfsproc3_access).await,
         NFSPROC3_PATHCONF => handle(context, message, nfsproc3_pathconf).await,
@@ -140,7 +141,7 @@ where
     }
 }
 
-async fn nfsproc3_read<T>(
+pub(crate) async fn nfsproc3_read<T>(
     context: RPCContext<T>,
     xid: u32,
     read3args: READ3args,

@@ -24,7 +24,7 @@ impl PackedRpcMessage {
                 let eof = incomplete.recv(input).await?;
                 if eof {
                     let data = std::mem::take(incomplete);
-                    *self = Self::Complete(CompleteRpcMessage(data.0));
+                    *self = Self::Complete(CompleteRpcMessage(data.0, Vec::new()));
                 }
                 Ok(eof)
             }
@@ -51,12 +51,17 @@ impl IncompleteRpcMessage {
     }
 }
 
+/// A whole RPC message. scion's patch: `.1` is the message's last bytes, kept apart so that a
+/// READ's data goes to the socket from the buffer the filesystem filled, not copied into the
+/// packed reply first (`IncomingRpcMessage::into_success_reply_with_tail`); XDR padding after
+/// it is the sender's (`write_fragment`).
 #[derive(Debug)]
-pub struct CompleteRpcMessage(Vec<u8>);
+pub struct CompleteRpcMessage(Vec<u8>, Vec<u8>);
 
 impl CompleteRpcMessage {
-    pub fn into_inner(self) -> Vec<u8> {
-        self.0
+    /// The packed message and the bytes that follow it (scion's patch).
+    pub fn into_parts(self) -> (Vec<u8>, Vec<u8>) {
+        (self.0, self.1)
     }
 }
 
@@ -71,6 +76,7 @@ impl TryFrom<CompleteRpcMessage> for IncomingRpcMessage {
     type Error = anyhow::Error;
 
     fn try_from(packed: CompleteRpcMessage) -> Result<Self, Self::Error> {
+        debug_assert!(packed.1.is_empty(), "an incoming message with a tail");
         let packed = packed.0;
         let (rpc, pos) = match rpc_msg::unpack(&mut Cursor::new(&packed)) {
             Ok(ok) => ok,
@@ -126,6 +132,24 @@ impl IncomingRpcMessage {
         pack(&rpc, message).map(HandleResult::Reply)
     }
 
+    /// scion's patch: a success reply whose `message` ends in an empty variable-length opaque
+    /// that is to carry `tail`: the opaque's length is set here, and `tail` goes out after
+    /// the packed message as it is, with its padding (`write_fragment`), instead of being
+    /// copied into it.
+    pub fn into_success_reply_with_tail<T>(self, message: &T, tail: Vec<u8>) -> anyhow::Result<HandleResult>
+    where
+        T: Pack + 'static,
+    {
+        let HandleResult::Reply(CompleteRpcMessage(mut head, _)) = self.into_success_reply(message)? else {
+            unreachable!("a success reply is a reply");
+        };
+        let len = u32::try_from(tail.len()).expect("an opaque of at most 4 GiB");
+        let at = head.len().checked_sub(4).expect("a message ending in an opaque");
+        assert_eq!(head[at..], [0; 4], "the message does not end in an empty opaque");
+        head[at..].copy_from_slice(&len.to_be_bytes());
+        Ok(HandleResult::Reply(CompleteRpcMessage(head, tail)))
+    }
+
     pub fn into_rpc_mismatch(self) -> anyhow::Result<HandleResult> {
         use nfs3_types::rpc::RPC_VERSION_2;
 
@@ -176,5 +200,5 @@ where
     let mut cursor = Cursor::new(Vec::with_capacity(size));
     rpc.pack(&mut cursor)?;
     message.pack(&mut cursor)?;
-    Ok(CompleteRpcMessage(cursor.into_inner()))
+    Ok(CompleteRpcMessage(cursor.into_inner(), Vec::new()))
 }
