@@ -306,6 +306,7 @@ impl Fs {
             journaled: true,
             journal_data: false,
             writeback: false,
+            chunk_run: None,
             lost_blocks: Default::default(),
             dedup_index: Default::default(),
             hash_memo: Default::default(),

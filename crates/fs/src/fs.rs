@@ -441,6 +441,8 @@ pub struct Fs {
     /// first, and whole chunks are journaled as `PutChunks { unordered }` records, whose
     /// blocks replay verifies (`fsync` still syncs both, packs first).
     pub(crate) writeback: bool,
+    /// The run of `Write` records at the journal's tail for one chunk (`retract.rs`).
+    pub(crate) chunk_run: Option<crate::retract::ChunkRun>,
     /// While replaying: blocks of unordered `PutChunks` records that never reached the disk
     /// (by address); their chunks keep their older content.
     pub(crate) lost_blocks: HashSet<u64>,
@@ -2282,6 +2284,7 @@ impl Fs {
             }
         }
         let n = records.len();
+        let before = self.journal_len();
         for (i, (a, bytes)) in records.into_iter().enumerate() {
             self.log_part(i + 1 < n, || {
                 target.clone().map(|ino| Record::Write {
@@ -2294,6 +2297,11 @@ impl Fs {
         }
         if !self.replaying {
             self.io.user += data.len() as u64;
+            // A write within one chunk, journaled as bytes: part of a run the chunk's block
+            // may replace once the chunk is full.
+            if offset / CHUNK == (end - 1) / CHUNK && end > offset {
+                self.chunk_written(ino, offset / CHUNK, before, now)?;
+            }
         }
         self.maybe_checkpoint()?;
         Ok(data.len() as u32)
@@ -3396,11 +3404,11 @@ pub enum Stamp {
 #[derive(Debug, Default)]
 pub struct WrittenAhead {
     /// Index of the first whole chunk.
-    first: u64,
+    pub(crate) first: u64,
     /// Each whole chunk's block (`None`: zeros, a hole); empty if the write has none.
-    chunks: Vec<Option<BlockPtr>>,
+    pub(crate) chunks: Vec<Option<BlockPtr>>,
     /// The blocks' page sums, by block address (computed here, outside the engine lock).
-    sums: Vec<(u64, crate::delta::Sums)>,
+    pub(crate) sums: Vec<(u64, crate::delta::Sums)>,
 }
 
 /// Writes the whole 64 KiB chunks of a write of `data` at `offset` to the packs, each stretch
@@ -3651,15 +3659,21 @@ mod tests {
             }
             model[off..off + len].copy_from_slice(&data);
         };
+        let journal_before = fs.journal_len();
         for i in 0..40 {
             put(&mut fs, &mut model, i * 4096, 4096, i as u8); // across chunks 0-2
         }
+        // Chunks 0 and 1, filled, are in the journal as their blocks' pointers (retract.rs);
+        // chunk 2's 32 KiB as bytes.
+        let journaled = fs.journal_len() - journal_before;
+        assert!((32 << 10..40 << 10).contains(&journaled), "{journaled} journal bytes for 160 KiB of writes");
         put(&mut fs, &mut model, 200_000, 100, 7); // past the end: a gap of zeros in chunk 3
         put(&mut fs, &mut model, 196_000, 3000, 9); // into the gap, and over its end
         put(&mut fs, &mut model, 5000, 70_000, 11); // over two chunks' bytes
-        // Only the first write, which may have been the whole file, went to a pack ahead;
-        // those at the starts of chunks 1 and 2 did not.
-        assert_eq!(fs.vol.forest.store.written().0, 4096, "small writes past the start went to a pack");
+        // The first write, which may have been the whole file, went to a pack ahead, and so
+        // did chunks 0 and 1 once the stream filled them; the writes at the starts of chunks
+        // 1 and 2 did not (before `TAIL_AHEAD_MIN`, they did: 12,288 bytes, not 4,096).
+        assert_eq!(fs.vol.forest.store.written().0, 4096 + 2 * CHUNK, "small writes past the start went to a pack");
         let check = |fs: &mut Fs, model: &[u8]| {
             let a = fs.lookup(ROOT_INO, b"f").unwrap();
             assert_eq!(a.size, model.len() as u64);

@@ -294,6 +294,31 @@ impl Journal {
         }
     }
 
+    /// Tells this journal from another (a checkpoint replaces the journal).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether `retract_to(len)` would take the records back.
+    pub fn can_retract_to(&self, len: u64) -> bool {
+        len >= self.written && len >= self.head_len && len <= self.len && self.window.is_none()
+    }
+
+    /// Takes back every record appended after `len` (a length this journal had, at a record's
+    /// boundary), if none of those bytes has left the buffer and no checkpoint is copying
+    /// records (`window`): bytes never written anywhere, so nothing can have seen them.
+    /// Returns whether it did. For a run of records that a shorter one replaces (`retract.rs`).
+    pub fn retract_to(&mut self, len: u64) -> bool {
+        if !self.can_retract_to(len) {
+            return false;
+        }
+        let cut = (self.len - len) as usize;
+        assert!(cut <= self.buf.len(), "retracting bytes already written");
+        self.buf.truncate(self.buf.len() - cut);
+        self.len = len;
+        true
+    }
+
     pub fn has_unsynced(&self) -> bool {
         self.len > self.synced
     }

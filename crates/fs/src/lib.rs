@@ -41,6 +41,7 @@ pub mod reserve;
 mod refill;
 mod whiteout;
 pub mod restore;
+mod retract;
 pub mod rollback;
 pub mod schedule;
 pub mod scan;

@@ -80,6 +80,11 @@ pub struct Image {
 }
 
 impl Image {
+    /// The files by path, with their inode numbers (those `HostOp`s name).
+    pub fn names(&self) -> impl Iterator<Item = (&PathBuf, u64)> {
+        self.names.iter().map(|(p, i)| (p, *i))
+    }
+
     /// Applies one operation; `sectors`, for a write, says which of the 512-byte sectors it
     /// touches reach the disk (all if `None`).
     pub fn apply(&mut self, op: &HostOp, sectors: Option<&[bool]>) {

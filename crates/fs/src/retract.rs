@@ -1,0 +1,109 @@
+//! Small writes that fill a chunk reach the disk once, as the chunk's block.
+//!
+//! A write shorter than a chunk is journaled as its bytes, and the chunk it leaves in memory
+//! goes to a pack later (write-behind or the checkpoint). A stream of such writes, as an NFS
+//! client sends (fuse-nfs: 4 KiB WRITEs) or an `O_DIRECT` writer, so put every byte on the
+//! disk twice. But while a chunk's run of `Write` records is still the tail of the journal's
+//! buffer (nothing appended after it, none of it written to the file yet), nothing can have
+//! seen those records: once the run fills the chunk, the chunk is written to a pack and the
+//! run replaced by one `PutChunks` record naming the block (`Journal::retract_to`).
+//!
+//! Replaying that record leaves what replaying the run did. The run's records touch only
+//! this chunk of this file, the file's size and its times. The block is the whole chunk as
+//! the run left it (what it held before the run does not matter); the size after the run is
+//! at least the chunk's end, which is what `PutChunks` sets it to at least; and both kinds of
+//! record set mtime to their time and ctime to at least it, the record carrying the run's
+//! last. Any other record (another file's, a `setattr` of this one) ends the run, and so
+//! does a journal write or sync (the bytes left the buffer), a checkpoint (a new journal)
+//! and a `writeback` volume (its `PutChunks` may outlive their blocks in a crash, and replay
+//! then keeps the chunk's older bytes, which the run's records would have replaced).
+
+use crate::error::FsResult;
+use crate::fs::{write_ahead, Chunk, Fs, Ino, Put};
+use crate::inode::CHUNK;
+use crate::inode::Ts;
+use crate::journal::Record;
+
+/// Journal bytes `from..upto` of journal `journal`: `Write` records of chunk `idx` of `ino`
+/// only, appended back to back.
+pub(crate) struct ChunkRun {
+    journal: u64,
+    ino: Ino,
+    idx: u64,
+    from: u64,
+    upto: u64,
+}
+
+impl Fs {
+    /// After a write within chunk `idx` of `ino` whose records took the journal from
+    /// `before` to its current length: extends or starts the chunk's run, and replaces it
+    /// with the chunk's block if the chunk is now full.
+    pub(crate) fn chunk_written(&mut self, ino: Ino, idx: u64, before: u64, now: Ts) -> FsResult<()> {
+        let Some(j) = self.vol.journal.as_ref() else {
+            return Ok(());
+        };
+        let (journal, len) = (j.id(), j.len);
+        if len == before || !self.journaled || self.journal_data || self.writeback {
+            // Nothing journaled (an unlinked file), or a volume whose records must stay.
+            return Ok(());
+        }
+        let run = match self.chunk_run.take() {
+            Some(r) if (r.journal, r.ino, r.idx, r.upto) == (journal, ino, idx, before) => ChunkRun { upto: len, ..r },
+            _ => ChunkRun { journal, ino, idx, from: before, upto: len },
+        };
+        let full = matches!(self.node(ino)?.chunks.get(&idx), Some(Chunk::Buf(b)) if b.len() as u64 == CHUNK);
+        if !full {
+            self.chunk_run = Some(run);
+            return Ok(());
+        }
+        self.replace_run(run, now)
+    }
+
+    /// Writes the full chunk of `run` to a pack and puts one `PutChunks` record in the run's
+    /// place; leaves everything as it was where that cannot be done.
+    fn replace_run(&mut self, run: ChunkRun, now: Ts) -> FsResult<()> {
+        let Some(target) = self.target(run.ino) else {
+            return Ok(());
+        };
+        let bytes = match self.node(run.ino)?.chunks.get(&run.idx) {
+            Some(Chunk::Buf(b)) => b.clone(),
+            _ => unreachable!("a full chunk is in memory"),
+        };
+        // Only if the run can still be taken back: checked before the block is written.
+        let j = self.vol.journal.as_ref().expect("a run is in a journal");
+        if j.id() != run.journal || j.len != run.upto || !j.can_retract_to(run.from) {
+            return Ok(());
+        }
+        let store = self.vol.forest.store.clone();
+        let ahead = match write_ahead(&store, run.ino, run.idx * CHUNK, &bytes) {
+            Ok(a) => a,
+            // No room for the block, say: the run stays, journaled as it is.
+            Err(e) => {
+                log::debug!("chunk {} of inode {}: not written ahead ({e})", run.idx, run.ino);
+                return Ok(());
+            }
+        };
+        assert!(ahead.first == run.idx && ahead.chunks.len() == 1, "one chunk written ahead");
+        let j = self.vol.journal.as_mut().expect("a run is in a journal");
+        assert!(j.retract_to(run.from), "a run checked retractable could not be taken back");
+        self.io.journal = self.io.journal.saturating_sub(run.upto - run.from);
+        self.vol.fresh_sums.extend(ahead.sums);
+        let chunks = ahead.chunks;
+        if let Err(e) = self.op_put_chunks(run.ino, run.idx, &chunks, now, Put::Ahead) {
+            // The run is out of the journal and its block not in the file: memory holds
+            // what the journal does not, so it must never reach a checkpoint.
+            self.fail(&format!("chunk {} of inode {}: its block could not replace its writes ({e})", run.idx, run.ino));
+            return Err(e);
+        }
+        self.log(|| {
+            Some(Record::PutChunks {
+                ino: target,
+                first: run.idx,
+                chunks,
+                time: now,
+                unordered: false,
+                tail: false,
+            })
+        })
+    }
+}
