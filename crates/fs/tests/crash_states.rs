@@ -908,7 +908,7 @@ fn streams(rng: &mut StdRng) -> Vec<Step> {
     let w = |s: &mut Vec<Step>, rng: &mut StdRng, p: &str, page: u64| {
         s.push(Step::Write(p.into(), page * 4096, bytes(rng, 4096)));
     };
-    for page in 0..40 {
+    for page in 0..48 {
         w(&mut s, rng, "s/a", page);
         match page {
             20 => s.push(Step::Fsync),                     // in chunk 1's run
@@ -916,12 +916,13 @@ fn streams(rng: &mut StdRng) -> Vec<Step> {
             _ => {}
         }
     }
-    for page in 0..20 {
-        w(&mut s, rng, "s/a", 40 + page);
+    for page in 0..16 {
+        w(&mut s, rng, "s/a", 48 + page);
         w(&mut s, rng, "s/c", page);
     }
+    s.push(Step::Fsync);
     s.push(Step::CheckpointBegin);
-    for page in 20..32 {
+    for page in 16..32 {
         w(&mut s, rng, "s/c", page);
     }
     s.push(Step::CheckpointEnd);
@@ -929,7 +930,7 @@ fn streams(rng: &mut StdRng) -> Vec<Step> {
         w(&mut s, rng, "s/b", page);
     }
     s.push(Step::Fsync);
-    for page in 60..80 {
+    for page in 64..84 {
         w(&mut s, rng, "s/a", page);
     }
     s
@@ -1340,7 +1341,7 @@ fn every_crash_state_recovers() {
         }
         if name == "streams of small writes" {
             // The workload is there for the runs replaced by their chunks' blocks: without
-            // them the journals got 199,692 bytes here, with them 72,612.
+            // them the journals got 457,277 bytes here, with them 276,527.
             let is_journal = |p: &Path| p.to_string_lossy().contains("/journal/");
             let mut journals: HashSet<u64> = rec.base.names().filter(|(p, _)| is_journal(p)).map(|(_, i)| i).collect();
             journals.extend(rec.log.iter().filter_map(|o| match o {
@@ -1356,7 +1357,7 @@ fn every_crash_state_recovers() {
                 })
                 .sum();
             println!("streams of small writes: {journaled} bytes written to journals");
-            assert!(journaled < 128 << 10, "{journaled} journal bytes: no run was replaced by its block");
+            assert!(journaled < 384 << 10, "{journaled} journal bytes: no run was replaced by its block");
         }
         // The ten thousand power cuts with cubes and the root writing at once: the
         // full run gives the workloads over several stores more random mixes per point.
