@@ -2300,7 +2300,7 @@ impl Fs {
             // A write within one chunk, journaled as bytes: part of a run the chunk's block
             // may replace once the chunk is full.
             if offset / CHUNK == (end - 1) / CHUNK && end > offset {
-                self.chunk_written(ino, offset / CHUNK, before, now)?;
+                self.chunk_written(ino, offset / CHUNK, offset % CHUNK, end - offset, before, now)?;
             }
         }
         self.maybe_checkpoint()?;
@@ -3686,6 +3686,46 @@ mod tests {
         drop(fs);
         let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
         check(&mut fs, &model);
+    }
+
+    /// Small writes here and there in a buffered chunk stay in memory and in the journal
+    /// however full the chunk gets; a stream that fills at least half of it, to its end, puts
+    /// the chunk in a pack in place of its journaled writes (`retract.rs`).
+    #[test]
+    fn only_a_stream_puts_a_buffered_chunk_in_a_pack() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("store");
+        Fs::create(&scion_store::os_host(), &dir).unwrap();
+        let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
+        let f = fs.mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+        let mut model = vec![0u8; CHUNK as usize];
+        let mut put = |fs: &mut Fs, page: usize, seed: u8| {
+            let data = vec![seed; 4096];
+            fs.write(f, (page * 4096) as u64, &data).unwrap();
+            model[page * 4096..(page + 1) * 4096].copy_from_slice(&data);
+            model.clone()
+        };
+        // Every page, out of order (none at offset 0 first: no tail goes ahead), then the
+        // last page again: the chunk is full in memory, no run a stream.
+        for (i, page) in [5, 1, 9, 3, 15, 0, 2, 4, 6, 7, 8, 10, 11, 12, 13, 14, 15].into_iter().enumerate() {
+            put(&mut fs, page, i as u8 + 1);
+        }
+        assert!(matches!(fs.node(f).unwrap().chunks.get(&0), Some(Chunk::Buf(b)) if b.len() as u64 == CHUNK));
+        assert_eq!(fs.vol.forest.store.written().0, 0, "scattered writes put the chunk in a pack");
+        // The second half again, in order: a stream to the chunk's end.
+        let mut want = Vec::new();
+        for page in 8..16 {
+            want = put(&mut fs, page, 100 + page as u8);
+        }
+        assert!(matches!(fs.node(f).unwrap().chunks.get(&0), Some(Chunk::Block(_))));
+        assert_eq!(fs.vol.forest.store.written().0, CHUNK, "the stream's chunk is not in a pack");
+        assert_eq!(fs.read(f, 0, CHUNK as u32).unwrap(), want);
+        // Replayed from the journal: the scattered writes' records, then the block's.
+        fs.fsync().unwrap();
+        drop(fs);
+        let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
+        let f = fs.lookup(ROOT_INO, b"f").unwrap().ino;
+        assert_eq!(fs.read(f, 0, CHUNK as u32 + 1).unwrap(), want, "after a reopen");
     }
 
     /// Object ids stop short of 2^40, where st_ino would name another namespace's object.

@@ -8,6 +8,11 @@
 //! seen those records: once the run fills the chunk, the chunk is written to a pack and the
 //! run replaced by one `PutChunks` record naming the block (`Journal::retract_to`).
 //!
+//! Only a stream: the run's writes follow one another and end at the chunk's end, having
+//! written at least half of it. Small writes here and there in a buffered chunk (a random
+//! overwrite, the kernel writing a dirty page back) stay in memory and in the journal as
+//! before: writing the chunk's 64 KiB for each would multiply what they cost.
+//!
 //! Replaying that record leaves what replaying the run did. The run's records touch only
 //! this chunk of this file, the file's size and its times. The block is the whole chunk as
 //! the run left it (what it held before the run does not matter); the size after the run is
@@ -25,34 +30,44 @@ use crate::inode::Ts;
 use crate::journal::Record;
 
 /// Journal bytes `from..upto` of journal `journal`: `Write` records of chunk `idx` of `ino`
-/// only, appended back to back.
+/// only, appended back to back, for writes one after another over bytes `start..end` of
+/// the chunk.
 pub(crate) struct ChunkRun {
     journal: u64,
     ino: Ino,
     idx: u64,
     from: u64,
     upto: u64,
+    start: u64,
+    end: u64,
 }
 
+/// Bytes of its chunk a run must have written to be replaced: a stream's, not a few pages'.
+const RUN_MIN: u64 = CHUNK / 2;
+
 impl Fs {
-    /// After a write within chunk `idx` of `ino` whose records took the journal from
-    /// `before` to its current length: extends or starts the chunk's run, and replaces it
-    /// with the chunk's block if the chunk is now full.
-    pub(crate) fn chunk_written(&mut self, ino: Ino, idx: u64, before: u64, now: Ts) -> FsResult<()> {
+    /// After a write of bytes `at..at + len` of chunk `idx` of `ino` whose records took the
+    /// journal from `before` to its current length: extends or starts the chunk's run, and
+    /// replaces it with the chunk's block if the run is a stream that filled the chunk.
+    pub(crate) fn chunk_written(&mut self, ino: Ino, idx: u64, at: u64, len: u64, before: u64, now: Ts) -> FsResult<()> {
+        assert!(at + len <= CHUNK, "a write within one chunk");
         let Some(j) = self.vol.journal.as_ref() else {
             return Ok(());
         };
-        let (journal, len) = (j.id(), j.len);
-        if len == before || !self.journaled || self.journal_data || self.writeback {
+        let (journal, upto) = (j.id(), j.len);
+        if upto == before || !self.journaled || self.journal_data || self.writeback {
             // Nothing journaled (an unlinked file), or a volume whose records must stay.
             return Ok(());
         }
         let run = match self.chunk_run.take() {
-            Some(r) if (r.journal, r.ino, r.idx, r.upto) == (journal, ino, idx, before) => ChunkRun { upto: len, ..r },
-            _ => ChunkRun { journal, ino, idx, from: before, upto: len },
+            Some(r) if (r.journal, r.ino, r.idx, r.upto, r.end) == (journal, ino, idx, before, at) => {
+                ChunkRun { upto, end: at + len, ..r }
+            }
+            _ => ChunkRun { journal, ino, idx, from: before, upto, start: at, end: at + len },
         };
+        let stream = run.end == CHUNK && run.end - run.start >= RUN_MIN;
         let full = matches!(self.node(ino)?.chunks.get(&idx), Some(Chunk::Buf(b)) if b.len() as u64 == CHUNK);
-        if !full {
+        if !(stream && full) {
             self.chunk_run = Some(run);
             return Ok(());
         }
