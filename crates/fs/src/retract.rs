@@ -80,17 +80,17 @@ impl Fs {
         let Some(target) = self.target(run.ino) else {
             return Ok(());
         };
-        let bytes = match self.node(run.ino)?.chunks.get(&run.idx) {
-            Some(Chunk::Buf(b)) => b.clone(),
-            _ => unreachable!("a full chunk is in memory"),
-        };
         // Only if the run can still be taken back: checked before the block is written.
         let j = self.vol.journal.as_ref().expect("a run is in a journal");
         if j.id() != run.journal || j.len != run.upto || !j.can_retract_to(run.from) {
             return Ok(());
         }
-        let store = self.vol.forest.store.clone();
-        let ahead = match write_ahead(&store, run.ino, run.idx * CHUNK, &bytes) {
+        // Written from the chunk's buffer itself (no copy of it).
+        let written = match self.node(run.ino)?.chunks.get(&run.idx) {
+            Some(Chunk::Buf(b)) => write_ahead(&self.vol.forest.store, run.ino, run.idx * CHUNK, b),
+            _ => unreachable!("a full chunk is in memory"),
+        };
+        let ahead = match written {
             Ok(a) => a,
             // No room for the block, say: the run stays, journaled as it is.
             Err(e) => {

@@ -17,8 +17,8 @@ use nfs3_client::nfs3_types::nfs3::{
 };
 use nfs3_client::nfs3_types::rpc::{auth_unix, opaque_auth};
 use nfs3_client::nfs3_types::xdr_codec::Opaque;
-use nfs3_client::Nfs3ConnectionBuilder;
-use scion_nfs::client_io::Tcp;
+use nfs3_client::{Nfs3Connection, Nfs3ConnectionBuilder};
+use scion_nfs::client_io::{Stream, Tcp};
 use std::time::Instant;
 
 fn summary(op: &str, mut us: Vec<f64>) {
@@ -26,6 +26,30 @@ fn summary(op: &str, mut us: Vec<f64>) {
     let mean = us.iter().sum::<f64>() / us.len() as f64;
     let at = |q: f64| us[((us.len() as f64 * q) as usize).min(us.len() - 1)];
     println!("{op}: {} calls, mean {mean:.1} us, median {:.1} us, p99 {:.1} us", us.len(), at(0.5), at(0.99));
+}
+
+/// COUNT READs of SIZE bytes from the file's start, one at a time, timed; each checked
+/// against `want` if given, and stopping at the end of the file.
+async fn reads(c: &mut Nfs3Connection<Stream>, fh: &nfs_fh3, count: usize, size: usize, want: Option<&[u8]>) {
+    let mut us = Vec::with_capacity(count);
+    for i in 0..count {
+        let args = READ3args { file: fh.clone(), offset: (i * size) as u64, count: size as u32 };
+        let t = Instant::now();
+        let r = c.read(&args).await.expect("READ");
+        us.push(t.elapsed().as_secs_f64() * 1e6);
+        match r {
+            Nfs3Result::Ok(r) => {
+                if let Some(want) = want {
+                    assert_eq!(&r.data[..], want, "READ {i} gave other bytes");
+                }
+                if r.eof {
+                    break;
+                }
+            }
+            Nfs3Result::Err((s, _)) => panic!("READ: {s:?}"),
+        }
+    }
+    summary("READ", us);
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -55,19 +79,7 @@ async fn main() {
             Nfs3Result::Ok(r) => r.object,
             Nfs3Result::Err((s, _)) => panic!("LOOKUP: {s:?}"),
         };
-        let mut us = Vec::with_capacity(count);
-        for i in 0..count {
-            let args = READ3args { file: fh.clone(), offset: (i * size) as u64, count: size as u32 };
-            let t = Instant::now();
-            let r = c.read(&args).await.expect("READ");
-            us.push(t.elapsed().as_secs_f64() * 1e6);
-            match r {
-                Nfs3Result::Ok(r) if r.eof => break,
-                Nfs3Result::Ok(_) => {}
-                Nfs3Result::Err((s, _)) => panic!("READ: {s:?}"),
-            }
-        }
-        summary("READ", us);
+        reads(&mut c, &fh, count, size, None).await;
         return;
     }
     let at = || diropargs3 { dir: root.clone(), name: filename3(Opaque::owned(b"nfs-rtt".to_vec())) };
@@ -99,17 +111,6 @@ async fn main() {
     let r = c.commit(&COMMIT3args { file: fh.clone(), offset: 0, count: 0 }).await.expect("COMMIT");
     assert!(matches!(r, Nfs3Result::Ok(_)), "COMMIT failed");
     println!("COMMIT: {:.1} us", t.elapsed().as_secs_f64() * 1e6);
-    let mut us = Vec::with_capacity(count);
-    for i in 0..count {
-        let args = READ3args { file: fh.clone(), offset: (i * size) as u64, count: size as u32 };
-        let t = Instant::now();
-        let r = c.read(&args).await.expect("READ");
-        us.push(t.elapsed().as_secs_f64() * 1e6);
-        match r {
-            Nfs3Result::Ok(r) => assert_eq!(&r.data[..], &data[..], "READ {i} gave other bytes"),
-            Nfs3Result::Err((s, _)) => panic!("READ: {s:?}"),
-        }
-    }
-    summary("READ", us);
+    reads(&mut c, &fh, count, size, Some(&data)).await;
     let _ = c.remove(&REMOVE3args { object: at() }).await;
 }
