@@ -3036,6 +3036,7 @@ impl Fs {
         if !self.journaled {
             return self.checkpoint_for_sync();
         }
+        self.settle_run()?;
         let t = self.sync_begin()?;
         let r = t.run();
         self.sync_end(t, r)
@@ -3651,7 +3652,7 @@ mod tests {
         let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
         let f = fs.mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
         let mut model = Vec::new();
-        let mut put = |fs: &mut Fs, model: &mut Vec<u8>, off: usize, len: usize, seed: u8| {
+        let put = |fs: &mut Fs, model: &mut Vec<u8>, off: usize, len: usize, seed: u8| {
             let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1).collect();
             assert_eq!(fs.write(f, off as u64, &data).unwrap() as usize, len);
             if model.len() < off + len {
@@ -3726,6 +3727,54 @@ mod tests {
         let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
         let f = fs.lookup(ROOT_INO, b"f").unwrap().ino;
         assert_eq!(fs.read(f, 0, CHUNK as u32 + 1).unwrap(), want, "after a reopen");
+    }
+
+    /// At an fsync, a small file written in pieces (an NFS client's WRITEs, then COMMIT) goes
+    /// to a pack once as its tail block instead of through the journal; an appender that
+    /// syncs after each short write keeps its writes in the journal.
+    #[test]
+    fn an_fsync_puts_a_small_file_written_in_pieces_in_a_pack_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("store");
+        Fs::create(&scion_store::os_host(), &dir).unwrap();
+        let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
+        let f = fs.mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+        let want: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for piece in want.chunks(4096).enumerate() {
+            fs.write(f, (piece.0 * 4096) as u64, piece.1).unwrap();
+        }
+        // The first piece went ahead as the file's tail (4 KiB); the rest is journaled.
+        assert_eq!(fs.vol.forest.store.written().0, 4096);
+        let journaled = fs.journal_len();
+        fs.fsync().unwrap();
+        assert!(matches!(fs.node(f).unwrap().chunks.get(&0), Some(Chunk::Block(p)) if p.len == 10_000));
+        assert_eq!(fs.vol.forest.store.written().0, 4096 + 12288, "the file's tail is not in a pack");
+        assert!(fs.journal_len() < journaled, "the pieces' bytes stayed in the journal");
+        assert_eq!(fs.read(f, 0, 20_000).unwrap(), want);
+
+        // An appender: 100 bytes and an fsync, 30 times, after a 16 KiB start.
+        let g = fs.mknod(ROOT_INO, b"log", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+        let mut log = vec![9u8; 16 << 10];
+        fs.write(g, 0, &log).unwrap();
+        fs.fsync().unwrap();
+        let packed = fs.vol.forest.store.written().0;
+        for i in 0..30u8 {
+            let line = vec![i; 100];
+            fs.write(g, log.len() as u64, &line).unwrap();
+            log.extend_from_slice(&line);
+            fs.fsync().unwrap();
+        }
+        assert_eq!(fs.vol.forest.store.written().0, packed, "an appender's syncs rewrote its chunk");
+        assert_eq!(fs.read(g, 0, 1 << 20).unwrap(), log);
+
+        // Replayed from the journal: the tail's record in place of the pieces'.
+        drop(fs);
+        let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
+        let f = fs.lookup(ROOT_INO, b"f").unwrap().ino;
+        assert_eq!(fs.read(f, 0, 20_000).unwrap(), want, "after a reopen");
+        assert_eq!(fs.getattr(f).unwrap().size, 10_000);
+        let g = fs.lookup(ROOT_INO, b"log").unwrap().ino;
+        assert_eq!(fs.read(g, 0, 1 << 20).unwrap(), log, "the appender after a reopen");
     }
 
     /// Object ids stop short of 2^40, where st_ino would name another namespace's object.

@@ -9,7 +9,13 @@
 //! run replaced by one `PutChunks` record naming the block (`Journal::retract_to`).
 //!
 //! Only a stream: the run's writes follow one another and end at the chunk's end, having
-//! written at least half of it. Small writes here and there in a buffered chunk (a random
+//! written at least half of it. Or, at an `fsync` (an NFS COMMIT), a run that ends at the
+//! file's end in its last chunk and wrote at least half of what that chunk holds: a small
+//! file written in pieces and then committed, as NFS clients write one and close it. The
+//! chunk goes to a pack as the file's tail block (`Put::Tail`) before the journal is synced,
+//! where the sync would have made the run's bytes durable and the checkpoint then written
+//! them again. The half keeps an appender that syncs often (a log) from rewriting its chunk
+//! at every sync. Small writes here and there in a buffered chunk (a random
 //! overwrite, the kernel writing a dirty page back) stay in memory and in the journal as
 //! before: writing the chunk's 64 KiB for each would multiply what they cost.
 //!
@@ -24,8 +30,8 @@
 //! then keeps the chunk's older bytes, which the run's records would have replaced).
 
 use crate::error::FsResult;
-use crate::fs::{write_ahead, Chunk, Fs, Ino, Put};
-use crate::inode::CHUNK;
+use crate::fs::{write_ahead, Chunk, Fs, Ino, Put, WrittenAhead};
+use crate::inode::{CHUNK, INLINE_MAX};
 use crate::inode::Ts;
 use crate::journal::Record;
 
@@ -40,6 +46,8 @@ pub(crate) struct ChunkRun {
     upto: u64,
     start: u64,
     end: u64,
+    /// The run's last write's time, which its record carries.
+    time: Ts,
 }
 
 /// Bytes of its chunk a run must have written to be replaced: a stream's, not a few pages'.
@@ -61,9 +69,9 @@ impl Fs {
         }
         let run = match self.chunk_run.take() {
             Some(r) if (r.journal, r.ino, r.idx, r.upto, r.end) == (journal, ino, idx, before, at) => {
-                ChunkRun { upto, end: at + len, ..r }
+                ChunkRun { upto, end: at + len, time: now, ..r }
             }
-            _ => ChunkRun { journal, ino, idx, from: before, upto, start: at, end: at + len },
+            _ => ChunkRun { journal, ino, idx, from: before, upto, start: at, end: at + len, time: now },
         };
         let stream = run.end == CHUNK && run.end - run.start >= RUN_MIN;
         let full = matches!(self.node(ino)?.chunks.get(&idx), Some(Chunk::Buf(b)) if b.len() as u64 == CHUNK);
@@ -71,12 +79,38 @@ impl Fs {
             self.chunk_run = Some(run);
             return Ok(());
         }
-        self.replace_run(run, now)
+        self.replace_run(run, Put::Ahead)
     }
 
-    /// Writes the full chunk of `run` to a pack and puts one `PutChunks` record in the run's
-    /// place; leaves everything as it was where that cannot be done.
-    fn replace_run(&mut self, run: ChunkRun, now: Ts) -> FsResult<()> {
+    /// Before an `fsync`'s journal sync: the run in progress, if it is a small file's tail
+    /// written in pieces (see the module's comment), goes to a pack in place of its records.
+    pub fn settle_run(&mut self) -> FsResult<()> {
+        let Some(run) = self.chunk_run.take() else {
+            return Ok(());
+        };
+        let Ok(n) = self.node(run.ino) else {
+            return Ok(());
+        };
+        let held = match n.chunks.get(&run.idx) {
+            Some(Chunk::Buf(b)) => b.len() as u64,
+            _ => return Ok(()),
+        };
+        let base = run.idx * CHUNK;
+        let tail = n.inode.size.checked_sub(base) == Some(held)
+            && held < CHUNK
+            && n.inode.size > INLINE_MAX as u64
+            && run.end == held
+            && (run.end - run.start) * 2 >= held;
+        if tail {
+            self.replace_run(run, Put::Tail)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the chunk of `run` to a pack (whole, or as the file's tail) and puts one
+    /// `PutChunks` record in the run's place; leaves everything as it was where that cannot
+    /// be done.
+    fn replace_run(&mut self, run: ChunkRun, how: Put) -> FsResult<()> {
         let Some(target) = self.target(run.ino) else {
             return Ok(());
         };
@@ -86,9 +120,15 @@ impl Fs {
             return Ok(());
         }
         // Written from the chunk's buffer itself (no copy of it).
-        let written = match self.node(run.ino)?.chunks.get(&run.idx) {
-            Some(Chunk::Buf(b)) => write_ahead(&self.vol.forest.store, run.ino, run.idx * CHUNK, b),
-            _ => unreachable!("a full chunk is in memory"),
+        let store = &self.vol.forest.store;
+        let written = match (self.node(run.ino)?.chunks.get(&run.idx), how) {
+            (Some(Chunk::Buf(b)), Put::Ahead) => write_ahead(store, run.ino, run.idx * CHUNK, b),
+            (Some(Chunk::Buf(b)), Put::Tail) if b.iter().any(|x| *x != 0) => store
+                .write(scion_store::BlockKind::Data, b)
+                .map(|p| WrittenAhead { first: run.idx, sums: vec![(p.addr, scion_store::page_sums(b).into())], chunks: vec![Some(p)] })
+                .map_err(crate::error::FsError::from),
+            (Some(Chunk::Buf(_)), Put::Tail) => return Ok(()), // zeros: a hole, not a tail block
+            _ => unreachable!("a run's chunk is in memory"),
         };
         let ahead = match written {
             Ok(a) => a,
@@ -104,7 +144,8 @@ impl Fs {
         self.io.journal = self.io.journal.saturating_sub(run.upto - run.from);
         self.vol.fresh_sums.extend(ahead.sums);
         let chunks = ahead.chunks;
-        if let Err(e) = self.op_put_chunks(run.ino, run.idx, &chunks, now, Put::Ahead) {
+        let now = run.time;
+        if let Err(e) = self.op_put_chunks(run.ino, run.idx, &chunks, now, how) {
             // The run is out of the journal and its block not in the file: memory holds
             // what the journal does not, so it must never reach a checkpoint.
             self.fail(&format!("chunk {} of inode {}: its block could not replace its writes ({e})", run.idx, run.ino));
@@ -117,7 +158,7 @@ impl Fs {
                 chunks,
                 time: now,
                 unordered: false,
-                tail: false,
+                tail: how == Put::Tail,
             })
         })
     }

@@ -933,6 +933,20 @@ fn streams(rng: &mut StdRng) -> Vec<Step> {
     for page in 64..84 {
         w(&mut s, rng, "s/a", page);
     }
+    // A small file written in pieces and synced (an NFS client's WRITEs and COMMIT): the
+    // sync puts it in a pack as its tail block in place of the pieces' records. Then an
+    // appender syncing after each short write, whose writes stay journaled.
+    s.push(Step::Create("s/d".into()));
+    for (at, len) in [(0, 4096), (4096, 4096), (8192, 1808)] {
+        s.push(Step::Write("s/d".into(), at, bytes(rng, len)));
+    }
+    s.push(Step::Fsync);
+    s.push(Step::Create("s/e".into()));
+    s.push(Step::Write("s/e".into(), 0, bytes(rng, 16384)));
+    for i in 0..3 {
+        s.push(Step::Write("s/e".into(), 16384 + i * 100, bytes(rng, 100)));
+        s.push(Step::Fsync);
+    }
     s
 }
 
