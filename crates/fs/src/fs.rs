@@ -2299,7 +2299,7 @@ impl Fs {
             self.io.user += data.len() as u64;
             // A write within one chunk, journaled as bytes: part of a run the chunk's block
             // may replace once the chunk is full.
-            if offset / CHUNK == (end - 1) / CHUNK && end > offset {
+            if end > offset && offset / CHUNK == (end - 1) / CHUNK {
                 self.chunk_written(ino, offset / CHUNK, offset % CHUNK, end - offset, before, now)?;
             }
         }
