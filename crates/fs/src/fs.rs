@@ -3313,20 +3313,30 @@ impl Fs {
 /// needs the engine, which the checkpoint holds.
 #[derive(Default)]
 pub(crate) struct ReadGate {
-    count: std::sync::Mutex<usize>,
+    state: std::sync::Mutex<GateState>,
     idle: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    reads: usize,
+    /// Threads in `wait_idle`: the last read out wakes them only if there are any (a
+    /// `notify_all` is a futex syscall whether or not anyone waits, one per read).
+    waiters: usize,
 }
 
 impl ReadGate {
     fn enter(self: &Arc<Self>) -> GatePass {
-        *self.count.lock().unwrap() += 1;
+        self.state.lock().unwrap().reads += 1;
         GatePass(self.clone())
     }
     pub(crate) fn wait_idle(&self) {
-        let mut n = self.count.lock().unwrap();
-        while *n > 0 {
-            n = self.idle.wait(n).unwrap();
+        let mut s = self.state.lock().unwrap();
+        s.waiters += 1;
+        while s.reads > 0 {
+            s = self.idle.wait(s).unwrap();
         }
+        s.waiters -= 1;
     }
 }
 
@@ -3334,9 +3344,10 @@ struct GatePass(Arc<ReadGate>);
 
 impl Drop for GatePass {
     fn drop(&mut self) {
-        let mut n = self.0.count.lock().unwrap();
-        *n -= 1;
-        if *n == 0 {
+        let mut s = self.0.state.lock().unwrap();
+        assert!(s.reads > 0, "a read left the gate twice");
+        s.reads -= 1;
+        if s.reads == 0 && s.waiters > 0 {
             self.0.idle.notify_all();
         }
     }
