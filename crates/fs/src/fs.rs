@@ -2334,8 +2334,8 @@ impl Fs {
         if bytes.iter().all(|b| *b == 0) {
             return Ok(None);
         }
-        let p = self.vol.forest.store.write(scion_store::BlockKind::Data, bytes)?;
-        self.vol.fresh_sums.insert(p.addr, scion_store::page_sums(bytes).into());
+        let (p, sums) = write_tail(&self.vol.forest.store, bytes)?;
+        self.vol.fresh_sums.insert(p.addr, sums);
         Ok(Some(p))
     }
 
@@ -3465,6 +3465,13 @@ pub fn write_ahead(store: &BlockStore, key: u64, offset: u64, data: &[u8]) -> Fs
         idx = stop;
     }
     Ok(ahead)
+}
+
+/// A file's last, partial chunk written to a pack as its tail block (`Put::Tail`), with the
+/// block's page sums.
+pub(crate) fn write_tail(store: &BlockStore, bytes: &[u8]) -> FsResult<(BlockPtr, crate::delta::Sums)> {
+    let p = store.write(scion_store::BlockKind::Data, bytes)?;
+    Ok((p, scion_store::page_sums(bytes).into()))
 }
 
 /// A block part of a read: where it goes in the reply, the block, where in it and how much,

@@ -30,7 +30,7 @@
 //! then keeps the chunk's older bytes, which the run's records would have replaced).
 
 use crate::error::FsResult;
-use crate::fs::{write_ahead, Chunk, Fs, Ino, Put, WrittenAhead};
+use crate::fs::{write_ahead, write_tail, Chunk, Fs, Ino, Put, WrittenAhead};
 use crate::inode::{CHUNK, INLINE_MAX};
 use crate::inode::Ts;
 use crate::journal::Record;
@@ -88,6 +88,10 @@ impl Fs {
         let Some(run) = self.chunk_run.take() else {
             return Ok(());
         };
+        if self.vol.failed.is_some() || self.writeback || self.journal_data || !self.journaled {
+            // A failed volume's fsync refuses; the others' runs stay as they are journaled.
+            return Ok(());
+        }
         let Ok(n) = self.node(run.ino) else {
             return Ok(());
         };
@@ -123,10 +127,8 @@ impl Fs {
         let store = &self.vol.forest.store;
         let written = match (self.node(run.ino)?.chunks.get(&run.idx), how) {
             (Some(Chunk::Buf(b)), Put::Ahead) => write_ahead(store, run.ino, run.idx * CHUNK, b),
-            (Some(Chunk::Buf(b)), Put::Tail) if b.iter().any(|x| *x != 0) => store
-                .write(scion_store::BlockKind::Data, b)
-                .map(|p| WrittenAhead { first: run.idx, sums: vec![(p.addr, scion_store::page_sums(b).into())], chunks: vec![Some(p)] })
-                .map_err(crate::error::FsError::from),
+            (Some(Chunk::Buf(b)), Put::Tail) if b.iter().any(|x| *x != 0) => write_tail(store, b)
+                .map(|(p, sums)| WrittenAhead { first: run.idx, sums: vec![(p.addr, sums)], chunks: vec![Some(p)] }),
             (Some(Chunk::Buf(_)), Put::Tail) => return Ok(()), // zeros: a hole, not a tail block
             _ => unreachable!("a run's chunk is in memory"),
         };
