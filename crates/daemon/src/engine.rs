@@ -121,11 +121,7 @@ impl Engine {
                 // No journal (a `nojournal` cube): a checkpoint is what makes changes durable.
                 return fs.checkpoint_for_sync();
             }
-            if !background {
-                // A small file written in pieces goes to a pack once, not via the journal.
-                fs.settle_run()?;
-            }
-            (fs.sync_begin()?, background && fs.writes_back())
+            (fs.sync_begin(!background)?, background && fs.writes_back())
         };
         let r = if journal_only { ticket.run_journal_only() } else { ticket.run() };
         self.lock().sync_end(ticket, r)

@@ -3036,8 +3036,7 @@ impl Fs {
         if !self.journaled {
             return self.checkpoint_for_sync();
         }
-        self.settle_run()?;
-        let t = self.sync_begin()?;
+        let t = self.sync_begin(true)?;
         let r = t.run();
         self.sync_end(t, r)
     }
@@ -3112,11 +3111,15 @@ impl Fs {
     /// flushes: `sync_begin` (under the lock) writes the journal's buffer out and notes what
     /// must become durable, `SyncTicket::run` (without it) makes it so, `sync_end` (under the
     /// lock again) records the outcome. Everything acknowledged before `sync_begin` is durable
-    /// once `sync_end` returns Ok.
-    pub fn sync_begin(&mut self) -> FsResult<SyncTicket> {
+    /// once `sync_end` returns Ok. `settle`: a sync a caller asked for (fsync, COMMIT), not
+    /// the background's, which first settles a small file written in pieces (`settle_run`).
+    pub fn sync_begin(&mut self, settle: bool) -> FsResult<SyncTicket> {
         if let Some(why) = &self.vol.failed {
             log::warn!("refusing fsync: {why}");
             return Err(errno::EIO);
+        }
+        if settle {
+            self.settle_run()?;
         }
         let journal = match self.vol.journal.as_mut().map(|j| j.prepare_sync()).transpose() {
             Ok(j) => j.flatten(),
@@ -3658,17 +3661,24 @@ pub(crate) fn chunk_bytes(n: &Node) -> u64 {
 mod tests {
     use super::*;
 
+    /// A fresh store opened in a temporary directory (kept while the first value lives),
+    /// its path, and an empty file `f` in its root.
+    fn store_with_file() -> (tempfile::TempDir, std::path::PathBuf, Fs, Ino) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("store");
+        Fs::create(&scion_store::os_host(), &dir).unwrap();
+        let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
+        let f = fs.mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+        (tmp, dir, fs, f)
+    }
+
     /// A stream of small writes into a chunk the overlay holds as bytes (an NFS client's
     /// 4 KiB WRITEs): written in place, with gaps read as zeros, overwrites, the size and
     /// the allocated bytes right, no tail written ahead past the file's start, and the same
     /// bytes after a checkpoint and a reopen.
     #[test]
     fn small_writes_into_a_buffered_chunk_read_back_as_written() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("store");
-        Fs::create(&scion_store::os_host(), &dir).unwrap();
-        let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
-        let f = fs.mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+        let (_tmp, dir, mut fs, f) = store_with_file();
         let mut model = Vec::new();
         let put = |fs: &mut Fs, model: &mut Vec<u8>, off: usize, len: usize, seed: u8| {
             let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1).collect();
@@ -3712,11 +3722,7 @@ mod tests {
     /// the chunk in a pack in place of its journaled writes (`retract.rs`).
     #[test]
     fn only_a_stream_puts_a_buffered_chunk_in_a_pack() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("store");
-        Fs::create(&scion_store::os_host(), &dir).unwrap();
-        let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
-        let f = fs.mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+        let (_tmp, dir, mut fs, f) = store_with_file();
         let mut model = vec![0u8; CHUNK as usize];
         let mut put = |fs: &mut Fs, page: usize, seed: u8| {
             let data = vec![seed; 4096];
@@ -3752,11 +3758,7 @@ mod tests {
     /// syncs after each short write keeps its writes in the journal.
     #[test]
     fn an_fsync_puts_a_small_file_written_in_pieces_in_a_pack_once() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("store");
-        Fs::create(&scion_store::os_host(), &dir).unwrap();
-        let mut fs = Fs::open(&dir, MountOptions::new("test")).unwrap();
-        let f = fs.mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+        let (_tmp, dir, mut fs, f) = store_with_file();
         let want: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
         for piece in want.chunks(4096).enumerate() {
             fs.write(f, (piece.0 * 4096) as u64, piece.1).unwrap();

@@ -63,7 +63,7 @@ impl Fs {
             return Ok(());
         };
         let (journal, upto) = (j.id(), j.len);
-        if upto == before || !self.journaled || self.journal_data || self.writeback {
+        if upto == before || !self.keeps_runs() {
             // Nothing journaled (an unlinked file), or a volume whose records must stay.
             return Ok(());
         }
@@ -82,14 +82,20 @@ impl Fs {
         self.replace_run(run, Put::Ahead)
     }
 
-    /// Before an `fsync`'s journal sync: the run in progress, if it is a small file's tail
-    /// written in pieces (see the module's comment), goes to a pack in place of its records.
-    pub fn settle_run(&mut self) -> FsResult<()> {
+    /// Whether runs may be replaced here: not where the records must stay (a volume that
+    /// journals data, or writes back: see the module's comment) or there is no journal.
+    fn keeps_runs(&self) -> bool {
+        self.journaled && !self.journal_data && !self.writeback
+    }
+
+    /// Before an `fsync`'s journal sync (`Fs::sync_begin`): the run in progress, if it is a
+    /// small file's tail written in pieces (see the module's comment), goes to a pack in
+    /// place of its records.
+    pub(crate) fn settle_run(&mut self) -> FsResult<()> {
         let Some(run) = self.chunk_run.take() else {
             return Ok(());
         };
-        if self.vol.failed.is_some() || self.writeback || self.journal_data || !self.journaled {
-            // A failed volume's fsync refuses; the others' runs stay as they are journaled.
+        if !self.keeps_runs() {
             return Ok(());
         }
         let Ok(n) = self.node(run.ino) else {

@@ -99,7 +99,7 @@ fn name(t: u64, i: u64) -> Vec<u8> {
 }
 
 fn sync_unlocked(fs: &Mutex<Fs>) {
-    let ticket = fs.lock().unwrap().sync_begin().unwrap();
+    let ticket = fs.lock().unwrap().sync_begin(false).unwrap();
     let r = ticket.run();
     fs.lock().unwrap().sync_end(ticket, r).unwrap();
 }

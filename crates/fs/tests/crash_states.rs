@@ -335,7 +335,7 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
         Step::JournalData => fs.set_journal_data(true),
         Step::Writeback => fs.set_writeback(true),
         Step::SyncJournal => {
-            let t = fs.sync_begin()?;
+            let t = fs.sync_begin(false)?;
             let r = t.run_journal_only();
             fs.sync_end(t, r)?;
         }
