@@ -593,12 +593,15 @@ impl Checker<'_> {
                             continue;
                         }
                     };
-                    let Some(d) = v.ptrs.first().copied() else {
+                    if v.ptrs.is_empty() {
                         self.problem(format!("file oid {oid}: chunk {idx} without data"));
                         continue;
-                    };
-                    // Counted even when the patches are damaged, so it is not also unreachable.
-                    self.reference(&d, None);
+                    }
+                    // Counted even when the patches are damaged, so it is not also unreachable;
+                    // so are a layered chunk's layers (format 16).
+                    for p in &v.ptrs {
+                        self.reference(p, None);
+                    }
                     let c = match StoredChunk::from_value(&v) {
                         Ok(c) => c,
                         Err(e) => {
@@ -606,11 +609,8 @@ impl Checker<'_> {
                             continue;
                         }
                     };
-                    if c.block.kind != BlockKind::Data {
-                        self.problem(format!(
-                            "file oid {oid}: chunk {idx} points at a {:?} block",
-                            c.block.kind
-                        ));
+                    if let Some(p) = v.ptrs.iter().find(|p| p.kind != BlockKind::Data) {
+                        self.problem(format!("file oid {oid}: chunk {idx} points at a {:?} block", p.kind));
                     }
                     if idx * CHUNK + c.len() > size {
                         self.problem(format!(
@@ -618,7 +618,7 @@ impl Checker<'_> {
                             c.len()
                         ));
                     }
-                    if !c.patches.is_empty() {
+                    if !c.is_plain() {
                         self.rep.patched_chunks += 1;
                         self.rep.patch_bytes += c.patches.bytes() as u64;
                     }

@@ -13,7 +13,7 @@
 //!    fsynced, the next journal is created, and the superblock is written and fsynced;
 //! 6. only then are freed blocks punched out of their packs and the old journal deleted.
 
-use crate::delta::{Patches, StoredChunk};
+use crate::delta::{Layer, Patches, StoredChunk, LAYERED_MAX, LAYERS_MAX, LAYER_RUNS_MAX, PATCH_MAX};
 use crate::error::errno;
 use crate::fs::*;
 use crate::inode::*;
@@ -594,7 +594,7 @@ impl Fs {
             let Loc::Entry { parent, name } = &n.loc else { continue };
             let only_patches = n.inode.kind == Kind::File
                 && !n.chunks.is_empty()
-                && n.chunks.values().all(|c| matches!(c, Chunk::Patched { .. }));
+                && n.chunks.values().all(|c| matches!(c, Chunk::Patched { patches, .. } if patches.bytes() <= PATCH_MAX));
             let under = match fold {
                 Fold::Carry => false,
                 Fold::Under(dir) => self.lies_under(ino, *dir),
@@ -747,6 +747,8 @@ impl Fs {
             }
             // The overlay's reference moves to the record.
             Some(Chunk::Block(p) | Chunk::Shared(p)) => OneChunk::Direct(*p, Patches::default()),
+            // Runs past PATCH_MAX are kept as layers, which only a content tree holds.
+            Some(Chunk::Patched { patches, .. }) if patches.bytes() > PATCH_MAX => return Ok(None),
             Some(Chunk::Patched { base, patches }) => {
                 self.vol.forest.refs.inc(base);
                 OneChunk::Direct(*base, patches.clone())
@@ -762,6 +764,7 @@ impl Fs {
                     },
                 };
                 match stored {
+                    Some(c) if !c.layers.is_empty() => return Ok(None),
                     Some(c) => {
                         self.vol.forest.refs.inc(&c.block);
                         OneChunk::Direct(c.block, c.patches)
@@ -1061,16 +1064,9 @@ impl Fs {
                     ops.push((chunk_key(idx), Some(plain_value(ptr, sums))))
                 }
                 Chunk::Hole => ops.push((chunk_key(idx), None)),
-                // The new value owns a reference to the block, the old one drops its own.
                 Chunk::Patched { base, patches } => {
-                    self.vol.forest.refs.inc(&base);
-                    let sums = self.base_sums(tree.as_ref(), idx, &base);
-                    let c = StoredChunk {
-                        block: base,
-                        patches,
-                        sums,
-                    };
-                    ops.push((chunk_key(idx), Some(c.to_value())))
+                    let v = self.patched_value(tree.as_ref(), idx, base, patches)?;
+                    ops.push((chunk_key(idx), Some(v)))
                 }
             }
         }
@@ -1084,17 +1080,59 @@ impl Fs {
         Ok(())
     }
 
-    /// The page sums of `base`, the block under chunk `idx`'s patches: kept since it was
-    /// taken up, or from the value the content tree `tree` holds for the chunk now.
-    fn base_sums(&self, tree: Option<&BlockPtr>, idx: u64, base: &BlockPtr) -> Option<crate::delta::Sums> {
-        if let Some(s) = self.vol.fresh_sums.get(&base.addr) {
-            return Some(s.clone());
+    /// The value of chunk `idx` as `base` with `patches` laid over it, owning its references
+    /// (the value it replaces in the content tree `tree` drops its own). Up to `PATCH_MAX`
+    /// bytes the patches go in the value; past it, or over a layered chunk, they go in layers
+    /// (format 16): the committed layers and one more holding what is new since them, or, when
+    /// those cannot be kept (`LAYERS_MAX` of them, past `LAYER_RUNS_MAX` runs, or a truncate
+    /// cut them), all the patches as one layer. So a checkpoint writes what changed since the last one, not the whole block.
+    fn patched_value(&mut self, tree: Option<&BlockPtr>, idx: u64, base: BlockPtr, patches: Patches) -> Result<Value> {
+        let old = match self.vol.forest.get(tree, &chunk_key(idx))? {
+            Some(v) => Some(StoredChunk::from_value(&v)?).filter(|c| c.block == base),
+            None => None,
+        };
+        let sums = match self.vol.fresh_sums.get(&base.addr) {
+            Some(s) => Some(s.clone()),
+            None => old.as_ref().and_then(|c| c.sums.clone()),
+        };
+        let layered = old.as_ref().is_some_and(|c| !c.layers.is_empty());
+        if patches.is_empty() || (patches.bytes() <= PATCH_MAX && !layered) {
+            self.vol.forest.refs.inc(&base);
+            return Ok(StoredChunk::new(base, patches, sums).to_value());
         }
-        let v = self.vol.forest.get(tree, &chunk_key(idx)).ok()??;
-        StoredChunk::from_value(&v)
-            .ok()
-            .filter(|c| c.block == *base)
-            .and_then(|c| c.sums)
+        if patches.bytes() > LAYERED_MAX || patches.run_count() > LAYER_RUNS_MAX {
+            // `Fs::patched` keeps no more; rewritten whole should it happen.
+            debug_assert!(false, "{} bytes of patches over chunk {idx}", patches.bytes());
+            let mut b = self.vol.forest.store.read(&base)?;
+            patches.apply(&mut b);
+            let ptr = self.vol.forest.store.write(BlockKind::Data, &b)?;
+            return Ok(plain_value(ptr, Some(page_sums(&b).into())));
+        }
+        let (mut layers, mut fresh) = (Vec::new(), patches.clone());
+        if let Some(mut c) = old.filter(|c| layered && c.layers.len() < LAYERS_MAX) {
+            c.load_layers(&self.vol.forest.store)?;
+            match patches.since(&c.patches) {
+                Some(new) if c.layer_runs() + new.run_count() <= LAYER_RUNS_MAX => (layers, fresh) = (c.layers, new),
+                _ => {}
+            }
+        }
+        self.vol.forest.refs.inc(&base);
+        for l in &layers {
+            self.vol.forest.refs.inc(&l.block);
+        }
+        if !fresh.is_empty() {
+            let (runs, bytes) = fresh.to_layer();
+            let block = self.vol.forest.store.write(BlockKind::Data, &bytes)?;
+            layers.push(Layer { block, runs });
+        }
+        let c = StoredChunk {
+            block: base,
+            sums,
+            layers,
+            patches,
+        };
+        debug_assert!(!c.layers.is_empty(), "a layered chunk without layers");
+        Ok(c.to_value())
     }
 
     /// Step 3: directories, deepest first, each record rewritten into its parent's overlay
@@ -1481,12 +1519,7 @@ impl Node {
 
 /// The value of a chunk that is its block alone, with its page sums if known.
 fn plain_value(block: BlockPtr, sums: Option<crate::delta::Sums>) -> Value {
-    StoredChunk {
-        block,
-        patches: Default::default(),
-        sums,
-    }
-    .to_value()
+    StoredChunk::new(block, Default::default(), sums).to_value()
 }
 
 /// `STORE/closed`: present while the store is closed whole (written after a close's final

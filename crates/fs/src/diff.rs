@@ -622,7 +622,10 @@ impl Fs {
                     return false;
                 };
                 match (StoredChunk::from_value(old), StoredChunk::from_value(new)) {
-                    (Ok(p), Ok(q)) => same = p.block.hash == q.block.hash && p.patches == q.patches,
+                    (Ok(p), Ok(q)) => {
+                        let layers = |c: &StoredChunk| c.layers.iter().map(|l| (l.block.hash, l.runs.clone())).collect::<Vec<_>>();
+                        same = p.block.hash == q.block.hash && p.patches == q.patches && layers(&p) == layers(&q)
+                    }
                     (Err(e), _) | (_, Err(e)) => bad = Some(e),
                 }
                 same && bad.is_none()

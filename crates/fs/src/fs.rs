@@ -3,7 +3,7 @@
 use crate::acl;
 use crate::checkpoint::Fold;
 use crate::clone::{SNAPDIR_BIT, SNAPDIR_NAME};
-use crate::delta::{changed_runs, Patches, StoredChunk, BLIND_MAX, PATCH_MAX};
+use crate::delta::{changed_runs, Patches, StoredChunk, BLIND_MAX, LAYERED_MAX, LAYER_RUNS_MAX, PATCH_MAX};
 use crate::error::errno;
 use crate::inode::*;
 use crate::journal::{JournalSync, Record, Target};
@@ -96,8 +96,9 @@ pub(crate) enum Chunk {
     Shared(BlockPtr),
     /// Small overwrites of the committed chunk `base` (copy-on-abundant-write, `delta.rs`):
     /// the block stays as it is, shared with whatever else holds it, and the patches (at most
-    /// `PATCH_MAX` bytes, the stored ones included) are laid over it. The stored tree owns
-    /// `base`; the checkpoint stores the patches beside it.
+    /// `PATCH_MAX` bytes, or `LAYERED_MAX` in a file with a content tree; the stored ones and
+    /// the layers' included) are laid over it. The stored tree owns `base`; the checkpoint
+    /// stores the patches beside it, or what is new of them as a layer.
     Patched { base: BlockPtr, patches: Patches },
 }
 
@@ -1953,9 +1954,9 @@ impl Fs {
         Ok(())
     }
 
-    /// Committed chunk `idx`: its block and patches, from the content tree or, for a file of
-    /// one chunk, from the record (`Inode::direct`). Inline bytes are not blocks: see
-    /// `inline_chunk`.
+    /// Committed chunk `idx`: its block and patches (a layered chunk's layers read and merged),
+    /// from the content tree or, for a file of one chunk, from the record (`Inode::direct`).
+    /// Inline bytes are not blocks: see `inline_chunk`.
     pub(crate) fn stored_chunk(&self, n: &Node, idx: u64) -> FsResult<Option<StoredChunk>> {
         if n.inode.direct.is_some() {
             return Ok(if idx == 0 { n.inode.direct_chunk() } else { None });
@@ -1968,10 +1969,13 @@ impl Fs {
         else {
             return Ok(None);
         };
-        StoredChunk::from_value(&v).map(Some).map_err(|e| {
+        let mut c = StoredChunk::from_value(&v).map_err(|e| {
             log::error!("content entry {idx} of oid {}: {e}", n.inode.oid);
             errno::EIO
-        })
+        })?;
+        c.load_layers(&self.vol.forest.store)
+            .map_err(|e| FsError::from(e).with(format!("layers of chunk {idx} of file oid {}", n.inode.oid)))?;
+        Ok(Some(c))
     }
 
     /// The page sums of `block`, chunk `idx`'s block (or its patches' base), if kept: since
@@ -2506,8 +2510,8 @@ impl Fs {
     }
 
     /// A small write to a committed chunk as patches over its block (copy-on-abundant-write),
-    /// or `None` when the chunk has no committed block or would exceed `PATCH_MAX`: then the
-    /// chunk is rewritten whole.
+    /// or `None` when the chunk has no committed block or its runs would exceed `PATCH_MAX`
+    /// (`LAYERED_MAX` in a file with a content tree): then the chunk is rewritten whole.
     fn patched(&self, ino: Ino, idx: u64, within: u32, src: &[u8]) -> FsResult<Option<(Chunk, Vec<(usize, usize)>)>> {
         let n = self.node(ino)?;
         let (base, mut patches, sums) = match n.chunks.get(&idx) {
@@ -2540,9 +2544,13 @@ impl Fs {
             }
             changed_runs(&cur, 0, src)
         };
+        // A file with a content tree keeps up to LAYERED_MAX bytes of runs (stored as layers,
+        // `Fs::layered_value`); a file of one chunk keeps its runs in its record, PATCH_MAX.
+        let layered = n.inode.direct.is_none() && n.inode.content.is_some();
+        let max = if layered { LAYERED_MAX } else { PATCH_MAX };
         for &(a, b) in &runs {
             patches.write(within + a as u32, &src[a..b]);
-            if patches.bytes() > PATCH_MAX {
+            if patches.bytes() > max || (layered && patches.run_count() > LAYER_RUNS_MAX) {
                 return Ok(None);
             }
         }

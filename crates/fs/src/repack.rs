@@ -351,7 +351,7 @@ impl Fs {
         }
         let (content, size) = (n.inode.content, n.inode.size);
         let stored = self.stored_chunks(ino)?;
-        let patched = stored.iter().any(|(_, c)| !c.patches.is_empty());
+        let patched = stored.iter().any(|(_, c)| !c.is_plain());
         let blocks: Vec<(u64, BlockPtr)> = stored.into_iter().map(|(i, c)| (i, c.block)).collect();
         if is_laid_out(&blocks) {
             report.contiguous += 1;
@@ -375,7 +375,8 @@ impl Fs {
         self.stored_chunks_of(&self.node(ino)?.inode)
     }
 
-    /// The chunks record `i` names (block and patches), in chunk order; none for inline bytes.
+    /// The chunks record `i` names (block and patches, layers merged), in chunk order; none
+    /// for inline bytes.
     pub fn stored_chunks_of(&self, i: &crate::inode::Inode) -> FsResult<Vec<(u64, StoredChunk)>> {
         if let Some(c) = i.direct_chunk() {
             return Ok(vec![(0, c)]);
@@ -386,7 +387,10 @@ impl Fs {
             .forest
             .scan(i.tree(), &chunk_key(0), &mut |k, v| {
                 match (chunk_index(k), StoredChunk::from_value(v)) {
-                    (Ok(idx), Ok(c)) => out.push((idx, c)),
+                    (Ok(idx), Ok(mut c)) => match c.load_layers(&self.vol.forest.store) {
+                        Ok(()) => out.push((idx, c)),
+                        Err(e) => bad = Some(e),
+                    },
                     (Err(e), _) | (_, Err(e)) => bad = Some(e),
                 }
                 bad.is_none()

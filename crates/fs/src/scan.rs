@@ -402,7 +402,7 @@ impl Fs {
         let chunks = match (&i.content, &i.direct) {
             _ if !i.inline.is_empty() => one_chunk(blake3::hash(&i.inline).as_bytes(), &[]),
             (None, _) => one_chunk(&[0; 32], &[]),
-            (Some(block), Some(p)) => one_chunk(&block.hash, &patch_bytes(p)),
+            (Some(block), Some(p)) => one_chunk(&block.hash, &p.encode()),
             (Some(root), None) => match w.by_root.get(&root.hash) {
                 Some(k) => *k,
                 None => {
@@ -427,7 +427,7 @@ impl Fs {
             .forest
             .scan(Some(root), &chunk_key(0), &mut |k, v| {
                 match (chunk_index(k), StoredChunk::from_value(v)) {
-                    (Ok(idx), Ok(c)) => add_chunk(&mut h, idx, &c.block.hash, &patch_bytes(&c.patches)),
+                    (Ok(idx), Ok(c)) => add_chunk(&mut h, idx, &c.block.hash, &overlay_bytes(&c)),
                     (Err(e), _) | (_, Err(e)) => bad = Some(e),
                 }
                 bad.is_none()
@@ -457,12 +457,18 @@ fn one_chunk(block: &[u8; 32], patches: &[u8]) -> [u8; 32] {
 }
 
 /// A patch list's bytes for a key: nothing for no patches.
-fn patch_bytes(p: &crate::delta::Patches) -> Vec<u8> {
-    if p.is_empty() {
-        Vec::new()
-    } else {
-        p.encode()
+/// What a stored chunk lays over its block, as a content key hashes it: its patch list, or
+/// its layers' places and block hashes (which name their bytes as the block's hash names its).
+fn overlay_bytes(c: &StoredChunk) -> Vec<u8> {
+    let mut out = c.patches.encode();
+    for l in &c.layers {
+        out.extend_from_slice(&l.block.hash);
+        for (o, len) in &l.runs {
+            out.extend_from_slice(&o.to_le_bytes());
+            out.extend_from_slice(&len.to_le_bytes());
+        }
     }
+    out
 }
 
 fn join(path: &[u8], name: &[u8]) -> Vec<u8> {

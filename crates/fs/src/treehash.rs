@@ -349,7 +349,7 @@ impl Fs {
             let Some(len) = logical_len(i.size, idx) else { continue };
             let h = match &c {
                 Stored::Inline(b) => hash_padded(b, len),
-                Stored::Block(s) if s.patches.is_empty() && u64::from(s.block.len) == len => s.block.hash,
+                Stored::Block(s) if s.is_plain() && u64::from(s.block.len) == len => s.block.hash,
                 Stored::Block(s) => {
                     let mut b = self.vol.forest.store.read(&s.block).map_err(eio)?;
                     s.patches.apply(&mut b);
@@ -398,7 +398,7 @@ impl Fs {
                 (Some(Stored::Block(x)), Some(Stored::Block(y))) if x.block.hash == y.block.hash => {
                     if x.patches == y.patches && logical_len(old.size, i) == logical_len(new.size, i) {
                         None
-                    } else if x.patches.is_empty() && x.block.len == y.block.len && logical_len(old.size, i) == logical_len(new.size, i) {
+                    } else if x.is_plain() && x.block.len == y.block.len && logical_len(old.size, i) == logical_len(new.size, i) {
                         Some(ChunkChange::Patch(i, y.patches.within(0, CHUNK as usize).map(|(o, d)| (o as u32, d.to_vec())).collect()))
                     } else {
                         Some(ChunkChange::Data(i))

@@ -4,7 +4,7 @@
 //! PATCH_MAX. The sizes asserted are what `scion check` counts in the committed store.
 
 use scion_fs::check::check;
-use scion_fs::delta::PATCH_MAX;
+use scion_fs::delta::{LAYERED_MAX, LAYERS_MAX, PATCH_MAX};
 use scion_fs::{Fs, Ino, Kind};
 use std::path::PathBuf;
 
@@ -127,12 +127,24 @@ fn small_writes_to_clones_are_patches() {
     let rep = committed(&store);
     assert_eq!((rep.patched_chunks, rep.patch_bytes), (4, 69), "{rep}");
 
-    // Abundant writes: past PATCH_MAX bytes the chunk becomes a block of its own again.
-    for k in 0..(PATCH_MAX / 16 + 8) {
-        let at = 2000 + k * 32; // separate runs
-        fs.write(cf, at as u64, &[0x55; 16]).unwrap();
-        cloned[at..at + 16].copy_from_slice(&[0x55; 16]);
+    // Past PATCH_MAX bytes, a chunk of a file with a content tree keeps its runs in a layer
+    // (format 16): the block stays, and the checkpoint writes the runs, not a new chunk.
+    for k in 0..(PATCH_MAX / 128 + 8) {
+        let at = 2000 + k * 256; // separate runs
+        fs.write(cf, at as u64, &[0x55; 128]).unwrap();
+        cloned[at..at + 128].copy_from_slice(&[0x55; 128]);
     }
+    let before = committed(&store);
+    fs.checkpoint().unwrap();
+    let rep = committed(&store);
+    assert_eq!(rep.patched_chunks, 4, "chunk 0 layered: {rep}");
+    let grown = rep.block_bytes as i64 - before.block_bytes as i64;
+    assert!(grown < (PATCH_MAX as i64) * 4, "{grown} new payload bytes for a layer");
+    assert_eq!(read_all(&mut fs, cf), cloned, "layered chunk");
+    // Abundant writes: past LAYERED_MAX bytes the chunk becomes a block of its own again.
+    let pages = LAYERED_MAX / 4096 + 1;
+    fs.write(cf, 0, &vec![0x66; pages * 4096]).unwrap();
+    cloned[..pages * 4096].fill(0x66);
     fs.checkpoint().unwrap();
     let rep = committed(&store);
     assert_eq!(rep.patched_chunks, 3, "chunk 0 folded: {rep}");
@@ -465,4 +477,80 @@ fn a_carried_file_removed_while_its_checkpoint_commits() {
 
 fn lookup_err(fs: &mut Fs, dir: Ino, name: &str) -> bool {
     fs.lookup(dir, name.as_bytes()).is_err()
+}
+
+/// 4 KiB random overwrites of a large committed file (fio's randwrite): each checkpoint writes
+/// the pages changed since the last one as a layer beside the chunk's shared block, not the
+/// chunk again; a chunk reaching LAYERS_MAX layers has its runs written as one; reads, a clone
+/// taken before, a crash and a reopen all see the right bytes, and the store checks clean.
+#[test]
+fn random_page_overwrites_are_layered() {
+    let (_tmp, store, mut fs, dir, f) = store_with_file();
+    let root = fs.root();
+    let chunks = 16;
+    let orig: Vec<u8> = (0..chunks * CHUNK).map(|i| (i * 13 % 251) as u8 + 1).collect();
+    fs.write(f, 0, &orig).unwrap();
+    fs.checkpoint().unwrap();
+    let c = fs.clone_dir(dir, root, b"c", &[], b"test").unwrap();
+    let mut model = orig.clone();
+    let mut seed = 7u64;
+    let mut next = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) as usize
+    };
+    let mut written = 0;
+    let start = fs.status_facts().written.data;
+    // Chunk 3 gets one page in every round, so it passes LAYERS_MAX layers.
+    for round in 0..LAYERS_MAX + 4 {
+        let mut pages: Vec<usize> = (0..4).map(|_| next() % (chunks * 16)).collect();
+        pages.push(3 * 16 + round % 16);
+        for p in pages {
+            let data: Vec<u8> = (0..4096).map(|i| (i + round * 31 + p) as u8 ^ 0x5a).collect();
+            fs.write(f, (p * 4096) as u64, &data).unwrap();
+            model[p * 4096..(p + 1) * 4096].copy_from_slice(&data);
+            written += 4096;
+        }
+        assert_eq!(read_all(&mut fs, f), model, "round {round}, before the checkpoint");
+        fs.checkpoint().unwrap();
+        assert_eq!(read_all(&mut fs, f), model, "round {round}, after the checkpoint");
+        assert_eq!(fs.read(f, 3 * CHUNK as u64 + 4090, 20).unwrap(), model[3 * CHUNK + 4090..3 * CHUNK + 4110]);
+    }
+    let rep = committed(&store);
+    // Whole chunks rewritten would be 64 KiB a page (the pages fall in different chunks);
+    // layers are the pages and their run headers, and chunk 3's runs written again once.
+    let data = fs.status_facts().written.data - start;
+    assert!(data < 3 * written as u64 / 2, "{data} data bytes written to packs for {written} written");
+    assert!(rep.patched_chunks > 0, "{rep}");
+    let cf = lookup(&mut fs, c, "f");
+    assert_eq!(read_all(&mut fs, cf), orig, "the clone taken before");
+
+    // The journal alone carries the last writes across a crash.
+    fs.write(f, 3 * CHUNK as u64 + 8192, &[0xee; 4096]).unwrap();
+    model[3 * CHUNK + 8192..3 * CHUNK + 12288].fill(0xee);
+    fs.fsync().unwrap();
+    drop(fs);
+    let mut fs = open(&store);
+    let (d, c) = (at_root(&mut fs, "d"), at_root(&mut fs, "c"));
+    let (f, cf) = (lookup(&mut fs, d, "f"), lookup(&mut fs, c, "f"));
+    assert_eq!(read_all(&mut fs, f), model, "after replay");
+    assert_eq!(read_all(&mut fs, cf), orig, "the clone after replay");
+    // A truncate into a layered chunk, then writes past the cut.
+    let cut = 3 * CHUNK + 10_000;
+    fs.setattr(f, scion_fs::SetAttr { size: Some(cut as u64), ..Default::default() }).unwrap();
+    model.truncate(cut);
+    fs.write(f, cut as u64 - 100, &[0x11; 300]).unwrap();
+    model.resize(cut + 200, 0);
+    model[cut - 100..cut + 200].fill(0x11);
+    fs.close().unwrap();
+    committed(&store);
+    let mut fs = open(&store);
+    let d = at_root(&mut fs, "d");
+    let f = lookup(&mut fs, d, "f");
+    assert_eq!(read_all(&mut fs, f), model, "after the truncate and a reopen");
+    // Destroying the clone leaves the layered file whole and the store clean.
+    let c = at_root(&mut fs, "c");
+    fs.destroy(c).unwrap();
+    fs.close().unwrap();
+    let rep = check(&scion_store::os_host(), &store).unwrap();
+    assert!(rep.is_clean(), "{rep}");
 }

@@ -895,6 +895,31 @@ fn small_writes(rng: &mut StdRng) -> Vec<Step> {
     s
 }
 
+/// 4 KiB overwrites of a large committed file, shared with a clone (fio's randwrite): each
+/// checkpoint puts the pages changed since the last one in a layer beside the chunk's block
+/// (format 16); chunk 1 takes a page every round, past LAYERS_MAX layers; a truncate into a
+/// layered chunk; the last writes journaled only.
+fn layered(rng: &mut StdRng) -> Vec<Step> {
+    let mut s = vec![Step::Mkdir("l".into()), Step::Create("l/f".into())];
+    s.push(Step::Write("l/f".into(), 0, bytes(rng, 4 * 65536)));
+    s.push(Step::Checkpoint);
+    s.push(Step::Clone("l".into(), "lc".into()));
+    for round in 0..10u64 {
+        s.push(Step::Write("l/f".into(), 65536 + (round % 16) * 4096, bytes(rng, 4096)));
+        let page = rng.gen_range(0..64u64);
+        s.push(Step::Write("l/f".into(), page * 4096, bytes(rng, 4096)));
+        if rng.gen_bool(0.3) {
+            s.push(Step::Fsync);
+        }
+        s.push(Step::Checkpoint);
+    }
+    s.push(Step::Truncate("l/f".into(), 65536 + 10_000));
+    s.push(Step::Write("l/f".into(), 65536 + 8192, bytes(rng, 4096)));
+    s.push(Step::Fsync);
+    s.push(Step::Write("l/f".into(), 65536 + 20_000, bytes(rng, 4096)));
+    s
+}
+
 /// Streams of 4 KiB writes, as NFS clients send them: each chunk a stream fills goes to a
 /// pack, its block's record replacing the stream's journaled writes (`retract.rs`). Runs cut
 /// short by an fsync, a chmod, another file's writes and a checkpoint's window; a stream
@@ -1315,7 +1340,7 @@ fn every_crash_state_recovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let mixes = if full { 24 } else { 3 };
-    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 15] = [
+    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 16] = [
         ("overwrite + fsync", overwrite),
         ("rename over", rename_over),
         ("directory trees", dir_tree),
@@ -1331,6 +1356,7 @@ fn every_crash_state_recovers() {
         ("overlapped checkpoints", overlapped),
         ("tmpfiles", tmpfiles),
         ("streams of small writes", streams),
+        ("layered chunks", layered),
     ];
     println!("crash states: seed {seed}, {mixes} random mixes per crash point");
     println!(

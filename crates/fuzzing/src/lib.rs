@@ -27,6 +27,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("control", control),
     ("template", template),
     ("chunk_patches", chunk_patches),
+    ("chunk_layers", chunk_layers),
     ("ns_record", ns_record),
     ("checkpoint_record", checkpoint_record),
     ("schedules_file", schedules_file),
@@ -318,6 +319,48 @@ pub fn chunk_patches(data: &[u8]) {
     if let Ok(c) = scion_fs::delta::StoredChunk::from_value(&v) {
         assert_eq!(c.to_value(), v, "a content value re-encodes differently");
     }
+}
+
+/// A layered file content value (format 16): the first byte says how many layer pointers
+/// follow the block's (0-9), the next two bytes each give the block's and each layer's length,
+/// the rest is the value's bytes. What decodes must re-encode to the same value, and its
+/// layers, filled with bytes, must merge and lay over a chunk without panicking.
+pub fn chunk_layers(data: &[u8]) {
+    let Some((&n, mut rest)) = data.split_first() else {
+        return;
+    };
+    let mut ptrs = Vec::new();
+    for i in 0..=(n % 10) as u64 {
+        let Some((len, r)) = rest.split_first_chunk::<2>() else {
+            return;
+        };
+        rest = r;
+        ptrs.push(BlockPtr {
+            addr: BlockPtr::make_addr(1, 4096 * (i + 1)),
+            len: u32::from(u16::from_le_bytes(*len)).max(1),
+            kind: BlockKind::Data,
+            hash: [i as u8; 32],
+        });
+    }
+    let v = scion_tree::Value::new(rest.to_vec(), ptrs);
+    let Ok(mut c) = scion_fs::delta::StoredChunk::from_value(&v) else {
+        return;
+    };
+    assert_eq!(c.to_value(), v, "a content value re-encodes differently");
+    let mut merged = scion_fs::delta::Patches::default();
+    for l in &c.layers {
+        let bytes: Vec<u8> = (0..l.block.len).map(|i| i as u8).collect();
+        let p = scion_fs::delta::Patches::from_layer(&l.runs, &bytes).expect("runs the value checked");
+        assert_eq!(p.to_layer(), (l.runs.clone(), bytes), "a layer's runs come back differently");
+        for (o, d) in p.within(0, 1 << 16) {
+            merged.write(o as u32, d);
+        }
+    }
+    assert!(c.len() >= merged.end() as u64, "a chunk shorter than its layers' runs");
+    c.patches = merged;
+    let mut chunk = Vec::new();
+    c.patches.apply(&mut chunk);
+    assert_eq!(chunk.len(), c.patches.end() as usize);
 }
 
 /// A namespace record (a namespace table value). The first byte says how many pointers the

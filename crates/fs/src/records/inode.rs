@@ -224,11 +224,11 @@ impl Inode {
     /// Chunk 0 as the record holds it, when `content` is its block (see `direct`).
     pub fn direct_chunk(&self) -> Option<StoredChunk> {
         let patches = self.direct.as_ref()?;
-        Some(StoredChunk {
-            sums: None,
-            block: self.content.expect("a direct chunk has its block"),
-            patches: patches.clone(),
-        })
+        Some(StoredChunk::new(
+            self.content.expect("a direct chunk has its block"),
+            patches.clone(),
+            None,
+        ))
     }
 
     pub fn mode(&self) -> u32 {
