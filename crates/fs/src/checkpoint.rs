@@ -594,7 +594,7 @@ impl Fs {
             let Loc::Entry { parent, name } = &n.loc else { continue };
             let only_patches = n.inode.kind == Kind::File
                 && !n.chunks.is_empty()
-                && n.chunks.values().all(|c| matches!(c, Chunk::Patched { patches, .. } if patches.bytes() <= PATCH_MAX));
+                && n.chunks.values().all(|c| matches!(c, Chunk::Patched { patches, owned: false, .. } if patches.bytes() <= PATCH_MAX));
             let under = match fold {
                 Fold::Carry => false,
                 Fold::Under(dir) => self.lies_under(ino, *dir),
@@ -749,8 +749,11 @@ impl Fs {
             Some(Chunk::Block(p) | Chunk::Shared(p)) => OneChunk::Direct(*p, Patches::default()),
             // Runs past PATCH_MAX are kept as layers, which only a content tree holds.
             Some(Chunk::Patched { patches, .. }) if patches.bytes() > PATCH_MAX => return Ok(None),
-            Some(Chunk::Patched { base, patches }) => {
-                self.vol.forest.refs.inc(base);
+            Some(Chunk::Patched { base, patches, owned }) => {
+                // The overlay's reference moves to the record, or the tree's is shared.
+                if !owned {
+                    self.vol.forest.refs.inc(base);
+                }
                 OneChunk::Direct(*base, patches.clone())
             }
             Some(Chunk::Hole) => OneChunk::Empty,
@@ -1064,8 +1067,8 @@ impl Fs {
                     ops.push((chunk_key(idx), Some(plain_value(ptr, sums))))
                 }
                 Chunk::Hole => ops.push((chunk_key(idx), None)),
-                Chunk::Patched { base, patches } => {
-                    let v = self.patched_value(tree.as_ref(), idx, base, patches)?;
+                Chunk::Patched { base, patches, owned } => {
+                    let v = self.patched_value(tree.as_ref(), idx, base, patches, owned)?;
                     ops.push((chunk_key(idx), Some(v)))
                 }
             }
@@ -1086,10 +1089,17 @@ impl Fs {
     /// (format 16): the committed layers and one more holding what is new since them, or, when
     /// those cannot be kept (`LAYERS_MAX` of them, past `LAYER_RUNS_MAX` runs, or a truncate
     /// cut them), all the patches as one layer. So a checkpoint writes what changed since the last one, not the whole block.
-    fn patched_value(&mut self, tree: Option<&BlockPtr>, idx: u64, base: BlockPtr, patches: Patches) -> Result<Value> {
+    /// `owned`: the overlay holds `base`'s reference (a block written ahead), which moves to
+    /// the value.
+    fn patched_value(&mut self, tree: Option<&BlockPtr>, idx: u64, base: BlockPtr, patches: Patches, owned: bool) -> Result<Value> {
         let old = match self.vol.forest.get(tree, &chunk_key(idx))? {
-            Some(v) => Some(StoredChunk::from_value(&v)?).filter(|c| c.block == base),
-            None => None,
+            Some(v) if !owned => Some(StoredChunk::from_value(&v)?).filter(|c| c.block == base),
+            _ => None,
+        };
+        let share = |fs: &mut Fs, p: &BlockPtr| {
+            if !owned {
+                fs.vol.forest.refs.inc(p);
+            }
         };
         let sums = match self.vol.fresh_sums.get(&base.addr) {
             Some(s) => Some(s.clone()),
@@ -1097,7 +1107,7 @@ impl Fs {
         };
         let layered = old.as_ref().is_some_and(|c| !c.layers.is_empty());
         if patches.is_empty() || (patches.bytes() <= PATCH_MAX && !layered) {
-            self.vol.forest.refs.inc(&base);
+            share(self, &base);
             return Ok(StoredChunk::new(base, patches, sums).to_value());
         }
         if patches.bytes() > LAYERED_MAX || patches.run_count() > LAYER_RUNS_MAX {
@@ -1106,6 +1116,9 @@ impl Fs {
             let mut b = self.vol.forest.store.read(&base)?;
             patches.apply(&mut b);
             let ptr = self.vol.forest.store.write(BlockKind::Data, &b)?;
+            if owned {
+                self.vol.garbage.push(base);
+            }
             return Ok(plain_value(ptr, Some(page_sums(&b).into())));
         }
         let (mut layers, mut fresh) = (Vec::new(), patches.clone());
@@ -1116,7 +1129,7 @@ impl Fs {
                 _ => {}
             }
         }
-        self.vol.forest.refs.inc(&base);
+        share(self, &base);
         for l in &layers {
             self.vol.forest.refs.inc(&l.block);
         }

@@ -33,7 +33,7 @@ impl Fs {
             Some(Chunk::Block(p) | Chunk::Shared(p)) => Some(*p),
             Some(_) => None,
             None if idx == 0 && (n.inline_cold || !n.inode.inline.is_empty()) => None,
-            None => self.stored_chunk(n, idx)?.filter(|s| s.is_plain()).map(|s| s.block),
+            None => self.stored_value(n, idx)?.filter(|s| s.is_plain()).map(|s| s.block),
         };
         Ok(ptr.filter(|p| p.kind == BlockKind::Data && len > 0 && u64::from(p.len) == len))
     }

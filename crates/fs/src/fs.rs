@@ -97,9 +97,11 @@ pub(crate) enum Chunk {
     /// Small overwrites of the committed chunk `base` (copy-on-abundant-write, `delta.rs`):
     /// the block stays as it is, shared with whatever else holds it, and the patches (at most
     /// `PATCH_MAX` bytes, or `LAYERED_MAX` in a file with a content tree; the stored ones and
-    /// the layers' included) are laid over it. The stored tree owns `base`; the checkpoint
-    /// stores the patches beside it, or what is new of them as a layer.
-    Patched { base: BlockPtr, patches: Patches },
+    /// the layers' included) are laid over it. The checkpoint stores the patches beside it,
+    /// or what is new of them as a layer. `owned`: `base` is a block written ahead that no
+    /// checkpoint has taken yet, whose one reference this overlay holds (as `Block` does, which
+    /// it was); otherwise the stored tree owns it.
+    Patched { base: BlockPtr, patches: Patches, owned: bool },
 }
 
 impl Chunk {
@@ -109,7 +111,7 @@ impl Chunk {
             Chunk::Buf(b) => b.len() as u64,
             Chunk::Block(p) | Chunk::Shared(p) => p.len as u64,
             Chunk::Hole => 0,
-            Chunk::Patched { base, patches } => (base.len as u64).max(patches.end() as u64),
+            Chunk::Patched { base, patches, .. } => (base.len as u64).max(patches.end() as u64),
         }
     }
 
@@ -1138,7 +1140,7 @@ impl Fs {
             let n = self.nodes.remove(&ino).unwrap();
             for c in n.chunks.values() {
                 match c {
-                    Chunk::Block(p) => self.vol.garbage.push(*p),
+                    Chunk::Block(p) | Chunk::Patched { base: p, owned: true, .. } => self.vol.garbage.push(*p),
                     Chunk::Shared(p) => {
                         if let Err(e) = self.vol.forest.release(p) {
                             log::error!("release of a shared chunk: {e}");
@@ -1958,6 +1960,14 @@ impl Fs {
     /// from the content tree or, for a file of one chunk, from the record (`Inode::direct`).
     /// Inline bytes are not blocks: see `inline_chunk`.
     pub(crate) fn stored_chunk(&self, n: &Node, idx: u64) -> FsResult<Option<StoredChunk>> {
+        let Some(mut c) = self.stored_value(n, idx)? else { return Ok(None) };
+        c.load_layers(&self.vol.forest.store)
+            .map_err(|e| FsError::from(e).with(format!("layers of chunk {idx} of file oid {}", n.inode.oid)))?;
+        Ok(Some(c))
+    }
+
+    /// `stored_chunk` without reading a layered chunk's layers (its `patches` empty).
+    pub(crate) fn stored_value(&self, n: &Node, idx: u64) -> FsResult<Option<StoredChunk>> {
         if n.inode.direct.is_some() {
             return Ok(if idx == 0 { n.inode.direct_chunk() } else { None });
         }
@@ -1969,13 +1979,10 @@ impl Fs {
         else {
             return Ok(None);
         };
-        let mut c = StoredChunk::from_value(&v).map_err(|e| {
+        StoredChunk::from_value(&v).map(Some).map_err(|e| {
             log::error!("content entry {idx} of oid {}: {e}", n.inode.oid);
             errno::EIO
-        })?;
-        c.load_layers(&self.vol.forest.store)
-            .map_err(|e| FsError::from(e).with(format!("layers of chunk {idx} of file oid {}", n.inode.oid)))?;
-        Ok(Some(c))
+        })
     }
 
     /// The page sums of `block`, chunk `idx`'s block (or its patches' base), if kept: since
@@ -1988,7 +1995,7 @@ impl Fs {
             return Ok(None);
         }
         Ok(self
-            .stored_chunk(n, idx)?
+            .stored_value(n, idx)?
             .filter(|s| s.block == *block)
             .and_then(|s| s.sums))
     }
@@ -2038,7 +2045,7 @@ impl Fs {
             Some(Chunk::Buf(b)) => Ok(Some(b.clone())),
             Some(Chunk::Block(p) | Chunk::Shared(p)) => self.read_block(n, idx, p).map(Some),
             Some(Chunk::Hole) => Ok(None),
-            Some(Chunk::Patched { base, patches }) => {
+            Some(Chunk::Patched { base, patches, .. }) => {
                 let mut b = self.read_block(n, idx, base)?;
                 patches.apply(&mut b);
                 Ok(Some(b))
@@ -2059,7 +2066,7 @@ impl Fs {
         match n.chunks.get(&idx) {
             Some(c) => Ok(c.len()),
             None if Self::has_inline(n, idx) => Ok(self.inline_bytes(n)?.len() as u64),
-            None => Ok(self.stored_chunk(n, idx)?.map(|s| s.len()).unwrap_or(0)),
+            None => Ok(self.stored_value(n, idx)?.map(|s| s.len()).unwrap_or(0)),
         }
     }
 
@@ -2071,13 +2078,23 @@ impl Fs {
         let n = self.node_mut(ino)?;
         n.stored_len_changed(idx, old, new);
         let new_mem = c.memory();
+        // A block written ahead that stays under the new chunk's patches is not let go of.
+        let keeps = match &c {
+            Chunk::Patched { base, owned: true, .. } => Some(*base),
+            _ => None,
+        };
         match n.chunks.insert(idx, c) {
             Some(c @ (Chunk::Buf(_) | Chunk::Patched { .. })) => {
-                self.dirty_bytes = self.dirty_bytes.saturating_sub(c.memory())
+                self.dirty_bytes = self.dirty_bytes.saturating_sub(c.memory());
+                if let Chunk::Patched { base, owned: true, .. } = c {
+                    if keeps != Some(base) {
+                        self.vol.garbage.push(base);
+                    }
+                }
             }
             // Written ahead and replaced before any checkpoint took it: the journal still
             // names it until the next checkpoint, which then frees it.
-            Some(Chunk::Block(p)) => self.vol.garbage.push(p),
+            Some(Chunk::Block(p)) if keeps != Some(p) => self.vol.garbage.push(p),
             Some(Chunk::Shared(p)) => self.vol.forest.release(&p).map_err(eio)?,
             _ => {}
         }
@@ -2131,7 +2148,7 @@ impl Fs {
                     (Some(*p), None)
                 }
                 Some(Chunk::Hole) => (None, None),
-                Some(Chunk::Patched { base, patches }) => {
+                Some(Chunk::Patched { base, patches, .. }) => {
                     sums = self.block_sums(n, idx, base)?;
                     (Some(*base), Some(patches))
                 }
@@ -2514,12 +2531,15 @@ impl Fs {
     /// (`LAYERED_MAX` in a file with a content tree): then the chunk is rewritten whole.
     fn patched(&self, ino: Ino, idx: u64, within: u32, src: &[u8]) -> FsResult<Option<(Chunk, Vec<(usize, usize)>)>> {
         let n = self.node(ino)?;
-        let (base, mut patches, sums) = match n.chunks.get(&idx) {
-            Some(Chunk::Patched { base, patches }) => (*base, patches.clone(), None),
+        let (base, mut patches, sums, owned) = match n.chunks.get(&idx) {
+            Some(Chunk::Patched { base, patches, owned }) => (*base, patches.clone(), None, *owned),
+            // A block written ahead that no checkpoint has taken yet (a file written and then
+            // overwritten in places, as a database or a VM image is): patches over it too.
+            Some(Chunk::Block(p)) => (*p, Patches::default(), None, true),
             // Inline bytes are rewritten whole: a record that changes anyway, and small.
             None if Self::has_inline(n, idx) => return Ok(None),
             None => match self.stored_chunk(n, idx)? {
-                Some(s) => (s.block, s.patches, Some(s.sums)),
+                Some(s) => (s.block, s.patches, Some(s.sums), false),
                 None => return Ok(None),
             },
             Some(_) => return Ok(None),
@@ -2544,9 +2564,9 @@ impl Fs {
             }
             changed_runs(&cur, 0, src)
         };
-        // A file with a content tree keeps up to LAYERED_MAX bytes of runs (stored as layers,
-        // `Fs::layered_value`); a file of one chunk keeps its runs in its record, PATCH_MAX.
-        let layered = n.inode.direct.is_none() && n.inode.content.is_some();
+        // A file of several chunks keeps up to LAYERED_MAX bytes of runs a chunk (stored as
+        // layers, `Fs::patched_value`); a file of one keeps its runs in its record, PATCH_MAX.
+        let layered = n.inode.size > CHUNK;
         let max = if layered { LAYERED_MAX } else { PATCH_MAX };
         for &(a, b) in &runs {
             patches.write(within + a as u32, &src[a..b]);
@@ -2554,7 +2574,7 @@ impl Fs {
                 return Ok(None);
             }
         }
-        Ok(Some((Chunk::Patched { base, patches }, runs)))
+        Ok(Some((Chunk::Patched { base, patches, owned }, runs)))
     }
 
     /// Replays a carried record: each chunk's patch list over its committed block.
@@ -2569,7 +2589,7 @@ impl Fs {
             return Err(errno::EINVAL);
         }
         for (idx, patches) in chunks {
-            let Some(s) = self.stored_chunk(self.node(ino)?, *idx)? else {
+            let Some(s) = self.stored_value(self.node(ino)?, *idx)? else {
                 log::error!(
                     "carried patches of oid {} name chunk {idx}, which is not stored",
                     self.node(ino)?.inode.oid
@@ -2579,6 +2599,7 @@ impl Fs {
             let c = Chunk::Patched {
                 base: s.block,
                 patches: patches.clone(),
+                owned: false,
             };
             self.set_chunk(ino, *idx, c)?;
         }
@@ -2847,7 +2868,7 @@ impl Fs {
                     let idx = pin / CHUNK + i;
                     let c = match n.chunks.get(&idx) {
                         None if Self::has_inline(n, idx) => break,
-                        None => match self.stored_chunk(n, idx)? {
+                        None => match self.stored_value(n, idx)? {
                             // A plain whole block is shared; a patched one is copied below.
                             // Its page sums go along.
                             Some(s) => match s.plain_full() {

@@ -554,3 +554,60 @@ fn random_page_overwrites_are_layered() {
     let rep = check(&scion_store::os_host(), &store).unwrap();
     assert!(rep.is_clean(), "{rep}");
 }
+
+/// Overwrites of a file written moments ago, before any checkpoint took its blocks (a database
+/// or VM image filled, then written in places): patches over the blocks written ahead, whose
+/// reference the overlay holds, then layers; a file overwritten past LAYERED_MAX, one removed
+/// and one truncated before the checkpoint give their blocks back (the store checks clean,
+/// nothing unreferenced left in the packs).
+#[test]
+fn overwrites_of_blocks_written_ahead_are_patches() {
+    let (_tmp, store, mut fs, dir, f) = store_with_file();
+    let chunks = 8;
+    let mut model: Vec<u8> = (0..chunks * CHUNK).map(|i| (i * 17 % 251) as u8 + 1).collect();
+    fs.write(f, 0, &model).unwrap();
+    let g = fs.mknod(dir, b"g", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    let h = fs.mknod(dir, b"h", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    let k = fs.mknod(dir, b"k", Kind::File, 0o644, 0, 0, 0, 0, &[]).unwrap().ino;
+    for x in [g, h, k] {
+        fs.write(x, 0, &model).unwrap();
+    }
+    let start = fs.status_facts().written.data;
+    for (i, p) in [3usize, 17, 18, 40, 41, 42, 100, 127].into_iter().enumerate() {
+        let data = vec![0x70 + i as u8; 4096];
+        fs.write(f, (p * 4096) as u64, &data).unwrap();
+        model[p * 4096..(p + 1) * 4096].copy_from_slice(&data);
+    }
+    assert_eq!(read_all(&mut fs, f), model, "before the checkpoint");
+    // g: chunk 0 overwritten past LAYERED_MAX (rewritten whole); h: removed; k: truncated
+    // into a patched chunk.
+    for p in 0..=LAYERED_MAX / 4096 {
+        fs.write(g, (p * 4096) as u64, &[0x33; 4096]).unwrap();
+    }
+    fs.write(h, 5 * 4096, &[0x44; 4096]).unwrap();
+    fs.unlink(dir, b"h").unwrap();
+    fs.forget(h, 1);
+    fs.write(k, CHUNK as u64 + 8192, &[0x55; 4096]).unwrap();
+    fs.setattr(k, scion_fs::SetAttr { size: Some(CHUNK as u64 + 10_000), ..Default::default() }).unwrap();
+    fs.checkpoint().unwrap();
+    let data = fs.status_facts().written.data - start;
+    assert!(data < 4 * CHUNK as u64, "{data} data bytes for 8 pages of f, g's chunk and k's tail");
+    assert_eq!(read_all(&mut fs, f), model, "after the checkpoint");
+    fs.close().unwrap();
+    let rep = check(&scion_store::os_host(), &store).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+    assert_eq!(rep.unreferenced_bytes, 0, "{rep}");
+    let mut fs = open(&store);
+    let d = at_root(&mut fs, "d");
+    let (f, g, k) = (lookup(&mut fs, d, "f"), lookup(&mut fs, d, "g"), lookup(&mut fs, d, "k"));
+    assert_eq!(read_all(&mut fs, f), model, "after a reopen");
+    // g was written before f's overwrites: the original bytes, chunk 0's first pages 0x33.
+    let mut gm: Vec<u8> = (0..chunks * CHUNK).map(|i| (i * 17 % 251) as u8 + 1).collect();
+    gm[..(LAYERED_MAX / 4096 + 1) * 4096].fill(0x33);
+    assert_eq!(read_all(&mut fs, g), gm);
+    assert_eq!(fs.getattr(k).unwrap().size, CHUNK as u64 + 10_000);
+    let kd = read_all(&mut fs, k);
+    assert_eq!(kd[CHUNK + 8192..CHUNK + 10_000], [0x55; 1808]);
+    fs.close().unwrap();
+    assert!(check(&scion_store::os_host(), &store).unwrap().is_clean());
+}

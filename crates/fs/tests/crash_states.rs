@@ -898,12 +898,20 @@ fn small_writes(rng: &mut StdRng) -> Vec<Step> {
 /// 4 KiB overwrites of a large committed file, shared with a clone (fio's randwrite): each
 /// checkpoint puts the pages changed since the last one in a layer beside the chunk's block
 /// (format 16); chunk 1 takes a page every round, past LAYERS_MAX layers; a truncate into a
-/// layered chunk; the last writes journaled only.
+/// layered chunk; the last writes journaled only; a file overwritten before its blocks were
+/// taken by a checkpoint.
 fn layered(rng: &mut StdRng) -> Vec<Step> {
     let mut s = vec![Step::Mkdir("l".into()), Step::Create("l/f".into())];
     s.push(Step::Write("l/f".into(), 0, bytes(rng, 4 * 65536)));
     s.push(Step::Checkpoint);
     s.push(Step::Clone("l".into(), "lc".into()));
+    // A file overwritten in places before any checkpoint took its blocks: patches over the
+    // blocks written ahead.
+    s.push(Step::Create("l/g".into()));
+    s.push(Step::Write("l/g".into(), 0, bytes(rng, 3 * 65536)));
+    s.push(Step::Write("l/g".into(), 5 * 4096, bytes(rng, 4096)));
+    s.push(Step::Write("l/g".into(), 65536 + 100, bytes(rng, 8192)));
+    s.push(Step::Fsync);
     for round in 0..10u64 {
         s.push(Step::Write("l/f".into(), 65536 + (round % 16) * 4096, bytes(rng, 4096)));
         let page = rng.gen_range(0..64u64);
