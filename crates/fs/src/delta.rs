@@ -383,22 +383,32 @@ impl StoredChunk {
     /// Reads the layers' runs into `patches`, each layer over those before it (a no-op for a
     /// chunk without layers).
     pub fn load_layers(&mut self, store: &scion_store::BlockStore) -> Result<()> {
+        self.load_layers_over(store, 0, CHUNK as usize)?;
+        if self.patches.bytes() > LAYERED_MAX {
+            return Err(Error::corrupt(
+                "chunk layers",
+                &self.block,
+                format!("{} bytes of runs", self.patches.bytes()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// As `load_layers`, for a read of bytes `from..from + len` of the chunk: only the layers
+    /// with a run there are read (the others lay nothing over those bytes), so a 4 KiB random
+    /// read of a layered chunk reads one layer or none, not all of them.
+    pub fn load_layers_over(&mut self, store: &scion_store::BlockStore, from: usize, len: usize) -> Result<()> {
         if self.layers.is_empty() {
             return Ok(());
         }
+        let (from, to) = (from as u64, from as u64 + len as u64);
+        let touches = |l: &&Layer| l.runs.iter().any(|(o, n)| (*o as u64) < to && from < *o as u64 + *n as u64);
         let mut merged = Patches::default();
-        for l in &self.layers {
+        for l in self.layers.iter().filter(touches) {
             let bytes = store.read_shared(&l.block, true)?;
             for (o, d) in &Patches::from_layer(&l.runs, &bytes)?.runs {
                 merged.write(*o, d);
             }
-        }
-        if merged.bytes() > LAYERED_MAX {
-            return Err(Error::corrupt(
-                "chunk layers",
-                &self.block,
-                format!("{} bytes of runs", merged.bytes()),
-            ));
         }
         self.patches = merged;
         Ok(())

@@ -2160,8 +2160,11 @@ impl Fs {
                     }
                     (None, None)
                 }
-                None => match self.stored_chunk(n, idx)? {
-                    Some(s) => {
+                None => match self.stored_value(n, idx)? {
+                    Some(mut s) => {
+                        s.load_layers_over(&self.vol.forest.store, within, take).map_err(|e| {
+                            FsError::from(e).with(format!("layers of chunk {idx} of file oid {}", n.inode.oid))
+                        })?;
                         stored = s;
                         sums = stored.sums.clone();
                         (Some(stored.block), Some(&stored.patches))
@@ -2169,7 +2172,10 @@ impl Fs {
                     None => (None, None),
                 },
             };
-            if let Some(ptr) = block {
+            // A range the patches cover whole (a page rewritten since, in a layer) needs no
+            // read of the block under them.
+            let covered = patches.is_some_and(|p| p.within(within, take).map(|(_, d)| d.len()).sum::<usize>() == take);
+            if let Some(ptr) = block.filter(|_| !covered) {
                 if within < ptr.len as usize {
                     let avail = (ptr.len as usize - within).min(take);
                     plan.parts.push((

@@ -514,6 +514,11 @@ fn random_page_overwrites_are_layered() {
         fs.checkpoint().unwrap();
         assert_eq!(read_all(&mut fs, f), model, "round {round}, after the checkpoint");
         assert_eq!(fs.read(f, 3 * CHUNK as u64 + 4090, 20).unwrap(), model[3 * CHUNK + 4090..3 * CHUNK + 4110]);
+        // Short reads anywhere read only the layers with runs there (`load_layers_over`).
+        for _ in 0..32 {
+            let (at, len) = (next() % (chunks * CHUNK - 5000), 1 + next() % 5000);
+            assert_eq!(fs.read(f, at as u64, len as u32).unwrap(), model[at..at + len], "read of {len} at {at}");
+        }
     }
     let rep = committed(&store);
     // Whole chunks rewritten would be 64 KiB a page (the pages fall in different chunks);
