@@ -1088,9 +1088,9 @@ impl Fs {
     /// bytes the patches go in the value; past it, or over a layered chunk, they go in layers
     /// (format 16): the committed layers and one more holding what is new since them, or, when
     /// those cannot be kept (`LAYERS_MAX` of them, past `LAYER_RUNS_MAX` runs, or a truncate
-    /// cut them), all the patches as one layer. So a checkpoint writes what changed since the last one, not the whole block.
-    /// `owned`: the overlay holds `base`'s reference (a block written ahead), which moves to
-    /// the value.
+    /// cut them), all the patches as one layer. So a checkpoint writes what changed since the
+    /// last one, not the whole block. `owned`: the overlay holds `base`'s reference (a block
+    /// written ahead), which moves to the value.
     fn patched_value(&mut self, tree: Option<&BlockPtr>, idx: u64, base: BlockPtr, patches: Patches, owned: bool) -> Result<Value> {
         let old = match self.vol.forest.get(tree, &chunk_key(idx))? {
             Some(v) if !owned => Some(StoredChunk::from_value(&v)?).filter(|c| c.block == base),

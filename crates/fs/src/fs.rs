@@ -96,7 +96,7 @@ pub(crate) enum Chunk {
     Shared(BlockPtr),
     /// Small overwrites of the committed chunk `base` (copy-on-abundant-write, `delta.rs`):
     /// the block stays as it is, shared with whatever else holds it, and the patches (at most
-    /// `PATCH_MAX` bytes, or `LAYERED_MAX` in a file with a content tree; the stored ones and
+    /// `PATCH_MAX` bytes, or `LAYERED_MAX` in a file of several chunks; the stored ones and
     /// the layers' included) are laid over it. The checkpoint stores the patches beside it,
     /// or what is new of them as a layer. `owned`: `base` is a block written ahead that no
     /// checkpoint has taken yet, whose one reference this overlay holds (as `Block` does, which
@@ -2533,8 +2533,9 @@ impl Fs {
     }
 
     /// A small write to a committed chunk as patches over its block (copy-on-abundant-write),
-    /// or `None` when the chunk has no committed block or its runs would exceed `PATCH_MAX`
-    /// (`LAYERED_MAX` in a file with a content tree): then the chunk is rewritten whole.
+    /// or `None` when the chunk has no block (committed or written ahead) or its runs would
+    /// exceed `PATCH_MAX` (`LAYERED_MAX` in a file of several chunks): then the chunk is
+    /// rewritten whole.
     fn patched(&self, ino: Ino, idx: u64, within: u32, src: &[u8]) -> FsResult<Option<(Chunk, Vec<(usize, usize)>)>> {
         let n = self.node(ino)?;
         let (base, mut patches, sums, owned) = match n.chunks.get(&idx) {
