@@ -174,6 +174,9 @@ fn chunk_changes_name_only_what_changed() {
     let c = fs.clone_dir(a, root, b"c", &[], b"/a").unwrap();
     let f = lookup(&mut fs, c, "f").unwrap();
     fs.write(f, 65536 + 10, b"0123456789abcdef").unwrap(); // a patch in chunk 1
+    for at in [0, 8192, 20480] {
+        fs.write(f, 2 * 65536 + at, &[0xff; 4096]).unwrap(); // chunk 2 layered (12 KiB of runs)
+    }
     fs.write(f, 3 * 65536, &vec![9u8; 65536]).unwrap(); // chunk 3 rewritten
     fs.fallocate(f, 3, 4 * 65536, 65536).unwrap(); // chunk 4 a hole
     fs.checkpoint().unwrap();
@@ -183,10 +186,24 @@ fn chunk_changes_name_only_what_changed() {
         got,
         [
             ChunkChange::Patch(1, vec![(10, b"0123456789abcdef".to_vec())]),
+            ChunkChange::Patch(2, [0, 8192, 20480].map(|o| (o, vec![0xff; 4096])).to_vec()),
             ChunkChange::Data(3),
             ChunkChange::Hole(4)
         ]
     );
+    // The layered chunk written back whole (a plain block of the original bytes) in a clone:
+    // against the layered one, a chunk to send as data.
+    let c2 = fs.clone_dir(c, root, b"c2", &[], b"/c").unwrap();
+    let f2 = lookup(&mut fs, c2, "f").unwrap();
+    fs.write(f2, 2 * 65536, &data[2 * 65536..3 * 65536]).unwrap();
+    let mut want = data.clone();
+    want[65536 + 10..65536 + 26].copy_from_slice(b"0123456789abcdef");
+    want[3 * 65536..4 * 65536].fill(9);
+    want[4 * 65536..5 * 65536].fill(0);
+    fs.checkpoint().unwrap();
+    assert_eq!(read_all(&mut fs, f2), want);
+    let (y2, y) = (inode_of(&mut fs, c2, "f"), inode_of(&mut fs, c, "f"));
+    assert_eq!(fs.chunk_changes(&y, &y2).unwrap(), [ChunkChange::Data(2)], "a layered chunk against a plain one");
 }
 
 fn inode_of(fs: &mut Fs, dir: Ino, name: &str) -> scion_fs::inode::Inode {
