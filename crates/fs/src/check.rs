@@ -260,7 +260,6 @@ fn walk_committed(host: &Host, dir: &Path) -> Result<(Report, Option<Vec<(u32, u
                 .records
                 .iter()
                 .flat_map(journal::Record::blocks)
-                .flatten()
                 .filter(|p| (p.pack(), p.offset()) >= from)
                 .map(|p| p.footprint())
                 .sum();

@@ -114,11 +114,12 @@ impl Fs {
         // content, and replay goes on.
         let mut lost: HashSet<u64> = HashSet::new();
         'records: for (i, rec) in j.records.iter().enumerate() {
-            if let Record::PutChunks { chunks, unordered, .. } = rec {
-                for p in chunks.iter().flatten() {
+            let unordered = matches!(rec, Record::PutChunks { unordered: true, .. });
+            if matches!(rec, Record::PutChunks { .. } | Record::PutLayer { .. }) {
+                for p in &rec.blocks() {
                     match store.read(p) {
                         Ok(_) => {}
-                        Err(e) if *unordered => {
+                        Err(e) if unordered => {
                             log::warn!("journal record {i} (writeback) names a block that never reached the disk ({e}): its chunk keeps its older content");
                             lost.insert(p.addr);
                             continue;
@@ -149,9 +150,7 @@ impl Fs {
             .records
             .iter()
             .flat_map(Record::blocks)
-            .flatten()
             .filter(|p| !lost.contains(&p.addr))
-            .copied()
             .collect();
         let reclaimed = store.punch_unnamed((sb.pack, sb.pack_end), resume, &named)?;
         if reclaimed > 0 {
@@ -307,6 +306,7 @@ impl Fs {
             journal_data: false,
             writeback: false,
             chunk_run: None,
+            last_write: None,
             lost_blocks: Default::default(),
             dedup_index: Default::default(),
             hash_memo: Default::default(),
@@ -474,6 +474,10 @@ impl Fs {
                 let i = self.resolve(ino)?;
                 self.op_put_chunks(i, *first, chunks, *time, crate::fs::Put::Shared)
             }
+            Record::PutLayer { ino, idx, layer, time } => {
+                let i = self.resolve(ino)?;
+                self.op_put_layer(i, *idx, layer, *time)
+            }
             Record::AttachChunk { ino, idx, ptr, shared, time } => {
                 let i = self.resolve(ino)?;
                 self.op_attach_chunk(i, *idx, *ptr, *shared, *time)
@@ -594,7 +598,7 @@ impl Fs {
             let Loc::Entry { parent, name } = &n.loc else { continue };
             let only_patches = n.inode.kind == Kind::File
                 && !n.chunks.is_empty()
-                && n.chunks.values().all(|c| matches!(c, Chunk::Patched { patches, owned: false, .. } if patches.bytes() <= PATCH_MAX));
+                && n.chunks.values().all(|c| matches!(c, Chunk::Patched { patches, owned: false, ahead, .. } if patches.bytes() <= PATCH_MAX && ahead.is_empty()));
             let under = match fold {
                 Fold::Carry => false,
                 Fold::Under(dir) => self.lies_under(ino, *dir),
@@ -747,9 +751,10 @@ impl Fs {
             }
             // The overlay's reference moves to the record.
             Some(Chunk::Block(p) | Chunk::Shared(p)) => OneChunk::Direct(*p, Patches::default()),
-            // Runs past PATCH_MAX are kept as layers, which only a content tree holds.
-            Some(Chunk::Patched { patches, .. }) if patches.bytes() > PATCH_MAX => return Ok(None),
-            Some(Chunk::Patched { base, patches, owned }) => {
+            // Runs past PATCH_MAX, or layers written ahead, are kept as layers, which only a
+            // content tree holds.
+            Some(Chunk::Patched { patches, ahead, .. }) if patches.bytes() > PATCH_MAX || !ahead.is_empty() => return Ok(None),
+            Some(Chunk::Patched { base, patches, owned, .. }) => {
                 // The overlay's reference moves to the record, or the tree's is shared.
                 if !owned {
                     self.vol.forest.refs.inc(base);
@@ -1067,8 +1072,8 @@ impl Fs {
                     ops.push((chunk_key(idx), Some(plain_value(ptr, sums))))
                 }
                 Chunk::Hole => ops.push((chunk_key(idx), None)),
-                Chunk::Patched { base, patches, owned } => {
-                    let v = self.patched_value(tree.as_ref(), idx, base, patches, owned)?;
+                Chunk::Patched { base, patches, owned, ahead } => {
+                    let v = self.patched_value(tree.as_ref(), idx, base, patches, owned, ahead)?;
                     ops.push((chunk_key(idx), Some(v)))
                 }
             }
@@ -1090,8 +1095,18 @@ impl Fs {
     /// those cannot be kept (`LAYERS_MAX` of them, past `LAYER_RUNS_MAX` runs, or a truncate
     /// cut them), all the patches as one layer. So a checkpoint writes what changed since the
     /// last one, not the whole block. `owned`: the overlay holds `base`'s reference (a block
-    /// written ahead), which moves to the value.
-    fn patched_value(&mut self, tree: Option<&BlockPtr>, idx: u64, base: BlockPtr, patches: Patches, owned: bool) -> Result<Value> {
+    /// written ahead), which moves to the value. `ahead`: layers written ahead, which hold
+    /// every run new since the last checkpoint (`layer_ahead.rs`): they become the chunk's
+    /// newest layers where they fit, or are let go of.
+    fn patched_value(
+        &mut self,
+        tree: Option<&BlockPtr>,
+        idx: u64,
+        base: BlockPtr,
+        patches: Patches,
+        owned: bool,
+        ahead: Vec<Layer>,
+    ) -> Result<Value> {
         let old = match self.vol.forest.get(tree, &chunk_key(idx))? {
             Some(v) if !owned => Some(StoredChunk::from_value(&v)?).filter(|c| c.block == base),
             _ => None,
@@ -1105,6 +1120,16 @@ impl Fs {
             Some(s) => Some(s.clone()),
             None => old.as_ref().and_then(|c| c.sums.clone()),
         };
+        if !ahead.is_empty() {
+            match self.stack_ahead(old.as_ref(), owned, &ahead)? {
+                Some(layers) => {
+                    share(self, &base);
+                    return Ok(StoredChunk { block: base, sums, layers, patches }.to_value());
+                }
+                // Too many to keep: the chunk's runs are written again below.
+                None => self.vol.garbage.extend(ahead.iter().map(|l| l.block)),
+            }
+        }
         let layered = old.as_ref().is_some_and(|c| !c.layers.is_empty());
         if patches.is_empty() || (patches.bytes() <= PATCH_MAX && !layered) {
             share(self, &base);

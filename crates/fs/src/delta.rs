@@ -301,6 +301,26 @@ impl Layer {
     fn end(&self) -> u32 {
         self.runs.last().map_or(0, |(o, l)| o + l)
     }
+
+    /// As a journal record names it (`PutLayer`, format 17): the block, then the runs.
+    pub fn encode(&self, w: &mut scion_store::codec::Writer) {
+        assert!(!self.runs.is_empty() && self.runs.len() <= LAYER_RUNS_MAX, "{} runs", self.runs.len());
+        self.block.encode(w);
+        w.u16(self.runs.len() as u16);
+        for (o, l) in &self.runs {
+            w.u32(*o).u32(*l);
+        }
+    }
+
+    /// What `encode` wrote, checked as a content value's layer is.
+    pub fn decode(r: &mut scion_store::codec::Reader<'_>) -> Result<Layer> {
+        let block = BlockPtr::decode(r)?;
+        if block.kind != scion_store::BlockKind::Data {
+            return Err(Error::corrupt("chunk layer", &block, "not a data block".to_string()));
+        }
+        let runs = decode_layer_runs(r, &block)?;
+        Ok(Layer { block, runs })
+    }
 }
 
 /// A data block's page sums (`scion_store::page_sums`), shared as it is passed around.

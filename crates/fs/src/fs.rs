@@ -3,7 +3,7 @@
 use crate::acl;
 use crate::checkpoint::Fold;
 use crate::clone::{SNAPDIR_BIT, SNAPDIR_NAME};
-use crate::delta::{changed_runs, Patches, StoredChunk, BLIND_MAX, LAYERED_MAX, LAYER_RUNS_MAX, PATCH_MAX};
+use crate::delta::{changed_runs, Layer, Patches, StoredChunk, BLIND_MAX, LAYERED_MAX, LAYER_RUNS_MAX, PATCH_MAX};
 use crate::error::errno;
 use crate::inode::*;
 use crate::journal::{JournalSync, Record, Target};
@@ -100,8 +100,10 @@ pub(crate) enum Chunk {
     /// the layers' included) are laid over it. The checkpoint stores the patches beside it,
     /// or what is new of them as a layer. `owned`: `base` is a block written ahead that no
     /// checkpoint has taken yet, whose one reference this overlay holds (as `Block` does, which
-    /// it was); otherwise the stored tree owns it.
-    Patched { base: BlockPtr, patches: Patches, owned: bool },
+    /// it was); otherwise the stored tree owns it. `ahead`: layers written ahead since the
+    /// last checkpoint (`layer_ahead.rs`), oldest first, whose references this overlay holds;
+    /// when there are any, every run new since the checkpoint is in one of them.
+    Patched { base: BlockPtr, patches: Patches, owned: bool, ahead: Vec<Layer> },
 }
 
 impl Chunk {
@@ -112,6 +114,19 @@ impl Chunk {
             Chunk::Block(p) | Chunk::Shared(p) => p.len as u64,
             Chunk::Hole => 0,
             Chunk::Patched { base, patches, .. } => (base.len as u64).max(patches.end() as u64),
+        }
+    }
+
+    /// The blocks whose references this overlay holds: a block written ahead (under patches
+    /// or not) and layers written ahead. Given up to the garbage when the chunk is replaced.
+    pub(crate) fn owned_blocks(&self) -> Vec<BlockPtr> {
+        match self {
+            Chunk::Block(p) => vec![*p],
+            Chunk::Patched { base, owned, ahead, .. } => {
+                let base = owned.then_some(*base);
+                base.into_iter().chain(ahead.iter().map(|l| l.block)).collect()
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -446,6 +461,9 @@ pub struct Fs {
     pub(crate) writeback: bool,
     /// The run of `Write` records at the journal's tail for one chunk (`retract.rs`).
     pub(crate) chunk_run: Option<crate::retract::ChunkRun>,
+    /// The file and the offset the last write ended at: a write starting there is a stream's
+    /// next, never a layer written ahead (`layer_ahead.rs`).
+    pub(crate) last_write: Option<(Ino, u64)>,
     /// While replaying: blocks of unordered `PutChunks` records that never reached the disk
     /// (by address); their chunks keep their older content.
     pub(crate) lost_blocks: HashSet<u64>,
@@ -1139,8 +1157,8 @@ impl Fs {
             self.dirty_bytes = self.dirty_bytes.saturating_sub(chunk_bytes(n));
             let n = self.nodes.remove(&ino).unwrap();
             for c in n.chunks.values() {
+                self.vol.garbage.extend(c.owned_blocks());
                 match c {
-                    Chunk::Block(p) | Chunk::Patched { base: p, owned: true, .. } => self.vol.garbage.push(*p),
                     Chunk::Shared(p) => {
                         if let Err(e) = self.vol.forest.release(p) {
                             log::error!("release of a shared chunk: {e}");
@@ -1907,7 +1925,7 @@ impl Fs {
     }
 
     /// Whether the file's committed chunk 0 is inline bytes (and `idx` is 0).
-    fn has_inline(n: &Node, idx: u64) -> bool {
+    pub(crate) fn has_inline(n: &Node, idx: u64) -> bool {
         idx == 0 && (n.inline_cold || !n.inode.inline.is_empty())
     }
 
@@ -2078,23 +2096,19 @@ impl Fs {
         let n = self.node_mut(ino)?;
         n.stored_len_changed(idx, old, new);
         let new_mem = c.memory();
-        // A block written ahead that stays under the new chunk's patches is not let go of.
-        let keeps = match &c {
-            Chunk::Patched { base, owned: true, .. } => Some(*base),
-            _ => None,
-        };
-        match n.chunks.insert(idx, c) {
+        // Blocks written ahead (a chunk, layers) that stay in the new chunk are not let go of;
+        // the others go to the garbage: the journal still names them until the next
+        // checkpoint, which then frees them.
+        let keeps = c.owned_blocks();
+        let old = n.chunks.insert(idx, c);
+        if let Some(old) = &old {
+            let dropped = old.owned_blocks().into_iter().filter(|p| !keeps.contains(p));
+            self.vol.garbage.extend(dropped);
+        }
+        match old {
             Some(c @ (Chunk::Buf(_) | Chunk::Patched { .. })) => {
                 self.dirty_bytes = self.dirty_bytes.saturating_sub(c.memory());
-                if let Chunk::Patched { base, owned: true, .. } = c {
-                    if keeps != Some(base) {
-                        self.vol.garbage.push(base);
-                    }
-                }
             }
-            // Written ahead and replaced before any checkpoint took it: the journal still
-            // names it until the next checkpoint, which then frees it.
-            Some(Chunk::Block(p)) if keeps != Some(p) => self.vol.garbage.push(p),
             Some(Chunk::Shared(p)) => self.vol.forest.release(&p).map_err(eio)?,
             _ => {}
         }
@@ -2250,6 +2264,13 @@ impl Fs {
         let direct = !self.replaying;
         let first_full = offset.div_ceil(CHUNK);
         let last_full = end / CHUNK; // exclusive
+        // A page overwritten here and there in a large file: a layer written ahead.
+        if direct && ahead.chunks.is_empty() && self.write_layer_ahead(ino, offset, data, now)? {
+            self.last_write = Some((ino, end));
+            self.io.user += data.len() as u64;
+            self.maybe_checkpoint()?;
+            return Ok(data.len() as u32);
+        }
         let tail = match self.tail_ahead(ino, offset, data) {
             Ok(t) => t,
             Err(e) => {
@@ -2323,6 +2344,7 @@ impl Fs {
             })?;
         }
         if !self.replaying {
+            self.last_write = Some((ino, end));
             self.io.user += data.len() as u64;
             // A write within one chunk, journaled as bytes: part of a run the chunk's block
             // may replace once the chunk is full.
@@ -2441,6 +2463,11 @@ impl Fs {
     /// Writes bytes into the file's chunks; returns the ranges that changed content (a piece
     /// laid as patches over a committed chunk changes only the bytes that differ).
     pub(crate) fn op_write(&mut self, ino: Ino, offset: u64, data: &[u8], now: Ts) -> FsResult<Vec<(u64, u64)>> {
+        self.op_write_with(ino, offset, data, now, false)
+    }
+
+    /// `op_write`; `keep_ahead`: see `Fs::patched`.
+    pub(crate) fn op_write_with(&mut self, ino: Ino, offset: u64, data: &[u8], now: Ts, keep_ahead: bool) -> FsResult<Vec<(u64, u64)>> {
         let n = self.node(ino)?;
         match n.inode.kind {
             Kind::File => {}
@@ -2462,7 +2489,7 @@ impl Fs {
             let patched = if whole {
                 None
             } else {
-                self.patched(ino, idx, within as u32, src)?
+                self.patched(ino, idx, within as u32, src, keep_ahead)?
             };
             let c = if let Some((c, runs)) = patched {
                 changed.extend(runs.into_iter().map(|(a, b)| (pos + a as u64, pos + b as u64)));
@@ -2536,17 +2563,23 @@ impl Fs {
     /// or `None` when the chunk has no block (committed or written ahead) or its runs would
     /// exceed `PATCH_MAX` (`LAYERED_MAX` in a file of several chunks): then the chunk is
     /// rewritten whole.
-    fn patched(&self, ino: Ino, idx: u64, within: u32, src: &[u8]) -> FsResult<Option<(Chunk, Vec<(usize, usize)>)>> {
+    /// `keep_ahead`: the chunk's layers written ahead stay (the write's runs go ahead too,
+    /// `layer_ahead.rs`); otherwise the runs are journaled as bytes, and those layers are
+    /// let go of, the next checkpoint writing the chunk's new runs as one layer.
+    fn patched(&self, ino: Ino, idx: u64, within: u32, src: &[u8], keep_ahead: bool) -> FsResult<Option<(Chunk, Vec<(usize, usize)>)>> {
         let n = self.node(ino)?;
-        let (base, mut patches, sums, owned) = match n.chunks.get(&idx) {
-            Some(Chunk::Patched { base, patches, owned }) => (*base, patches.clone(), None, *owned),
+        let (base, mut patches, sums, owned, ahead) = match n.chunks.get(&idx) {
+            Some(Chunk::Patched { base, patches, owned, ahead }) => {
+                let ahead = if keep_ahead { ahead.clone() } else { Vec::new() };
+                (*base, patches.clone(), None, *owned, ahead)
+            }
             // A block written ahead that no checkpoint has taken yet (a file written and then
             // overwritten in places, as a database or a VM image is): patches over it too.
-            Some(Chunk::Block(p)) => (*p, Patches::default(), None, true),
+            Some(Chunk::Block(p)) => (*p, Patches::default(), None, true, Vec::new()),
             // Inline bytes are rewritten whole: a record that changes anyway, and small.
             None if Self::has_inline(n, idx) => return Ok(None),
             None => match self.stored_chunk(n, idx)? {
-                Some(s) => (s.block, s.patches, Some(s.sums), false),
+                Some(s) => (s.block, s.patches, Some(s.sums), false, Vec::new()),
                 None => return Ok(None),
             },
             Some(_) => return Ok(None),
@@ -2581,7 +2614,7 @@ impl Fs {
                 return Ok(None);
             }
         }
-        Ok(Some((Chunk::Patched { base, patches, owned }, runs)))
+        Ok(Some((Chunk::Patched { base, patches, owned, ahead }, runs)))
     }
 
     /// Replays a carried record: each chunk's patch list over its committed block.
@@ -2607,6 +2640,7 @@ impl Fs {
                 base: s.block,
                 patches: patches.clone(),
                 owned: false,
+                ahead: Vec::new(),
             };
             self.set_chunk(ino, *idx, c)?;
         }

@@ -28,6 +28,7 @@ pub mod mirror;
 mod flush;
 mod fs;
 pub mod journal;
+mod layer_ahead;
 pub mod pinned;
 mod punch;
 pub mod prealloc;

@@ -84,7 +84,7 @@ impl Fs {
 
     /// Whether runs may be replaced here: not where the records must stay (a volume that
     /// journals data, or writes back: see the module's comment) or there is no journal.
-    fn keeps_runs(&self) -> bool {
+    pub(crate) fn keeps_runs(&self) -> bool {
         self.journaled && !self.journal_data && !self.writeback
     }
 

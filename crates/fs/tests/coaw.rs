@@ -560,6 +560,81 @@ fn random_page_overwrites_are_layered() {
     assert!(rep.is_clean(), "{rep}");
 }
 
+/// 4 KiB random overwrites of a large committed file reach the disk once: each page goes to a
+/// pack as a layer written ahead and the journal names it (`PutLayer`), the checkpoint makes
+/// those the chunk's layers and writes no data. A stream's write into such a chunk, the same
+/// bytes again, a chunk past LAYERS_MAX layers, a crash (replay rebuilds the layers), a
+/// truncate and a reopen all leave the right bytes, and the store checks clean.
+#[test]
+fn random_page_overwrites_are_written_once() {
+    let (_tmp, store, mut fs, _dir, f) = store_with_file();
+    let chunks = 32;
+    let mut model: Vec<u8> = (0..chunks * CHUNK).map(|i| (i * 7 % 253) as u8 + 1).collect();
+    fs.write(f, 0, &model).unwrap();
+    fs.checkpoint().unwrap();
+    let mut seed = 11u64;
+    let mut next = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) as usize
+    };
+    let w0 = fs.status_facts().written;
+    let mut written = 0;
+    for round in 0..6 {
+        // Pages two apart at least: none is a stream's next write.
+        let mut pages: Vec<usize> = (0..24).map(|_| next() % (chunks * 8) * 2).collect();
+        pages.push(5 * 16 + round * 2); // chunk 5: a layer every round, past LAYERS_MAX
+        for p in pages {
+            let data: Vec<u8> = (0..4096).map(|i| (i * 3 + round * 17 + p) as u8 ^ 0xa5).collect();
+            fs.write(f, (p * 4096) as u64, &data).unwrap();
+            model[p * 4096..(p + 1) * 4096].copy_from_slice(&data);
+            written += 4096u64;
+        }
+        assert_eq!(read_all(&mut fs, f), model, "round {round}, before the checkpoint");
+        fs.checkpoint().unwrap();
+        assert_eq!(read_all(&mut fs, f), model, "round {round}, after the checkpoint");
+    }
+    let w = fs.status_facts().written;
+    let (data, journal) = (w.data - w0.data, w.journal - w0.journal);
+    // Once: the pages, a few runs written again where chunk 5 passed LAYERS_MAX, and records
+    // of ~90 bytes. Journaled as bytes they were 2x.
+    assert!(journal < written / 10, "{journal} journal bytes for {written} written");
+    assert!(data + journal < written * 13 / 10, "{data} data and {journal} journal bytes for {written} written");
+    assert!(committed(&store).patched_chunks > 0);
+
+    // Chunk 9: a layer ahead, the same bytes again, then a stream's two writes (as bytes: the
+    // chunk's layer goes), then another chunk's layer; chunk 12: layers only, left for replay.
+    let at = 9 * CHUNK;
+    let page = |v: u8| vec![v; 4096];
+    for (off, v) in [(at + 8192, 1u8), (at + 8192, 1), (at + 20480, 2), (at + 24576, 3), (12 * CHUNK + 4096, 4), (12 * CHUNK + 40960, 5)] {
+        fs.write(f, off as u64, &page(v)).unwrap();
+        model[off..off + 4096].fill(v);
+    }
+    fs.fsync().unwrap();
+    drop(fs); // a crash: the journal carries them
+    let mut fs = open(&store);
+    let d = at_root(&mut fs, "d");
+    let f = lookup(&mut fs, d, "f");
+    assert_eq!(read_all(&mut fs, f), model, "after replay");
+    // More layers on the replayed ones, a truncate into chunk 12, a write past the cut.
+    fs.write(f, (12 * CHUNK + 16384) as u64, &page(6)).unwrap();
+    model[12 * CHUNK + 16384..12 * CHUNK + 20480].fill(6);
+    let cut = 12 * CHUNK + 30_000;
+    fs.setattr(f, scion_fs::SetAttr { size: Some(cut as u64), ..Default::default() }).unwrap();
+    model.truncate(cut);
+    fs.setattr(f, scion_fs::SetAttr { size: Some(cut as u64 + 20_000), ..Default::default() }).unwrap();
+    model.resize(cut + 20_000, 0);
+    assert_eq!(read_all(&mut fs, f), model, "after the truncate");
+    fs.close().unwrap();
+    committed(&store);
+    let mut fs = open(&store);
+    let d = at_root(&mut fs, "d");
+    let f = lookup(&mut fs, d, "f");
+    assert_eq!(read_all(&mut fs, f), model, "after a reopen");
+    fs.close().unwrap();
+    let rep = check(&scion_store::os_host(), &store).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+}
+
 /// Overwrites of a file written moments ago, before any checkpoint took its blocks (a database
 /// or VM image filled, then written in places): patches over the blocks written ahead, whose
 /// reference the overlay holds, then layers; a file overwritten past LAYERED_MAX, one removed

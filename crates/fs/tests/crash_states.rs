@@ -928,6 +928,50 @@ fn layered(rng: &mut StdRng) -> Vec<Step> {
     s
 }
 
+/// Pages overwritten here and there in a large committed file, each a layer written ahead
+/// (`layer_ahead.rs`, record 25): several in one chunk between checkpoints, then a stream's
+/// write into it (its layers let go of), the same bytes again, layers written in an overlapped
+/// checkpoint's window (before and after its fold), a clone, a truncate through layers, a
+/// chunk past LAYERS_MAX, and layers unsynced at the end.
+fn layers_ahead(rng: &mut StdRng) -> Vec<Step> {
+    let mut s = vec![Step::Mkdir("a".into()), Step::Create("a/f".into())];
+    s.push(Step::Write("a/f".into(), 0, bytes(rng, 4 * 65536)));
+    s.push(Step::Checkpoint);
+    let page = |s: &mut Vec<Step>, rng: &mut StdRng, chunk: u64, p: u64| {
+        s.push(Step::Write("a/f".into(), chunk * 65536 + p * 4096, bytes(rng, 4096)));
+    };
+    for p in [1, 5, 9] {
+        page(&mut s, rng, 1, p);
+    }
+    s.push(Step::Fsync);
+    page(&mut s, rng, 1, 10); // a stream's next write: chunk 1's layers go
+    page(&mut s, rng, 2, 3);
+    let same = bytes(rng, 4096);
+    s.push(Step::Write("a/f".into(), 2 * 65536 + 8 * 4096, same.clone()));
+    s.push(Step::Write("a/f".into(), 2 * 65536 + 8 * 4096, same));
+    page(&mut s, rng, 3, 0);
+    s.push(Step::CheckpointBegin);
+    page(&mut s, rng, 2, 12);
+    page(&mut s, rng, 3, 7);
+    s.push(Step::Fsync);
+    s.push(Step::CheckpointEnd);
+    s.push(Step::Clone("a".into(), "ac".into()));
+    for round in 0..10u64 {
+        page(&mut s, rng, 0, (round * 3) % 16);
+        if round % 4 == 3 {
+            s.push(Step::Checkpoint);
+        }
+    }
+    s.push(Step::Fsync);
+    s.push(Step::Truncate("a/f".into(), 2 * 65536 + 30_000));
+    page(&mut s, rng, 2, 2);
+    s.push(Step::Truncate("a/f".into(), 4 * 65536));
+    s.push(Step::Fsync);
+    page(&mut s, rng, 3, 14);
+    page(&mut s, rng, 1, 2);
+    s
+}
+
 /// Streams of 4 KiB writes, as NFS clients send them: each chunk a stream fills goes to a
 /// pack, its block's record replacing the stream's journaled writes (`retract.rs`). Runs cut
 /// short by an fsync, a chmod, another file's writes and a checkpoint's window; a stream
@@ -1348,7 +1392,7 @@ fn every_crash_state_recovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let mixes = if full { 24 } else { 3 };
-    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 16] = [
+    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 17] = [
         ("overwrite + fsync", overwrite),
         ("rename over", rename_over),
         ("directory trees", dir_tree),
@@ -1365,6 +1409,7 @@ fn every_crash_state_recovers() {
         ("tmpfiles", tmpfiles),
         ("streams of small writes", streams),
         ("layered chunks", layered),
+        ("layers written ahead", layers_ahead),
     ];
     println!("crash states: seed {seed}, {mixes} random mixes per crash point");
     println!(

@@ -79,6 +79,14 @@ pub enum Record {
         /// there unless it was longer. A small file's bytes so reach the disk once.
         tail: bool,
     },
+    /// Runs of chunk `idx` of a file overwritten within its size, their bytes written ahead
+    /// as one block (type 25, format 17): the chunk's next layer (`layer_ahead.rs`).
+    PutLayer {
+        ino: Target,
+        idx: u64,
+        layer: crate::delta::Layer,
+        time: Ts,
+    },
     /// Whole chunks made to share committed blocks of another file (copy_file_range): the
     /// blocks gain a reference (`None`: a hole).
     ShareChunks {
@@ -274,11 +282,13 @@ fn get_opt_ts(r: &mut Reader<'_>) -> Result<Option<Ts>> {
 }
 
 impl Record {
-    /// The blocks the record names (`None`: a hole): whole chunks written ahead, or shared.
-    pub fn blocks(&self) -> &[Option<scion_store::BlockPtr>] {
+    /// The blocks the record names: whole chunks written ahead, or shared, and layers
+    /// written ahead.
+    pub fn blocks(&self) -> Vec<scion_store::BlockPtr> {
         match self {
-            Record::PutChunks { chunks, .. } | Record::ShareChunks { chunks, .. } => chunks,
-            _ => &[],
+            Record::PutChunks { chunks, .. } | Record::ShareChunks { chunks, .. } => chunks.iter().flatten().copied().collect(),
+            Record::PutLayer { layer, .. } => vec![layer.block],
+            _ => Vec::new(),
         }
     }
 
@@ -490,6 +500,13 @@ impl Record {
             }
             Record::Reserve { ns, oid } => {
                 w.u8(22).u32(*ns).u64(*oid);
+            }
+            Record::PutLayer { ino, idx, layer, time } => {
+                w.u8(25);
+                put_target(&mut w, ino);
+                w.u64(*idx);
+                layer.encode(&mut w);
+                put_ts(&mut w, *time);
             }
             Record::AttachChunk { ino, idx, ptr, shared, time } => {
                 w.u8(24);
@@ -774,6 +791,12 @@ impl Record {
                 ns: r.u32()?,
                 oid: r.u64()?,
             },
+            25 => Record::PutLayer {
+                ino: get_target(&mut r)?,
+                idx: r.u64()?,
+                layer: crate::delta::Layer::decode(&mut r)?,
+                time: get_ts(&mut r)?,
+            },
             24 => Record::AttachChunk {
                 ino: get_target(&mut r)?,
                 idx: r.u64()?,
@@ -834,6 +857,31 @@ mod tests {
             let bytes = rec.encode();
             assert_eq!(bytes[0], [[10, 20], [18, 21]][unordered as usize][tail as usize]);
             assert_eq!(Record::decode(&bytes).unwrap(), rec);
+        }
+    }
+
+    /// A layer written ahead (type 25) decodes to what was encoded; a cut one, or one whose
+    /// runs do not add up to its block, or overlap, is refused.
+    #[test]
+    fn put_layer_round_trip() {
+        let block = BlockPtr { addr: BlockPtr::make_addr(3, 12288), len: 4100, kind: BlockKind::Data, hash: [5; 32] };
+        let rec = Record::PutLayer {
+            ino: Target::Linked { ns: 1, oid: 9 },
+            idx: 17,
+            layer: crate::delta::Layer { block, runs: vec![(0, 4), (8192, 4096)] },
+            time: Ts { sec: 1_790_000_000, nsec: 2 },
+        };
+        let bytes = rec.encode();
+        assert_eq!(bytes[0], 25);
+        // The fuzz corpus's seed is this record.
+        assert_eq!(bytes, include_bytes!("../../../../fuzz/corpus/journal_record/seed-put-layer"));
+        assert_eq!(Record::decode(&bytes).unwrap(), rec);
+        for cut in 0..bytes.len() {
+            assert!(Record::decode(&bytes[..cut]).is_err());
+        }
+        for runs in [vec![(0, 4), (8192, 4095)], vec![(0, 4096), (4000, 4)], vec![(65534, 4100)]] {
+            let bad = Record::PutLayer { ino: Target::Linked { ns: 1, oid: 9 }, idx: 17, layer: crate::delta::Layer { block, runs }, time: Ts::default() };
+            assert!(Record::decode(&bad.encode()).is_err());
         }
     }
 
