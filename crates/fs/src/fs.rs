@@ -33,22 +33,6 @@ const DIRTY_LIMIT: u64 = 256 << 20;
 const PENDING_CHUNK_LIMIT: u64 = 65536;
 /// ... or when the journal grows past this.
 const JOURNAL_LIMIT: u64 = 1 << 30;
-/// The background takes a checkpoint once this many inodes wait to be folded, however young
-/// the changes (mount option `fold_batch=N`; 0: never early): a checkpoint holds every request
-/// for the time its fold takes (20-30 ms for 1,024 inodes here), so small folds keep that
-/// wait short, at the price of rewriting busy directories' tree leaves more often (issue 38;
-/// docs/benchmarks.md, "Latency").
-static FOLD_BATCH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(DEFAULT_FOLD_BATCH);
-const DEFAULT_FOLD_BATCH: usize = 1024;
-
-/// Sets `FOLD_BATCH` for every volume from now on (0: checkpoints only by age and size).
-pub fn set_fold_batch(inodes: usize) {
-    FOLD_BATCH.store(inodes, std::sync::atomic::Ordering::Relaxed);
-}
-
-fn fold_batch() -> usize {
-    FOLD_BATCH.load(std::sync::atomic::Ordering::Relaxed)
-}
 /// Uncommitted whole chunks in a copy_file_range source worth a checkpoint so that the copy
 /// shares their blocks (4 MiB: a checkpoint costs a few milliseconds, about what copying
 /// that many bytes does).
@@ -1057,7 +1041,7 @@ impl Fs {
         if self.dirty_bytes + self.flushed_bytes > DIRTY_LIMIT
             || jl > JOURNAL_LIMIT
             || self.pending_chunks > PENDING_CHUNK_LIMIT
-            || (fold_batch() > 0 && self.unfolded() > 4 * fold_batch())
+            || crate::fold_policy::early_batch().is_some_and(|n| self.unfolded() > 4 * n)
         {
             self.checkpoint().map_err(eio)?;
         }
@@ -3189,6 +3173,7 @@ impl Fs {
             return Err(errno::EIO);
         }
         if settle {
+            crate::fold_policy::note_sync();
             self.settle_run()?;
         }
         let journal = match self.vol.journal.as_mut().map(|j| j.prepare_sync()).transpose() {
@@ -3249,7 +3234,7 @@ impl Fs {
     /// first, without the engine lock: `sync_begin`.)
     /// The background's periodic work under the engine lock: idle directories swept, and a
     /// checkpoint begun when one is due (changes older than `checkpoint_after`, or more than
-    /// `FOLD_BATCH` inodes waiting), for the caller to sync without the lock and commit
+    /// `fold_policy`: `fold_batch` inodes waiting while someone would wait on the fold), for the caller to sync without the lock and commit
     /// (`checkpoint_end`).
     pub fn tick_begin(&mut self, checkpoint_after: std::time::Duration) -> Result<Option<crate::PackSync>> {
         if self.vol.failed.is_some() {
@@ -3268,9 +3253,9 @@ impl Fs {
     }
 
     /// Whether enough waits to be folded for the background to checkpoint now
-    /// (`FOLD_BATCH`), however young the changes.
+    /// (`fold_policy::early_batch`), however young the changes.
     pub fn fold_due(&self) -> bool {
-        fold_batch() > 0 && self.unfolded() >= fold_batch() && self.vol.failed.is_none()
+        crate::fold_policy::early_batch().is_some_and(|n| self.unfolded() >= n) && self.vol.failed.is_none()
     }
 
     /// Whether the next checkpoint's fold would hold requests up for more than a few

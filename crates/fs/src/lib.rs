@@ -28,6 +28,8 @@ pub mod mirror;
 mod flush;
 mod fs;
 pub mod journal;
+pub mod fold_policy;
+pub use fold_policy::set_fold_batch;
 mod layer_ahead;
 pub mod pinned;
 mod punch;
@@ -60,7 +62,7 @@ pub use error::{errno, FsError, FsResult};
 pub use flush::{FlushBatch, FlushedBatch, FLUSH_FROM};
 pub use fs::{
     make_ino, read_only_refusal, write_ahead, Attr, DirEntry, Fs, Ino, Inval, MountOptions, NsInfo, NsKind, ReadPlan, StatFs, SyncTicket,
-    Stamp, WrittenAhead, MAIN_NS_LIMIT, ROOT_INO, set_fold_batch,
+    Stamp, WrittenAhead, MAIN_NS_LIMIT, ROOT_INO,
 };
 pub use inode::{Kind, Ts, INLINE_MAX};
 pub use scion_tree::{set_node_cache_limit, NODE_CACHE_BYTES};

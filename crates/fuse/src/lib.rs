@@ -503,6 +503,12 @@ fn mode_without_privs(cur: &Attr, mode: Option<u32>, req: &Request) -> Option<u3
     (kept != perm || mode.is_some()).then_some(kept)
 }
 
+/// Notes who made a request, for the fold policy (`scion_fs::fold_policy`): early folds only
+/// while more than one process uses the mount, or one syncs.
+fn note(req: &Request) {
+    scion_fs::fold_policy::note_caller(req.pid());
+}
+
 /// Whether the caller of `req` is in group `gid`: its filesystem gid, or one of its
 /// supplementary groups (`caller`, read from /proc only when the gid does not match).
 fn caller_in_group(req: &Request, gid: u32) -> bool {
@@ -686,6 +692,7 @@ impl Filesystem for ScionFuse {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        note(req);
         if matches!(name.as_bytes(), b"." | b"..") {
             return self.lookup_by_number(parent.0, name.as_bytes() == b"..", reply);
         }
@@ -729,7 +736,8 @@ impl Filesystem for ScionFuse {
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        note(req);
         if ino.0 == CUBES_DIR_INO {
             return reply.attr(&Duration::from_secs(1), &Self::cubes_dir_attr());
         }
@@ -760,6 +768,7 @@ impl Filesystem for ScionFuse {
         kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
+        note(req);
         let mut a = SetAttr {
             mode,
             uid,
@@ -798,7 +807,8 @@ impl Filesystem for ScionFuse {
         }
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        note(req);
         let at = route!(self, ino, reply);
         let r = at.fs().readlink(at.ino);
         match r {
@@ -808,6 +818,7 @@ impl Filesystem for ScionFuse {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        note(req);
         let Some(k) = Kind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
@@ -822,6 +833,7 @@ impl Filesystem for ScionFuse {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        note(req);
         let at = route!(self, parent, reply);
         let r = at.fs().mknod(
             at.ino,
@@ -837,7 +849,8 @@ impl Filesystem for ScionFuse {
         at.entry(r, reply)
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        note(req);
         let at = route!(self, parent, reply);
         let r = at.fs().unlink(at.ino, name.as_bytes());
         match r {
@@ -846,7 +859,8 @@ impl Filesystem for ScionFuse {
         }
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        note(req);
         let at = route!(self, parent, reply);
         let r = self.not_pinned(&at, name.as_bytes()).and_then(|()| at.fs().rmdir(at.ino, name.as_bytes()));
         match r {
@@ -856,6 +870,7 @@ impl Filesystem for ScionFuse {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        note(req);
         let at = route!(self, parent, reply);
         let r = at.fs().mknod(
             at.ino,
@@ -881,6 +896,7 @@ impl Filesystem for ScionFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        note(req);
         let at = route!(self, parent, reply);
         let r = at.same_volume(newparent).and_then(|to| {
             self.not_pinned(&at, name.as_bytes())?;
@@ -899,7 +915,8 @@ impl Filesystem for ScionFuse {
         }
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        note(req);
         let at = route!(self, ino, reply);
         let r = at
             .same_volume(newparent)
@@ -907,7 +924,8 @@ impl Filesystem for ScionFuse {
         at.entry(r, reply)
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        note(req);
         let at = route!(self, ino, reply);
         let mut fs = at.fs();
         if flags.0 & (libc::O_ACCMODE | libc::O_TRUNC) != libc::O_RDONLY {
@@ -930,7 +948,7 @@ impl Filesystem for ScionFuse {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -939,6 +957,7 @@ impl Filesystem for ScionFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        note(req);
         // Resolved under the engine lock, fetched outside it, straight into the reply buffer.
         let at = route!(self, ino, reply);
         let plan = at.fs().read_plan(at.ino, offset, size);
@@ -960,6 +979,9 @@ impl Filesystem for ScionFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+            note(req); // (write-back is the kernel's own doing)
+        }
         let at = route!(self, ino, reply);
         let mut killed = false;
         let stamp = if self.writeback { Stamp::Kernel } else { Stamp::Now };
@@ -1000,7 +1022,8 @@ impl Filesystem for ScionFuse {
         reply.ok()
     }
 
-    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        note(req);
         // Syncs the file's volume only: an fsync in one volume never waits for another's.
         let at = route!(self, ino, reply);
         if self.router.serving(at.vol).nofsync {
@@ -1012,7 +1035,8 @@ impl Filesystem for ScionFuse {
         }
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        note(req);
         if ino.0 == CUBES_DIR_INO {
             // The kernel's numbers already: each cube's root.
             let mut v = vec![(b".".to_vec(), CUBES_DIR_INO, Kind::Dir), (b"..".to_vec(), scion_fs::ROOT_INO, Kind::Dir)];
@@ -1035,7 +1059,8 @@ impl Filesystem for ScionFuse {
         reply.opened(FileHandle(fh), FopenFlags::empty())
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        note(req);
         let list = match self.dir_handle(ino, fh, offset) {
             Ok(l) => l,
             Err(e) => return reply.error(e),
@@ -1059,7 +1084,8 @@ impl Filesystem for ScionFuse {
         reply.ok()
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        note(req);
         let list = match self.dir_handle(ino, fh, offset) {
             Ok(l) => l,
             Err(e) => return reply.error(e),
@@ -1140,7 +1166,8 @@ impl Filesystem for ScionFuse {
         reply.ok()
     }
 
-    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        note(req);
         let at = route!(self, ino, reply);
         if self.router.serving(at.vol).nofsync {
             return reply.ok();
@@ -1151,7 +1178,8 @@ impl Filesystem for ScionFuse {
         }
     }
 
-    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        note(req);
         let at = route!(self, ino, reply);
         let s = at.fs().statfs();
         reply.statfs(
@@ -1169,6 +1197,7 @@ impl Filesystem for ScionFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        note(req);
         if let Some(Err(e)) = self.control_attr(ino, name, true) {
             return reply.error(e);
         }
@@ -1195,7 +1224,8 @@ impl Filesystem for ScionFuse {
         }
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        note(req);
         let r = match self.control_attr(ino, name, false) {
             Some(r) => r,
             None => {
@@ -1212,7 +1242,8 @@ impl Filesystem for ScionFuse {
         }
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        note(req);
         let at = route!(self, ino, reply);
         let r = at.fs().listxattr(at.ino);
         match r {
@@ -1234,7 +1265,8 @@ impl Filesystem for ScionFuse {
         }
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        note(req);
         if let Some(Err(e)) = self.control_attr(ino, name, true) {
             return reply.error(e);
         }
@@ -1261,6 +1293,7 @@ impl Filesystem for ScionFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        note(req);
         let at = route!(self, parent, reply);
         let mut fs = at.fs();
         let r = fs.mknod(
@@ -1278,6 +1311,7 @@ impl Filesystem for ScionFuse {
     }
 
     fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, _flags: i32, reply: ReplyCreate) {
+        note(req);
         let at = route!(self, parent, reply);
         let mut fs = at.fs();
         let r = fs.tmpfile(at.ino, mode, umask, req.uid(), req.gid());
@@ -1294,6 +1328,7 @@ impl Filesystem for ScionFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        note(req);
         let at = route!(self, ino, reply);
         let r = {
             let mut fs = at.fs();
@@ -1326,7 +1361,8 @@ impl Filesystem for ScionFuse {
         reply.error(Errno::ENOTTY)
     }
 
-    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+    fn lseek(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        note(req);
         if offset < 0 {
             return reply.error(Errno::EINVAL);
         }
@@ -1340,7 +1376,7 @@ impl Filesystem for ScionFuse {
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         ino_in: INodeNo,
         _fh_in: FileHandle,
         offset_in: u64,
@@ -1351,6 +1387,7 @@ impl Filesystem for ScionFuse {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        note(req);
         let len = len.min(u32::MAX as u64 / 2);
         let at = route!(self, ino_in, reply);
         let r = at

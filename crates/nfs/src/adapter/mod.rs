@@ -363,7 +363,18 @@ impl ScionNfs {
     }
 
     fn caller(&self) -> Caller {
-        self.who.caller(nfs3_server::vfs::caller().as_ref())
+        let auth = nfs3_server::vfs::caller();
+        // For the fold policy, an NFS client's user is a caller of its own (high bit set: never
+        // a local process's id), so that two clients, or a client and a local process, fold
+        // early (`scion_fs::fold_policy`).
+        let id = auth.as_ref().map_or(0, |a| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (a.uid, a.machinename.as_ref()).hash(&mut h);
+            h.finish() as u32
+        });
+        scion_fs::fold_policy::note_caller(id | 1 << 31);
+        self.who.caller(auth.as_ref())
     }
 
     /// How handles name volume `vol`: 0 for the main volume, a cube by its graft (None for
