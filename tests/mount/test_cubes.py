@@ -747,10 +747,20 @@ def test_a_killed_convert_is_settled_by_the_next_one(scion_mount):
             h.write(os.urandom(20000))
     want = _files(p)
     cmd = subprocess.Popen([m.bin, "cube", "create", p, "--convert"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def copied():
+        # Entries the command has copied into the hidden cube so far.
+        hidden = [n for n in os.listdir(m.mnt) if "scion-convert" in n]
+        try:
+            return len(os.listdir(os.path.join(m.mnt, hidden[0]))) if hidden else 0
+        except FileNotFoundError:
+            return 0
+
+    # Killed while it copies: once a few dozen of the 800 files are in (a fixed sleep let a
+    # fast copy finish first, and the convert was then whole, not killed).
     deadline = time.time() + 30
-    while time.time() < deadline and not [n for n in os.listdir(m.mnt) if "scion-convert" in n]:
-        time.sleep(0.01)
-    time.sleep(0.2)
+    while time.time() < deadline and copied() < 40:
+        time.sleep(0.002)
     cmd.kill()
     cmd.wait()
     assert _files(p) == want and "proj" not in cubes(m)
