@@ -117,21 +117,21 @@ impl Fs {
             return Ok(false);
         }
         let room = match n.chunks.get(&idx) {
-            Some(Chunk::Patched { ahead, .. }) => ahead.len() < LAYERS_MAX,
-            Some(Chunk::Block(_)) => true,
             None if Self::has_inline(n, idx) => false,
             None => self.stored_value(n, idx)?.is_some_and(|s| s.layers.len() < LAYERS_MAX),
-            Some(_) => false,
+            _ => true,
         };
         Ok(room && self.takes_layers(ino, idx)?)
     }
 
     /// The rule (see the module's comment): chunk `idx` has no run new since the checkpoint
-    /// that is not in a layer written ahead.
+    /// that is not in a layer written ahead, and room for one more. (Replay too: the records
+    /// of a checkpoint's window after a crash before its commit are replayed over those
+    /// before its fold, into one overlay, which may so reach LAYERS_MAX.)
     fn takes_layers(&self, ino: Ino, idx: u64) -> FsResult<bool> {
         Ok(match self.node(ino)?.chunks.get(&idx) {
             None | Some(Chunk::Block(_)) => true,
-            Some(Chunk::Patched { ahead, .. }) => !ahead.is_empty(),
+            Some(Chunk::Patched { ahead, .. }) => !ahead.is_empty() && ahead.len() < LAYERS_MAX,
             Some(_) => false,
         })
     }
@@ -162,7 +162,7 @@ impl Fs {
         let Some(Chunk::Patched { ahead, patches, .. }) = self.node_mut(ino)?.chunks.get_mut(&idx) else {
             unreachable!("a layer attached to a chunk that is not runs over a block")
         };
-        assert!(ahead.len() < LAYERS_MAX + 1, "{} layers written ahead", ahead.len());
+        assert!(ahead.len() < LAYERS_MAX, "{} layers written ahead", ahead.len() + 1);
         assert!(patches.bytes() <= LAYERED_MAX, "layers of {} bytes", patches.bytes());
         ahead.push(layer);
         Ok(())

@@ -635,6 +635,42 @@ fn random_page_overwrites_are_written_once() {
     assert!(rep.is_clean(), "{rep}");
 }
 
+/// Layers written ahead into one chunk before an overlapped checkpoint's fold and in its
+/// window, then a crash before its commit: replay applies both runs of records to one overlay,
+/// which then holds more layers than any one checkpoint's (past LAYERS_MAX), and must read
+/// the bytes written.
+#[test]
+fn layers_ahead_across_an_uncommitted_checkpoint_replay() {
+    let (_tmp, store, mut fs, _dir, f) = store_with_file();
+    let mut model: Vec<u8> = (0..4 * CHUNK).map(|i| (i * 5 % 249) as u8 + 1).collect();
+    fs.write(f, 0, &model).unwrap();
+    fs.checkpoint().unwrap();
+    let page = |fs: &mut Fs, model: &mut Vec<u8>, p: usize, v: u8| {
+        // Half pages: twelve stay under LAYERED_MAX, so the chunk stays layered.
+        let at = CHUNK + p * 4096;
+        fs.write(f, at as u64, &[v; 2048]).unwrap();
+        model[at..at + 2048].fill(v);
+    };
+    for p in [0, 2, 4, 6, 8, 10] {
+        page(&mut fs, &mut model, p, p as u8 + 1);
+    }
+    let sync = fs.checkpoint_begin().unwrap();
+    assert!(sync.is_some(), "a checkpoint in flight");
+    for p in [1, 3, 5, 7, 9, 11] {
+        page(&mut fs, &mut model, p, p as u8 + 100);
+    }
+    fs.fsync().unwrap();
+    drop(sync);
+    drop(fs); // a crash before the commit: the old checkpoint and the whole journal
+    let mut fs = open(&store);
+    let d = at_root(&mut fs, "d");
+    let f = lookup(&mut fs, d, "f");
+    assert_eq!(read_all(&mut fs, f), model, "after replay");
+    fs.close().unwrap();
+    let rep = check(&scion_store::os_host(), &store).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+}
+
 /// Overwrites of a file written moments ago, before any checkpoint took its blocks (a database
 /// or VM image filled, then written in places): patches over the blocks written ahead, whose
 /// reference the overlay holds, then layers; a file overwritten past LAYERED_MAX, one removed
