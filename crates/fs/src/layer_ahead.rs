@@ -28,6 +28,18 @@ use crate::inode::{Kind, Ts, CHUNK};
 use crate::journal::Record;
 use scion_store::BlockKind;
 
+/// `(offset, len)` of each chunk's piece of `len` bytes at `offset`, in order.
+fn chunk_pieces(offset: u64, len: u64) -> Vec<(u64, u64)> {
+    let mut pieces = Vec::new();
+    let (mut at, end) = (offset, offset.saturating_add(len));
+    while at < end {
+        let next = ((at / CHUNK + 1) * CHUNK).min(end);
+        pieces.push((at, next - at));
+        at = next;
+    }
+    pieces
+}
+
 /// Changed bytes a write must have to go ahead as a layer: a block costs the disk a page
 /// whatever it holds, while a few bytes journaled cost that few, and small runs of a file
 /// are carried from journal to journal at checkpoints (`Fs::carry`) without any block.
@@ -37,10 +49,33 @@ impl Fs {
     /// A write of `data` at `offset` as a layer written ahead, if it is one this module
     /// takes: the write is then done and journaled (true). False: nothing was changed, and the
     /// write goes on as bytes.
+    ///
+    /// A write across chunk boundaries goes ahead piece by piece, one per chunk, if every
+    /// piece fits: the kernel's write-back merges neighbouring dirty pages into one write,
+    /// and such a write journaled as bytes would also let both chunks' layers go.
     pub(crate) fn write_layer_ahead(&mut self, ino: Ino, offset: u64, data: &[u8], now: Ts) -> FsResult<bool> {
-        if !self.layer_ahead_fits(ino, offset, data)? {
-            return Ok(false);
+        let pieces = chunk_pieces(offset, data.len() as u64);
+        for &(at, len) in &pieces {
+            let piece = &data[(at - offset) as usize..(at - offset + len) as usize];
+            if !self.layer_ahead_fits(ino, at, piece)? {
+                return Ok(false);
+            }
         }
+        for (i, &(at, len)) in pieces.iter().enumerate() {
+            let piece = &data[(at - offset) as usize..(at - offset + len) as usize];
+            // Each piece changes only its own chunk, so whether the next fits is unchanged;
+            // only an unlinked file (the first piece) declines.
+            let done = self.piece_ahead(ino, at, piece, now)?;
+            assert!(done || i == 0, "piece {i} of a write declined after the first was taken");
+            if !done {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// One chunk's piece of `write_layer_ahead`, which has found it fits.
+    fn piece_ahead(&mut self, ino: Ino, offset: u64, data: &[u8], now: Ts) -> FsResult<bool> {
         let Some(target) = self.target(ino) else {
             return Ok(false); // unlinked: not journaled, nothing to write ahead of
         };

@@ -635,6 +635,55 @@ fn random_page_overwrites_are_written_once() {
     assert!(rep.is_clean(), "{rep}");
 }
 
+/// A write across a chunk boundary (the kernel's write-back merges neighbouring dirty pages
+/// into one) goes ahead as one layer per chunk, and both chunks go on taking layers; one whose
+/// piece is too small for a layer is journaled as bytes, whole. A crash and replay rebuild the
+/// same bytes, and the store checks clean.
+#[test]
+fn writes_across_chunks_go_ahead_piece_by_piece() {
+    let (_tmp, store, mut fs, _dir, f) = store_with_file();
+    let chunks = 8;
+    let mut model: Vec<u8> = (0..chunks * CHUNK).map(|i| (i * 11 % 241) as u8 + 1).collect();
+    fs.write(f, 0, &model).unwrap();
+    fs.checkpoint().unwrap();
+    let w0 = fs.status_facts().written;
+    let mut written = 0u64;
+    // Two pages over each boundary between chunks 0-1, 2-3, 4-5, then a page in each of
+    // those chunks: all layers, none journaled as bytes.
+    for (i, at) in [CHUNK - 4096, 3 * CHUNK - 4096, 5 * CHUNK - 4096, 8192, CHUNK + 16384, 4 * CHUNK + 32768]
+        .into_iter()
+        .enumerate()
+    {
+        let len = if at % CHUNK == CHUNK - 4096 { 8192 } else { 4096 };
+        let data: Vec<u8> = (0..len).map(|j| (j * 13 + i * 29) as u8 ^ 0x5a).collect();
+        fs.write(f, at as u64, &data).unwrap();
+        model[at..at + len].copy_from_slice(&data);
+        written += len as u64;
+    }
+    let journal = fs.status_facts().written.journal - w0.journal;
+    // Records of ~100 bytes, one per piece (nine); the bytes would be 40 KiB.
+    assert!(journal < 2048, "{journal} journal bytes for {written} written as layers");
+    assert_eq!(read_all(&mut fs, f), model, "before a checkpoint");
+    // A write whose second piece is 100 bytes: journaled as bytes, whole.
+    let at = 6 * CHUNK - 4096;
+    fs.write(f, at as u64, &[0x77; 4196]).unwrap();
+    model[at..at + 4196].fill(0x77);
+    let journal = fs.status_facts().written.journal - w0.journal;
+    assert!(journal > 4196, "{journal} journal bytes: the write was not journaled as bytes");
+    fs.fsync().unwrap();
+    drop(fs); // a crash: the journal carries them
+    let mut fs = open(&store);
+    let d = at_root(&mut fs, "d");
+    let f = lookup(&mut fs, d, "f");
+    assert_eq!(read_all(&mut fs, f), model, "after replay");
+    fs.checkpoint().unwrap();
+    assert!(committed(&store).patched_chunks >= 5, "chunks 0-5 layered");
+    assert_eq!(read_all(&mut fs, f), model, "after a checkpoint");
+    fs.close().unwrap();
+    let rep = check(&scion_store::os_host(), &store).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+}
+
 /// Layers written ahead into one chunk before an overlapped checkpoint's fold and in its
 /// window, then a crash before its commit: replay applies both runs of records to one overlay,
 /// which then holds more layers than any one checkpoint's (past LAYERS_MAX), and must read

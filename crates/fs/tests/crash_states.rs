@@ -950,6 +950,9 @@ fn layers_ahead(rng: &mut StdRng) -> Vec<Step> {
     s.push(Step::Write("a/f".into(), 2 * 65536 + 8 * 4096, same.clone()));
     s.push(Step::Write("a/f".into(), 2 * 65536 + 8 * 4096, same));
     page(&mut s, rng, 3, 0);
+    // Pages over the boundary of chunks 2 and 3, in one write (as write-back merges them):
+    // a layer in each.
+    s.push(Step::Write("a/f".into(), 3 * 65536 - 4096, bytes(rng, 8192)));
     s.push(Step::CheckpointBegin);
     page(&mut s, rng, 2, 12);
     page(&mut s, rng, 3, 7);
@@ -958,6 +961,9 @@ fn layers_ahead(rng: &mut StdRng) -> Vec<Step> {
     s.push(Step::Clone("a".into(), "ac".into()));
     for round in 0..10u64 {
         page(&mut s, rng, 0, (round * 3) % 16);
+        if round == 5 {
+            s.push(Step::Write("a/f".into(), 65536 - 8192, bytes(rng, 16384))); // chunks 0 and 1
+        }
         if round % 4 == 3 {
             s.push(Step::Checkpoint);
         }
