@@ -226,6 +226,9 @@ fn walk_committed(host: &Host, dir: &Path) -> Result<(Report, Option<Vec<(u32, u
     if let Some(root) = rec.relocations {
         c.walk_relocations(&root);
     }
+    if let Some(root) = rec.refs_root {
+        c.walk_tree_nodes(&root, "reference tree");
+    }
     while let Some((ptr, ctx)) = c.work.pop() {
         c.walk(&ptr, ctx);
     }
@@ -369,6 +372,11 @@ impl Checker<'_> {
     /// The relocation tree's nodes are referenced like any tree's (its entries were read
     /// when the map was loaded).
     fn walk_relocations(&mut self, root: &BlockPtr) {
+        self.walk_tree_nodes(root, "relocation tree")
+    }
+
+    /// References every node of the tree at `root`, whose values hold no pointers.
+    fn walk_tree_nodes(&mut self, root: &BlockPtr, what: &str) {
         let mut nodes = Vec::new();
         let r = self.forest.walk(
             root,
@@ -382,7 +390,7 @@ impl Checker<'_> {
             self.reference(&p, None);
         }
         if let Err(e) = r {
-            self.problem(format!("relocation tree: {e}"));
+            self.problem(format!("{what}: {e}"));
         }
     }
 

@@ -182,6 +182,11 @@ impl Fs {
                     log::warn!("{e}: some freed space stays allocated until a later open");
                 }
                 fs.vol.forest.refs = rec.refs;
+                fs.refs_root = rec.refs_root;
+                if rec.flat {
+                    // A store before format 18: its first checkpoint writes the tree whole.
+                    fs.vol.forest.refs.mark_all_changed();
+                }
                 fs.ns_root = rec.ns_root;
                 fs.relocations = rec.relocations;
                 fs.next_ns = rec.next_ns;
@@ -286,6 +291,7 @@ impl Fs {
             ns_limit: MAIN_NS_LIMIT,
             ns_root: None,
             relocations: None,
+            refs_root: None,
             incompressible: Default::default(),
             io: Default::default(),
             replaying: false,
@@ -1376,10 +1382,37 @@ impl Fs {
         Ok(())
     }
 
+    /// The counts that changed since the last checkpoint go into the reference tree, after
+    /// every other tree of this checkpoint (they change counts) and before its freed list is
+    /// taken (the tree's old path is on it). The tree's own nodes have a count of one, so
+    /// the counts its update touches are back where they were once the old root is released:
+    /// none of them is a change for the next checkpoint.
+    fn persist_refs(&mut self) -> Result<()> {
+        let changes = self.vol.forest.refs.take_changes();
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let ops: Vec<scion_tree::Op> = changes
+            .into_iter()
+            .map(|(addr, n)| {
+                let (k, v) = RefTable::entry_bytes(addr, n);
+                (k.to_vec(), (n > 1).then(|| scion_tree::Value::new(v.to_vec(), Vec::new())))
+            })
+            .collect();
+        let old = self.refs_root;
+        self.refs_root = self.vol.forest.apply(old.as_ref(), ops)?;
+        if let Some(old) = old {
+            self.vol.forest.release(&old)?;
+        }
+        debug_assert!(self.vol.forest.refs.take_changes().is_empty(), "the reference tree's update changed a count");
+        Ok(())
+    }
+
     /// Step 5: the meta blocks (reference table, orphans, freed list) and the checkpoint
     /// record are written; what the commit needs is kept (`InFlight`).
     fn commit_head(&mut self, carry: Vec<(Ino, Vec<u8>)>, dirty: Vec<Ino>, t0: Instant) -> Result<InFlight> {
         let generation = self.vol.generation + 1;
+        self.persist_refs()?;
         let orphans: Vec<BlockPtr> = self.orphans.iter().filter_map(|i| self.nodes[i].orphan_ref).collect();
         // Freed by this checkpoint: punched once it is committed.
         let mut freed = std::mem::take(&mut self.vol.forest.freed);
@@ -1396,7 +1429,7 @@ impl Fs {
             self.ns_root.as_ref(),
             self.next_ns,
             self.relocations.as_ref(),
-            &self.vol.forest.refs,
+            self.refs_root.as_ref(),
             &orphans,
             &listed,
         )?;

@@ -398,6 +398,8 @@ pub struct Fs {
     pub(crate) ns_root: Option<BlockPtr>,
     /// Root of the relocation tree (`compress.rs`): where recompressed data blocks lie.
     pub(crate) relocations: Option<BlockPtr>,
+    /// Root of the reference tree (format 18): the counts above one, by block address.
+    pub(crate) refs_root: Option<BlockPtr>,
     /// Blocks a compression pass found incompressible: not tried again while mounted.
     pub(crate) incompressible: HashSet<u64>,
     pub(crate) replaying: bool,

@@ -455,6 +455,14 @@ pub fn intents_file(data: &[u8]) {
 pub fn checkpoint_record(data: &[u8]) {
     let _ = scion_fs::records::checkpoint::decode_head(data, &"fuzz");
     let _ = scion_fs::records::checkpoint::decode_lists(data);
+    let _ = scion_fs::records::checkpoint::decode_lists_v3(data);
+    // A reference tree's entry (format 18): the first 8 bytes as its key, the rest its value.
+    if data.len() >= 8 {
+        if let Ok((addr, n)) = scion_tree::RefTable::decode_entry(&data[..8], &data[8..]) {
+            let (k, v) = scion_tree::RefTable::entry_bytes(addr, n);
+            assert_eq!((&k[..], &v[..]), (&data[..8], &data[8..]), "a reference entry re-encodes differently");
+        }
+    }
     // A relocation tree's value (the tree's nodes are the tree target's).
     if let Ok(r) = scion_store::Relocation::decode(data) {
         assert_eq!(scion_store::Relocation::decode(&r.encode()).ok(), Some(r));

@@ -29,10 +29,11 @@ pub const SUPERBLOCK_SLOT: usize = 4096;
 /// named); version 15 holds trees pulled from remotes: pointers into remote packs (ids from
 /// 2^23, `remote.rs`) and journal record 24; version 16 lays runs over a chunk's block in
 /// layers (a content value of several pointers, `delta.rs`); version 17 journals layers
-/// written ahead (record 25, `layer_ahead.rs`). An older store is read as
+/// written ahead (record 25, `layer_ahead.rs`); version 18 keeps reference counts in a tree
+/// named by the checkpoint record (version 3), written where they changed. An older store is read as
 /// is and becomes the current version at its next checkpoint (every open makes one), after
 /// which older builds refuse it.
-pub const FORMAT_VERSION: u32 = 17;
+pub const FORMAT_VERSION: u32 = 18;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SCIONSB\0";
