@@ -28,16 +28,20 @@ use crate::inode::{Kind, Ts, CHUNK};
 use crate::journal::Record;
 use scion_store::BlockKind;
 
-/// `(offset, len)` of each chunk's piece of `len` bytes at `offset`, in order.
-fn chunk_pieces(offset: u64, len: u64) -> Vec<(u64, u64)> {
-    let mut pieces = Vec::new();
-    let (mut at, end) = (offset, offset.saturating_add(len));
-    while at < end {
-        let next = ((at / CHUNK + 1) * CHUNK).min(end);
-        pieces.push((at, next - at));
-        at = next;
+/// `(offset, len)` of each chunk's piece of `len` bytes at `offset`, in order, if there are
+/// one or two: a write over three chunks has a whole one in the middle, which is never a
+/// layer. `None` too for an empty write or one past the end of the offsets.
+fn chunk_pieces(offset: u64, len: u64) -> Option<Vec<(u64, u64)>> {
+    let end = offset.checked_add(len).filter(|_| len > 0)?;
+    let (first, last) = (offset / CHUNK, (end - 1) / CHUNK);
+    match last - first {
+        0 => Some(vec![(offset, len)]),
+        1 => {
+            let cut = last * CHUNK;
+            Some(vec![(offset, cut - offset), (cut, end - cut)])
+        }
+        _ => None,
     }
-    pieces
 }
 
 /// Changed bytes a write must have to go ahead as a layer: a block costs the disk a page
@@ -50,11 +54,13 @@ impl Fs {
     /// takes: the write is then done and journaled (true). False: nothing was changed, and the
     /// write goes on as bytes.
     ///
-    /// A write across chunk boundaries goes ahead piece by piece, one per chunk, if every
-    /// piece fits: the kernel's write-back merges neighbouring dirty pages into one write,
+    /// A write across a chunk boundary goes ahead piece by piece, one per chunk, if both
+    /// pieces fit: the kernel's write-back merges neighbouring dirty pages into one write,
     /// and such a write journaled as bytes would also let both chunks' layers go.
     pub(crate) fn write_layer_ahead(&mut self, ino: Ino, offset: u64, data: &[u8], now: Ts) -> FsResult<bool> {
-        let pieces = chunk_pieces(offset, data.len() as u64);
+        let Some(pieces) = chunk_pieces(offset, data.len() as u64) else {
+            return Ok(false);
+        };
         for &(at, len) in &pieces {
             let piece = &data[(at - offset) as usize..(at - offset + len) as usize];
             if !self.layer_ahead_fits(ino, at, piece)? {
@@ -64,7 +70,8 @@ impl Fs {
         for (i, &(at, len)) in pieces.iter().enumerate() {
             let piece = &data[(at - offset) as usize..(at - offset + len) as usize];
             // Each piece changes only its own chunk, so whether the next fits is unchanged;
-            // only an unlinked file (the first piece) declines.
+            // only an unlinked file (the first piece) declines. (An error after the first
+            // piece leaves it written and journaled, as a short write would.)
             let done = self.piece_ahead(ino, at, piece, now)?;
             assert!(done || i == 0, "piece {i} of a write declined after the first was taken");
             if !done {
@@ -248,5 +255,21 @@ impl Fs {
         }
         layers.extend(ahead.iter().cloned());
         Ok(Some(layers))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_are_one_or_two_and_never_overflow() {
+        assert_eq!(chunk_pieces(100, 200), Some(vec![(100, 200)]));
+        assert_eq!(chunk_pieces(CHUNK - 4096, 8192), Some(vec![(CHUNK - 4096, 4096), (CHUNK, 4096)]));
+        assert_eq!(chunk_pieces(CHUNK - 1, CHUNK + 2), None); // a whole chunk between
+        assert_eq!(chunk_pieces(5, 0), None);
+        assert_eq!(chunk_pieces(u64::MAX - 10, 100), None);
+        let near = u64::MAX - 5;
+        assert_eq!(chunk_pieces(near, 5), Some(vec![(near, 5)]));
     }
 }
