@@ -3250,6 +3250,18 @@ impl Fs {
         Ok(None)
     }
 
+    /// Whether a checkpoint now would commit nothing the committed state lacks: no change in
+    /// memory or the journal past its carried head, no count, relocation or freed block a
+    /// checkpoint would write, and a volume that has not failed (whose checkpoint fails).
+    pub(crate) fn committed_is_current(&self) -> bool {
+        !self.has_changes()
+            && !self.vol.forest.refs.has_changes()
+            && self.vol.forest.freed.is_empty()
+            && !self.vol.forest.store.has_relocation_changes()
+            && self.vol.failed.is_none()
+            && self.committing.is_none()
+    }
+
     pub fn has_changes(&self) -> bool {
         self.vol.journal.as_ref().is_some_and(|j| j.len > self.journal_floor) || self.pending()
     }

@@ -60,7 +60,11 @@ impl Fs {
     /// Commits what is in memory (a checkpoint) and pins that state for a walk without the
     /// engine lock.
     pub fn pin_committed(&mut self) -> crate::FsResult<Pinned> {
-        self.checkpoint()?;
+        // An idle volume's committed state is already its state: a `scion status` or `diff`
+        // then writes nothing and waits for no fsync.
+        if !self.committed_is_current() {
+            self.checkpoint()?;
+        }
         let pin = Pin::hold(&self.vol.pins);
         let ids: Vec<u32> = self.namespaces.keys().copied().collect();
         let mut namespaces = Vec::with_capacity(ids.len());

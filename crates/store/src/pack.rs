@@ -526,6 +526,11 @@ impl BlockStore {
         self.moved.take_changes()
     }
 
+    /// Whether relocations were made or dropped since the last `take_relocation_changes`.
+    pub fn has_relocation_changes(&self) -> bool {
+        self.moved.has_changes()
+    }
+
     /// How many blocks are relocated, and the bytes their compressed forms occupy.
     pub fn relocation_stats(&self) -> (u64, u64) {
         self.moved.stats()

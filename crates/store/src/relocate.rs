@@ -179,6 +179,10 @@ impl Relocations {
         Some((r.pack(), r.frame_offset(), r.frame_offset() + f.end.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN))
     }
 
+    pub(crate) fn has_changes(&self) -> bool {
+        !self.changes.lock().unwrap().is_empty()
+    }
+
     pub(crate) fn take_changes(&self) -> Vec<(u64, Option<Relocation>)> {
         std::mem::take(&mut *self.changes.lock().unwrap())
     }

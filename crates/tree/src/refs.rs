@@ -68,9 +68,9 @@ impl RefTable {
     pub fn mark_all_changed(&mut self) {
         self.was = self.shared.keys().map(|&a| (a, 1)).collect();
     }
-    /// Counts touched since the last `take_changes` (their number).
-    pub fn touched(&self) -> usize {
-        self.was.len()
+    /// Whether a count differs from what it was at the last `take_changes`.
+    pub fn has_changes(&self) -> bool {
+        self.was.iter().any(|(&a, &before)| self.get(a) != before)
     }
     pub fn len(&self) -> usize {
         self.shared.len()
@@ -141,8 +141,12 @@ mod tests {
         t.inc(&ptr(2)); // 2
         t.dec(&ptr(2)); // back to 1: no change
         t.inc(&ptr(3));
+        assert!(t.has_changes());
         assert_eq!(t.take_changes(), vec![(1, 3), (3, 2)]);
         assert!(t.take_changes().is_empty());
+        t.inc(&ptr(5));
+        t.dec(&ptr(5));
+        assert!(!t.has_changes(), "a count back where it was");
         t.dec(&ptr(1)); // 2
         t.dec(&ptr(3)); // 1: the entry goes
         t.inc(&ptr(4));
