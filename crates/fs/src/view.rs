@@ -21,7 +21,12 @@ impl Fs {
     /// without the engine lock. Give it back with `end_view` (its hash memo returns).
     pub fn view(&mut self) -> crate::FsResult<Fs> {
         assert!(self.view.is_none(), "a view of a view");
-        self.checkpoint_with(Fold::All)?;
+        // The view reads the trees, so carried changes must be folded into them; an idle
+        // volume's trees are already whole (`diff` and `versions` of an idle mount write
+        // nothing).
+        if !(self.committed_is_current() && self.carried.is_empty()) {
+            self.checkpoint_with(Fold::All)?;
+        }
         let pin = Pin::hold(&self.vol.pins);
         let vol = Volume::new(
             self.vol.dir.clone(),

@@ -81,4 +81,23 @@ fn pinning_an_idle_volume_writes_nothing() {
     drop(fs.pin_committed().unwrap());
     assert_eq!(fs.status_facts().generation, g2);
     assert_eq!(read_all(&mut fs, f)[100..107], *b"changed");
+    // A view (diff, versions) folds the overwrite the journal still carries into the trees
+    // it reads; then the volume is idle, and a view takes no checkpoint either.
+    let mut v = fs.view().unwrap();
+    fs.end_view(&mut v);
+    assert_eq!(fs.status_facts().generation, g2 + 1, "the carried overwrite folded for the view");
+    let mut v = fs.view().unwrap();
+    fs.end_view(&mut v);
+    assert_eq!(fs.status_facts().generation, g2 + 1, "a view of an idle volume checkpointed");
+    fs.write(f, 200, b"again").unwrap();
+    fs.checkpoint().unwrap(); // carried, not folded
+    let g3 = fs.status_facts().generation;
+    let mut v = fs.view().unwrap();
+    assert_eq!(fs.status_facts().generation, g3 + 1, "the carried change folded for the view");
+    let vf = v.lookup(v.root(), b"f").unwrap().ino;
+    assert_eq!(read_all(&mut v, vf)[200..205], *b"again");
+    fs.end_view(&mut v);
+    let mut v = fs.view().unwrap();
+    fs.end_view(&mut v);
+    assert_eq!(fs.status_facts().generation, g3 + 1);
 }
