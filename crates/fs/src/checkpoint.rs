@@ -1408,8 +1408,8 @@ impl Fs {
         Ok(())
     }
 
-    /// Step 5: the meta blocks (reference table, orphans, freed list) and the checkpoint
-    /// record are written; what the commit needs is kept (`InFlight`).
+    /// Step 5: the reference tree's changes, the meta blocks (orphans, freed list) and the
+    /// checkpoint record are written; what the commit needs is kept (`InFlight`).
     fn commit_head(&mut self, carry: Vec<(Ino, Vec<u8>)>, dirty: Vec<Ino>, t0: Instant) -> Result<InFlight> {
         let generation = self.vol.generation + 1;
         self.persist_refs()?;

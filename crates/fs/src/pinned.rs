@@ -57,11 +57,11 @@ pub trait Visit {
 }
 
 impl Fs {
-    /// Commits what is in memory (a checkpoint) and pins that state for a walk without the
-    /// engine lock.
+    /// Commits what is in memory (a checkpoint, unless there is nothing to commit) and pins
+    /// that state for a walk without the engine lock.
     pub fn pin_committed(&mut self) -> crate::FsResult<Pinned> {
-        // An idle volume's committed state is already its state: a `scion status` or `diff`
-        // then writes nothing and waits for no fsync.
+        // An idle volume's committed state is already its state: a `scion status` then
+        // writes nothing and waits for no fsync.
         if !self.committed_is_current() {
             self.checkpoint()?;
         }
