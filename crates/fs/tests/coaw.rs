@@ -22,6 +22,14 @@ fn at_root(fs: &mut Fs, name: &str) -> Ino {
     lookup(fs, root, name)
 }
 
+/// The store at `store` opened again (after a close or a crash) and its file `d/f`.
+fn reopen(store: &std::path::Path) -> (Fs, Ino) {
+    let mut fs = open(store);
+    let d = at_root(&mut fs, "d");
+    let f = lookup(&mut fs, d, "f");
+    (fs, f)
+}
+
 /// A new store holding directory `d` with an empty file `f`: (its temporary directory, the
 /// store's path, the open store, d, f).
 fn store_with_file() -> (tempfile::TempDir, PathBuf, Fs, Ino, Ino) {
@@ -283,9 +291,7 @@ fn page_writes_journal_only_what_changed() {
     );
     assert_eq!(read_all(&mut fs, f), model);
     drop(fs); // a crash: the writes live only in the journal
-    let mut fs = open(&store);
-    let d = at_root(&mut fs, "d");
-    let f = lookup(&mut fs, d, "f");
+    let (mut fs, f) = reopen(&store);
     assert_eq!(fs.getattr(f).unwrap().size as usize, model.len());
     assert_eq!(read_all(&mut fs, f), model, "after replay");
     fs.close().unwrap();
@@ -548,9 +554,7 @@ fn random_page_overwrites_are_layered() {
     model[cut - 100..cut + 200].fill(0x11);
     fs.close().unwrap();
     committed(&store);
-    let mut fs = open(&store);
-    let d = at_root(&mut fs, "d");
-    let f = lookup(&mut fs, d, "f");
+    let (mut fs, f) = reopen(&store);
     assert_eq!(read_all(&mut fs, f), model, "after the truncate and a reopen");
     // Destroying the clone leaves the layered file whole and the store clean.
     let c = at_root(&mut fs, "c");
@@ -611,9 +615,7 @@ fn random_page_overwrites_are_written_once() {
     }
     fs.fsync().unwrap();
     drop(fs); // a crash: the journal carries them
-    let mut fs = open(&store);
-    let d = at_root(&mut fs, "d");
-    let f = lookup(&mut fs, d, "f");
+    let (mut fs, f) = reopen(&store);
     assert_eq!(read_all(&mut fs, f), model, "after replay");
     // More layers on the replayed ones, a truncate into chunk 12, a write past the cut.
     fs.write(f, (12 * CHUNK + 16384) as u64, &page(6)).unwrap();
@@ -626,9 +628,7 @@ fn random_page_overwrites_are_written_once() {
     assert_eq!(read_all(&mut fs, f), model, "after the truncate");
     fs.close().unwrap();
     committed(&store);
-    let mut fs = open(&store);
-    let d = at_root(&mut fs, "d");
-    let f = lookup(&mut fs, d, "f");
+    let (mut fs, f) = reopen(&store);
     assert_eq!(read_all(&mut fs, f), model, "after a reopen");
     fs.close().unwrap();
     let rep = check(&scion_store::os_host(), &store).unwrap();
@@ -672,9 +672,7 @@ fn writes_across_chunks_go_ahead_piece_by_piece() {
     assert!(journal > 4196, "{journal} journal bytes: the write was not journaled as bytes");
     fs.fsync().unwrap();
     drop(fs); // a crash: the journal carries them
-    let mut fs = open(&store);
-    let d = at_root(&mut fs, "d");
-    let f = lookup(&mut fs, d, "f");
+    let (mut fs, f) = reopen(&store);
     assert_eq!(read_all(&mut fs, f), model, "after replay");
     fs.checkpoint().unwrap();
     assert!(committed(&store).patched_chunks >= 5, "chunks 0-5 layered");
@@ -711,9 +709,7 @@ fn layers_ahead_across_an_uncommitted_checkpoint_replay() {
     fs.fsync().unwrap();
     drop(sync);
     drop(fs); // a crash before the commit: the old checkpoint and the whole journal
-    let mut fs = open(&store);
-    let d = at_root(&mut fs, "d");
-    let f = lookup(&mut fs, d, "f");
+    let (mut fs, f) = reopen(&store);
     assert_eq!(read_all(&mut fs, f), model, "after replay");
     fs.close().unwrap();
     let rep = check(&scion_store::os_host(), &store).unwrap();

@@ -209,11 +209,7 @@ pub fn write(
     let mut body = Writer::new();
     put_ptrs(&mut body, orphans);
     put_ptrs(&mut body, freed);
-    let body = body.finish();
-    let mut pages = Vec::new();
-    for part in body.chunks(PAGE) {
-        pages.push(store.write(BlockKind::Meta, part)?);
-    }
+    let pages = write_pages(store, &body.finish())?;
     let mut w = Writer::new();
     w.raw(RECORD_MAGIC).u32(RECORD_VERSION).u64(generation);
     put_opt_ptr(&mut w, &ns_root.copied());
@@ -225,6 +221,11 @@ pub fn write(
     Ok((record, pages))
 }
 
+/// The record's lists, cut into meta pages of at most `PAGE` bytes.
+fn write_pages(store: &BlockStore, body: &[u8]) -> Result<Vec<BlockPtr>> {
+    body.chunks(PAGE).map(|part| store.write(BlockKind::Meta, part)).collect()
+}
+
 /// Writes `rec` as a record of version 2, its reference table a flat list in its pages, as
 /// a build before format 18 did: for tests that a store of such a build is read and
 /// upgraded. Returns the record's pointer.
@@ -234,11 +235,7 @@ pub fn write_version_2(store: &BlockStore, rec: &CheckpointRecord) -> Result<Blo
     rec.refs.encode(&mut body);
     put_ptrs(&mut body, &rec.orphans);
     put_ptrs(&mut body, &rec.freed);
-    let body = body.finish();
-    let mut pages = Vec::new();
-    for part in body.chunks(PAGE) {
-        pages.push(store.write(BlockKind::Meta, part)?);
-    }
+    let pages = write_pages(store, &body.finish())?;
     let mut w = Writer::new();
     w.raw(RECORD_MAGIC).u32(2).u64(rec.generation);
     put_opt_ptr(&mut w, &rec.ns_root);
