@@ -116,6 +116,7 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
                 "listing_bytes": st.listing_bytes,
                 "buffered_bytes": f.dirty_bytes,
             },
+            "lock": lock_json(&f.lock),
             "nfs": (!st.nfs.is_empty()).then_some(&st.nfs),
             "remote": st.remote.as_ref().map(|r| serde_json::json!({
                 "fetches": r.fetches, "fetched_bytes": r.fetched_bytes, "failures": r.failures,
@@ -214,12 +215,48 @@ fn render(at: &Located, st: &Status, cubes: &[scion_daemon::cubes::CubeRow], jso
             out += &format!("  remote FAILING (last failure {since}): {} (reads of blocks not cached get EIO; tried again at each read)\n", r.failing);
         }
     }
+    if f.lock.holds > 0 {
+        out += &lock_line(&f.lock);
+    }
     out += &match &f.failed {
         None if f.host_full => "  state: host filesystem full: changes get ENOSPC until there is room (no remount needed)\n".to_string(),
         None => "  state: ok\n".to_string(),
         Some(why) => format!("  state: FAILED, changes refused until it is mounted again: {why}\n"),
     };
     out
+}
+
+/// Holds (or waits) of the engine lock by length, named by their bounds.
+fn by_length(counts: &[u64; 5]) -> serde_json::Value {
+    serde_json::json!({
+        "le_1ms": counts[0], "le_10ms": counts[1], "le_50ms": counts[2], "le_250ms": counts[3], "over_250ms": counts[4],
+    })
+}
+
+fn lock_json(l: &scion_fs::LockReport) -> serde_json::Value {
+    serde_json::json!({
+        "holds": l.holds,
+        "held": by_length(&l.held),
+        "waited": by_length(&l.waited),
+        "longest_wait_us": l.longest_wait_us,
+        "longest": l.longest.iter().map(|h| serde_json::json!({"us": h.us, "at": h.at, "ended_s": h.ended_s})).collect::<Vec<_>>(),
+    })
+}
+
+/// The engine lock in one line: what every request waits for while something holds it.
+fn lock_line(l: &scion_fs::LockReport) -> String {
+    let ms = |us: u64| format!("{:.1} ms", us as f64 / 1000.0);
+    let longest = match l.longest.first() {
+        Some(h) => format!("; longest {} (taken at {}, {} s after mount)", ms(h.us), h.at, h.ended_s),
+        None => String::new(),
+    };
+    format!(
+        "  engine lock: {} holds, {} over 10 ms, {} over 50 ms{longest}; longest wait {}\n",
+        l.holds,
+        l.held[2..].iter().sum::<u64>(),
+        l.held[3..].iter().sum::<u64>(),
+        ms(l.longest_wait_us)
+    )
 }
 
 /// Bytes written to the host per byte users wrote, once users have written something.

@@ -2,7 +2,7 @@
 //! the control socket.
 
 use scion_fs::{Fs, FsResult, Ino};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// A shared engine. Cloning shares it. Every lock goes through `scion_fs::lock`, so a panic
 /// while it was held fails the volume instead of being ignored.
@@ -68,8 +68,10 @@ impl Engine {
         }
     }
 
-    /// The engine, locked: for operations that need nothing done outside the lock.
-    pub fn lock(&self) -> MutexGuard<'_, Fs> {
+    /// The engine, locked: for operations that need nothing done outside the lock. The
+    /// hold is counted against the caller's line (`scion_fs::lock`).
+    #[track_caller]
+    pub fn lock(&self) -> scion_fs::Locked<'_> {
         scion_fs::lock(&self.fs)
     }
 

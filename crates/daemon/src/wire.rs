@@ -43,7 +43,7 @@ use scion_store::codec::{Reader, Writer};
 use std::io::{Read, Write};
 
 pub const MAGIC: &[u8; 4] = b"SCNC";
-pub const VERSION: u8 = 16;
+pub const VERSION: u8 = 17;
 /// Largest frame, either way.
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most names in an excluded path, and most excluded paths.
@@ -1048,6 +1048,16 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
             w.u8(st.remote.is_some() as u8);
             let r = st.remote.clone().unwrap_or_default();
             w.u64(r.fetches).u64(r.fetched_bytes).u64(r.failures).bytes(r.failing.as_bytes()).u64(r.failing_since).u64(r.cache_bytes).u64(r.cache_limit);
+            // Since version 17.
+            let l = &f.lock;
+            w.u64(l.holds);
+            for v in l.held.iter().chain(&l.waited) {
+                w.u64(*v);
+            }
+            w.u64(l.longest_wait_us).u32(l.longest.len() as u32);
+            for h in &l.longest {
+                w.u64(h.us).bytes(h.at.as_bytes()).u64(h.ended_s);
+            }
         }
         Reply::MirrorRemoved(n) => {
             w.u8(24).u32(*n);
@@ -1265,6 +1275,26 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The engine lock's report in a status reply (since version 17); at most 64 long holds.
+fn decode_lock_report(r: &mut Reader) -> Result<scion_fs::LockReport, String> {
+    let mut l = scion_fs::LockReport { holds: r.u64().map_err(bad)?, ..Default::default() };
+    for v in l.held.iter_mut().chain(l.waited.iter_mut()) {
+        *v = r.u64().map_err(bad)?;
+    }
+    l.longest_wait_us = r.u64().map_err(bad)?;
+    let n = r.u32().map_err(bad)?;
+    if n > 64 {
+        return Err(format!("a status reply with {n} long holds of the engine lock (at most 64)"));
+    }
+    for _ in 0..n {
+        let us = r.u64().map_err(bad)?;
+        let at = text(r.bytes().map_err(bad)?);
+        let ended_s = r.u64().map_err(bad)?;
+        l.longest.push(scion_fs::LongHold { us, at, ended_s });
+    }
+    Ok(l)
+}
+
 /// A frame of a reply stream; an error says what is wrong with it.
 pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
     let mut r = Reader::new(b, "control reply");
@@ -1398,6 +1428,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 let failing = text(r.bytes().map_err(bad)?);
                 let (failing_since, cache_bytes, cache_limit) = (r.u64().map_err(bad)?, r.u64().map_err(bad)?, r.u64().map_err(bad)?);
                 let remote = has_remote.then_some(crate::control::RemoteStatus { fetches, fetched_bytes, failures, failing, failing_since, cache_bytes, cache_limit });
+                let lock = decode_lock_report(&mut r)?;
                 let memory = scion_fs::status::Memory {
                     inodes: m[3],
                     kernel_inodes: m[4],
@@ -1412,6 +1443,7 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
                 let facts = scion_fs::status::StatusFacts {
                     written,
                     memory,
+                    lock,
                     generation: v[9],
                     checkpoint_age_s: v[10],
                     journal_bytes: v[11],

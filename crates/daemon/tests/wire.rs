@@ -263,6 +263,16 @@ fn replies_round_trip_and_cut_ones_are_refused() {
                     whereabouts_entries: 77,
                     whereabouts_limit: 1 << 15,
                 },
+                lock: scion_fs::LockReport {
+                    holds: 1000,
+                    held: [990, 5, 3, 1, 1],
+                    waited: [995, 3, 1, 1, 0],
+                    longest_wait_us: 61_000,
+                    longest: vec![
+                        scion_fs::LongHold { us: 300_000, at: "crates/daemon/src/engine.rs:228".into(), ended_s: 40 },
+                        scion_fs::LongHold { us: 70_000, at: "crates/fuse/src/lib.rs:512".into(), ended_s: 3 },
+                    ],
+                },
             },
             store: b"/srv/store".to_vec(),
             pid: 4242,

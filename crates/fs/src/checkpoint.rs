@@ -333,6 +333,7 @@ impl Fs {
             kernel_inval: Vec::new(),
             view: None,
             committing: None,
+            lock_stats: Default::default(),
         }
     }
 

@@ -501,6 +501,8 @@ pub struct Fs {
     /// the engine lock (`checkpoint_begin`); committed by `checkpoint_end`, or by the next
     /// checkpoint first.
     pub(crate) committing: Option<crate::checkpoint::InFlight>,
+    /// How long the engine lock was held and waited for (`lock_stats.rs`).
+    pub(crate) lock_stats: crate::lock_stats::LockStats,
 }
 
 /// Something the kernel cached that a change behind its back made wrong.

@@ -31,6 +31,7 @@ pub mod journal;
 pub mod fold_policy;
 pub use fold_policy::set_fold_batch;
 mod layer_ahead;
+mod lock_stats;
 pub mod pinned;
 mod punch;
 pub mod prealloc;
@@ -71,22 +72,7 @@ pub use punch::PunchBatch;
 pub use checkpoint::PackSync;
 pub use repack::RepackReport;
 
-/// Locks the engine. A panic while the lock was held (a bug) left the in-memory state
-/// half changed: the volume is marked failed (changes and fsync refused, reads go on, as
-/// after a failed fsync) and the poison cleared, so that every later caller sees a failed
-/// volume instead of a state it cannot trust. Nothing acknowledged is lost: no checkpoint
-/// is taken from that state, and a remount replays the journal.
-pub fn lock(m: &std::sync::Mutex<Fs>) -> std::sync::MutexGuard<'_, Fs> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => {
-            let mut g = p.into_inner();
-            g.fail("a panic while the engine lock was held (see the panic above in this log)");
-            m.clear_poison();
-            g
-        }
-    }
-}
+pub use lock_stats::{lock, LockReport, Locked, LongHold};
 
 /// Attribute changes of a `setattr`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -34,6 +34,8 @@ pub struct StatusFacts {
     pub written: Written,
     /// What the engine holds in memory.
     pub memory: Memory,
+    /// How long the engine lock was held and waited for since mount (`lock_stats.rs`).
+    pub lock: crate::LockReport,
 }
 
 /// What the engine holds in memory (issue 39): per inode in proportion to the inodes the
@@ -135,6 +137,7 @@ impl Fs {
             failed: self.vol.failed.clone(),
             host_full: self.host_full(),
             memory: self.memory(),
+            lock: self.lock_stats.report(),
             written: {
                 let (data, meta, compress) = store.written();
                 Written {

@@ -206,7 +206,8 @@ struct At {
 }
 
 impl At {
-    fn fs(&self) -> std::sync::MutexGuard<'_, Fs> {
+    #[track_caller]
+    fn fs(&self) -> scion_fs::Locked<'_> {
         self.engine.lock()
     }
 
