@@ -5,7 +5,10 @@ store with --store."""
 
 import json
 import os
+import re
 import shutil
+import subprocess
+import time
 
 import pytest
 
@@ -138,3 +141,42 @@ def test_memory_follows_what_the_kernel_holds(scion_mount):
         pass
     now = forgotten()
     assert now["whereabouts_limit"] == 100 and 0 < now["whereabouts_entries"] <= 100, now
+
+
+def test_long_holds_of_the_engine_lock_are_shown_with_their_place(scion_mount):
+    """Issue 38: `scion status` counts the engine lock's holds and waits by length and names
+    the longest holds with where they were taken; the daemon logs those of 50 ms or more. A
+    test-only failpoint makes every checkpoint's fold hold the lock 700 ms; a snapshot's
+    checkpoint is then the longest hold, and creates made meanwhile waited for it."""
+    m = scion_mount
+    m.umount()
+    os.environ["SCION_FAILPOINTS"] = "fold.hold:700"
+    try:
+        m.mount()
+    finally:
+        del os.environ["SCION_FAILPOINTS"]
+    d = os.path.join(m.mnt, "d")
+    os.makedirs(d)
+    with open(f"{d}/f", "wb") as h:
+        h.write(b"x")
+    snap = subprocess.Popen([m.bin, "snapshot", d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    i = 0
+    while time.monotonic() - t0 < 2.0:   # creates reach the daemon, which waits on the fold
+        with open(f"{m.mnt}/w{i}", "wb"):
+            pass
+        i += 1
+    assert snap.wait(timeout=60) == 0
+    st = json.loads(m.run("status", "--json", m.mnt).stdout)["lock"]
+    assert st["holds"] > i, st
+    longest = st["longest"][0]
+    assert longest["us"] >= 700_000 and st["held"]["over_250ms"] >= 1, st
+    assert re.fullmatch(r"crates/[a-z_/]+\.rs:\d+", longest["at"]), st
+    assert st["longest_wait_us"] >= 100_000 and st["waited"]["over_250ms"] + st["waited"]["le_250ms"] >= 1, st
+    out = m.run("status", m.mnt).stdout
+    assert "engine lock:" in out and longest["at"] in out, out
+    with open(os.path.join(m.store, "daemon.log"), errors="replace") as f:
+        log = f.read()
+    assert re.search(r"engine lock held [0-9.]+ ms, taken at crates/", log), log[-2000:]
+    m.umount()
+    m.mount()

@@ -523,8 +523,9 @@ enum Cmd {
     /// The state of each scion mount (or of the one PATH is in, or of an unmounted store):
     /// store, daemon pid and uptime, space (host free, packs, what only snapshots hold, old
     /// versions compressed), clones, snapshots, schedules, mirrors, the last checkpoint, the
-    /// journal, background work, and whether the store failed. Exit 0; 2 if one could not be
-    /// asked.
+    /// journal, background work, bytes written, memory, how long the engine lock was held (the
+    /// longest holds, with where in the source they were taken: what every request waited
+    /// for), and whether the store failed. Exit 0; 2 if one could not be asked.
     Status {
         path: Option<PathBuf>,
         #[arg(long)]

@@ -900,6 +900,7 @@ impl Fs {
         // 0. Files with only small overwrites are carried, not folded.
         let carry = self.carry(&mut dirty, &fold)?;
         crate::failpoint::hit_at("checkpoint", &self.vol.dir.to_string_lossy());
+        crate::failpoint::pause("fold.hold");
         let targets = self.prepass(&dirty);
         let n_dirty = dirty.len();
         self.fold_files(&dirty)?;

@@ -11,7 +11,7 @@
 //! n milliseconds on every pass ([`pause`]): `control.hold` (a control command that has
 //! done its work and still holds the engine's `Arc`, not its lock), `cube.swap` (a convert
 //! or cube removal whose copy is durable and recorded so, before it is exchanged with the
-//! original).
+//! original), `fold.hold` (every checkpoint's fold, under the engine lock: a long fold).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
