@@ -170,6 +170,7 @@ impl Engine {
     /// checkpoint first) and read without it, so requests go on while every block is read;
     /// `progress` hears (blocks, bytes) read so far every 4,096 blocks.
     pub fn scrub(&self, progress: &mut dyn FnMut(u64, u64)) -> FsResult<scion_fs::scrub::ScrubReport> {
+        self.commit_first();
         let pinned = self.lock().pin_committed()?;
         Ok(pinned.scrub_with_progress(4096, progress))
     }
@@ -218,12 +219,21 @@ impl Engine {
     /// without the engine lock: the lock is held to take it (a checkpoint of what is in
     /// memory, which the background keeps small) and to give it back, not while it is used.
     pub fn view(&self) -> FsResult<Fs> {
-        self.prefold();
+        self.commit_first();
         self.lock().view()
     }
 
+    /// Commits what is in memory with the packs synced without the lock
+    /// (`Fs::checkpoint_begin`), before an operation that pins the committed state (a view,
+    /// `list`, `scrub`): the checkpoint it would otherwise take under the lock, pack sync
+    /// included, then finds little or nothing left. Beside a bulk writer that sync is what
+    /// took longest.
+    pub fn commit_first(&self) {
+        self.checkpoint_if(Fs::uncommitted);
+    }
+
     /// Folds what waits with the packs synced without the lock (`Fs::checkpoint_begin`),
-    /// before an operation that must fold under it (a view, a clone, a snapshot), when that
+    /// before an operation that must fold under it (a clone, a snapshot), when that
     /// fold would hold requests up for more than a few milliseconds (`Fs::much_to_fold`):
     /// the operation then finds little left.
     pub fn prefold(&self) {
@@ -268,6 +278,7 @@ impl Engine {
     /// `scion list` of a mounted store: the committed state is pinned under the lock and
     /// each clone's space counted without it.
     pub fn list(&self) -> FsResult<Vec<scion_fs::Listing>> {
+        self.commit_first();
         let pinned = self.lock().list_pinned()?;
         Ok(pinned.count()?)
     }

@@ -3264,6 +3264,13 @@ impl Fs {
             && self.committing.is_none()
     }
 
+    /// Whether a checkpoint would commit something (`committed_is_current`'s opposite), on
+    /// a volume that has not failed: what the daemon commits, its packs synced without the
+    /// engine lock, before pinning the committed state for a command.
+    pub fn uncommitted(&self) -> bool {
+        !self.committed_is_current() && self.vol.failed.is_none()
+    }
+
     pub fn has_changes(&self) -> bool {
         self.vol.journal.as_ref().is_some_and(|j| j.len > self.journal_floor) || self.pending()
     }
