@@ -402,6 +402,14 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         wire::encode_progress(4096, 0, "4096 blocks"),
         wire::encode_failure(&Failure::new(2, "/x: No such file or directory")),
     ];
+    // The status reply (version 17: with the engine lock's report) is a seed of the control
+    // fuzz target.
+    let status = frames.iter().find(|f| f[1] == 26).expect("a status reply");
+    let seed = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/corpus/control/seed-status-v17");
+    if std::env::var_os("SCION_WRITE_SEEDS").is_some() {
+        std::fs::write(seed, status).unwrap();
+    }
+    assert_eq!(status, &std::fs::read(seed).unwrap(), "the status reply's seed is out of date (SCION_WRITE_SEEDS=1 rewrites it)");
     for b in &frames {
         let f = wire::decode_frame(b).unwrap();
         // Encoding what decoded gives the same bytes.
