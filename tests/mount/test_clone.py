@@ -537,3 +537,40 @@ def test_destroy_of_what_holds_others_needs_r_and_at_id_works_from_anywhere(scio
     assert r.returncode != 0 and "not inside a scion mount" in r.stderr, r.describe()
     scion_ok(m, "destroy", f"@{ids[0]}", "--mount", m.mnt)
     assert m.run("list", "-H", m.mnt).stdout == ""
+
+
+def test_a_clone_or_snapshot_holds_what_open_files_below_it_hold(scion_mount):
+    """Issue 38: before a clone (snapshot, diff, scan) the CLI has the kernel write back the
+    pages of the files open below the source (`Op::OpenBelow`, an fsync of each) rather than
+    of the whole mount (`syncfs`, seconds beside a bulk writer elsewhere). The clone and the
+    snapshot hold what was written to a file still open below the source, as a process
+    reading it sees; a file open elsewhere is left alone and keeps its bytes. Which files are
+    named is `crates/fs/tests/open_below.rs`."""
+    m = scion_mount
+    src, other = os.path.join(m.mnt, "src"), os.path.join(m.mnt, "other")
+    os.makedirs(f"{src}/sub")
+    os.makedirs(other)
+    fresh, more = os.urandom(100_000), os.urandom(50_000)
+    inside = open(f"{src}/sub/f", "wb")
+    outside = open(f"{other}/big", "wb")
+    try:
+        inside.write(fresh)
+        inside.flush()
+        outside.write(os.urandom(2 << 20))
+        outside.flush()
+        r = m.run("clone", src, os.path.join(m.mnt, "dst"))
+        assert r.returncode == 0, r.describe()
+        with open(os.path.join(m.mnt, "dst", "sub", "f"), "rb") as h:
+            assert h.read() == fresh
+        inside.write(more)
+        inside.flush()
+        r = m.run("snapshot", "--name", "s", src)
+        assert r.returncode == 0, r.describe()
+        with open(os.path.join(src, ".snapshot", "s", "sub", "f"), "rb") as h:
+            assert h.read() == fresh + more
+        r = m.run("diff", os.path.join(m.mnt, "dst"), src)
+        assert r.returncode == 1 and "sub/f" in r.stdout, r.describe()
+    finally:
+        inside.close()
+        outside.close()
+    assert os.path.getsize(f"{other}/big") == 2 << 20

@@ -170,15 +170,47 @@ pub(crate) fn call_parts(
 
 /// The kernel may hold written data the daemon has not seen yet (writeback caching, a file
 /// still open or mapped): a clone is of what processes see, and a diff or scan compares it,
-/// so it is flushed first.
+/// so it is flushed first. Only the files open below the command's directories are flushed
+/// (`Op::OpenBelow`), so that a clone beside a bulk writer elsewhere in the mount does not
+/// wait for the writer's pages; the whole mount (`syncfs`) when the daemon cannot tell them
+/// (too many, a file with several names, a caller who may not ask) or one cannot be synced.
 fn sync_mount(at: &Located, op: &Op) {
     let Some(mnt) = &at.mnt else { return };
-    if matches!(op, Op::Clone { .. } | Op::Snapshot { .. } | Op::Diff { .. } | Op::Scan { .. }) {
+    let dirs: Vec<&[u8]> = match op {
+        Op::Clone { src, .. } => vec![src],
+        Op::Snapshot { path, .. } => vec![path],
+        Op::Diff { a, b, .. } => vec![a, b],
+        Op::Scan { paths, .. } => paths.iter().map(|p| p.as_slice()).collect(),
+        _ => return,
+    };
+    if !dirs.iter().all(|d| flush_open_below(at, mnt, d)) {
         if let Ok(d) = std::fs::File::open(mnt) {
             use std::os::fd::AsRawFd;
+            // SAFETY: syncfs of an open descriptor.
             unsafe { libc::syncfs(d.as_raw_fd()) };
         }
     }
+}
+
+/// `fsync` of each file open below `dir` (a path from the mount's root); false if the
+/// daemon did not name them or one could not be synced.
+fn flush_open_below(at: &Located, mnt: &Path, dir: &[u8]) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let op = Op::OpenBelow { path: dir.to_vec() };
+    let Ok(scion_daemon::control::Reply::OpenBelow(files)) = server::call(&at.store, &at.device, Some(mnt), &op, &mut |_, _, _| {}) else {
+        return false;
+    };
+    let top = mnt.join(std::ffi::OsStr::from_bytes(dir));
+    files.iter().all(|f| {
+        // Read-only, not following a symlink put there meanwhile; an fsync of any
+        // descriptor writes the file's cached pages back.
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOATIME)
+            .open(top.join(std::ffi::OsStr::from_bytes(f)))
+            .and_then(|h| h.sync_all())
+            .is_ok()
+    })
 }
 
 /// `call`, with the errno of a refusal beside its message (0 where there is none).

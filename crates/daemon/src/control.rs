@@ -238,6 +238,11 @@ pub enum Op {
     /// A checkpoint of the volume holding `path`, so that the space of what was removed is
     /// given back to the host now (`scion receive` after removing a tree it failed to build).
     Checkpoint { path: Vec<u8> },
+    /// The files below directory `path` that are open through the kernel, as paths relative
+    /// to it (`Fs::open_below`): what the CLI flushes before a clone, snapshot, diff or scan
+    /// of `path`, instead of the whole mount. Failure `E2BIG`: too many to tell (or one
+    /// without a single path), flush the whole mount.
+    OpenBelow { path: Vec<u8> },
     /// The store read-only (`on`: every volume checkpointed, then changes refused and
     /// background work paused) or writable again: `mount -o remount,ro|rw`.
     ReadOnly { on: bool },
@@ -356,6 +361,8 @@ pub enum Reply {
     Checkpointed,
     /// What the NFS server does now (`scion serve nfs`).
     Nfs(String),
+    /// The open files below a directory (`Op::OpenBelow`).
+    OpenBelow(Vec<Vec<u8>>),
 }
 
 /// What a send does with blocks the receiver may hold.
@@ -1091,6 +1098,13 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
         }
         // The server's own (`server::NfsService`), never an engine's.
         Op::Nfs(_) => return Err(Failure::new(libc::ENOTSUP, "serving over NFS is the daemon's, not a store's")),
+        Op::OpenBelow { path } => {
+            let d = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
+            match fs.open_below(d, OPEN_BELOW_MAX).map_err(Failure::from_fs(show(path)))? {
+                Some(files) => (Reply::OpenBelow(files), Vec::new()),
+                None => return Err(Failure::new(libc::E2BIG, format!("more than {OPEN_BELOW_MAX} files open below {}", show(path)))),
+            }
+        }
         Op::Checkpoint { .. } => {
             fs.writable().map_err(Failure::from_fs("checkpoint".into()))?;
             fs.checkpoint().map_err(|e| Failure::new(libc::EIO, format!("checkpoint: {e}")))?;
@@ -1117,6 +1131,9 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
     Ok((reply, inval))
 }
 
+/// The most open files `Op::OpenBelow` names; past it the CLI flushes the whole mount.
+pub const OPEN_BELOW_MAX: usize = 1024;
+
 /// The paths an operation names in the store (not a mirror's target, which is another
 /// store's), for the daemon to route it to the cube they lie in (`server::route`).
 pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
@@ -1141,7 +1158,7 @@ pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {
         Op::ChunkChanges { old, new } => vec![old, new],
         Op::Send { snap, base, .. } => std::iter::once(snap).chain(base.as_mut()).collect(),
         Op::FindBlocks { .. } | Op::ReadOnly { .. } | Op::Nfs(_) => Vec::new(),
-        Op::Checkpoint { path } => vec![path],
+        Op::Checkpoint { path } | Op::OpenBelow { path } => vec![path],
         Op::Apply { top, base, .. } => std::iter::once(top).chain(base.as_mut()).collect(),
         Op::Push { snap, .. } => vec![snap],
         Op::PullOpen { tmp, .. } | Op::PullDone { tmp } => vec![tmp],

@@ -153,6 +153,9 @@ pub fn authorize(fs: &mut Fs, who: &Caller, op: &Op) -> Result<(), Failure> {
             "send and receive are root's and the store owner's for now",
         )),
         Op::Nfs(_) => Err(Failure::new(libc::EPERM, "serving over NFS is root's and the store owner's")),
+        // It names files open below a directory, which the caller may not be allowed to
+        // list; their CLI flushes the whole mount instead.
+        Op::OpenBelow { .. } => Err(Failure::new(libc::EPERM, "the open files below a directory are root's and the store owner's to ask")),
         // A remote is the store's, used by its daemon with the daemon's credentials.
         Op::RemoteAdd(_) | Op::RemoteRemove { .. } | Op::RemoteList => {
             Err(Failure::new(libc::EPERM, "a store's remotes are root's and the store owner's"))

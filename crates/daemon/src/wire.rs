@@ -315,6 +315,9 @@ pub fn encode_request(op: &Op, device: &str) -> Vec<u8> {
         Op::Checkpoint { path } => {
             w.u8(35).bytes(path);
         }
+        Op::OpenBelow { path } => {
+            w.u8(48).bytes(path);
+        }
         Op::ReadOnly { on } => {
             w.u8(38).u8(*on as u8);
         }
@@ -578,6 +581,7 @@ pub fn decode_request(b: &[u8]) -> Result<(Op, String), String> {
         45 => Op::Prefetch { attach: r.u32().map_err(bad)? },
         46 => Op::RemoteGc { remote: utf8(r.bytes().map_err(bad)?)?, grace_s: r.u64().map_err(bad)?, dry: r.u8().map_err(bad)? != 0 },
         35 => Op::Checkpoint { path: r.bytes().map_err(bad)?.to_vec() },
+        48 => Op::OpenBelow { path: r.bytes().map_err(bad)?.to_vec() },
         38 => Op::ReadOnly { on: r.u8().map_err(bad)? != 0 },
         39 => match r.u8().map_err(bad)? {
             0 => Op::Nfs(crate::control::NfsRequest::Stop),
@@ -1202,6 +1206,12 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                 encode_remote(&mut w, remote);
             }
         }
+        Reply::OpenBelow(files) => {
+            w.u8(41).u32(files.len() as u32);
+            for f in files {
+                w.bytes(f);
+            }
+        }
         Reply::Checkpointed => {
             w.u8(31);
         }
@@ -1629,6 +1639,17 @@ pub fn decode_frame(b: &[u8]) -> Result<Frame, String> {
             37 => Reply::PullOpened { attach: r.u32().map_err(bad)?, version: r.u64().map_err(bad)?, root: r.array().map_err(bad)?, blocks: r.u64().map_err(bad)? },
             38 => Reply::Prefetched(r.u64().map_err(bad)?),
             40 => Reply::PullDone,
+            41 => {
+                let n = r.u32().map_err(bad)? as usize;
+                if n > crate::control::OPEN_BELOW_MAX {
+                    return Err(format!("{n} open files named (at most {})", crate::control::OPEN_BELOW_MAX));
+                }
+                let mut files = Vec::with_capacity(n);
+                for _ in 0..n {
+                    files.push(r.bytes().map_err(bad)?.to_vec());
+                }
+                Reply::OpenBelow(files)
+            }
             39 => {
                 let mut n = [0u64; 7];
                 for x in n.iter_mut() {

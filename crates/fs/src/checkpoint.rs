@@ -326,6 +326,7 @@ impl Fs {
             carry_memo: Default::default(),
             journal_floor: 0,
             orphans: Default::default(),
+            open: Default::default(),
             sweep_at: 1 << 16,
             loaded_since_sweep: 0,
             room: Default::default(),

@@ -484,6 +484,9 @@ pub struct Fs {
     pub(crate) journal_floor: u64,
     /// Removed inodes still open (their content is kept by an orphan reference).
     pub(crate) orphans: InoSet,
+    /// Files open through the kernel (`Node::opens` above zero; some may have been dropped
+    /// since, with their namespace): what `open_below` looks through.
+    pub(crate) open: InoSet,
     /// Inodes loaded since the last full sweep of unused ones, and how many trigger the next
     /// at a checkpoint (`evict.rs`).
     pub(crate) sweep_at: usize,
@@ -1902,14 +1905,72 @@ impl Fs {
     pub fn open_file(&mut self, ino: Ino) -> FsResult<()> {
         self.warm(ino)?;
         self.node_mut(ino)?.opens += 1;
+        self.open.insert(ino);
         Ok(())
     }
 
     pub fn release(&mut self, ino: Ino) {
-        if let Some(n) = self.nodes.get_mut(&ino) {
-            n.opens = n.opens.saturating_sub(1);
+        let open = match self.nodes.get_mut(&ino) {
+            Some(n) => {
+                n.opens = n.opens.saturating_sub(1);
+                n.opens > 0
+            }
+            None => false,
+        };
+        if !open {
+            self.open.remove(&ino);
         }
         self.maybe_evict(ino);
+    }
+
+    /// The regular files below directory `dir` that are open, as paths relative to it. With
+    /// writeback caching the kernel may hold pages written to them that the engine has not
+    /// seen (a file's pages are written back when it is closed), so a clone, snapshot, diff
+    /// or scan of `dir` has the kernel flush these (`fsync` of each) rather than the whole
+    /// mount (`syncfs`, which waits for every writer's pages: seconds beside a bulk writer
+    /// elsewhere). None past `limit` files, or when one that may lie below `dir` has no one
+    /// path (a file with several names): then the whole mount is flushed.
+    pub fn open_below(&mut self, dir: Ino, limit: usize) -> FsResult<Option<Vec<Vec<u8>>>> {
+        if self.node(dir)?.inode.kind != Kind::Dir {
+            return Err(errno::ENOTDIR);
+        }
+        let base = self.path_of_dir(dir)?;
+        let open: Vec<Ino> = self.open.iter().copied().collect();
+        let mut paths = Vec::new();
+        for ino in open {
+            let Some(n) = self.nodes.get(&ino).filter(|n| n.opens > 0 && n.inode.kind == Kind::File) else {
+                continue;
+            };
+            let (parent, name) = match &n.loc {
+                Loc::Entry { parent, name } => (*parent, name.clone()),
+                // Not in any tree: nothing of it is cloned, compared or scanned.
+                Loc::Gone => continue,
+                Loc::Linked if self.lies_under(ino, dir) => return Ok(None),
+                Loc::Linked | Loc::Root => continue,
+            };
+            if !self.lies_under(ino, dir) {
+                continue;
+            }
+            let Ok(mut path) = self.path_of_dir(parent) else { return Ok(None) };
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(&name);
+            let rel = if base.is_empty() {
+                path
+            } else {
+                match path.strip_prefix(base.as_slice()).and_then(|p| p.strip_prefix(b"/")) {
+                    Some(r) => r.to_vec(),
+                    None => return Ok(None),
+                }
+            };
+            paths.push(rel);
+            if paths.len() > limit {
+                return Ok(None);
+            }
+        }
+        paths.sort();
+        Ok(Some(paths))
     }
 
     /// Whether the file's committed chunk 0 is inline bytes (and `idx` is 0).
