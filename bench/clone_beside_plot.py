@@ -23,6 +23,7 @@ for ax, n in zip(axes[0], sizes):
     ax.set_xticklabels(names, rotation=20)
     ax.set_title(f"tree of {n:,} files")
     ax.set_ylabel("ms, spawn to exit")
+    ax.set_yscale("log")
     ax.grid(axis="y", alpha=0.3)
 fig.suptitle("scion clone through the CLI, beside a 100,000-entry directory")
 fig.tight_layout()

@@ -1944,9 +1944,10 @@ impl Fs {
             let (parent, name) = match &n.loc {
                 Loc::Entry { parent, name } => (*parent, name.clone()),
                 // Not in any tree: nothing of it is cloned, compared or scanned.
-                Loc::Gone => continue,
-                Loc::Linked if self.lies_under(ino, dir) => return Ok(None),
-                Loc::Linked | Loc::Root => continue,
+                Loc::Gone | Loc::Root => continue,
+                // Its names are in the link table, not found from here: whether one lies
+                // below is not known, so the caller flushes everything.
+                Loc::Linked => return Ok(None),
             };
             if !self.lies_under(ino, dir) {
                 continue;
