@@ -1102,7 +1102,10 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
             let d = fs.resolve_path(path).map_err(Failure::from_fs(show(path)))?;
             match fs.open_below(d, OPEN_BELOW_MAX).map_err(Failure::from_fs(show(path)))? {
                 Some(files) => (Reply::OpenBelow(files), Vec::new()),
-                None => return Err(Failure::new(libc::E2BIG, format!("more than {OPEN_BELOW_MAX} files open below {}", show(path)))),
+                None => {
+                    let why = format!("more than {OPEN_BELOW_MAX} files, or one with several names, open below {}", show(path));
+                    return Err(Failure::new(libc::E2BIG, why));
+                }
             }
         }
         Op::Checkpoint { .. } => {
