@@ -59,6 +59,16 @@ def small_host(m, size="96m"):
             m.kill9()
         subprocess.run(["umount", m.store], check=False)
 
+def remount_with_failpoints(m, spec):
+    """Remounts with the daemon's test-only failpoints armed (scion_fs::failpoint)."""
+    m.umount()
+    os.environ["SCION_FAILPOINTS"] = spec
+    try:
+        m.mount()
+    finally:
+        del os.environ["SCION_FAILPOINTS"]
+
+
 def pytest_report_header(config):
     if PLAIN:
         return "scion mount tests: target=plain (mount is a plain directory)"

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import PLAIN
+from conftest import PLAIN, remount_with_failpoints
 
 pytestmark = pytest.mark.skipif(PLAIN, reason="cubes need a scion mount")
 
@@ -590,13 +590,8 @@ def test_a_panic_in_one_cube_stays_there(scion_mount):
     c = [os.path.join(m.mnt, f"c{i}") for i in (1, 2, 3)]
     for d in c:
         assert m.run("cube", "create", d).returncode == 0
-    m.umount()
     # (The first checkpoint of cube 2 is its recovery at mount; the second panics.)
-    os.environ["SCION_FAILPOINTS"] = "checkpoint@cubes.d/2:2"
-    try:
-        m.mount()
-    finally:
-        del os.environ["SCION_FAILPOINTS"]
+    remount_with_failpoints(m, "checkpoint@cubes.d/2:2")
     for d in c + [m.mnt]:
         with open(os.path.join(d, "f"), "wb") as h:
             h.write(b"acknowledged")

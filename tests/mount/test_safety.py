@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import PLAIN
+from conftest import PLAIN, remount_with_failpoints
 
 pytestmark = pytest.mark.skipif(PLAIN, reason="scion-specific (SCION_TEST_TARGET=plain)")
 
@@ -36,16 +36,6 @@ def daemon_log(m):
             return f.read()
     except OSError:
         return ""
-
-
-def remount_with_failpoints(m, spec):
-    """Remounts with the daemon's test-only failpoints armed (scion_fs::failpoint)."""
-    m.umount()
-    os.environ["SCION_FAILPOINTS"] = spec
-    try:
-        m.mount()
-    finally:
-        del os.environ["SCION_FAILPOINTS"]
 
 
 def write_fsynced(path, data):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import PLAIN
+from conftest import PLAIN, remount_with_failpoints
 
 pytestmark = pytest.mark.skipif(PLAIN, reason="status needs a scion store")
 
@@ -149,12 +149,7 @@ def test_long_holds_of_the_engine_lock_are_shown_with_their_place(scion_mount):
     test-only failpoint makes every checkpoint's fold hold the lock 700 ms; a snapshot's
     checkpoint is then the longest hold, and creates made meanwhile waited for it."""
     m = scion_mount
-    m.umount()
-    os.environ["SCION_FAILPOINTS"] = "fold.hold:700"
-    try:
-        m.mount()
-    finally:
-        del os.environ["SCION_FAILPOINTS"]
+    remount_with_failpoints(m, "fold.hold:700")
     d = os.path.join(m.mnt, "d")
     os.makedirs(d)
     with open(f"{d}/f", "wb") as h:
