@@ -27,6 +27,8 @@ fn ops() -> Vec<Op> {
         Op::Apply { top: b".x.scion-receive-9".to_vec(), base: None, open: None, frames: vec![1, 2, 3], attach: Some((1 << 23) + 5) },
         Op::Apply { top: b".x.scion-receive-9".to_vec(), base: Some(b"b".to_vec()), open: Some(vec![4]), frames: vec![], attach: None },
         Op::Checkpoint { path: b"x/.y.scion-receive-7".to_vec() },
+        Op::OpenBelow { path: b"ci/src".to_vec() },
+        Op::OpenBelow { path: Vec::new() },
         Op::ReadOnly { on: true },
         Op::ReadOnly { on: false },
         Op::Nfs(scion_daemon::control::NfsRequest::Stop),
@@ -217,6 +219,8 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         wire::encode_reply(&Reply::Cloned),
         wire::encode_reply(&Reply::Blocks(vec![true, false, true])),
         wire::encode_reply(&Reply::Checkpointed),
+        wire::encode_reply(&Reply::OpenBelow(vec![b"a".to_vec(), b"sub/b c".to_vec()])),
+        wire::encode_reply(&Reply::OpenBelow(Vec::new())),
         wire::encode_reply(&Reply::Nfs("NFSv3 on 127.0.0.1:2049: exports /".into())),
         wire::encode_reply(&Reply::Listing(vec![listing.clone(), listing, orphan])),
         wire::encode_reply(&Reply::Scrubbed(scrub)),
@@ -402,14 +406,16 @@ fn replies_round_trip_and_cut_ones_are_refused() {
         wire::encode_progress(4096, 0, "4096 blocks"),
         wire::encode_failure(&Failure::new(2, "/x: No such file or directory")),
     ];
-    // The status reply (version 17: with the engine lock's report) is a seed of the control
-    // fuzz target.
-    let status = frames.iter().find(|f| f[1] == 26).expect("a status reply");
-    let seed = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/corpus/control/seed-status-v17");
-    if std::env::var_os("SCION_WRITE_SEEDS").is_some() {
-        std::fs::write(seed, status).unwrap();
+    // Replies new in version 17 (the status with the engine lock's report, the open files
+    // below a directory) are seeds of the control fuzz target.
+    for (kind, name) in [(26, "seed-status-v17"), (41, "seed-open-below-v17")] {
+        let reply = frames.iter().find(|f| f[1] == kind).expect("a reply of that kind");
+        let seed = format!("{}/../../fuzz/corpus/control/{name}", env!("CARGO_MANIFEST_DIR"));
+        if std::env::var_os("SCION_WRITE_SEEDS").is_some() {
+            std::fs::write(&seed, reply).unwrap();
+        }
+        assert_eq!(reply, &std::fs::read(&seed).unwrap(), "{name} is out of date (SCION_WRITE_SEEDS=1 rewrites it)");
     }
-    assert_eq!(status, &std::fs::read(seed).unwrap(), "the status reply's seed is out of date (SCION_WRITE_SEEDS=1 rewrites it)");
     for b in &frames {
         let f = wire::decode_frame(b).unwrap();
         // Encoding what decoded gives the same bytes.
