@@ -326,3 +326,39 @@ fn blocks_a_crash_left_below_the_append_position_are_named_and_given_back() {
     assert_eq!(rep.unreferenced_bytes, 0, "{leaked} bytes before the open, {} after:\n{rep}", rep.unreferenced_bytes);
     eprintln!("{leaked} bytes named by check after the crash, 0 after the open");
 }
+
+/// A file written front to back keeps places ahead of its writes in the pack, allocated so
+/// that the host takes its direct writes side by side (`pack.rs`, `HELD_MAX`). A checkpoint
+/// records the append position past them; a crash then leaves them allocated, never written
+/// and named by nothing. The next open gives them back with the rest a crash left
+/// (`unreferenced`: `data_ranges` reports allocated space, written or not, through FIEMAP).
+#[test]
+fn places_held_ahead_of_a_writer_are_given_back_after_a_crash() {
+    let (_tmp, store, mut fs) = new_store();
+    let f = file(&mut fs, "big");
+    let whole = data(5, 8 << 20);
+    for (i, piece) in whole.chunks(1 << 20).enumerate() {
+        fs.write(f, (i << 20) as u64, piece).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let host = scion_store::os_host();
+    let sb = scion_store::Superblock::read(&host, &store).unwrap();
+    let packs = scion_store::BlockStore::open(&host, &store, sb.pack, sb.pack_end, false).unwrap();
+    let held = packs.allocated_bytes().unwrap();
+    assert!(held > (12 << 20), "places are held ahead of the writer: {held} bytes allocated");
+    drop(packs);
+    drop(fs); // the crash, with places still kept ahead of the file
+    let mut fs = open(&store);
+    assert_eq!(content(&mut fs, "big"), whole);
+    fs.close().unwrap();
+    let rep = check(&host, &store).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+    let sb = scion_store::Superblock::read(&host, &store).unwrap();
+    let packs = scion_store::BlockStore::open(&host, &store, sb.pack, sb.pack_end, false).unwrap();
+    let allocated = packs.allocated_bytes().unwrap();
+    assert!(
+        allocated < rep.block_bytes + (2 << 20),
+        "packs hold {allocated} bytes for {} bytes of blocks",
+        rep.block_bytes
+    );
+}

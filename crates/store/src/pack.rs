@@ -150,9 +150,18 @@ struct Active {
     /// Places kept for writes that never came (a file with holes, a write refused), dropped
     /// from their streams: given back by the next `write_run` (the pack may be allocated there).
     unkept: Vec<(u32, u64, u64)>,
-    /// Places just kept: made holes before the lock is let go (after the allocation ahead),
-    /// so that a kept place holds no host space until a write fills it.
+    /// Places just kept past the budget for held ones (`HELD_MAX`): made holes before the
+    /// lock is let go (after the allocation ahead), so that they hold no host space until a
+    /// write fills them.
     kept: Vec<(u32, u64, u64)>,
+    /// Bytes of kept places left allocated (held) for the writes to come, at most
+    /// `HELD_MAX`. A direct write into a hole is serialized by the host (ext4 takes the inode
+    /// lock exclusively for a write that allocates, and waits for the device under it), one
+    /// into allocated space is not: a 1 GiB file written back through holes punched ahead of
+    /// it went one write at a time (~850 MB/s here), through held places at the device's
+    /// speed (1.6-2 GB/s). A crash leaves held places allocated and unreferenced; the next
+    /// open gives them back with the rest (`unreferenced` sees allocated space, written or not).
+    held: u64,
     /// When the store was opened: kept places carry their age from it, in milliseconds.
     since: std::time::Instant,
 }
@@ -185,6 +194,14 @@ const AHEAD_MAX_CHUNKS: u64 = 256;
 const GAP_WAIT_MS: u64 = 10_000;
 /// Places kept for earlier writes, per stream.
 const MAX_GAPS: usize = 512;
+/// Bytes of kept places held allocated at once, over all streams (`Active::held`): two
+/// sequential writers' places kept ahead (`AHEAD_MAX_CHUNKS`) and their late writes' gaps.
+const HELD_MAX: u64 = 64 << 20;
+
+/// A place kept in a stream: first and end chunk, pack offset, when it was kept
+/// (milliseconds from `Active::since`), and whether it is held allocated (`Active::held`)
+/// rather than a hole.
+type Gap = (u64, u64, u64, u64, bool);
 
 /// Where a file's next whole chunks go so that a file written front to back lands back to
 /// back in its pack (and repack has nothing to do for it), whatever else is written
@@ -197,7 +214,7 @@ struct Stream {
     unit: u64,
     next_idx: u64,
     next_off: u64,
-    gaps: Vec<(u64, u64, u64, u64)>,
+    gaps: Vec<Gap>,
     tick: u64,
     /// Chunks placed for it since its run began.
     placed: u64,
@@ -208,35 +225,68 @@ impl Stream {
         Stream { pack, unit, next_idx: 0, next_off: 0, gaps: Vec::new(), tick: 0, placed: 0 }
     }
 
-    /// The place kept for chunks `idx..idx + n`, if one is (taken out of the kept ones).
-    fn fill(&mut self, idx: u64, n: u64) -> Option<u64> {
+    /// The place kept for chunks `idx..idx + n`, if one is (taken out of the kept ones);
+    /// `held` loses its bytes if it was held.
+    fn fill(&mut self, idx: u64, n: u64, held: &mut u64) -> Option<u64> {
         let k = self.gaps.iter().position(|g| g.0 <= idx && idx + n <= g.1)?;
-        let (gs, ge, goff, born) = self.gaps.swap_remove(k);
+        let (gs, ge, goff, born, h) = self.gaps.swap_remove(k);
         let off = goff + (idx - gs) * self.unit;
         if gs < idx {
-            self.gaps.push((gs, idx, goff, born));
+            self.gaps.push((gs, idx, goff, born, h));
         }
         if idx + n < ge {
-            self.gaps.push((idx + n, ge, off + n * self.unit, born));
+            self.gaps.push((idx + n, ge, off + n * self.unit, born, h));
+        }
+        if h {
+            *held -= n * self.unit;
         }
         Some(off)
     }
 
-    /// Keeps a place (onto `kept`, to be made a hole); past `MAX_GAPS` the oldest is given
-    /// up (onto `unkept`).
-    fn keep(&mut self, gap: (u64, u64, u64, u64), unkept: &mut Vec<(u32, u64, u64)>, kept: &mut Vec<(u32, u64, u64)>) {
+    /// Keeps a place: held allocated while the budget allows (`HELD_MAX`), else onto `kept`,
+    /// to be made a hole. Past `MAX_GAPS` the oldest is given up (onto `unkept`).
+    fn keep(&mut self, (first, end, off, born): (u64, u64, u64, u64), a: &mut Places) {
         if self.gaps.len() >= MAX_GAPS {
             let old = self.gaps.remove(0);
-            unkept.push(self.span(&old));
+            self.give_up(&old, a);
         }
-        kept.push(self.span(&gap));
+        let bytes = (end - first) * self.unit;
+        let hold = *a.held + bytes <= HELD_MAX;
+        let gap = (first, end, off, born, hold);
+        if hold {
+            *a.held += bytes;
+        } else {
+            a.kept.push(self.span(&gap));
+        }
         self.gaps.push(gap);
     }
 
+    /// A place no write will come to any more: onto `unkept`, to be made a hole.
+    fn give_up(&self, g: &Gap, a: &mut Places) {
+        if g.4 {
+            *a.held -= (g.1 - g.0) * self.unit;
+        }
+        a.unkept.push(self.span(g));
+    }
+
     /// The pack span of a kept place: pack, start and end offset.
-    fn span(&self, g: &(u64, u64, u64, u64)) -> (u32, u64, u64) {
+    fn span(&self, g: &Gap) -> (u32, u64, u64) {
         (self.pack, g.2, g.2 + (g.1 - g.0) * self.unit)
     }
+}
+
+/// What keeping and giving up places changes in `Active`, borrowed apart from its streams
+/// (`places!`).
+struct Places<'a> {
+    unkept: &'a mut Vec<(u32, u64, u64)>,
+    kept: &'a mut Vec<(u32, u64, u64)>,
+    held: &'a mut u64,
+}
+
+macro_rules! places {
+    ($a:expr) => {
+        &mut Places { unkept: &mut $a.unkept, kept: &mut $a.kept, held: &mut $a.held }
+    };
 }
 
 impl Active {
@@ -343,6 +393,7 @@ impl BlockStore {
                 tick: 0,
                 unkept: Vec::new(),
                 kept: Vec::new(),
+                held: 0,
                 since: std::time::Instant::now(),
             }),
         })
@@ -377,7 +428,9 @@ impl BlockStore {
         a.file = file;
         a.end = end;
         a.allocated = end;
-        a.streams.clear(); // (places kept past `end` are gone)
+        // (At open, before any stream; places kept past `end` are gone.)
+        a.streams.clear();
+        a.held = 0;
         if let Direct::Open(_) = a.direct {
             a.direct = Direct::Untried;
         }
@@ -588,6 +641,8 @@ impl BlockStore {
 
     fn roll(&self, a: &mut Active) -> Result<()> {
         self.trim(a);
+        // Places kept in this pack are given up: writes go to the next one now.
+        Self::forget_streams(a);
         let id = a.id + 1;
         let path = pack_path(&self.dir, id);
         let f = self
@@ -600,7 +655,6 @@ impl BlockStore {
         a.file = f;
         a.end = 0;
         a.allocated = 0;
-        a.streams.clear();
         if let Direct::Open(_) = a.direct {
             a.direct = Direct::Untried;
         }
@@ -676,12 +730,12 @@ impl BlockStore {
         let off = match mine {
             Some(s) => {
                 s.tick = tick;
-                if let Some(off) = s.fill(idx, n) {
+                if let Some(off) = s.fill(idx, n, &mut a.held) {
                     off
                 } else if let Some(gap) = idx.checked_sub(s.next_idx).filter(|g| *g <= MAX_GAP_CHUNKS && end == s.next_off) {
                     // The run goes on (past places kept for writes still on their way).
                     if gap > 0 {
-                        s.keep((s.next_idx, idx, end, epoch), &mut a.unkept, &mut a.kept);
+                        s.keep((s.next_idx, idx, end, epoch), places!(a));
                     }
                     let off = end + gap * unit;
                     s.next_idx = idx + n;
@@ -725,7 +779,7 @@ impl BlockStore {
             None => Stream::new(a.id, unit),
         };
         if lead > 0 {
-            stream.keep((from, idx, base, epoch), &mut a.unkept, &mut a.kept);
+            stream.keep((from, idx, base, epoch), places!(a));
         }
         if a.streams.len() >= MAX_STREAMS {
             if let Some(old) = a.streams.iter().min_by_key(|(_, s)| s.tick).map(|(k, _)| *k) {
@@ -757,7 +811,7 @@ impl BlockStore {
             return;
         }
         let (from, at) = (s.next_idx, s.next_off);
-        s.keep((from, from + want, at, epoch), &mut a.unkept, &mut a.kept);
+        s.keep((from, from + want, at, epoch), places!(a));
         s.next_idx = from + want;
         s.next_off = at + bytes;
         a.end = at + bytes;
@@ -766,8 +820,9 @@ impl BlockStore {
     /// Forgets file `key`'s stream; the places it kept are to be given back.
     fn unkeep(a: &mut Active, key: StreamKey) {
         if let Some(s) = a.streams.remove(&key) {
-            if s.pack == a.id {
-                a.unkept.extend(s.gaps.iter().map(|g| s.span(g)));
+            assert_eq!(s.pack, a.id, "a stream outlived its pack");
+            for g in &s.gaps {
+                s.give_up(g, places!(a));
             }
         }
     }
@@ -782,22 +837,37 @@ impl BlockStore {
     /// Gives back every place kept and forgets the streams: at unmount, so that a closed
     /// store holds no space that nothing references.
     pub fn end_streams(&self) {
-        self.give_back_kept(0);
-        self.active.lock().unwrap().streams.clear();
+        let unkept = {
+            let mut a = self.active.lock().unwrap();
+            Self::forget_streams(&mut a);
+            std::mem::take(&mut a.unkept)
+        };
+        self.punch_unkept(unkept);
+    }
+
+    /// Forgets every stream, its places given up (onto `unkept`).
+    fn forget_streams(a: &mut Active) {
+        let keys: Vec<StreamKey> = a.streams.keys().copied().collect();
+        for key in keys {
+            Self::unkeep(a, key);
+        }
+        assert_eq!(a.held, 0, "held places outside any stream");
     }
 
     /// Gives back the places kept at least `age_ms` ago.
     fn give_back_kept(&self, age_ms: u64) {
         let unkept = {
-            let mut a = self.active.lock().unwrap();
-            let (now, id) = (a.since.elapsed().as_millis() as u64, a.id);
-            let mut out = std::mem::take(&mut a.unkept);
-            for s in a.streams.values_mut().filter(|s| s.pack == id) {
+            let mut guard = self.active.lock().unwrap();
+            let a = &mut *guard;
+            let now = a.since.elapsed().as_millis() as u64;
+            for s in a.streams.values_mut() {
                 let (old, kept): (Vec<_>, Vec<_>) = s.gaps.drain(..).partition(|g| g.3 + age_ms <= now);
-                out.extend(old.iter().map(|g| s.span(g)));
+                for g in &old {
+                    s.give_up(g, places!(a));
+                }
                 s.gaps = kept;
             }
-            out
+            std::mem::take(&mut a.unkept)
         };
         self.punch_unkept(unkept);
     }
@@ -853,18 +923,26 @@ impl BlockStore {
             (a.id, off, a.file.clone(), direct, data)
         };
         // (Hashed outside the lock.)
-        let hashes: Vec<[u8; 32]> = data.chunks(block_len).map(|b| *blake3::hash(b).as_bytes()).collect();
+        let hash = || -> Vec<[u8; 32]> { data.chunks(block_len).map(|b| *blake3::hash(b).as_bytes()).collect() };
         self.punch_unkept(unkept);
+        let mut hashed = None;
         if let Some(f) = direct {
-            match write_aligned(&*f, data, off) {
+            // The device takes 1-3 ms for a direct write of 1 MiB, BLAKE3 ~0.25 ms of CPU: the
+            // hashes are made while the device writes (both only read `data`). Done in turn,
+            // a FUSE queue thread's write-back of a 1 GiB file spent that CPU with no write
+            // in flight.
+            let (written, hashes) = alongside(hash, || write_aligned(&*f, data, off));
+            match written {
                 Ok(()) => return Ok(self.written_run(id, off, file, block_len, hashes)),
                 Err(e) => {
                     // Whatever part of it reached the file is written again below.
                     log::warn!("direct write to pack {id}: {e}; pack data goes through the page cache from now on");
                     self.active.lock().unwrap().direct = Direct::Off;
+                    hashed = Some(hashes);
                 }
             }
         }
+        let hashes = hashed.unwrap_or_else(hash);
         file.write_all_at(data, off)
             .map_err(|e| Error::io(format!("write to pack {id}"), e))?;
         Ok(self.written_run(id, off, file, block_len, hashes))
@@ -1500,6 +1578,24 @@ impl BlockStore {
         }
         Ok(total)
     }
+}
+
+/// Runs `side` on a thread of its own while `main` runs on this one: CPU work beside a wait
+/// on the device. Both run here, one after the other, if no thread can be made.
+pub fn alongside<S: Send, M>(side: impl FnOnce() -> S + Send, main: impl FnOnce() -> M) -> (M, S) {
+    let cell = Mutex::new(Some(side));
+    let take = || cell.lock().unwrap_or_else(|p| p.into_inner()).take().expect("side work run once");
+    std::thread::scope(|s| match std::thread::Builder::new().spawn_scoped(s, || take()()) {
+        Ok(h) => {
+            let m = main();
+            (m, h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        }
+        Err(e) => {
+            log::debug!("no thread for work beside a write ({e}): done in turn");
+            let m = main();
+            (m, take()())
+        }
+    })
 }
 
 /// A direct write of page-aligned `data` at the page-aligned `off`: from `data` itself when it

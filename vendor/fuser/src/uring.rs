@@ -192,11 +192,12 @@ fn with_len(sqe: squeue::Entry128, len: u32) -> squeue::Entry128 {
     unsafe { std::mem::transmute(raw) }
 }
 
-/// FUSE_READ of at least 256 KiB (`fuse_read_in.size` at offset 16 of the op struct): a
-/// streaming reader's readahead.
-fn is_long_read(e: &Entry) -> bool {
+/// FUSE_READ or FUSE_WRITE of at least 256 KiB (`size` at offset 16 of both op structs): a
+/// streaming reader's readahead, or a bulk writer's write-back.
+fn is_long_io(e: &Entry) -> bool {
     const FUSE_READ: u32 = 15;
-    e.read_u32(4) == FUSE_READ && e.read_u32(OP_IN + 16) >= 256 << 10
+    const FUSE_WRITE: u32 = 16;
+    matches!(e.read_u32(4), FUSE_READ | FUSE_WRITE) && e.read_u32(OP_IN + 16) >= 256 << 10
 }
 
 /// Pinned: on the queue's CPU at SCHED_IDLE, for round trips (see `run_queue`). Unpinned: on
@@ -400,7 +401,7 @@ pub(crate) fn run_queue<FS: Filesystem>(
             let e = &entries[i];
             let commit_id = e.read_u64(ENT_COMMIT_ID);
             // A thread switches placement when the kind of work changes, not per request.
-            let long = is_long_read(e);
+            let long = is_long_io(e);
             if long != streaming {
                 set_placement(qid, !long);
                 streaming = long;
