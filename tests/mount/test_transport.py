@@ -149,3 +149,34 @@ def test_cache_option(scion_store):
     m.umount()
     assert "file data: writeback cache" in daemon_log(m)
     m.check()
+
+
+def bdi_knob(mnt, knob):
+    dev = os.stat(mnt).st_dev
+    with open(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/{knob}") as f:
+        return int(f.read())
+
+
+@pytest.mark.skipif(PLAIN, reason="dirty page limit of a scion mount")
+@pytest.mark.skipif(os.geteuid() != 0, reason="the mount's bdi is set only by root")
+def test_dirty_max_sets_the_mounts_dirty_page_limit(scion_store):
+    """As root the daemon gives its mount a strict dirty page limit of its own (256 MiB by
+    default, `dirty_max=SIZE`), so write-back starts beside a large writer instead of at
+    its fsync; `dirty_max=0` leaves the kernel's limits, without the strict 1% share. A bad
+    size is refused."""
+    m = scion_store
+    if not any(os.path.exists(f"/sys/class/bdi/{d}/max_bytes") for d in os.listdir("/sys/class/bdi")):
+        pytest.skip("this kernel's bdi has no max_bytes (Linux 6.2)")
+    for opt, want in ((None, 256 << 20), ("dirty_max=64M", 64 << 20)):
+        m.mount(*([opt] if opt else []))
+        assert bdi_knob(m.mnt, "strict_limit") == 1
+        got = bdi_knob(m.mnt, "max_bytes")
+        # (The kernel keeps it as a share of its dirty threshold: near, not exact.)
+        assert abs(got - want) <= want // 20, f"{opt}: max_bytes {got}, want {want}"
+        m.umount()
+    m.mount("dirty_max=0")
+    assert bdi_knob(m.mnt, "strict_limit") == 0
+    m.umount()
+    r = m.run("mount", "-o", "dirty_max=lots", m.store, m.mnt)
+    assert r.returncode != 0
+    assert "dirty_max=lots" in r.stderr, r.describe()

@@ -118,7 +118,9 @@ enum Cmd {
         /// diff, send and receive; default 1048576), fold_batch=N (a checkpoint as soon as
         /// N changed inodes wait, keeping each one's pause short; 0: only every 30 s or
         /// 256 MiB; default 1024), remote_cache=SIZE (the local cache of blocks of trees
-        /// pulled from remotes: bytes or K, M, G; default 1G), nfs=ADDR:PORT (serve NFSv3 from the daemon too, as `scion
+        /// pulled from remotes: bytes or K, M, G; default 1G), dirty_max=SIZE (written
+        /// data the kernel may cache for the mount before writers wait for its write-back,
+        /// set when mounted as root; default 256M; 0: the kernel's own limits), nfs=ADDR:PORT (serve NFSv3 from the daemon too, as `scion
         /// serve nfs` does; with nfs_squash=root|all|none, nfs_anon=UID:GID,
         /// nfs_access=rw|ro and nfs_max_held=N). With `remount` (what
         /// `mount -o remount,...` runs): the kernel's flags of the mount at MOUNTPOINT change

@@ -153,6 +153,8 @@ struct ScionOptions {
     fold_batch: Option<usize>,
     /// The bound of the local cache of blocks of trees pulled from remotes (`remote_cache=SIZE`).
     remote_cache: Option<u64>,
+    /// The mount's dirty page limit (`dirty_max=SIZE`; 0: the kernel's), see `tune_bdi`.
+    dirty_max: Option<u64>,
     /// Serve the mount over NFSv3 too (`nfs=ADDR:PORT`, `nfs_squash=`, `nfs_anon=`, `nfs_access=`,
     /// `nfs_max_held=`).
     nfs: Option<scion_nfs::NfsOptions>,
@@ -172,7 +174,7 @@ const KERNEL_OPTIONS: &[&str] = &[
 /// neither scion's nor one of the kernel's it passes on.
 /// scion's own options' names (each `NAME=VALUE`).
 const OURS: &[&str] = &[
-    "snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "whereabouts", "max_background", "fold_batch", "remote_cache", "nfs",
+    "snapdir", "uring", "repack", "compress_old", "cache", "users", "node_cache", "hash_memo", "whereabouts", "max_background", "fold_batch", "remote_cache", "dirty_max", "nfs",
     "nfs_squash", "nfs_anon", "nfs_access", "nfs_max_held",
 ];
 
@@ -268,7 +270,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         if !ours && !numeric && !KERNEL_OPTIONS.contains(&o.as_str()) {
             return Err(format!(
                 "mount option {o:?} is unknown: scion takes {}, max_read=N, blksize=N, and its own snapdir=, uring=, \
-                 repack=, compress_old=, cache=, users=, node_cache=, hash_memo=, whereabouts=, max_background=, fold_batch=, remote_cache=, nfs=, nfs_squash=, \
+                 repack=, compress_old=, cache=, users=, node_cache=, hash_memo=, whereabouts=, max_background=, fold_batch=, remote_cache=, dirty_max=, nfs=, nfs_squash=, \
                  nfs_anon=, nfs_access= and nfs_max_held= (see scion mount --help)",
                 KERNEL_OPTIONS.join(", ")
             ));
@@ -295,6 +297,7 @@ fn scion_options(options: &[String]) -> Result<ScionOptions, String> {
         max_background: max_background(options)?,
         fold_batch: fold_batch(options)?,
         remote_cache: size_option(options, "remote_cache", 0)?.map(|n| n as u64),
+        dirty_max: size_option(options, "dirty_max", 0)?.map(|n| n as u64),
         nfs: nfs_options(options)?,
         kernel: options
             .iter()
@@ -388,6 +391,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         max_background: background,
         fold_batch: _,
         remote_cache,
+        dirty_max,
         nfs,
         kernel: options,
     } = ours;
@@ -464,7 +468,7 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
         nfs_server.start_with(o).map_err(|e| format!("nfs={listen}: {e}"))?;
     }
     log::info!("mounted {} at {}", store.display(), mnt.display());
-    tune_bdi(&mnt);
+    tune_bdi(&mnt, dirty_max.unwrap_or(DIRTY_MAX_BYTES));
     report_ready("ok");
 
     let background = {
@@ -518,19 +522,35 @@ fn serve(store: &Path, mountpoint: &Path, options: &[String]) -> Result<(), Stri
     r.map_err(|e| format!("FUSE session ended with an error: {e}"))
 }
 
-/// The kernel gives a FUSE mount's writeback a strict 1% share of the dirty page limit, which
-/// throttles large writes long before the daemon is busy, and a 128 KiB readahead window,
-/// which keeps sequential reads small. As root, set both as a disk would have them.
-fn tune_bdi(mnt: &Path) {
+/// The kernel gives a FUSE mount a 128 KiB readahead window, which keeps sequential reads
+/// small, and a dirty page limit that does not suit the daemon (below). As root, set both.
+fn tune_bdi(mnt: &Path, dirty_max: u64) {
     // Not stat(): the session does not serve requests yet, so that would wait for itself.
     let Some(dev) = mount_field(mnt, 2) else { return };
     let bdi = format!("/sys/class/bdi/{dev}");
-    for (knob, value) in [("strict_limit", "0"), ("max_ratio", "40"), ("read_ahead_kb", "4096")] {
-        if let Err(e) = std::fs::write(format!("{bdi}/{knob}"), value) {
+    let set = |knob: &str, value: &str| match std::fs::write(format!("{bdi}/{knob}"), value) {
+        Ok(()) => true,
+        Err(e) => {
             log::debug!("{bdi}/{knob}: {e} (left as the kernel set it)");
+            false
         }
+    };
+    set("read_ahead_kb", "4096");
+    // The kernel gives a FUSE mount a strict 1% share of the dirty pages, which throttles a
+    // large write long before the daemon is busy; with no limit at all, the kernel starts
+    // writing a file back only at its fsync or close (below the global background
+    // threshold), so the daemon idles while the writer fills the cache, then works alone.
+    // A limit of its own (`max_bytes`, Linux 6.2) sets the write-back going from half of it
+    // on, beside the writer (docs/benchmarks.md, `bench/seq-write`). `dirty_max=0`: no limit.
+    if dirty_max == 0 || !(set("max_bytes", &dirty_max.to_string()) && set("strict_limit", "1")) {
+        set("strict_limit", "0");
+        set("max_ratio", "40");
     }
 }
+
+/// The dirty page cache a mount may hold before its writers wait for write-back (`tune_bdi`,
+/// `dirty_max=SIZE`).
+const DIRTY_MAX_BYTES: u64 = 256 << 20;
 
 /// Field `i` of the newest /proc/self/mountinfo line for mount point `mnt`.
 fn mount_field(mnt: &Path, i: usize) -> Option<String> {
@@ -883,7 +903,7 @@ fn kernel_flag(o: &str) -> Option<(libc::c_ulong, bool)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{fold_batch, hash_memo_entries, max_background, node_cache_size, whereabouts_entries};
+    use super::{fold_batch, hash_memo_entries, max_background, node_cache_size, size_option, whereabouts_entries};
 
     #[test]
     fn node_cache_takes_a_size_and_refuses_nonsense() {
@@ -912,6 +932,10 @@ mod tests {
         for bad in ["max_background=0", "max_background=2000", "max_background=x"] {
             assert!(bg(bad).is_err(), "{bad}");
         }
+        let dirty = |o: &str| size_option(&[o.to_string()], "dirty_max", 0);
+        assert_eq!(dirty("dirty_max=0"), Ok(Some(0)));
+        assert_eq!(dirty("dirty_max=64M"), Ok(Some(64 << 20)));
+        assert!(dirty("dirty_max=lots").is_err());
         let batch = |o: &str| fold_batch(&[o.to_string()]);
         assert_eq!(batch("fold_batch=0"), Ok(Some(0)));
         assert_eq!(batch("fold_batch=4096"), Ok(Some(4096)));
