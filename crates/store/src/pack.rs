@@ -162,6 +162,10 @@ struct Active {
     /// speed (1.6-2 GB/s). A crash leaves held places allocated and unreferenced; the next
     /// open gives them back with the rest (`unreferenced` sees allocated space, written or not).
     held: u64,
+    /// The bound on `held` now: `HELD_MAX`, or a sixteenth of the host's available space if
+    /// that is less (set at each run written, `write_run`), so that on a nearly full host
+    /// places kept ahead of writers do not take the space the writes themselves need.
+    held_max: u64,
     /// When the store was opened: kept places carry their age from it, in milliseconds.
     since: std::time::Instant,
 }
@@ -251,7 +255,7 @@ impl Stream {
             self.give_up(&old, a);
         }
         let bytes = (end - first) * self.unit;
-        let hold = *a.held + bytes <= HELD_MAX;
+        let hold = *a.held + bytes <= a.held_max;
         let gap = (first, end, off, born, hold);
         if hold {
             *a.held += bytes;
@@ -281,11 +285,12 @@ struct Places<'a> {
     unkept: &'a mut Vec<(u32, u64, u64)>,
     kept: &'a mut Vec<(u32, u64, u64)>,
     held: &'a mut u64,
+    held_max: u64,
 }
 
 macro_rules! places {
     ($a:expr) => {
-        &mut Places { unkept: &mut $a.unkept, kept: &mut $a.kept, held: &mut $a.held }
+        &mut Places { unkept: &mut $a.unkept, kept: &mut $a.kept, held: &mut $a.held, held_max: $a.held_max }
     };
 }
 
@@ -394,6 +399,7 @@ impl BlockStore {
                 unkept: Vec::new(),
                 kept: Vec::new(),
                 held: 0,
+                held_max: HELD_MAX,
                 since: std::time::Instant::now(),
             }),
         })
@@ -895,8 +901,13 @@ impl BlockStore {
         );
         assert_eq!(data.len() % block_len, 0, "a run of whole blocks");
         let unkept;
+        let held_max = match self.host.space(&self.dir) {
+            Ok(sp) => HELD_MAX.min(sp.available.saturating_mul(sp.block_size) / 16),
+            Err(_) => 0,
+        };
         let (id, off, file, direct, data) = {
             let mut a = self.active.lock().unwrap();
+            a.held_max = held_max;
             let (off, taken) = place(self, &mut a, data.len() as u64)?;
             assert!(taken > 0 && taken <= data.len() as u64 && taken % block_len as u64 == 0);
             let data = &data[..taken as usize];
