@@ -161,6 +161,14 @@ fn a_crash_after_write_behind_keeps_what_was_fsynced() {
     assert!(rep.is_clean(), "{rep}");
 }
 
+/// Bytes the store's packs take on the host (allocated, written or not).
+fn allocated_in_packs(store: &Path) -> u64 {
+    let host = scion_store::os_host();
+    let sb = scion_store::Superblock::read(&host, store).unwrap();
+    let packs = scion_store::BlockStore::open(&host, store, sb.pack, sb.pack_end, false).unwrap();
+    packs.allocated_bytes().unwrap()
+}
+
 fn pack_bytes(store: &Path) -> u64 {
     std::fs::read_dir(store.join("packs"))
         .unwrap()
@@ -281,9 +289,7 @@ fn a_crash_leaves_no_pack_space_behind() {
     assert_eq!(rep.unnamed_tail_bytes, 0);
     // What the packs hold on the host is what the trees reference, give or take the
     // metadata: not the 32 MiB the crash left unnamed.
-    let sb = scion_store::Superblock::read(&host, &store).unwrap();
-    let packs = scion_store::BlockStore::open(&host, &store, sb.pack, sb.pack_end, false).unwrap();
-    let allocated = packs.allocated_bytes().unwrap();
+    let allocated = allocated_in_packs(&store);
     assert!(
         allocated < rep.block_bytes + (4 << 20),
         "packs hold {allocated} bytes for {} bytes of blocks",
@@ -342,20 +348,15 @@ fn places_held_ahead_of_a_writer_are_given_back_after_a_crash() {
     }
     fs.checkpoint().unwrap();
     let host = scion_store::os_host();
-    let sb = scion_store::Superblock::read(&host, &store).unwrap();
-    let packs = scion_store::BlockStore::open(&host, &store, sb.pack, sb.pack_end, false).unwrap();
-    let held = packs.allocated_bytes().unwrap();
+    let held = allocated_in_packs(&store);
     assert!(held > (12 << 20), "places are held ahead of the writer: {held} bytes allocated");
-    drop(packs);
     drop(fs); // the crash, with places still kept ahead of the file
     let mut fs = open(&store);
     assert_eq!(content(&mut fs, "big"), whole);
     fs.close().unwrap();
     let rep = check(&host, &store).unwrap();
     assert!(rep.is_clean(), "{rep}");
-    let sb = scion_store::Superblock::read(&host, &store).unwrap();
-    let packs = scion_store::BlockStore::open(&host, &store, sb.pack, sb.pack_end, false).unwrap();
-    let allocated = packs.allocated_bytes().unwrap();
+    let allocated = allocated_in_packs(&store);
     assert!(
         allocated < rep.block_bytes + (2 << 20),
         "packs hold {allocated} bytes for {} bytes of blocks",
