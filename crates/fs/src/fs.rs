@@ -1919,6 +1919,8 @@ impl Fs {
         };
         if !open {
             self.open.remove(&ino);
+            // (The inode number is the key of its file's streams: `write_ahead`.)
+            self.vol.forest.store.end_file(ino);
         }
         self.maybe_evict(ino);
     }
