@@ -3572,9 +3572,6 @@ pub struct WrittenAhead {
     pub(crate) sums: Vec<(u64, crate::delta::Sums)>,
 }
 
-/// A run of chunks long enough that its page sums are worth a thread beside its pack write.
-const LONG_RUN: usize = 256 << 10;
-
 /// Writes the whole 64 KiB chunks of a write of `data` at `offset` to the packs, each stretch
 /// of non-zero ones with one write. Needs only the block store, not the engine: the FUSE
 /// adapter calls it before taking the engine lock, so two writers' pack writes overlap (a
@@ -3609,15 +3606,9 @@ pub fn write_ahead(store: &BlockStore, key: u64, offset: u64, data: &[u8]) -> Fs
             stop += 1;
         }
         let run = &data[at(idx)..at(stop)];
-        let sums = || -> Vec<crate::delta::Sums> { run.chunks(CHUNK as usize).map(|b| scion_store::page_sums(b).into()).collect() };
-        // A long run's page sums are made while the pack write waits on the device.
-        let (ptrs, sums) = if run.len() >= LONG_RUN {
-            scion_store::alongside(sums, || store.write_data_run_for(key, idx, run, CHUNK as usize))
-        } else {
-            (store.write_data_run_for(key, idx, run, CHUNK as usize), sums())
-        };
-        let ptrs = ptrs.map_err(FsError::from)?;
-        ahead.sums.extend(ptrs.iter().map(|p| p.addr).zip(sums));
+        // (The page sums are made beside the pack write.)
+        let (ptrs, sums) = store.write_data_run_for(key, idx, run, CHUNK as usize).map_err(FsError::from)?;
+        ahead.sums.extend(ptrs.iter().map(|p| p.addr).zip(sums.into_iter().map(Into::into)));
         ahead.chunks.extend(ptrs.into_iter().map(Some));
         idx = stop;
     }

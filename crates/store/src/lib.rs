@@ -22,7 +22,7 @@ pub use error::{Error, Result};
 pub use host::{os_host, sync_dir, Host, HostFs, OpenMode};
 pub use lock::StoreLock;
 pub use pack::{
-    alongside, pack_path, page_sums, verify as verify_block, BlockStore, BLOCK_ALIGN, BLOCK_HEADER_LEN, MAX_BLOCK_LEN, PAGE,
+    pack_path, page_sums, verify as verify_block, BlockStore, BLOCK_ALIGN, BLOCK_HEADER_LEN, MAX_BLOCK_LEN, PAGE,
 };
 pub use relocate::{Relocation, RELOCATION_LEN};
 pub use remote::{is_remote_pack, RemotePacks, REMOTE_PACK_FIRST};

@@ -676,24 +676,29 @@ impl BlockStore {
     /// pack joins the list `sync` covers only once the write is done: a caller journals the
     /// blocks after this returns, and the next `sync` then covers them.
     pub fn write_data_run(&self, data: &[u8], block_len: usize) -> Result<Vec<BlockPtr>> {
-        self.write_run(data, block_len, |s, a, len| Ok((s.reserve(a, len)?, len)))
+        let (ptrs, _) = self.write_run(data, block_len, false, |s, a, len| Ok((s.reserve(a, len)?, len)))?;
+        Ok(ptrs)
     }
 
     /// `write_data_run` of chunks `first..` of file `key` (chunks of `block_len`): placed
     /// where the file's run of chunks in the pack goes on (`Stream`) when it can, else
     /// appended as `write_data_run` does.
-    pub fn write_data_run_for(&self, key: u64, first: u64, data: &[u8], block_len: usize) -> Result<Vec<BlockPtr>> {
+    /// Each block's page sums come back with it (made beside the write, `write_run`).
+    pub fn write_data_run_for(&self, key: u64, first: u64, data: &[u8], block_len: usize) -> Result<(Vec<BlockPtr>, Vec<Vec<u32>>)> {
         let unit = block_len.max(1);
         let mut out = Vec::with_capacity(data.len() / unit);
+        let mut sums = Vec::with_capacity(data.len() / unit);
         // Each pass places the longest first part that goes to one place, within one region.
         while out.len() * unit < data.len() {
             let idx = first + out.len() as u64;
             let region = idx / REGION_CHUNKS;
             let n = ((data.len() / unit - out.len()) as u64).min((region + 1) * REGION_CHUNKS - idx);
             let part = &data[out.len() * unit..out.len() * unit + n as usize * unit];
-            out.extend(self.write_run(part, block_len, |s, a, len| s.place(a, (key, region), idx, n, len))?);
+            let (ptrs, part_sums) = self.write_run(part, block_len, true, |s, a, len| s.place(a, (key, region), idx, n, len))?;
+            out.extend(ptrs);
+            sums.extend(part_sums);
         }
-        Ok(out)
+        Ok((out, sums))
     }
 
     /// Chunks `first..end` of file `key` are zeros (holes): its run goes on past them
@@ -901,13 +906,15 @@ impl BlockStore {
         }
     }
 
-    /// Writes whole blocks at the offset `place` gives (under the active pack's lock).
+    /// Writes whole blocks at the offset `place` gives (under the active pack's lock), with
+    /// each block's page sums if `sums` (else none).
     fn write_run(
         &self,
         data: &[u8],
         block_len: usize,
+        sums: bool,
         place: impl FnOnce(&Self, &mut Active, u64) -> Result<(u64, u64)>,
-    ) -> Result<Vec<BlockPtr>> {
+    ) -> Result<(Vec<BlockPtr>, Vec<Vec<u32>>)> {
         assert!(
             block_len > 0 && block_len as u64 % BLOCK_ALIGN == 0 && block_len <= MAX_BLOCK_LEN,
             "data block of {block_len} bytes"
@@ -947,29 +954,33 @@ impl BlockStore {
             (a.id, off, a.file.clone(), direct, data)
         };
         // (Hashed outside the lock.)
-        let hash = || -> Vec<[u8; 32]> { data.chunks(block_len).map(|b| *blake3::hash(b).as_bytes()).collect() };
+        let hash = || -> (Vec<[u8; 32]>, Vec<Vec<u32>>) {
+            let blocks = data.chunks(block_len);
+            let sums = if sums { blocks.clone().map(page_sums).collect() } else { Vec::new() };
+            (blocks.map(|b| *blake3::hash(b).as_bytes()).collect(), sums)
+        };
         self.punch_unkept(unkept);
         let mut hashed = None;
         if let Some(f) = direct {
-            // The device takes 1-3 ms for a direct write of 1 MiB, BLAKE3 ~0.25 ms of CPU: the
-            // hashes are made while the device writes (both only read `data`). Done in turn,
+            // The device takes 1-3 ms for a direct write of 1 MiB, BLAKE3 and the page sums
+            // ~0.35 ms of CPU: they are made while the device writes (both only read `data`). Done in turn,
             // a FUSE queue thread's write-back of a 1 GiB file spent that CPU with no write
             // in flight.
-            let (written, hashes) = alongside(hash, || write_aligned(&*f, data, off));
+            let (written, (hashes, sums)) = alongside(hash, || write_aligned(&*f, data, off));
             match written {
-                Ok(()) => return Ok(self.written_run(id, off, file, block_len, hashes)),
+                Ok(()) => return Ok((self.written_run(id, off, file, block_len, hashes), sums)),
                 Err(e) => {
                     // Whatever part of it reached the file is written again below.
                     log::warn!("direct write to pack {id}: {e}; pack data goes through the page cache from now on");
                     self.active.lock().unwrap().direct = Direct::Off;
-                    hashed = Some(hashes);
+                    hashed = Some((hashes, sums));
                 }
             }
         }
-        let hashes = hashed.unwrap_or_else(hash);
+        let (hashes, sums) = hashed.unwrap_or_else(hash);
         file.write_all_at(data, off)
             .map_err(|e| Error::io(format!("write to pack {id}"), e))?;
-        Ok(self.written_run(id, off, file, block_len, hashes))
+        Ok((self.written_run(id, off, file, block_len, hashes), sums))
     }
 
     /// Bytes written to the packs since open: data blocks, metadata blocks, compressed forms
@@ -1606,7 +1617,7 @@ impl BlockStore {
 
 /// Runs `side` on a thread of its own while `main` runs on this one: CPU work beside a wait
 /// on the device. Both run here, one after the other, if no thread can be made.
-pub fn alongside<S: Send, M>(side: impl FnOnce() -> S + Send, main: impl FnOnce() -> M) -> (M, S) {
+fn alongside<S: Send, M>(side: impl FnOnce() -> S + Send, main: impl FnOnce() -> M) -> (M, S) {
     let cell = Mutex::new(Some(side));
     let take = || cell.lock().unwrap_or_else(|p| p.into_inner()).take().expect("side work run once");
     std::thread::scope(|s| match std::thread::Builder::new().spawn_scoped(s, || take()()) {
