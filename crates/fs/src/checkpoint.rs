@@ -725,6 +725,11 @@ impl Fs {
             }
         }
         dirty.retain(|i| !carried.contains(i));
+        // Carried from the fold on, not from the commit: while a background checkpoint's
+        // packs sync, a clone or snapshot asks `changed_below` whether a file below its
+        // source is outside the trees, and these are (a snapshot taken in that window once
+        // lacked a file's last small append).
+        self.carried = carried;
         for p in parents {
             if !dirty.contains(&p) {
                 dirty.push(p);

@@ -107,3 +107,33 @@ fn a_punch_batch_ends_while_the_packs_sync() {
     assert_eq!(read_all(&mut fs, f2), bytes(1 << 20, 2));
     fs.close().unwrap();
 }
+
+/// A snapshot taken while a checkpoint is in flight holds the small overwrites that
+/// checkpoint carried in the journal instead of folding (the soak test once found a paused
+/// writer's snapshot with two files as they were before their last appends: `changed_below`
+/// looked at `carried`, which was empty from the fold until the commit).
+#[test]
+fn a_snapshot_in_the_window_holds_what_the_checkpoint_carried() {
+    for also_dirty in [false, true] {
+        let (_tmp, _store, mut fs) = new_store();
+        let root = fs.root();
+        let d = fs.mknod(root, b"d", scion_fs::Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino;
+        let f = mkfile(&mut fs, d, "f", &bytes(15_039, 1));
+        fs.checkpoint().unwrap();
+        // A small append: a patch over the committed block, which the next checkpoint carries.
+        fs.write(f, 15_039, &bytes(239, 2)).unwrap();
+        let want = read_all(&mut fs, f);
+        let sync = fs.checkpoint_begin().unwrap().expect("a change waits");
+        if also_dirty {
+            mkfile(&mut fs, d, "g", b"in the window");
+        }
+        fs.snapshot(d, b"s", b"/d").unwrap();
+        let s = lookup(&mut fs, d | scion_fs::clone::SNAPDIR_BIT, "s").unwrap();
+        let sf = lookup(&mut fs, s, "f").unwrap();
+        assert_eq!(read_all(&mut fs, sf).len(), want.len(), "also_dirty {also_dirty}");
+        assert!(read_all(&mut fs, sf) == want, "also_dirty {also_dirty}");
+        let r = sync.run();
+        fs.checkpoint_end(sync, r).unwrap();
+        fs.close().unwrap();
+    }
+}
