@@ -871,6 +871,13 @@ impl Fs {
         self.checkpoint_done(r)
     }
 
+    /// Commits the checkpoint in flight, if any, now (its packs synced here, under the lock):
+    /// for a command that journals a record built on what that checkpoint folded (a clone).
+    pub(crate) fn commit_in_flight(&mut self) -> Result<()> {
+        let r = self.finish_commit();
+        self.checkpoint_done(r)
+    }
+
     /// Commits an in-flight checkpoint under the lock (its packs synced here): what any other
     /// checkpoint does first, so that commits stay in order.
     fn finish_commit(&mut self) -> Result<()> {

@@ -302,6 +302,12 @@ impl Fs {
     /// wait for the clone's own checkpoint, so a clone after writes to other trees (a new
     /// clone after writing to the last one) takes one checkpoint, not two.
     pub fn fold(&mut self, dir: Ino) -> FsResult<()> {
+        // What a background checkpoint in flight folded is in the trees but not committed:
+        // a clone record journaled over it would be replayed, after a crash before that
+        // commit, over the checkpoint before, where those trees are not.
+        if self.committing.is_some() {
+            self.commit_in_flight().map_err(eio)?;
+        }
         if self.changed_below(dir) {
             self.checkpoint_with(Fold::Under(dir)).map_err(eio)?;
         }
