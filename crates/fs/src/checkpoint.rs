@@ -871,6 +871,13 @@ impl Fs {
         self.checkpoint_done(r)
     }
 
+    /// The inodes the checkpoint in flight folded or carried (none if there is none).
+    pub(crate) fn in_flight_inos(&self) -> impl Iterator<Item = &Ino> {
+        self.committing
+            .iter()
+            .flat_map(|f| f.dirty.iter().chain(f.carry.iter().map(|(i, _)| i)))
+    }
+
     /// Commits the checkpoint in flight, if any, now (its packs synced here, under the lock):
     /// for a command that journals a record built on what that checkpoint folded (a clone).
     pub(crate) fn commit_in_flight(&mut self) -> Result<()> {

@@ -305,7 +305,7 @@ impl Fs {
         // What a background checkpoint in flight folded is in the trees but not committed:
         // a clone record journaled over it would be replayed, after a crash before that
         // commit, over the checkpoint before, where those trees are not.
-        if self.committing.is_some() {
+        if self.in_flight_below(dir) {
             self.commit_in_flight().map_err(eio)?;
         }
         if self.changed_below(dir) {
@@ -319,24 +319,39 @@ impl Fs {
     /// unloaded inodes), or staged link-table changes of `dir`'s namespace or of a clone
     /// nested below it (make_clone reads their committed link tables).
     fn changed_below(&self, dir: Ino) -> bool {
-        let Some(ns) = self.nodes.get(&dir).map(|n| n.ns) else {
-            return true;
-        };
-        // The namespaces that can hold something below `dir`: its own and those mounted
-        // below it. An inode of any other namespace is not below `dir`, and is passed over
-        // without a walk (after many clones, most carried files are in other clones).
-        let inside: HashSet<u32> = self
-            .namespaces
-            .iter()
-            .filter(|(id, n)| **id == ns || self.lies_under(n.root, dir))
-            .map(|(id, _)| *id)
-            .collect();
-        let maybe_below = |i: &Ino| self.nodes.get(i).is_none_or(|n| inside.contains(&n.ns));
-        self.dirty
-            .iter()
-            .chain(&self.carried)
-            .any(|i| maybe_below(i) && self.lies_under(*i, dir))
+        let Some(inside) = self.namespaces_inside(dir) else { return true };
+        self.any_below(dir, &inside, self.dirty.iter().chain(&self.carried))
             || inside.iter().any(|id| !self.namespaces[id].links.is_empty())
+    }
+
+    /// True if the checkpoint in flight folded or carried something below `dir`: then what
+    /// `dir`'s record names in memory is not committed yet.
+    fn in_flight_below(&self, dir: Ino) -> bool {
+        if self.committing.is_none() {
+            return false;
+        }
+        let Some(inside) = self.namespaces_inside(dir) else { return true };
+        self.any_below(dir, &inside, self.in_flight_inos())
+    }
+
+    /// The namespaces that can hold something below `dir`: its own and those mounted below
+    /// it (None: `dir` is not loaded; anything may be below it).
+    fn namespaces_inside(&self, dir: Ino) -> Option<HashSet<u32>> {
+        let ns = self.nodes.get(&dir)?.ns;
+        Some(
+            self.namespaces
+                .iter()
+                .filter(|(id, n)| **id == ns || self.lies_under(n.root, dir))
+                .map(|(id, _)| *id)
+                .collect(),
+        )
+    }
+
+    /// Whether one of `inos` lies below `dir`. An inode of a namespace not `inside` is
+    /// passed over without a walk (after many clones, most carried files are in other clones).
+    fn any_below<'a>(&self, dir: Ino, inside: &HashSet<u32>, mut inos: impl Iterator<Item = &'a Ino>) -> bool {
+        let maybe_below = |i: &Ino| self.nodes.get(i).is_none_or(|n| inside.contains(&n.ns));
+        inos.any(|i| maybe_below(i) && self.lies_under(*i, dir))
     }
 
     /// Snapshots taken of directory `oid` of namespace `ns`: (namespace, name).

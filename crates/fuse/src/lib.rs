@@ -984,6 +984,7 @@ impl Filesystem for ScionFuse {
             note(req); // (write-back is the kernel's own doing)
         }
         let at = route!(self, ino, reply);
+        log::trace!("WRITE ino {} offset {offset} size {}", ino.0, data.len());
         let mut killed = false;
         let stamp = if self.writeback { Stamp::Kernel } else { Stamp::Now };
         let r = at.engine.write(at.ino, offset, data, stamp, |fs| {
