@@ -422,7 +422,7 @@ fn a_closed_store_keeps_no_journal_space() {
             .map(|e| e.unwrap().metadata().unwrap().len())
             .sum()
     };
-    assert!(journal_bytes(&store) > 4 << 20, "the writes went to the journal");
+    assert!(journal_bytes(&store) > 2 << 20, "the writes went to the journal: {}", journal_bytes(&store));
     fs.close().unwrap();
     assert!(
         journal_bytes(&store) < 4096,
