@@ -312,6 +312,7 @@ impl Fs {
             journal_data: false,
             writeback: false,
             chunk_run: None,
+            pieces: Default::default(),
             last_write: None,
             lost_blocks: Default::default(),
             dedup_index: Default::default(),
@@ -907,6 +908,8 @@ impl Fs {
         let t0 = Instant::now();
         let data_bytes = self.dirty_bytes;
         let flushed_bytes = std::mem::take(&mut self.flushed_bytes);
+        // What the pieces noted lay in is folded into blocks now.
+        self.pieces.clear();
         // Orphans closed since the last checkpoint drop their content now.
         for p in std::mem::take(&mut self.orphan_releases) {
             self.vol.forest.release(&p)?;
@@ -1271,7 +1274,7 @@ impl Fs {
                         let child = &self.nodes[&c];
                         debug_assert!(child.entries.is_empty(), "child directory applied before its parent");
                         assert!(!child.inline_cold, "a record written without its inline bytes (inode {c:#x})");
-                        Some(EntryRecord::Inline(child.inode.clone()).to_value())
+                        Some(EntryRecord::inline_value(&child.inode))
                     }
                     Some(Ent::Link { oid, kind }) => Some(EntryRecord::Linked { oid, kind }.to_value()),
                     Some(Ent::Mount { oid }) => Some(EntryRecord::Mount { oid }.to_value()),
@@ -1505,14 +1508,14 @@ impl Fs {
             f.t0.elapsed() - t_synced,
             window.len(),
         );
-        self.after_commit(f.carry, f.dirty, f.freed);
+        self.after_commit(f.dirty, f.freed);
         Ok(())
     }
 
     /// Step 6, once committed: the carried files stay dirty for the next checkpoint, the
     /// freed blocks wait for reads in flight and are punched (or left to the daemon), and
     /// what nothing holds any more leaves memory.
-    fn after_commit(&mut self, carry: Vec<(Ino, Vec<u8>)>, dirty: Vec<Ino>, freed: Vec<BlockPtr>) {
+    fn after_commit(&mut self, dirty: Vec<Ino>, freed: Vec<BlockPtr>) {
         if !self.replaced_ns.is_empty() {
             let live: HashSet<u32> = self.nodes.values().map(|n| n.ns).collect();
             self.replaced_ns.retain(|id| live.contains(id));
@@ -1520,7 +1523,9 @@ impl Fs {
         // (A carried file unlinked and let go of while the commit was written has left
         // memory: nothing of it is carried on. Its records follow the carried ones in the
         // journal, so a replay removes it again.)
-        self.carried = carry.iter().map(|(i, _)| *i).filter(|i| self.nodes.contains_key(i)).collect();
+        // (`carried` was set from the same list at the fold, `carry`.)
+        let nodes = &self.nodes;
+        self.carried.retain(|i| nodes.contains_key(i));
         self.dirty.extend(self.carried.iter().copied());
         self.dirty_bytes += self.carried.iter().map(|i| chunk_bytes(&self.nodes[i])).sum::<u64>();
         // Reads planned before the commit may still be fetching freed blocks; later ones

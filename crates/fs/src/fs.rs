@@ -8,6 +8,7 @@ use crate::error::errno;
 use crate::inode::*;
 use crate::journal::{JournalSync, Record, Target};
 use crate::volume::Volume;
+use crate::pieces::Completed;
 use crate::{SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
 use scion_store::{BlockPtr, BlockStore, Error, Host, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -447,6 +448,8 @@ pub struct Fs {
     pub(crate) writeback: bool,
     /// The run of `Write` records at the journal's tail for one chunk (`retract.rs`).
     pub(crate) chunk_run: Option<crate::retract::ChunkRun>,
+    /// Pieces of chunks long writes journaled, which a later write may complete (`pieces.rs`).
+    pub(crate) pieces: crate::pieces::Pieces,
     /// The file and the offset the last write ended at: a write starting there is a stream's
     /// next, never a layer written ahead (`layer_ahead.rs`).
     pub(crate) last_write: Option<(Ino, u64)>,
@@ -2331,27 +2334,58 @@ impl Fs {
             }
         };
         let mut pieces: Vec<(u64, u64)> = Vec::new(); // byte ranges journaled as bytes
+        let mut long = false; // whole chunks written ahead
+        let mut floats = Vec::new(); // pieces journaled again after this write's records (`pieces.rs`)
         if !direct || (ahead.chunks.is_empty() && tail.is_none()) {
             self.vol.garbage.extend(ahead.chunks.into_iter().flatten());
             pieces.push((offset, end));
         } else {
             let mut chunks = ahead.chunks;
-            let first = if chunks.is_empty() { last_full } else { first_full };
+            long = !chunks.is_empty();
+            let mut first = if long { first_full } else { last_full };
             assert!(
-                chunks.is_empty() || (ahead.first, chunks.len() as u64) == (first_full, last_full - first_full),
+                !long || (ahead.first, chunks.len() as u64) == (first_full, last_full - first_full),
                 "chunks written ahead for another write"
             );
+            // A piece that fills a chunk with one an earlier long write journaled puts the
+            // chunk in a pack with this write's whole chunks (`pieces.rs`).
+            let complete = |fs: &mut Fs, a: u64, b: u64| match long {
+                true => fs.complete_chunk(ino, a, &data[(a - offset) as usize..(b - offset) as usize]),
+                false => Ok(Completed::No),
+            };
+            let mut done = Vec::new(); // the completed chunks' other pieces' records
             if offset < first * CHUNK {
-                pieces.push((offset, first * CHUNK));
+                match complete(self, offset, first * CHUNK)? {
+                    Completed::Chunk(c, r) => {
+                        chunks.insert(0, c);
+                        first -= 1;
+                        done.extend(r);
+                    }
+                    Completed::No => pieces.push((offset, first * CHUNK)),
+                }
             }
             if last_full * CHUNK < end && tail.is_none() {
-                pieces.push((last_full * CHUNK, end));
+                match complete(self, last_full * CHUNK, end)? {
+                    Completed::Chunk(c, r) => {
+                        chunks.push(c);
+                        done.extend(r);
+                    }
+                    Completed::No => pieces.push((last_full * CHUNK, end)),
+                }
             }
             let how = if tail.is_some() { Put::Tail } else { Put::Ahead };
             chunks.extend(tail.map(Some));
             self.op_put_chunks(ino, first, &chunks, now, how)?;
+            // The records at the journal's end of pieces this write completed or replaced are
+            // taken back, and of other pieces of this file float (journaled again after this
+            // write's): this write's records continue the operation they ended, so recovery
+            // replays all of its writes or none (`pieces.rs`).
+            if long && target.is_some() {
+                let put = first..first + chunks.len() as u64;
+                floats = self.take_back_trailing(ino, put, &done);
+            }
             let unordered = self.writeback;
-            self.log_part(!pieces.is_empty(), || {
+            self.log_part(!pieces.is_empty() || !floats.is_empty(), || {
                 target.clone().map(|ino| Record::PutChunks {
                     ino,
                     first,
@@ -2368,7 +2402,7 @@ impl Fs {
         // gives the same bytes. A piece that extends the file is journaled whole (the zeros
         // it adds past the end are not "changed" but set the size).
         let mut records: Vec<(u64, &[u8])> = Vec::new();
-        for (a, b) in pieces {
+        for &(a, b) in &pieces {
             let bytes = &data[(a - offset) as usize..(b - offset) as usize];
             let size_before = self.node(ino)?.inode.size;
             let runs = self.op_write(ino, a, bytes, now)?;
@@ -2384,9 +2418,14 @@ impl Fs {
             }
         }
         let n = records.len();
+        // Each piece of a long write journaled as one record is noted, with its record's
+        // place, for the write that may complete its chunk (`pieces.rs`).
+        let note = long && n == pieces.len();
         let before = self.journal_len();
+        let mut at = Vec::with_capacity(n);
         for (i, (a, bytes)) in records.into_iter().enumerate() {
-            self.log_part(i + 1 < n, || {
+            let from = self.journal_len();
+            self.log_part(i + 1 < n || !floats.is_empty(), || {
                 target.clone().map(|ino| Record::Write {
                     ino,
                     offset: a,
@@ -2394,6 +2433,16 @@ impl Fs {
                     time: now,
                 })
             })?;
+            at.push(self.record_at(from));
+        }
+        if note {
+            for (&(a, b), r) in pieces.iter().zip(at) {
+                self.note_piece(ino, a, b, r);
+            }
+        }
+        let count = floats.len();
+        for (i, (a, b)) in floats.into_iter().enumerate() {
+            self.journal_piece_again(ino, a, b, i + 1 < count, target.clone(), now)?;
         }
         if !self.replaying {
             self.last_write = Some((ino, end));
@@ -2425,6 +2474,12 @@ impl Fs {
             return Ok(None);
         }
         if offset > 0 && data.len() < TAIL_AHEAD_MIN {
+            return Ok(None);
+        }
+        // A long write off the chunk grid (one of a stream shifted by an odd write-back):
+        // the next write is likely to fill its last chunk, and a piece journaled can then
+        // be taken back (`pieces.rs`), where a tail block would be left as garbage.
+        if offset % CHUNK != 0 && self.keeps_runs() {
             return Ok(None);
         }
         let n = self.node(ino)?;

@@ -120,7 +120,16 @@ pub struct Journal {
     /// While a checkpoint's packs sync without the engine lock: every record appended
     /// since it was folded (payload, `more`), which its commit copies into the next journal.
     pub window: Option<Vec<(Vec<u8>, bool)>>,
+    /// Records appended so far (taking records back does not lower it): each record's
+    /// serial number.
+    appended: u64,
+    /// The last records' ends and serials, newest last (at most `TAIL_KEPT`): which record
+    /// the journal ends with, also after some were taken back (`pieces.rs`).
+    tail: std::collections::VecDeque<(u64, u64)>,
 }
+
+/// Records whose ends and serials a journal keeps (`Journal::tail`).
+const TAIL_KEPT: usize = 64;
 
 /// An fdatasync of the journal that `Journal::prepare_sync` found needed, to be run without
 /// the engine lock held (`JournalSync::run`) and reported back with `Journal::synced`.
@@ -187,6 +196,8 @@ impl Journal {
             id: JOURNAL_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             head_len: 0,
             window: None,
+            appended: 0,
+            tail: Default::default(),
         };
         j.len = j.buf.len() as u64;
         for (payload, more) in head {
@@ -238,7 +249,18 @@ impl Journal {
         if let Some(w) = &mut self.window {
             w.push((payload.to_vec(), more));
         }
+        self.appended += 1;
+        if self.tail.len() == TAIL_KEPT {
+            self.tail.pop_front();
+        }
+        self.tail.push_back((self.len, self.appended));
         Ok(())
+    }
+
+    /// The serial number of the record the journal ends with (records are numbered as they
+    /// are appended; one taken back leaves its number unused), if known.
+    pub fn last_serial(&self) -> Option<u64> {
+        self.tail.back().filter(|(end, _)| *end == self.len).map(|(_, n)| *n)
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -322,6 +344,9 @@ impl Journal {
         assert!(cut <= self.buf.len(), "retracting bytes already written");
         self.buf.truncate(self.buf.len() - cut);
         self.len = len;
+        while self.tail.back().is_some_and(|(end, _)| *end > len) {
+            self.tail.pop_back();
+        }
         true
     }
 

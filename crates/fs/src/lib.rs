@@ -28,6 +28,7 @@ pub mod mirror;
 mod flush;
 mod fs;
 pub mod journal;
+mod pieces;
 pub mod fold_policy;
 pub use fold_policy::set_fold_batch;
 mod layer_ahead;

@@ -1289,6 +1289,43 @@ fn direct_runs(rng: &mut StdRng) -> Vec<Step> {
     s
 }
 
+/// Long writes off the chunk grid (`pieces.rs`): a stream shifted by one odd write, its
+/// WRITEs taken in order (each one's tail piece taken back by the next, which puts the
+/// chunk in a pack), out of order (the later one's head piece journaled, an earlier one's
+/// tail floating over later records), with another file's record, a sync and a
+/// checkpoint's window between some of them.
+fn shifted_stream(rng: &mut StdRng) -> Vec<Step> {
+    const LONG: u64 = 3 * 65536;
+    let shift = 65536 + 24576;
+    let mut s = vec![Step::Create("f".into()), Step::Create("g".into())];
+    s.push(Step::Write("f".into(), 0, bytes(rng, shift as usize)));
+    let at = |k: u64| shift + k * LONG;
+    let mut w = |s: &mut Vec<Step>, k: u64| s.push(Step::Write("f".into(), at(k), bytes(rng, LONG as usize)));
+    w(&mut s, 0);
+    w(&mut s, 1);
+    w(&mut s, 3);
+    w(&mut s, 2);
+    s.push(Step::Write("g".into(), 0, vec![7; 100]));
+    w(&mut s, 4);
+    s.push(Step::Fsync);
+    w(&mut s, 5);
+    s.push(Step::CheckpointBegin);
+    w(&mut s, 6);
+    s.push(Step::CheckpointEnd);
+    w(&mut s, 7);
+    w(&mut s, 8);
+    s.push(Step::Fsync);
+    w(&mut s, 9);
+    w(&mut s, 10);
+    // Pieces floating over later writes' records (`pieces.rs`): 11's tail over 13 and 14,
+    // 13's over 14, until 12 and then 15 bring the rest of their chunks.
+    for k in [11, 13, 14, 12, 15] {
+        w(&mut s, k);
+    }
+    s.push(Step::Fsync);
+    s
+}
+
 /// Cubes and the main store written in turn (each cube a store of its own on the same
 /// host, as `STORE/cubes.d/N`): cube 1 `ordered` (its fsyncs acknowledge it alone), cube 2
 /// `nofsync` (its fsyncs are answered without a sync; only its checkpoints acknowledge it).
@@ -1398,7 +1435,7 @@ fn every_crash_state_recovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let mixes = if full { 24 } else { 3 };
-    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 17] = [
+    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 18] = [
         ("overwrite + fsync", overwrite),
         ("rename over", rename_over),
         ("directory trees", dir_tree),
@@ -1416,6 +1453,7 @@ fn every_crash_state_recovers() {
         ("streams of small writes", streams),
         ("layered chunks", layered),
         ("layers written ahead", layers_ahead),
+        ("shifted long writes", shifted_stream),
     ];
     println!("crash states: seed {seed}, {mixes} random mixes per crash point");
     println!(
