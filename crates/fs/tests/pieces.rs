@@ -47,6 +47,18 @@ fn write_in(fs: &mut Fs, name: &str, data: &[u8], writes: &[(u64, u64)], order: 
     journaled
 }
 
+/// A crash (`fs` dropped: the journal is replayed at the next open), then file `f` must
+/// read `want`; closed, the store must check clean.
+fn crash_and_compare(fs: Fs, dir: &std::path::Path, want: &[u8]) {
+    drop(fs);
+    let mut fs = open(dir);
+    let root = fs.root();
+    let f = lookup(&mut fs, root, "f").unwrap();
+    assert!(read_all(&mut fs, f) == want, "the file differs after the crash");
+    fs.close().unwrap();
+    committed(dir);
+}
+
 /// In order (each WRITE taken after the one before it), no piece stays journaled: the
 /// journal gets records of blocks only. Before, each chunk's two pieces went to it (the
 /// next write's head piece, 24 KiB here, and this one's tail, 40 KiB): 960 KiB for 16 MiB.
@@ -59,14 +71,7 @@ fn a_shifted_stream_in_order_journals_no_pieces() {
     let journaled = write_in(&mut fs, "f", &data, &writes, &order);
     // The first write's tail piece stays (nothing precedes it to complete), and the records.
     assert!(journaled < 64 << 10, "{journaled} journal bytes for 16 MiB written in order");
-    drop(fs); // a crash: the journal is replayed at the next open
-    let mut fs = open(&dir);
-    let root = fs.root();
-    let f = lookup(&mut fs, root, "f").unwrap();
-    assert!(read_all(&mut fs, f) == data, "the file differs after the crash");
-    fs.checkpoint().unwrap();
-    fs.close().unwrap();
-    committed(&dir);
+    crash_and_compare(fs, &dir, &data);
 }
 
 /// Each pair taken the other way round (the later WRITE first), as the daemon's threads
@@ -88,13 +93,7 @@ fn a_shifted_stream_out_of_order_journals_one_piece_a_chunk() {
     let journaled = write_in(&mut fs, "f", &data, &writes, &order);
     let (pairs, head) = (writes.len() as u64 / 2, (64 << 10) - SHIFT % (64 << 10));
     assert!(journaled < pairs * head + (64 << 10), "{journaled} journal bytes for 16 MiB, pairs reversed");
-    drop(fs);
-    let mut fs = open(&dir);
-    let root = fs.root();
-    let f = lookup(&mut fs, root, "f").unwrap();
-    assert!(read_all(&mut fs, f) == data, "the file differs after the crash");
-    fs.close().unwrap();
-    committed(&dir);
+    crash_and_compare(fs, &dir, &data);
 }
 
 /// Something between two WRITEs (another file's record, a sync) ends the take-back; the
@@ -132,11 +131,5 @@ fn pieces_completed_across_other_records_and_syncs() {
     }
     assert!(read_all(&mut fs, f) == want, "the file differs before the crash");
     fs.fsync().unwrap();
-    drop(fs);
-    let mut fs = open(&dir);
-    let root = fs.root();
-    let f = lookup(&mut fs, root, "f").unwrap();
-    assert!(read_all(&mut fs, f) == want, "the file differs after the crash");
-    fs.close().unwrap();
-    committed(&dir);
+    crash_and_compare(fs, &dir, &want);
 }
