@@ -67,7 +67,7 @@ fn mark_packs(client: &Client, trees: &HashSet<Hash>, done: &mut HashSet<Hash>, 
     Ok(())
 }
 
-/// Collects `client`'s remote: objects unneeded and older than `grace_s` seconds are removed
+/// Collects `client`'s remote: objects unneeded and at least `grace_s` seconds old are removed
 /// (listed only, `dry`). `now` is the time in seconds since the epoch.
 pub fn gc(client: &Client, grace_s: u64, now: i64, dry: bool, progress: &mut dyn FnMut(&GcReport)) -> Result<GcReport, String> {
     let mut rep = GcReport::default();
@@ -87,7 +87,7 @@ pub fn gc(client: &Client, grace_s: u64, now: i64, dry: bool, progress: &mut dyn
     rep.manifests = mark_trees(client, &mut seen, &mut trees)?;
     mark_packs(client, &trees, &mut done, &mut packs)?;
     let objects = client.list("trees/").map_err(failed)?.into_iter().chain(client.list("packs/").map_err(failed)?);
-    let old = |modified: i64| now - modified > grace_s as i64;
+    let old = |modified: i64| past_grace(now, modified, grace_s);
     let mut doomed = Vec::new();
     for o in objects {
         let (name, kind) = match (o.key.strip_prefix("trees/"), o.key.strip_prefix("packs/")) {
@@ -139,4 +139,28 @@ pub fn gc(client: &Client, grace_s: u64, now: i64, dry: bool, progress: &mut dyn
     progress(&rep);
     drop(lock);
     Ok(rep)
+}
+
+/// Whether an object modified at `modified` is past a grace period of `grace_s` seconds at
+/// `now` (both whole seconds, as S3 lists them): as old as the period or older. With
+/// `--grace 0` that is whatever no version names, also an object written this very second
+/// (an age of 0: a strict "older than" kept it, and a gc right after a cut push removed
+/// nothing, as CI once found).
+fn past_grace(now: i64, modified: i64, grace_s: u64) -> bool {
+    now.saturating_sub(modified) >= grace_s.min(i64::MAX as u64) as i64
+}
+
+#[cfg(test)]
+mod grace_tests {
+    use super::past_grace;
+
+    #[test]
+    fn an_object_is_past_the_grace_once_as_old_as_it() {
+        assert!(past_grace(100, 100, 0), "--grace 0 takes what was written this second");
+        assert!(!past_grace(100, 101, 0), "a clock ahead of ours: not old yet");
+        assert!(!past_grace(100, 50, 86_400));
+        assert!(past_grace(86_500, 100, 86_400));
+        assert!(!past_grace(86_499, 100, 86_400));
+        assert!(!past_grace(0, 0, u64::MAX));
+    }
 }
