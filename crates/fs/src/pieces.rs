@@ -61,15 +61,14 @@ struct Piece {
 pub(crate) struct RecordAt {
     journal: u64,
     from: u64,
-    upto: u64,
-    /// Its serial number (`Journal::last_serial`).
+    /// Its serial number (`Journal::last_serial`), which says where it ends too.
     serial: u64,
 }
 
 impl RecordAt {
     /// Whether it is `j`'s last record and can still be taken back.
     fn is_last_in(&self, j: &crate::journal::Journal) -> bool {
-        j.id() == self.journal && j.len == self.upto && j.last_serial() == Some(self.serial) && j.can_retract_to(self.from)
+        j.id() == self.journal && j.last_serial() == Some(self.serial) && j.can_retract_to(self.from)
     }
 }
 
@@ -203,7 +202,7 @@ impl Fs {
     pub(crate) fn record_at(&self, from: u64) -> Option<RecordAt> {
         let j = self.vol.journal.as_ref()?;
         let serial = j.last_serial()?;
-        (j.len > from).then_some(RecordAt { journal: j.id(), from, upto: j.len, serial })
+        (j.len > from).then_some(RecordAt { journal: j.id(), from, serial })
     }
 
     /// Takes back the record at `r` if it is still the journal's last and in its buffer;
@@ -216,8 +215,9 @@ impl Fs {
         if !r.is_last_in(j) {
             return false;
         }
+        let taken = j.len - r.from;
         assert!(j.retract_to(r.from), "a record checked retractable could not be taken back");
-        self.io.journal = self.io.journal.saturating_sub(r.upto - r.from);
+        self.io.journal = self.io.journal.saturating_sub(taken);
         true
     }
 }
