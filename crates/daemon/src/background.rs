@@ -86,13 +86,15 @@ impl Background {
                 // writer would otherwise leave a round's checkpoint several times that many
                 // to fold while every request waits.
                 for _ in 0..FOLD_CHECKS {
-                    std::thread::sleep(opts.period / FOLD_CHECKS);
+                    // Woken early when a request leaves it a commit (`Fs::take_handoff`).
+                    std::thread::park_timeout(opts.period / FOLD_CHECKS);
                     guarded(&mut || engine.checkpoint_if(scion_fs::Fs::fold_due));
                 }
                 guarded(&mut || tick(&engine, &opts, &invalidate, first));
                 first = false;
             }
         });
+        kept.lock().set_background_thread(Some(thread.thread().clone()));
         Background {
             stop,
             thread: Some(thread),
@@ -103,7 +105,9 @@ impl Background {
     /// Ends the worker after its current round.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.engine.lock().set_background_thread(None);
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
         self.engine.mirror_jobs().stop();

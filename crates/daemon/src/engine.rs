@@ -243,6 +243,11 @@ impl Engine {
     /// A checkpoint overlapped with requests (`Fs::checkpoint_begin`, `commit`) if `due`
     /// says one is wanted. Failures are the volume's (logged, and refused from then on).
     pub fn checkpoint_if(&self, due: fn(&Fs) -> bool) {
+        // A commit a request began, finding the background behind: finished here first.
+        let handed = self.lock().take_handoff();
+        if let Some(sync) = handed {
+            self.commit(sync);
+        }
         let sync = {
             let mut fs = self.lock();
             if fs.read_only || !due(&fs) {

@@ -335,6 +335,8 @@ impl Fs {
             kernel_inval: Vec::new(),
             view: None,
             committing: None,
+            handoff: None,
+            background: None,
             lock_stats: Default::default(),
         }
     }
@@ -1590,6 +1592,16 @@ pub struct PackSync {
 impl PackSync {
     pub fn run(&self) -> Result<()> {
         self.store.sync()
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+impl InFlight {
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
     }
 }
 

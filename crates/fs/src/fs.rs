@@ -507,6 +507,11 @@ pub struct Fs {
     /// the engine lock (`checkpoint_begin`); committed by `checkpoint_end`, or by the next
     /// checkpoint first.
     pub(crate) committing: Option<crate::checkpoint::InFlight>,
+    /// The commit in flight when a request began it, for the background to finish
+    /// (`take_handoff`).
+    pub(crate) handoff: Option<crate::PackSync>,
+    /// The daemon's background thread, unparked when a commit is handed to it.
+    pub(crate) background: Option<std::thread::Thread>,
     /// How long the engine lock was held and waited for (`lock_stats.rs`).
     pub(crate) lock_stats: crate::lock_stats::LockStats,
 }
@@ -1051,11 +1056,47 @@ impl Fs {
         if self.dirty_bytes + self.flushed_bytes > DIRTY_LIMIT
             || jl > JOURNAL_LIMIT
             || self.pending_chunks > PENDING_CHUNK_LIMIT
-            || crate::fold_policy::early_batch().is_some_and(|n| self.unfolded() > 4 * n)
         {
-            self.checkpoint().map_err(eio)?;
+            // Bounds on memory and the journal: the checkpoint is taken here, whole.
+            return self.checkpoint().map_err(eio);
+        }
+        if crate::fold_policy::early_batch().is_some_and(|n| self.unfolded() > 4 * n) {
+            self.fold_for_the_background().map_err(eio)?;
         }
         Ok(())
+    }
+
+    /// The background fell behind on small folds (`fold_policy`): this request folds and
+    /// writes them (`checkpoint_begin`) and hands the pack sync and the commit to the
+    /// background (`take_handoff`), so that every request waits for the fold only, not for
+    /// the disk. Taking the whole checkpoint here once held the lock 100 ms
+    /// (`bench/latency`). Nothing while a commit is in flight: the background is then syncing
+    /// one, and folds again as soon as it is committed.
+    fn fold_for_the_background(&mut self) -> Result<()> {
+        if self.committing.is_some() || self.vol.failed.is_some() {
+            return Ok(());
+        }
+        if let Some(sync) = self.checkpoint_begin()? {
+            self.handoff = Some(sync);
+            if let Some(t) = &self.background {
+                t.unpark();
+            }
+        }
+        Ok(())
+    }
+
+    /// A commit a request began and left to the background (`fold_for_the_background`): its
+    /// packs to sync without the engine lock, then `checkpoint_end`. None if there is none,
+    /// or if another checkpoint committed it meanwhile.
+    pub fn take_handoff(&mut self) -> Option<crate::PackSync> {
+        let sync = self.handoff.take()?;
+        (self.committing.as_ref().map(|f| f.generation()) == Some(sync.generation())).then_some(sync)
+    }
+
+    /// The thread that runs the background's checkpoints, woken when a request leaves it a
+    /// commit (`take_handoff`).
+    pub fn set_background_thread(&mut self, thread: Option<std::thread::Thread>) {
+        self.background = thread;
     }
 
     // ----- lookups and attributes ----------------------------------------------------------
