@@ -1,0 +1,69 @@
+//! What a checkpoint's fold costs per changed inode, through the engine (no mount): files of
+//! `SIZE` bytes created in one directory, a checkpoint after every `BATCH` of them, as the
+//! background folds a writer's small files (issue 38). Prints each fold's time and the
+//! median per inode; run under `perf record` to see where it goes.
+//!
+//!     cargo run --release --example fold_cost -- STORE FILES [BATCH] [SIZE]
+//!
+//! STORE is made by `scion init` first.
+
+use scion_fs::{Fs, Kind, MountOptions};
+use std::path::Path;
+use std::time::Instant;
+
+/// Prints the engine's checkpoint log lines (their fold, write and commit times).
+struct Log;
+impl log::Log for Log {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.target().starts_with("scion_fs::checkpoint")
+    }
+    fn log(&self, r: &log::Record) {
+        if self.enabled(r.metadata()) && std::env::var_os("FOLD_LOG").is_some() {
+            eprintln!("{}", r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn main() {
+    log::set_logger(&Log).expect("logger");
+    log::set_max_level(log::LevelFilter::Debug);
+    let args: Vec<String> = std::env::args().collect();
+    let num = |i: usize, d: u64| args.get(i).map_or(d, |s| s.parse().expect("a number"));
+    if args.len() < 3 {
+        eprintln!("usage: fold_cost STORE FILES [BATCH] [SIZE]");
+        std::process::exit(2);
+    }
+    let (files, batch, size) = (num(2, 0), num(3, 1024), num(4, 1500));
+    let mut fs = Fs::open(Path::new(&args[1]), MountOptions::new("fold_cost")).expect("open");
+    // As the daemon: freed blocks are punched by a thread of their own, not in the fold.
+    fs.set_punch_later(true);
+    let root = fs.root();
+    let dir = fs.mknod(root, b"w", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).expect("mkdir").ino;
+    let mut times = Vec::new();
+    for i in 0..files {
+        let name = format!("file-{:08x}", (i as u32).wrapping_mul(2654435761));
+        let f = fs.mknod(dir, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[]).expect("mknod").ino;
+        let mut data = vec![b'x'; size as usize];
+        data[..20].copy_from_slice(format!("{i:>20}").as_bytes());
+        fs.write(f, 0, &data).expect("write");
+        fs.forget(f, 1);
+        if (i + 1) % batch == 0 {
+            let t = Instant::now();
+            fs.checkpoint().expect("checkpoint");
+            times.push(t.elapsed());
+        }
+    }
+    let n = times.len();
+    times.sort();
+    if n > 0 {
+        let med = times[n / 2];
+        println!(
+            "{n} folds of {batch}: median {:.1} ms ({:.1} us per inode), max {:.1} ms",
+            med.as_secs_f64() * 1e3,
+            med.as_secs_f64() * 1e6 / batch as f64,
+            times[n - 1].as_secs_f64() * 1e3
+        );
+    }
+    fs.close().expect("close");
+}
