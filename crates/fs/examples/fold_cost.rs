@@ -3,9 +3,12 @@
 //! background folds a writer's small files (issue 38). Prints each fold's time and the
 //! median per inode; run under `perf record` to see where it goes.
 //!
-//!     cargo run --release --example fold_cost -- STORE FILES [BATCH] [SIZE]
+//!     cargo run --release --example fold_cost -- STORE FILES [BATCH] [SIZE] [ORDER]
 //!
-//! STORE is made by `scion init` first.
+//! STORE is made by `scion init` first. ORDER is `random` (the default: names scattered
+//! over the directory, so each fold rewrites most of its leaves) or `seq` (names in order,
+//! as an untar's, so each fold rewrites the directory's last leaves). `FOLD_LOG=1` prints
+//! each checkpoint's own log line (fold, write, pack sync and commit times).
 
 use scion_fs::{Fs, Kind, MountOptions};
 use std::path::Path;
@@ -35,6 +38,12 @@ fn main() {
         std::process::exit(2);
     }
     let (files, batch, size) = (num(2, 0), num(3, 1024), num(4, 1500));
+    let random = args.get(5).is_none_or(|o| o != "seq");
+    let packs = || -> u64 {
+        let dir = Path::new(&args[1]).join("packs");
+        std::fs::read_dir(dir).expect("packs").map(|e| e.unwrap().metadata().unwrap().len()).sum()
+    };
+    let packs_before = packs();
     let mut fs = Fs::open(Path::new(&args[1]), MountOptions::new("fold_cost")).expect("open");
     // As the daemon: freed blocks are punched by a thread of their own, not in the fold.
     fs.set_punch_later(true);
@@ -42,7 +51,7 @@ fn main() {
     let dir = fs.mknod(root, b"w", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).expect("mkdir").ino;
     let mut times = Vec::new();
     for i in 0..files {
-        let name = format!("file-{:08x}", (i as u32).wrapping_mul(2654435761));
+        let name = if random { format!("file-{:08x}", (i as u32).wrapping_mul(2654435761)) } else { format!("file-{i:08}") };
         let f = fs.mknod(dir, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[]).expect("mknod").ino;
         let mut data = vec![b'x'; size as usize];
         data[..20].copy_from_slice(format!("{i:>20}").as_bytes());
@@ -63,6 +72,13 @@ fn main() {
             med.as_secs_f64() * 1e3,
             med.as_secs_f64() * 1e6 / batch as f64,
             times[n - 1].as_secs_f64() * 1e3
+        );
+        // Freed blocks are never punched here, so the packs' length is all that was written.
+        let written = packs() - packs_before;
+        println!(
+            "{:.1} MB written to the packs, {:.1} KB per file of {size} bytes",
+            written as f64 / 1e6,
+            written as f64 / 1e3 / files as f64
         );
     }
     fs.close().expect("close");
