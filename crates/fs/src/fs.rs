@@ -34,6 +34,9 @@ const DIRTY_LIMIT: u64 = 256 << 20;
 const PENDING_CHUNK_LIMIT: u64 = 65536;
 /// ... or when the journal grows past this.
 const JOURNAL_LIMIT: u64 = 1 << 30;
+/// While folds are kept small (`fold_policy`), batches of inodes waiting past which a request
+/// takes the whole checkpoint itself rather than wait for the background's commit in flight.
+const BEHIND_MAX: usize = 16;
 /// Uncommitted whole chunks in a copy_file_range source worth a checkpoint so that the copy
 /// shares their blocks (4 MiB: a checkpoint costs a few milliseconds, about what copying
 /// that many bytes does).
@@ -1060,7 +1063,14 @@ impl Fs {
             // Bounds on memory and the journal: the checkpoint is taken here, whole.
             return self.checkpoint().map_err(eio);
         }
-        if crate::fold_policy::early_batch().is_some_and(|n| self.unfolded() > 4 * n) {
+        let Some(batch) = crate::fold_policy::early_batch() else { return Ok(()) };
+        let waiting = self.unfolded();
+        if waiting > BEHIND_MAX * batch || (waiting > 4 * batch && self.background.is_none()) {
+            // Far behind (its commit's pack sync stuck on a busy disk), or no background to
+            // leave a commit to (the engine used as a library): the whole checkpoint here.
+            return self.checkpoint().map_err(eio);
+        }
+        if waiting > 4 * batch {
             self.fold_for_the_background().map_err(eio)?;
         }
         Ok(())
@@ -1071,7 +1081,7 @@ impl Fs {
     /// background (`take_handoff`), so that every request waits for the fold only, not for
     /// the disk. Taking the whole checkpoint here once held the lock 100 ms
     /// (`bench/latency`). Nothing while a commit is in flight: the background is then syncing
-    /// one, and folds again as soon as it is committed.
+    /// one, and folds again as soon as it is committed (up to `BEHIND_MAX` batches).
     fn fold_for_the_background(&mut self) -> Result<()> {
         if self.committing.is_some() || self.vol.failed.is_some() {
             return Ok(());

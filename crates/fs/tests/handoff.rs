@@ -35,6 +35,8 @@ fn a_request_folds_and_hands_the_commit_to_the_background() {
     scion_fs::set_fold_batch(BATCH);
     for crash_before_commit in [false, true] {
         let (_tmp, store, mut fs) = new_store();
+        // This thread stands for the daemon's background, which takes what is handed over.
+        fs.set_background_thread(Some(std::thread::current()));
         let root = fs.root();
         let made = make_until_handed_off(&mut fs, root);
         let sync = fs.take_handoff().expect("a request folded and left the commit");
@@ -67,6 +69,8 @@ fn a_checkpoint_commits_a_handed_over_one_first() {
     scion_fs::set_fold_batch(BATCH);
     for taken_first in [true, false] {
         let (_tmp, store, mut fs) = new_store();
+        // This thread stands for the daemon's background, which takes what is handed over.
+        fs.set_background_thread(Some(std::thread::current()));
         let root = fs.root();
         let made = make_until_handed_off(&mut fs, root);
         let sync = if taken_first { Some(fs.take_handoff().expect("handed over")) } else { None };
@@ -81,4 +85,25 @@ fn a_checkpoint_commits_a_handed_over_one_first() {
         committed(&store);
         check_files(&store, 0..made);
     }
+}
+
+/// Far behind (`BEHIND_MAX`, 16 batches, waiting while the commit handed over is still not
+/// done, as when its pack sync is stuck on a busy disk), a request takes the whole
+/// checkpoint: the one in flight committed first, then everything made so far, durable
+/// without an fsync.
+#[test]
+fn far_behind_a_request_takes_the_whole_checkpoint() {
+    scion_fs::set_fold_batch(BATCH);
+    let (_tmp, store, mut fs) = new_store();
+    fs.set_background_thread(Some(std::thread::current()));
+    let root = fs.root();
+    let made = make_until_handed_off(&mut fs, root);
+    let more = 16 * BATCH;
+    for n in made..made + more {
+        mkfile(&mut fs, root, &format!("f{n}"), format!("file {n}").as_bytes());
+    }
+    assert!(fs.take_handoff().is_none(), "committed by a request's checkpoint");
+    drop(fs); // a crash, with no fsync
+    committed(&store);
+    check_files(&store, 0..made + more - 1);
 }
