@@ -1086,7 +1086,9 @@ impl Fs {
         if self.committing.is_some() || self.vol.failed.is_some() {
             return Ok(());
         }
+        let waiting = self.unfolded();
         if let Some(sync) = self.checkpoint_begin()? {
+            log::debug!(target: "scion_fs::checkpoint", "a request folded {waiting} inodes for the background, which fell behind");
             self.handoff = Some(sync);
             if let Some(t) = &self.background {
                 t.unpark();
