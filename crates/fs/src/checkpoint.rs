@@ -337,6 +337,8 @@ impl Fs {
             committing: None,
             handoff: None,
             background: None,
+            fold_cost: Default::default(),
+            background_woken: false,
             lock_stats: Default::default(),
         }
     }
@@ -912,6 +914,7 @@ impl Fs {
         let flushed_bytes = std::mem::take(&mut self.flushed_bytes);
         // What the pieces noted lay in is folded into blocks now.
         self.pieces.clear();
+        self.background_woken = false;
         // Orphans closed since the last checkpoint drop their content now.
         for p in std::mem::take(&mut self.orphan_releases) {
             self.vol.forest.release(&p)?;
@@ -944,6 +947,7 @@ impl Fs {
         self.vol.fresh_sums.clear();
         self.last_checkpoint = Instant::now();
         let t_files_trees = (t_files, t0.elapsed() - t_files);
+        self.fold_cost.note(n_dirty, t0.elapsed());
         let mut f = self.commit_head(carry, dirty, t0)?;
         f.log = format!(
             "{} MiB of buffered data ({} MiB more written behind), {} inodes changed; files {:?}, trees {:?}",

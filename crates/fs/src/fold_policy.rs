@@ -12,7 +12,8 @@
 //! last `RECENT` (fsync, fdatasync, an NFS COMMIT: it is waiting on the disk), or requests
 //! came from more than one caller in it (the FUSE adapter notes each request's caller,
 //! `note_caller`; requests the kernel makes on its own, such as write-back, are not noted). A
-//! mount with `fold_batch=N` folds early always; `fold_batch=0` never.
+//! mount with `fold_batch=N` folds early always; `fold_batch=0` never. Either way a volume
+//! whose folds cost more per inode than most folds fewer at a time (`FoldCost`).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -93,6 +94,52 @@ pub(crate) fn early_batch() -> Option<usize> {
     (n > 0 && wanted).then_some(n)
 }
 
+/// About how long an early fold may hold the engine lock: a volume whose folds cost more per
+/// inode folds fewer at a time (`FoldCost`).
+const FOLD_TARGET_NS: u64 = 20_000_000;
+/// The fewest inodes an early fold waits for, however costly: below it each fold's fixed
+/// costs (the namespace table, the checkpoint record, the commit's syncs) would dominate.
+const MIN_BATCH: usize = 128;
+/// Folds of fewer inodes are not timed: their fixed costs would count as the inodes'.
+const MIN_SAMPLE: usize = 64;
+
+/// What a volume's folds cost per inode, so that its early folds stay near `FOLD_TARGET_NS`.
+/// Most folds cost 5-20 µs an inode here; one whose new files have names scattered over a
+/// large directory costs about 45 µs, as each of them rewrites a leaf of its own (16 KiB,
+/// its records holding small files' bytes): 1,024 of them held every request up ~47 ms
+/// (`examples/fold_cost`), 400 hold it ~20 ms.
+#[derive(Debug, Default)]
+pub(crate) struct FoldCost {
+    /// An average over the last folds, weighting the latest half (0: none timed yet).
+    ns_per_inode: u64,
+}
+
+impl FoldCost {
+    /// A fold of `inodes` took `took`.
+    pub(crate) fn note(&mut self, inodes: usize, took: std::time::Duration) {
+        if inodes < MIN_SAMPLE {
+            return;
+        }
+        let sample = (took.as_nanos() / inodes as u128).min(u64::MAX as u128) as u64;
+        self.ns_per_inode = if self.ns_per_inode == 0 { sample } else { (self.ns_per_inode + sample) / 2 };
+    }
+
+    /// `early_batch`, fitted to this volume's cost.
+    pub(crate) fn batch(&self) -> Option<usize> {
+        early_batch().map(|n| fit(n, self.ns_per_inode))
+    }
+}
+
+/// The batch of at most `n` inodes whose fold takes about `FOLD_TARGET_NS` at `ns_per_inode`,
+/// and at least `MIN_BATCH` (or `n`, if smaller).
+fn fit(n: usize, ns_per_inode: u64) -> usize {
+    if ns_per_inode == 0 {
+        return n;
+    }
+    let fits = (FOLD_TARGET_NS / ns_per_inode).min(usize::MAX as u64) as usize;
+    fits.clamp(MIN_BATCH.min(n), n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +160,22 @@ mod tests {
         assert!(!a.busy(5000 + RECENT_MS), "a sync long ago");
         a.caller(8, 9000);
         assert!(!a.busy(9001), "the same caller again");
+    }
+
+    /// Costly folds come in smaller batches, never below `MIN_BATCH` nor above the batch set.
+    #[test]
+    fn batches_fit_the_fold_cost() {
+        assert_eq!(fit(1024, 0), 1024, "nothing timed yet");
+        assert_eq!(fit(1024, 6_000), 1024, "cheap folds: the batch set");
+        assert_eq!(fit(1024, 40_000), 500);
+        assert_eq!(fit(1024, 10_000_000), MIN_BATCH);
+        assert_eq!(fit(16, 10_000_000), 16, "a batch set below MIN_BATCH stays");
+        let mut c = FoldCost::default();
+        c.note(10, std::time::Duration::from_secs(1));
+        assert_eq!(c.ns_per_inode, 0, "too small a fold to time");
+        c.note(1000, std::time::Duration::from_millis(40));
+        assert_eq!(c.ns_per_inode, 40_000);
+        c.note(1000, std::time::Duration::from_millis(10));
+        assert_eq!(c.ns_per_inode, 25_000, "the latest fold weighs half");
     }
 }

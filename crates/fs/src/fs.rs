@@ -515,6 +515,10 @@ pub struct Fs {
     pub(crate) handoff: Option<crate::PackSync>,
     /// The daemon's background thread, unparked when a commit is handed to it.
     pub(crate) background: Option<std::thread::Thread>,
+    /// What this volume's folds cost per inode: early folds come in batches that fit.
+    pub(crate) fold_cost: crate::fold_policy::FoldCost,
+    /// The background was woken for the batch waiting (`maybe_checkpoint`); cleared by a fold.
+    pub(crate) background_woken: bool,
     /// How long the engine lock was held and waited for (`lock_stats.rs`).
     pub(crate) lock_stats: crate::lock_stats::LockStats,
 }
@@ -1063,8 +1067,16 @@ impl Fs {
             // Bounds on memory and the journal: the checkpoint is taken here, whole.
             return self.checkpoint().map_err(eio);
         }
-        let Some(batch) = crate::fold_policy::early_batch() else { return Ok(()) };
+        let Some(batch) = self.fold_cost.batch() else { return Ok(()) };
         let waiting = self.unfolded();
+        if waiting >= batch && !self.background_woken {
+            // The background looks five times a round; woken, it folds this batch now, not
+            // the larger one it would find (or right after the commit it may be finishing).
+            if let Some(t) = &self.background {
+                t.unpark();
+                self.background_woken = true;
+            }
+        }
         if waiting > BEHIND_MAX * batch || (waiting > 4 * batch && self.background.is_none()) {
             // Far behind (its commit's pack sync stuck on a busy disk), or no background to
             // leave a commit to (the engine used as a library): the whole checkpoint here.
@@ -3453,7 +3465,7 @@ impl Fs {
     /// the lock with its pack sync: beside a bulk writer that held every request up 80-100 ms
     /// each 4 GiB. Folded by the background, a fold of 1 GiB of them held it 21-30 ms.
     pub fn fold_due(&self) -> bool {
-        let inodes = crate::fold_policy::early_batch().is_some_and(|n| self.unfolded() >= n);
+        let inodes = self.fold_cost.batch().is_some_and(|n| self.unfolded() >= n);
         (inodes || self.pending_chunks >= PENDING_CHUNK_LIMIT / 4) && self.vol.failed.is_none()
     }
 
