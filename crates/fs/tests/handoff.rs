@@ -9,6 +9,13 @@ use scion_fs::Fs;
 
 const BATCH: usize = 16;
 
+/// A new store whose background is this thread: it takes what a request hands over.
+fn store_with_background() -> (tempfile::TempDir, std::path::PathBuf, Fs) {
+    let (tmp, store, mut fs) = new_store();
+    fs.set_background_thread(Some(std::thread::current()));
+    (tmp, store, fs)
+}
+
 /// Makes files until more than four batches of inodes wait (the files and their
 /// directory), so that the last request folded them for the background; returns how many.
 fn make_until_handed_off(fs: &mut Fs, dir: u64) -> usize {
@@ -34,9 +41,7 @@ fn check_files(store: &std::path::Path, names: std::ops::Range<usize>) {
 fn a_request_folds_and_hands_the_commit_to_the_background() {
     scion_fs::set_fold_batch(BATCH);
     for crash_before_commit in [false, true] {
-        let (_tmp, store, mut fs) = new_store();
-        // This thread stands for the daemon's background, which takes what is handed over.
-        fs.set_background_thread(Some(std::thread::current()));
+        let (_tmp, store, mut fs) = store_with_background();
         let root = fs.root();
         let made = make_until_handed_off(&mut fs, root);
         let sync = fs.take_handoff().expect("a request folded and left the commit");
@@ -47,9 +52,7 @@ fn a_request_folds_and_hands_the_commit_to_the_background() {
         }
         assert!(fs.take_handoff().is_none(), "no second fold while a commit is in flight");
         // An fsync meanwhile: everything above is durable, committed or not.
-        let t = fs.sync_begin(false).unwrap();
-        let r = t.run();
-        fs.sync_end(t, r).unwrap();
+        fsync(&mut fs);
         if !crash_before_commit {
             let r = sync.run();
             fs.checkpoint_end(sync, r).unwrap();
@@ -68,9 +71,7 @@ fn a_request_folds_and_hands_the_commit_to_the_background() {
 fn a_checkpoint_commits_a_handed_over_one_first() {
     scion_fs::set_fold_batch(BATCH);
     for taken_first in [true, false] {
-        let (_tmp, store, mut fs) = new_store();
-        // This thread stands for the daemon's background, which takes what is handed over.
-        fs.set_background_thread(Some(std::thread::current()));
+        let (_tmp, store, mut fs) = store_with_background();
         let root = fs.root();
         let made = make_until_handed_off(&mut fs, root);
         let sync = if taken_first { Some(fs.take_handoff().expect("handed over")) } else { None };
@@ -94,8 +95,7 @@ fn a_checkpoint_commits_a_handed_over_one_first() {
 #[test]
 fn far_behind_a_request_takes_the_whole_checkpoint() {
     scion_fs::set_fold_batch(BATCH);
-    let (_tmp, store, mut fs) = new_store();
-    fs.set_background_thread(Some(std::thread::current()));
+    let (_tmp, store, mut fs) = store_with_background();
     let root = fs.root();
     let made = make_until_handed_off(&mut fs, root);
     let more = 16 * BATCH;

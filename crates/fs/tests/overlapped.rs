@@ -26,9 +26,7 @@ fn requests_between_fold_and_commit_are_kept() {
         fs.write(a, 100, b"in the window").unwrap();
         mkfile(&mut fs, root, "b", &bytes(70_000, 2));
         fs.rename(root, b"b", root, b"c", 0).unwrap();
-        let t = fs.sync_begin(false).unwrap();
-        let r = t.run();
-        fs.sync_end(t, r).unwrap();
+        fsync(&mut fs);
         assert!(fs.checkpoint_begin().unwrap().is_none(), "one commit in flight at most");
         if !crash_before_commit {
             let r = sync.run();

@@ -30,6 +30,14 @@ pub fn read_all(fs: &mut Fs, ino: Ino) -> Vec<u8> {
     fs.read(ino, 0, size as u32).unwrap()
 }
 
+/// An fsync of everything acknowledged so far, as the daemon runs one (`sync_begin`, the
+/// disk flushed without the engine lock, `sync_end`).
+pub fn fsync(fs: &mut Fs) {
+    let t = fs.sync_begin(false).unwrap();
+    let r = t.run();
+    fs.sync_end(t, r).unwrap();
+}
+
 /// A new file `name` in `dir` holding `data`.
 pub fn mkfile(fs: &mut Fs, dir: Ino, name: &str, data: &[u8]) -> Ino {
     let f = fs
