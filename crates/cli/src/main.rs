@@ -116,8 +116,8 @@ enum Cmd {
         /// each volume's cache of metadata may take: bytes or K, M, G; default 64M;
         /// `scion status` shows its use), hash_memo=N (tree hashes each volume keeps for
         /// diff, send and receive; default 1048576), fold_batch=N (a checkpoint as soon as
-        /// N changed inodes wait, keeping each one's pause short; 0: only every 30 s or
-        /// 256 MiB; default 1024), remote_cache=SIZE (the local cache of blocks of trees
+        /// N changed inodes wait, or fewer where folds cost more, keeping each one's pause
+        /// short; 0: only every 30 s or 256 MiB; default 1024), remote_cache=SIZE (the local cache of blocks of trees
         /// pulled from remotes: bytes or K, M, G; default 1G), dirty_max=SIZE (written
         /// data the kernel may cache for the mount before writers wait for its write-back,
         /// set when mounted as root; default 256M; 0: the kernel's own limits), nfs=ADDR:PORT (serve NFSv3 from the daemon too, as `scion
