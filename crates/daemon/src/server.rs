@@ -811,7 +811,9 @@ fn run(
                 // They fold their source under the lock; most of it is folded before.
                 engine.prefold();
             }
-            let (reply, inval) = execute(&mut engine.lock(), op, None)?;
+            let (done, owed) = engine.lock().with_sync_owed(|fs| execute(fs, op, None));
+            sync_owed(engine, owed)?;
+            let (reply, inval) = done?;
             // Outside the engine lock: the kernel may call back into the daemon.
             invalidate(&inval);
             // Space a command freed (a destroy, or a checkpoint) is back on the host when it
@@ -820,6 +822,16 @@ fn run(
             Ok(reply)
         }
     }
+}
+
+/// The fsync a command left owed (`Fs::with_sync_owed`: a clone's or a snapshot's record),
+/// made without the engine lock before the command is answered, so that requests go on
+/// while the disk flushes what was written before it.
+fn sync_owed(engine: &Engine, owed: bool) -> Result<(), Failure> {
+    if owed {
+        engine.fsync().map_err(Failure::from_fs("sync of the command's record".into()))?;
+    }
+    Ok(())
 }
 
 /// The read-only commands that walk a view of the committed state (`Engine::view`) rather
@@ -990,16 +1002,20 @@ fn run_for_user(
     if matches!(op, Op::Clone { .. } | Op::Snapshot { .. }) {
         engine.prefold();
     }
-    let (reply, inval) = {
+    let (done, owed) = {
         let mut fs = engine.lock();
         rights::authorize(&mut fs, who, op)?;
-        let (reply, inval) = execute(&mut fs, op, Some(who))?;
-        let reply = match reply {
-            Reply::Schedules(rows) => Reply::Schedules(rights::own_schedules(&mut fs, who, rows)),
-            r => r,
-        };
-        (reply, inval)
+        fs.with_sync_owed(|fs| {
+            let (reply, inval) = execute(fs, op, Some(who))?;
+            let reply = match reply {
+                Reply::Schedules(rows) => Reply::Schedules(rights::own_schedules(fs, who, rows)),
+                r => r,
+            };
+            Ok::<_, Failure>((reply, inval))
+        })
     };
+    sync_owed(engine, owed)?;
+    let (reply, inval) = done?;
     invalidate(&inval);
     engine.punch(true);
     Ok(reply)

@@ -339,6 +339,7 @@ impl Fs {
             background: None,
             fold_cost: Default::default(),
             background_woken: false,
+            sync_owed: None,
             lock_stats: Default::default(),
         }
     }

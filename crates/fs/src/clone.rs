@@ -159,7 +159,7 @@ impl Fs {
                 top_gid: for_user.map(|u| u.gid),
             })
         })?;
-        self.fsync()?;
+        self.fsync_or_owe()?;
         Ok(root)
     }
 
@@ -263,7 +263,7 @@ impl Fs {
                 masked_for,
             })
         })?;
-        self.fsync()?;
+        self.fsync_or_owe()?;
         Ok(id)
     }
 

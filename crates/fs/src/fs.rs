@@ -519,6 +519,8 @@ pub struct Fs {
     pub(crate) fold_cost: crate::fold_policy::FoldCost,
     /// The background was woken for the batch waiting (`maybe_checkpoint`); cleared by a fold.
     pub(crate) background_woken: bool,
+    /// Inside `with_sync_owed`: whether a command's closing fsync was left to its caller.
+    pub(crate) sync_owed: Option<bool>,
     /// How long the engine lock was held and waited for (`lock_stats.rs`).
     pub(crate) lock_stats: crate::lock_stats::LockStats,
 }
@@ -3281,6 +3283,32 @@ impl Fs {
         let t = self.sync_begin(true)?;
         let r = t.run();
         self.sync_end(t, r)
+    }
+
+    /// Runs `f` with the fsync that ends a clone or a snapshot owed rather than done
+    /// (`fsync_or_owe`); returns what `f` returned and whether a sync is owed. The caller
+    /// makes it before telling anyone the command is done (the daemon without the engine
+    /// lock, `Engine::fsync`): until then the change is made, and seen, but a crash may undo
+    /// it, as for any change not yet synced. Done under the lock, that sync waited for every
+    /// pack write before it (a bulk writer's), and every request waited with it.
+    pub fn with_sync_owed<R>(&mut self, f: impl FnOnce(&mut Fs) -> R) -> (R, bool) {
+        assert!(self.sync_owed.is_none(), "with_sync_owed within with_sync_owed");
+        self.sync_owed = Some(false);
+        let r = f(self);
+        let owed = self.sync_owed.take() == Some(true);
+        (r, owed)
+    }
+
+    /// The fsync that ends a command whose change is one journaled record (a clone, a
+    /// snapshot): done here, or owed to the caller of `with_sync_owed`.
+    pub(crate) fn fsync_or_owe(&mut self) -> FsResult<()> {
+        match &mut self.sync_owed {
+            Some(owed) if self.journaled => {
+                *owed = true;
+                Ok(())
+            }
+            _ => self.fsync(),
+        }
     }
 
     /// Stops (or starts again) journaling changes: without a journal, a crash goes back to
