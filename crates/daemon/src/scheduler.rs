@@ -77,11 +77,17 @@ fn take_if_due(engine: &Engine, s: &Schedule, now: i64, inval: &mut Vec<Inval>) 
         return Ok(None);
     }
     let origin = format!("/{}", show(&s.dir)).into_bytes();
-    let (_, name) = fs.scheduled_snapshot(dir, now, &origin)?;
+    // Its closing sync is made without the engine lock, as a snapshot asked for is.
+    let (taken, owed) = fs.with_sync_owed(|fs| fs.scheduled_snapshot(dir, now, &origin));
+    inval.extend(fs.take_invalidations());
+    drop(fs);
+    if owed {
+        engine.fsync()?;
+    }
+    let (_, name) = taken?;
     log::info!("schedule of /{}: took snapshot {}", show(&s.dir), show(&name));
     let snapdir = dir | SNAPDIR_BIT;
     inval.extend([Inval::Entry(snapdir, name.clone()), Inval::Inode(snapdir)]);
-    inval.extend(fs.take_invalidations());
     Ok(Some(name))
 }
 
