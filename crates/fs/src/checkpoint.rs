@@ -1489,6 +1489,8 @@ impl Fs {
         let window = self.vol.journal.as_mut().and_then(|j| j.window.take()).unwrap_or_default();
         let head: Vec<(&[u8], bool)> = f.carry.iter().map(|(_, p)| (p.as_slice(), false)).collect();
         let rest: Vec<(&[u8], bool)> = window.iter().map(|(p, more)| (p.as_slice(), *more)).collect();
+        // The packs' sync wrote out every block the fold deferred (`write_deferred`).
+        assert_eq!(self.vol.forest.store.deferred_below(f.position), 0, "a commit of blocks not written");
         let journal = Journal::create_with(&self.vol.host, &self.vol.dir, f.generation, &self.vol.store_id, &head, &rest)?;
         let sb = Superblock {
             version: scion_store::FORMAT_VERSION,

@@ -7,6 +7,7 @@
 //! block is current. The format is described in `docs/format.md`.
 
 pub mod codec;
+mod deferred;
 mod error;
 pub mod faults;
 pub mod host;

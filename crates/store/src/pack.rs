@@ -5,6 +5,7 @@
 //! rewritten in place; a freed block's bytes are returned to the host filesystem by punching
 //! a hole over them, so a pack shrinks on disk as its blocks die without any block moving.
 
+use crate::deferred::{Deferred, Waiting, RUN_MAX};
 use crate::host::{Host, HostFile, OpenMode};
 use crate::ptr::{BlockKind, BlockPtr};
 use crate::relocate::{self, Relocation, Relocations};
@@ -344,6 +345,8 @@ pub struct BlockStore {
     wrote: Written,
     /// Where remote packs are read from (`set_remote`); none until a pull attaches some.
     remote: RwLock<Option<Arc<dyn RemotePacks>>>,
+    /// Blocks placed and written out by the next `sync` (`write_deferred`, `deferred.rs`).
+    deferred: Mutex<Deferred>,
 }
 
 /// Bytes written to the packs since the store was opened: data blocks, other blocks (the
@@ -387,6 +390,7 @@ impl BlockStore {
             moved: Relocations::default(),
             wrote: Written::default(),
             remote: RwLock::new(None),
+            deferred: Mutex::default(),
             active: Mutex::new(Active {
                 id: pack,
                 file,
@@ -504,6 +508,82 @@ impl BlockStore {
             kind,
             hash,
         })
+    }
+
+    /// `write`, except that the bytes are written by the next `sync` (or `write_out_deferred`)
+    /// rather than now: the block is placed, and reads find it meanwhile (`deferred.rs`). For
+    /// tree nodes, which a fold makes under the engine lock. Written at once, as `write`,
+    /// when `DEFERRED_MAX` bytes already wait.
+    pub fn write_deferred(&self, kind: BlockKind, payload: &[u8]) -> Result<BlockPtr> {
+        assert!(payload.len() <= MAX_BLOCK_LEN, "block payload of {} bytes", payload.len());
+        let fp = footprint(kind, payload.len()) as usize;
+        if !self.deferred.lock().unwrap().has_room(fp) {
+            return self.write(kind, payload);
+        }
+        let hash = *blake3::hash(payload).as_bytes();
+        let framed: Arc<[u8]> = frame(kind, payload, fp).into();
+        let (id, off, file) = {
+            let mut a = self.active.lock().unwrap();
+            let off = self.reserve(&mut a, fp as u64)?;
+            (a.id, off, a.file.clone())
+        };
+        self.wrote.add(Some(kind), fp);
+        let addr = BlockPtr::make_addr(id, off);
+        self.deferred.lock().unwrap().put(addr, Waiting { file, framed });
+        Ok(BlockPtr {
+            addr,
+            len: payload.len() as u32,
+            kind,
+            hash,
+        })
+    }
+
+    /// Writes every deferred block to its place (not durable until the packs are synced):
+    /// neighbours in one write each, up to `RUN_MAX` bytes. A block stays deferred (and
+    /// readable) until its write succeeds.
+    fn write_out_deferred(&self) -> Result<()> {
+        let blocks = self.deferred.lock().unwrap().all();
+        let mut i = 0;
+        while i < blocks.len() {
+            // The run of blocks lying back to back in one pack from block i.
+            let (addr, file, first) = &blocks[i];
+            let mut j = i + 1;
+            let mut len = first.len();
+            while j < blocks.len()
+                && Arc::ptr_eq(&blocks[j].1, file)
+                && blocks[j].0 == addr + (len as u64 / BLOCK_ALIGN)
+                && len + blocks[j].2.len() <= RUN_MAX
+            {
+                len += blocks[j].2.len();
+                j += 1;
+            }
+            let at = (addr & ((1 << BlockPtr::OFFSET_BITS) - 1)) * BLOCK_ALIGN;
+            let r = if j == i + 1 {
+                file.write_all_at(first, at)
+            } else {
+                let mut buf = Vec::with_capacity(len);
+                blocks[i..j].iter().for_each(|b| buf.extend_from_slice(&b.2));
+                file.write_all_at(&buf, at)
+            };
+            r.map_err(|e| Error::io(format!("write to pack {}", *addr >> BlockPtr::OFFSET_BITS), e))?;
+            self.active.lock().unwrap().to_sync(file.clone());
+            let mut d = self.deferred.lock().unwrap();
+            blocks[i..j].iter().for_each(|b| d.written(b.0));
+            drop(d);
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// How many deferred blocks lie below `(pack, end)` (none once a sync has run since they
+    /// were placed: what a commit asserts).
+    pub fn deferred_below(&self, (pack, end): (u32, u64)) -> usize {
+        self.deferred.lock().unwrap().count_below(BlockPtr::make_addr(pack, end))
+    }
+
+    /// How many blocks are deferred now.
+    pub fn deferred_count(&self) -> usize {
+        self.deferred.lock().unwrap().len()
     }
 
     /// Appends framed, padded bytes at the append position; their address.
@@ -1073,15 +1153,18 @@ impl BlockStore {
                 std::io::Error::from_raw_os_error(libc::EIO),
             ));
         }
-        let files = {
-            let mut a = self.active.lock().unwrap();
-            self.trim(&mut a);
-            std::mem::take(&mut a.unsynced)
-        };
-        let r = files
-            .iter()
-            .try_for_each(|f| f.sync_data().map_err(|e| Error::io("fsync of pack", e)))
-            .and_then(|()| then());
+        // Deferred blocks first: the blocks this sync makes durable include them.
+        let r = self.write_out_deferred().and_then(|()| {
+            let files = {
+                let mut a = self.active.lock().unwrap();
+                self.trim(&mut a);
+                std::mem::take(&mut a.unsynced)
+            };
+            files
+                .iter()
+                .try_for_each(|f| f.sync_data().map_err(|e| Error::io("fsync of pack", e)))
+        });
+        let r = r.and_then(|()| then());
         if let Err(e) = &r {
             *failed = Some(e.to_string());
         }
@@ -1090,6 +1173,11 @@ impl BlockStore {
 
     /// Reads a block and verifies its header, checksum and content hash.
     pub fn read(&self, ptr: &BlockPtr) -> Result<Vec<u8>> {
+        let waiting = self.deferred.lock().unwrap().get(ptr.addr);
+        if let Some(framed) = waiting {
+            let n = (header_len(ptr.kind) + ptr.len as usize).min(framed.len());
+            return verify(ptr, &framed[..n]).map(|p| p.to_vec());
+        }
         if let Some(r) = self.moved.get(ptr.addr) {
             return self.read_moved(ptr, &r);
         }

@@ -562,3 +562,62 @@ fn cached_says_whether_the_host_holds_the_blocks() {
     assert_eq!(s.cached(&ptrs), supported, "blocks just read back");
     assert!(s.cached(&[]));
 }
+
+/// A deferred block is placed at once (reads find it, nothing else is written over its
+/// place) and reaches its pack only at the next sync, neighbours as one run, byte for byte
+/// as `write` would have laid them out.
+#[test]
+fn deferred_blocks_are_read_before_and_written_at_the_sync() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    let pack = d.path().join("packs/00000001.pack");
+    let a = s.write_deferred(BlockKind::Node, &vec![1u8; 16000]).unwrap();
+    let data = s.write(BlockKind::Data, &[9u8; 4096]).unwrap();
+    let b = s.write_deferred(BlockKind::Node, &vec![2u8; 5000]).unwrap();
+    let c = s.write_deferred(BlockKind::Node, &vec![3u8; 100]).unwrap();
+    assert!(a.offset() < data.offset() && data.offset() < b.offset() && b.offset() < c.offset());
+    assert_eq!(s.deferred_count(), 3);
+    assert_eq!(s.deferred_below(s.position()), 3);
+    // Read before any byte of theirs is in the pack (it holds only the data block).
+    let on_disk = std::fs::read(&pack).unwrap();
+    assert!(on_disk.len() as u64 <= b.offset() && on_disk[a.offset() as usize..][..16].iter().all(|x| *x == 0));
+    assert_eq!(s.read(&a).unwrap(), vec![1u8; 16000]);
+    assert_eq!(s.read(&c).unwrap(), vec![3u8; 100]);
+    let mut wrong = b;
+    wrong.hash[0] ^= 1;
+    assert!(matches!(s.read(&wrong), Err(Error::Corrupt { .. })), "a deferred block is verified too");
+    s.sync().unwrap();
+    assert_eq!(s.deferred_count(), 0);
+    assert_eq!(s.deferred_below(s.position()), 0);
+    // Now in the pack, as a fresh store (no deferred blocks) reads them.
+    let (id, end) = s.position();
+    drop(s);
+    let again = BlockStore::open(&os_host(), d.path(), id, end, true).unwrap();
+    assert_eq!(again.read(&a).unwrap(), vec![1u8; 16000]);
+    assert_eq!(again.read(&b).unwrap(), vec![2u8; 5000]);
+    assert_eq!(again.read(&c).unwrap(), vec![3u8; 100]);
+    assert_eq!(again.read(&data).unwrap(), vec![9u8; 4096]);
+    // Laid out as `write` lays a block out.
+    let plain = again.write(BlockKind::Node, &vec![3u8; 100]).unwrap();
+    again.sync().unwrap();
+    let bytes = std::fs::read(&pack).unwrap();
+    let frame = |p: &scion_store::BlockPtr| bytes[p.offset() as usize..(p.offset() + p.footprint()) as usize].to_vec();
+    assert_eq!(frame(&c), frame(&plain));
+}
+
+/// Past `DEFERRED_MAX` bytes waiting, blocks are written at once: a large fold costs no
+/// more memory than before.
+#[test]
+fn deferred_blocks_are_bounded() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    let block = vec![5u8; 1 << 20];
+    let ptrs: Vec<_> = (0..40).map(|_| s.write_deferred(BlockKind::Node, &block).unwrap()).collect();
+    let waiting = s.deferred_count();
+    assert!((16..40).contains(&waiting), "{waiting} of 40 blocks of 1 MiB wait");
+    for p in &ptrs {
+        assert_eq!(s.read(p).unwrap(), block);
+    }
+    s.sync().unwrap();
+    assert_eq!(s.deferred_count(), 0);
+}

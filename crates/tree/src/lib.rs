@@ -156,7 +156,8 @@ impl Forest {
 
     fn write_node(&mut self, node: Node) -> Result<BlockPtr> {
         let bytes = node.encode();
-        let ptr = self.store.write(BlockKind::Node, &bytes)?;
+        // Written out by the sync before the commit, not under the fold's lock (`write_deferred`).
+        let ptr = self.store.write_deferred(BlockKind::Node, &bytes)?;
         let size = node.memory();
         self.cache.lock().unwrap().put(ptr.addr, Arc::new(node), size);
         Ok(ptr)
