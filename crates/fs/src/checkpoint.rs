@@ -340,6 +340,7 @@ impl Fs {
             fold_cost: Default::default(),
             background_woken: false,
             sync_owed: None,
+            named_writes: 0,
             lock_stats: Default::default(),
         }
     }

@@ -521,6 +521,9 @@ pub struct Fs {
     pub(crate) background_woken: bool,
     /// Inside `with_sync_owed`: whether a command's closing fsync was left to its caller.
     pub(crate) sync_owed: Option<bool>,
+    /// The packs' write count (`BlockStore::writes`) when a record naming blocks was last
+    /// journaled: an fsync needs the packs synced through it, and no further (`SyncTicket`).
+    pub(crate) named_writes: u64,
     /// How long the engine lock was held and waited for (`lock_stats.rs`).
     pub(crate) lock_stats: crate::lock_stats::LockStats,
 }
@@ -960,6 +963,10 @@ impl Fs {
             if let Some(j) = self.vol.journal.as_mut() {
                 let before = j.len;
                 let appended = j.append(&r, more);
+                if appended.is_ok() && r.names_blocks() {
+                    // Every block it names was written before (and counted).
+                    self.named_writes = self.vol.forest.store.writes();
+                }
                 self.io.journal += j.len.saturating_sub(before);
                 if let Err(e) = appended {
                     // The change is already applied in memory, and its caller is told it
@@ -3402,6 +3409,7 @@ impl Fs {
         Ok(SyncTicket {
             store: self.vol.forest.store.clone(),
             journal,
+            named_writes: self.named_writes,
         })
     }
 
@@ -3668,12 +3676,21 @@ enum Part {
 pub struct SyncTicket {
     store: Arc<BlockStore>,
     journal: Option<JournalSync>,
+    /// The packs' writes the journal's records name blocks of (`Fs::named_writes`).
+    named_writes: u64,
 }
 
 impl SyncTicket {
     /// The disk work of an `fsync`: the packs, then the journal whose records name their
-    /// blocks. Needs no lock of the caller's (`BlockStore::sync_then` orders syncs).
+    /// blocks. Needs no lock of the caller's (`BlockStore::sync_then` orders syncs). When
+    /// a finished sync already covered every block the journal names, the journal alone:
+    /// an fsync of metadata and small writes (journaled as bytes) then waits neither for the
+    /// background's checkpoint, whose sync writes out its trees and syncs the packs, nor
+    /// for a bulk writer's pages in the same packs (issue 38).
     pub fn run(&self) -> Result<()> {
+        if self.store.synced_through(self.named_writes) {
+            return self.journal.as_ref().map_or(Ok(()), |j| j.run());
+        }
         self.store
             .sync_then(&|| self.journal.as_ref().map_or(Ok(()), |j| j.run()))
     }

@@ -226,3 +226,56 @@ fn reads_in_flight_finish_before_their_blocks_are_punched() {
     );
     deleter.join().unwrap();
 }
+
+/// An fsync whose records name no block written since the packs' last sync needs only the
+/// journal, and goes on while another sync holds the packs (a checkpoint's, which writes out
+/// its trees first, or one covering a bulk writer's pages); it used to wait for that one.
+/// An fsync whose records name a block written since waits for it, and syncs the packs.
+#[test]
+fn an_fsync_of_journaled_bytes_does_not_wait_for_a_pack_sync() {
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    let (_tmp, _store, fs) = common::new_store();
+    let store = fs.block_store().clone();
+    let fs = Arc::new(Mutex::new(fs));
+    let sync = |fs: &Arc<Mutex<Fs>>, name: &'static str, len: usize| {
+        let (fs, (tx, rx)) = (fs.clone(), channel());
+        std::thread::spawn(move || {
+            common::mkfile(&mut fs.lock().unwrap(), ROOT_INO, name, &vec![7u8; len]);
+            let ticket = fs.lock().unwrap().sync_begin(true).unwrap();
+            let r = ticket.run();
+            fs.lock().unwrap().sync_end(ticket, r).unwrap();
+            tx.send(()).unwrap();
+        });
+        rx
+    };
+    // A file whose bytes are journaled, synced once so that the packs are too.
+    sync(&fs, "first", 100).recv().unwrap();
+    assert!(store.synced_through(store.writes()));
+    // A sync holding the packs until released.
+    let (release, held) = channel::<()>();
+    let (entered, in_sync) = channel::<()>();
+    let holder = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            store.sync_then(&|| {
+                entered.send(()).unwrap();
+                held.recv().unwrap();
+                Ok(())
+            })
+        })
+    };
+    in_sync.recv().unwrap();
+    let small = sync(&fs, "small", 100);
+    small
+        .recv_timeout(Duration::from_secs(60))
+        .expect("an fsync of bytes in the journal waited for the packs' sync");
+    // 256 KiB: whole chunks written ahead to a pack, named by their record.
+    let large = sync(&fs, "large", 256 << 10);
+    assert!(large.recv_timeout(Duration::from_millis(300)).is_err(), "an fsync returned before the blocks it names were synced");
+    assert!(!store.synced_through(store.writes()));
+    release.send(()).unwrap();
+    holder.join().unwrap().unwrap();
+    large.recv().unwrap();
+    assert!(store.synced_through(store.writes()));
+}

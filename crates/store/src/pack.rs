@@ -135,6 +135,9 @@ struct Active {
     end: u64,
     /// Packs written to since the last `sync`.
     unsynced: Vec<Arc<dyn HostFile>>,
+    /// Writes done since open (each counted once on `unsynced`): a sync that takes the list
+    /// covers every write counted before (`BlockStore::synced_through`).
+    writes: u64,
     /// The active pack opened for direct writes (`write_data_run`).
     direct: Direct,
     /// The pack is allocated (and sized) up to here, past `end` while direct writes stream
@@ -298,6 +301,7 @@ macro_rules! places {
 impl Active {
     /// Puts `file` on the list the next `sync` covers.
     fn to_sync(&mut self, file: Arc<dyn HostFile>) {
+        self.writes += 1;
         if !self.unsynced.iter().any(|f| Arc::ptr_eq(f, &file)) {
             self.unsynced.push(file);
         }
@@ -347,6 +351,10 @@ pub struct BlockStore {
     remote: RwLock<Option<Arc<dyn RemotePacks>>>,
     /// Blocks placed and written out by the next `sync` (`write_deferred`, `deferred.rs`).
     deferred: Mutex<Deferred>,
+    /// The writes (`Active::writes`) the last successful sync covered.
+    synced: std::sync::atomic::AtomicU64,
+    /// Set when a sync failed (as `sync_io` holds why): read without waiting for a sync.
+    sync_failed: std::sync::atomic::AtomicBool,
 }
 
 /// Bytes written to the packs since the store was opened: data blocks, other blocks (the
@@ -391,11 +399,14 @@ impl BlockStore {
             wrote: Written::default(),
             remote: RwLock::new(None),
             deferred: Mutex::default(),
+            synced: Default::default(),
+            sync_failed: Default::default(),
             active: Mutex::new(Active {
                 id: pack,
                 file,
                 end,
                 unsynced: Vec::new(),
+                writes: 0,
                 direct: Direct::Untried,
                 allocated: end,
                 streams: HashMap::new(),
@@ -1155,20 +1166,37 @@ impl BlockStore {
         }
         // Deferred blocks first: the blocks this sync makes durable include them.
         let r = self.write_out_deferred().and_then(|()| {
-            let files = {
+            let (files, writes) = {
                 let mut a = self.active.lock().unwrap();
                 self.trim(&mut a);
-                std::mem::take(&mut a.unsynced)
+                (std::mem::take(&mut a.unsynced), a.writes)
             };
             files
                 .iter()
                 .try_for_each(|f| f.sync_data().map_err(|e| Error::io("fsync of pack", e)))
+                .map(|()| self.synced.fetch_max(writes, std::sync::atomic::Ordering::SeqCst))
         });
-        let r = r.and_then(|()| then());
+        let r = r.and_then(|_| then());
         if let Err(e) = &r {
             *failed = Some(e.to_string());
+            self.sync_failed.store(true, std::sync::atomic::Ordering::SeqCst);
         }
         r
+    }
+
+    /// How many writes to the packs were done so far: what a journal record naming blocks
+    /// just written needs synced (`synced_through`).
+    pub fn writes(&self) -> u64 {
+        self.active.lock().unwrap().writes
+    }
+
+    /// Whether a finished sync covered the first `writes` writes, and no sync failed: then a
+    /// journal whose records name no block written since needs no pack synced before its own
+    /// fsync, and need not wait for a sync in progress (a checkpoint's, which writes out its
+    /// trees and syncs the packs for tens of milliseconds, or a bulk writer's).
+    pub fn synced_through(&self, writes: u64) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        !self.sync_failed.load(SeqCst) && self.synced.load(SeqCst) >= writes
     }
 
     /// Reads a block and verifies its header, checksum and content hash.
