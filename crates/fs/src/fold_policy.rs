@@ -104,13 +104,18 @@ const MIN_BATCH: usize = 128;
 const MIN_SAMPLE: usize = 64;
 
 /// What a volume's folds cost per inode, so that its early folds stay near `FOLD_TARGET_NS`.
+/// A dearer fold counts at once, a cheaper one by half: a cost that rises as a directory
+/// grows (each new name a leaf of its own) is followed without a lag, which an even
+/// average had (one fold of 40 ms in `bench/latency`'s scatter row, its batch fitted to
+/// the folds before).
 /// Most folds cost 5-20 µs an inode here; one whose new files have names scattered over a
 /// large directory costs about 45 µs, as each of them rewrites a leaf of its own (16 KiB,
 /// its records holding small files' bytes): 1,024 of them held every request up ~47 ms
 /// (`examples/fold_cost`), and 400 held it 45% as long as 1,024 in the same conditions.
 #[derive(Debug, Default)]
 pub(crate) struct FoldCost {
-    /// An average over the last folds, weighting the latest half (0: none timed yet).
+    /// The last fold's cost if it was the dearest, else an average over the last folds,
+    /// weighting the latest half (0: none timed yet).
     ns_per_inode: u64,
 }
 
@@ -121,7 +126,7 @@ impl FoldCost {
             return;
         }
         let sample = (took.as_nanos() / inodes as u128).min(u64::MAX as u128) as u64;
-        self.ns_per_inode = if self.ns_per_inode == 0 { sample } else { (self.ns_per_inode + sample) / 2 };
+        self.ns_per_inode = if sample >= self.ns_per_inode { sample } else { (self.ns_per_inode + sample) / 2 };
     }
 
     /// `early_batch`, fitted to this volume's cost.
@@ -176,6 +181,8 @@ mod tests {
         c.note(1000, std::time::Duration::from_millis(40));
         assert_eq!(c.ns_per_inode, 40_000);
         c.note(1000, std::time::Duration::from_millis(10));
-        assert_eq!(c.ns_per_inode, 25_000, "the latest fold weighs half");
+        assert_eq!(c.ns_per_inode, 25_000, "a cheaper fold weighs half");
+        c.note(1000, std::time::Duration::from_millis(60));
+        assert_eq!(c.ns_per_inode, 60_000, "a dearer fold counts at once");
     }
 }
