@@ -131,7 +131,12 @@ impl FoldCost {
 
     /// `early_batch`, fitted to this volume's cost.
     pub(crate) fn batch(&self) -> Option<usize> {
-        early_batch().map(|n| fit(n, self.ns_per_inode))
+        self.batches().map(|(_, fitted)| fitted)
+    }
+
+    /// `early_batch` as set, and fitted to this volume's cost.
+    pub(crate) fn batches(&self) -> Option<(usize, usize)> {
+        early_batch().map(|n| (n, fit(n, self.ns_per_inode)))
     }
 }
 

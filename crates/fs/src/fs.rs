@@ -1077,7 +1077,7 @@ impl Fs {
             // Bounds on memory and the journal: the checkpoint is taken here, whole.
             return self.checkpoint().map_err(eio);
         }
-        let Some(batch) = self.fold_cost.batch() else { return Ok(()) };
+        let Some((set, batch)) = self.fold_cost.batches() else { return Ok(()) };
         let waiting = self.unfolded();
         if waiting >= batch && !self.background_woken {
             // The background looks five times a round; woken, it folds this batch now, not
@@ -1087,7 +1087,6 @@ impl Fs {
                 self.background_woken = true;
             }
         }
-        let set = crate::fold_policy::early_batch().unwrap_or(batch);
         let stuck = self.committing.is_some() && waiting > BEHIND_MAX * set;
         if stuck || (waiting > 4 * batch && self.background.is_none()) {
             // Far behind, its commit's pack sync stuck on a busy disk, or no background to

@@ -568,7 +568,7 @@ impl BlockStore {
                 len += blocks[j].2.len();
                 j += 1;
             }
-            let at = (addr & ((1 << BlockPtr::OFFSET_BITS) - 1)) * BLOCK_ALIGN;
+            let at = BlockPtr::offset_of(*addr);
             let r = if j == i + 1 {
                 file.write_all_at(first, at)
             } else {

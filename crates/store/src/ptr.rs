@@ -54,7 +54,11 @@ impl BlockPtr {
         (self.addr >> Self::OFFSET_BITS) as u32
     }
     pub fn offset(&self) -> u64 {
-        (self.addr & ((1u64 << Self::OFFSET_BITS) - 1)) * crate::BLOCK_ALIGN
+        Self::offset_of(self.addr)
+    }
+    /// The pack offset of address `addr` (`make_addr`'s inverse, with `pack`).
+    pub fn offset_of(addr: u64) -> u64 {
+        (addr & ((1u64 << Self::OFFSET_BITS) - 1)) * crate::BLOCK_ALIGN
     }
     /// Whether the block lies in a pack of a remote object store (`remote.rs`).
     pub fn is_remote(&self) -> bool {
