@@ -3470,6 +3470,7 @@ impl Fs {
             return Ok(None);
         }
         self.sweep_noted_if_due();
+        self.vol.forest.store.release_idle_buffers();
         let due = self.last_checkpoint.elapsed() >= checkpoint_after && self.has_changes();
         if due || self.fold_due() {
             return self.checkpoint_begin();

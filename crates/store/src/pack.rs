@@ -526,13 +526,28 @@ impl BlockStore {
     /// tree nodes, which a fold makes under the engine lock. Written at once, as `write`,
     /// when `DEFERRED_MAX` bytes already wait.
     pub fn write_deferred(&self, kind: BlockKind, payload: &[u8]) -> Result<BlockPtr> {
-        assert!(payload.len() <= MAX_BLOCK_LEN, "block payload of {} bytes", payload.len());
-        let fp = footprint(kind, payload.len()) as usize;
+        self.write_deferred_with(kind, payload.len(), |buf| buf.extend_from_slice(payload))
+    }
+
+    /// `write_deferred` of the payload `fill` appends to a buffer already framed for it (about
+    /// `len` bytes): a tree node is encoded where it waits. Encoded apart, framed, then moved
+    /// into its shared buffer, each of a fold's leaves was copied twice, and those copies took
+    /// half of a fold's time under the engine lock (`examples/fold_cost` under `perf`).
+    pub fn write_deferred_with(&self, kind: BlockKind, len: usize, fill: impl FnOnce(&mut Vec<u8>)) -> Result<BlockPtr> {
+        let hl = header_len(kind);
+        let mut framed = self.deferred.lock().unwrap().buffer(footprint(kind, len) as usize);
+        framed.resize(hl, 0);
+        fill(&mut framed);
+        let payload_len = framed.len() - hl;
+        assert!(payload_len <= MAX_BLOCK_LEN, "block payload of {payload_len} bytes");
+        let fp = footprint(kind, payload_len) as usize;
         if !self.deferred.lock().unwrap().has_room(fp) {
-            return self.write(kind, payload);
+            return self.write(kind, &framed[hl..]);
         }
-        let hash = *blake3::hash(payload).as_bytes();
-        let framed: Arc<[u8]> = frame(kind, payload, fp).into();
+        let hash = *blake3::hash(&framed[hl..]).as_bytes();
+        let (header, payload) = framed.split_at_mut(hl);
+        write_header(header, kind, payload);
+        framed.resize(fp, 0);
         let (id, off, file) = {
             let mut a = self.active.lock().unwrap();
             let off = self.reserve(&mut a, fp as u64)?;
@@ -540,10 +555,10 @@ impl BlockStore {
         };
         self.wrote.add(Some(kind), fp);
         let addr = BlockPtr::make_addr(id, off);
-        self.deferred.lock().unwrap().put(addr, Waiting { file, framed });
+        self.deferred.lock().unwrap().put(addr, Waiting { file, framed: Arc::new(framed) });
         Ok(BlockPtr {
             addr,
-            len: payload.len() as u32,
+            len: payload_len as u32,
             kind,
             hash,
         })
@@ -553,7 +568,8 @@ impl BlockStore {
     /// neighbours in one write each, up to `RUN_MAX` bytes. A block stays deferred (and
     /// readable) until its write succeeds.
     fn write_out_deferred(&self) -> Result<()> {
-        let blocks = self.deferred.lock().unwrap().all();
+        let mut blocks = self.deferred.lock().unwrap().all();
+        let none: Arc<Vec<u8>> = Arc::default();
         let mut i = 0;
         while i < blocks.len() {
             // The run of blocks lying back to back in one pack from block i.
@@ -570,7 +586,7 @@ impl BlockStore {
             }
             let at = BlockPtr::offset_of(*addr);
             let r = if j == i + 1 {
-                file.write_all_at(first, at)
+                file.write_all_at(first.as_slice(), at)
             } else {
                 let mut buf = Vec::with_capacity(len);
                 blocks[i..j].iter().for_each(|b| buf.extend_from_slice(&b.2));
@@ -579,7 +595,7 @@ impl BlockStore {
             r.map_err(|e| Error::io(format!("write to pack {}", *addr >> BlockPtr::OFFSET_BITS), e))?;
             self.active.lock().unwrap().to_sync(file.clone());
             let mut d = self.deferred.lock().unwrap();
-            blocks[i..j].iter().for_each(|b| d.written(b.0));
+            blocks[i..j].iter_mut().for_each(|b| d.written(b.0, std::mem::replace(&mut b.2, none.clone())));
             drop(d);
             i = j;
         }
@@ -590,6 +606,17 @@ impl BlockStore {
     /// were placed: what a commit asserts).
     pub fn deferred_below(&self, (pack, end): (u32, u64)) -> usize {
         self.deferred.lock().unwrap().count_below(BlockPtr::make_addr(pack, end))
+    }
+
+    /// Lets the deferred blocks' spare buffers go if none was used since the last call: the
+    /// daemon's background calls it every round (`deferred.rs`).
+    pub fn release_idle_buffers(&self) {
+        self.deferred.lock().unwrap().release_idle();
+    }
+
+    /// Bytes of spare buffers kept for deferred blocks (`deferred.rs`).
+    pub fn deferred_spare_bytes(&self) -> usize {
+        self.deferred.lock().unwrap().spare_bytes()
     }
 
     /// How many blocks are deferred now.
@@ -1798,17 +1825,26 @@ fn frame(kind: BlockKind, payload: &[u8], fp: usize) -> Vec<u8> {
 /// Appends the block `frame` makes to `buf`.
 fn frame_into(buf: &mut Vec<u8>, kind: BlockKind, payload: &[u8], fp: usize) {
     let start = buf.len();
-    if header_len(kind) > 0 {
-        buf.extend_from_slice(BLOCK_MAGIC);
-        buf.push(kind as u8);
-        buf.push(0); // codec: 0 = stored as is
-        buf.extend_from_slice(&[0, 0]);
-        buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        let crc = header_crc(&buf[start..start + 12], payload);
-        buf.extend_from_slice(&crc.to_le_bytes());
-    }
+    let hl = header_len(kind);
+    buf.resize(start + hl, 0);
+    write_header(&mut buf[start..], kind, payload);
     buf.extend_from_slice(payload);
     buf.resize(start + fp, 0);
+}
+
+/// Fills a block's header (`header_len(kind)` bytes, none for data) for `payload`.
+fn write_header(h: &mut [u8], kind: BlockKind, payload: &[u8]) {
+    debug_assert_eq!(h.len(), header_len(kind));
+    if h.is_empty() {
+        return;
+    }
+    h[..4].copy_from_slice(BLOCK_MAGIC);
+    h[4] = kind as u8;
+    h[5] = 0; // codec: 0 = stored as is
+    h[6..8].copy_from_slice(&[0, 0]);
+    h[8..12].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    let crc = header_crc(&h[..12], payload);
+    h[12..16].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Checks a raw block (header + payload) against its pointer; returns the payload.

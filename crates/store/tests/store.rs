@@ -605,6 +605,47 @@ fn deferred_blocks_are_read_before_and_written_at_the_sync() {
     assert_eq!(frame(&c), frame(&plain));
 }
 
+/// A deferred block's buffer is used again once it is written out: a smaller block in a
+/// larger buffer is laid out as `write` lays it (no byte of the one before), and the spare
+/// buffers go when a round passes without a block deferred (`release_idle_buffers`).
+#[test]
+fn deferred_buffers_are_reused_and_let_go_when_idle() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    let pack = d.path().join("packs/00000001.pack");
+    let big: Vec<_> = (0..4).map(|i| s.write_deferred(BlockKind::Node, &vec![10 + i; 16000]).unwrap()).collect();
+    assert_eq!(s.deferred_spare_bytes(), 0);
+    s.sync().unwrap();
+    let spare = s.deferred_spare_bytes();
+    assert!(spare >= 4 * 16000, "{spare} bytes of spare buffers after 4 blocks of 16,000");
+    // Drawn from the spares: smaller payloads than the buffers held.
+    let small: Vec<_> = (0..4u8).map(|i| s.write_deferred_with(BlockKind::Node, 10, |b| b.extend_from_slice(&[20 + i; 300])).unwrap()).collect();
+    assert!(s.deferred_spare_bytes() < spare);
+    for (i, p) in small.iter().enumerate() {
+        assert_eq!(s.read(p).unwrap(), vec![20 + i as u8; 300]);
+    }
+    s.sync().unwrap();
+    // Drawn from since the last round: kept; a round with none drawn: let go.
+    s.release_idle_buffers();
+    assert!(s.deferred_spare_bytes() > 0);
+    s.release_idle_buffers();
+    assert_eq!(s.deferred_spare_bytes(), 0);
+    let (id, end) = s.position();
+    drop(s);
+    let again = BlockStore::open(&os_host(), d.path(), id, end, true).unwrap();
+    for (i, p) in big.iter().enumerate() {
+        assert_eq!(again.read(p).unwrap(), vec![10 + i as u8; 16000]);
+    }
+    let plain: Vec<_> = (0..4u8).map(|i| again.write(BlockKind::Node, &[20 + i; 300]).unwrap()).collect();
+    again.sync().unwrap();
+    let bytes = std::fs::read(&pack).unwrap();
+    let frame = |p: &scion_store::BlockPtr| bytes[p.offset() as usize..(p.offset() + p.footprint()) as usize].to_vec();
+    for (p, q) in small.iter().zip(&plain) {
+        assert_eq!(again.read(p).unwrap(), again.read(q).unwrap());
+        assert_eq!(frame(p), frame(q), "a reused buffer laid out as a fresh one");
+    }
+}
+
 /// Past `DEFERRED_MAX` bytes waiting, blocks are written at once: a large fold costs no
 /// more memory than before.
 #[test]

@@ -155,9 +155,9 @@ impl Forest {
 
 
     fn write_node(&mut self, node: Node) -> Result<BlockPtr> {
-        let bytes = node.encode();
-        // Written out by the sync before the commit, not under the fold's lock (`write_deferred`).
-        let ptr = self.store.write_deferred(BlockKind::Node, &bytes)?;
+        // Written out by the sync before the commit, not under the fold's lock (`write_deferred`);
+        // encoded where it waits.
+        let ptr = self.store.write_deferred_with(BlockKind::Node, NODE_TARGET + 1024, |buf| node.encode_into(buf))?;
         let size = node.memory();
         self.cache.lock().unwrap().put(ptr.addr, Arc::new(node), size);
         Ok(ptr)

@@ -69,7 +69,14 @@ impl Node {
         }
     }
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(crate::NODE_TARGET + 1024);
+        let mut out = Vec::with_capacity(crate::NODE_TARGET + 1024);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the node's bytes to `out` (a block's buffer, `BlockStore::write_deferred_with`).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let mut w = Writer { buf: std::mem::take(out) };
         match self {
             Node::Leaf(entries) => {
                 w.u8(0).u32(entries.len() as u32);
@@ -88,7 +95,7 @@ impl Node {
                 }
             }
         }
-        w.finish()
+        *out = w.finish();
     }
     pub fn decode(bytes: &[u8]) -> Result<Node> {
         let mut r = Reader::new(bytes, "tree node");
