@@ -13,7 +13,9 @@
 //! came from more than one caller in it (the FUSE adapter notes each request's caller,
 //! `note_caller`; requests the kernel makes on its own, such as write-back, are not noted). A
 //! mount with `fold_batch=N` folds early always; `fold_batch=0` never. Either way a volume
-//! whose folds cost more per inode than most folds fewer at a time (`FoldCost`).
+//! whose folds cost more per inode than most folds fewer at a time (`FoldCost`). While nobody
+//! would wait, what piles up is still bounded by what folding it would cost (`PILE_NS`): the
+//! caller who arrives next waits for that fold.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -94,6 +96,20 @@ pub(crate) fn early_batch() -> Option<usize> {
     (n > 0 && wanted).then_some(n)
 }
 
+/// While nobody would wait on a fold, changes pile up until folding them would hold the
+/// engine lock about this long; a second caller arriving then waits for no more. Unbounded
+/// (until the checkpoint after 30 s, or the bounds on memory and the journal), a pile of
+/// 14,000 rewritten files held the caller who met it 0.3-0.6 s (`bench/latency`'s diff row).
+/// Each fold rewrites the leaves of the directories it touches, so smaller piles cost an
+/// untar more metadata: write amplification 2.55-2.61 unbounded, 2.95 at 100 ms, 2.92-3.40
+/// at 50 ms, 2.73-2.81 at 200 ms (docs/benchmarks.md, "Folds without copies").
+const PILE_NS: u64 = 100_000_000;
+/// A pile's bounds in inodes, whatever its folds cost; and the cost assumed before any fold
+/// was timed.
+const MIN_PILE: usize = 2 * DEFAULT_BATCH;
+const MAX_PILE: usize = 64 * DEFAULT_BATCH;
+const PILE_GUESS_NS: u64 = 20_000;
+
 /// About how long an early fold may hold the engine lock: a volume whose folds cost more per
 /// inode folds fewer at a time (`FoldCost`).
 const FOLD_TARGET_NS: u64 = 20_000_000;
@@ -134,9 +150,22 @@ impl FoldCost {
         self.batches().map(|(_, fitted)| fitted)
     }
 
-    /// `early_batch` as set, and fitted to this volume's cost.
+    /// How many waiting inodes make a fold now, as set and as fitted to this volume's cost:
+    /// `early_batch` while someone would wait on a fold, else a pile (`pile`). None with
+    /// `fold_batch=0` (folds by age and size only).
     pub(crate) fn batches(&self) -> Option<(usize, usize)> {
-        early_batch().map(|n| (n, fit(n, self.ns_per_inode)))
+        match early_batch() {
+            Some(n) => Some((n, fit(n, self.ns_per_inode))),
+            None if BATCH.load(Relaxed) > 0 => Some((self.pile(), self.pile())),
+            None => None,
+        }
+    }
+
+    /// The most inodes left to pile up while nobody would wait on their fold: about
+    /// `PILE_NS` of folding at this volume's cost.
+    fn pile(&self) -> usize {
+        let ns = if self.ns_per_inode == 0 { PILE_GUESS_NS } else { self.ns_per_inode };
+        ((PILE_NS / ns).min(usize::MAX as u64) as usize).clamp(MIN_PILE, MAX_PILE)
     }
 }
 
@@ -189,5 +218,23 @@ mod tests {
         assert_eq!(c.ns_per_inode, 25_000, "a cheaper fold weighs half");
         c.note(1000, std::time::Duration::from_millis(60));
         assert_eq!(c.ns_per_inode, 60_000, "a dearer fold counts at once");
+    }
+
+    /// A pile nobody waits on is bounded by what folding it would cost.
+    #[test]
+    fn piles_are_bounded_by_their_fold_cost() {
+        let mut c = FoldCost::default();
+        assert_eq!(c.pile(), 5_000, "nothing timed yet: an assumed cost");
+        c.note(1000, std::time::Duration::from_millis(10));
+        assert_eq!(c.pile(), 10_000, "10 µs an inode");
+        c.note(1000, std::time::Duration::from_millis(1));
+        c.note(1000, std::time::Duration::from_millis(1));
+        c.note(1000, std::time::Duration::from_millis(1));
+        assert_eq!(c.ns_per_inode, 2_125);
+        assert_eq!(c.pile(), 47_058, "cheap folds: larger piles");
+        c.note(1000, std::time::Duration::from_secs(1));
+        assert_eq!(c.pile(), MIN_PILE, "however dear, not below MIN_PILE");
+        let cheap = FoldCost { ns_per_inode: 1 };
+        assert_eq!(cheap.pile(), MAX_PILE);
     }
 }
