@@ -36,7 +36,7 @@ impl log::Log for Log {
 
 fn main() {
     const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15; // mimalloc.h, v3
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, std::env::var("PURGE").map_or(0, |s| s.parse().unwrap())) };
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
     log::set_logger(&Log).expect("logger");
     log::set_max_level(log::LevelFilter::Debug);
     let args: Vec<String> = std::env::args().collect();

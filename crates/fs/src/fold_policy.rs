@@ -156,7 +156,10 @@ impl FoldCost {
     pub(crate) fn batches(&self) -> Option<(usize, usize)> {
         match early_batch() {
             Some(n) => Some((n, fit(n, self.ns_per_inode))),
-            None if BATCH.load(Relaxed) > 0 => Some((self.pile(), self.pile())),
+            None if BATCH.load(Relaxed) > 0 => {
+                let pile = self.pile();
+                Some((pile, pile))
+            }
             None => None,
         }
     }

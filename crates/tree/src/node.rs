@@ -68,12 +68,6 @@ impl Node {
             Node::Internal { children, .. } => children.iter().map(|(_, p)| *p).collect(),
         }
     }
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(crate::NODE_TARGET + 1024);
-        self.encode_into(&mut out);
-        out
-    }
-
     /// Appends the node's bytes to `out` (a block's buffer, `BlockStore::write_deferred_with`).
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         let mut w = Writer { buf: std::mem::take(out) };
