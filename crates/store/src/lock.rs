@@ -47,17 +47,13 @@ impl StoreLock {
                 if who.is_empty() { "holder unknown" } else { &who }
             )));
         }
-        file.set_len(0).map_err(|e| Error::io("lock file", e))?;
-        file.rewind().map_err(|e| Error::io("lock file", e))?;
-        write!(file, "pid={}\n{}\n", std::process::id(), holder).map_err(|e| Error::io("lock file", e))?;
+        record(&mut file, holder)?;
         Ok(StoreLock { file })
     }
 
     /// Rewrites the holder description (the pid line stays first).
     pub fn describe(&mut self, holder: &str) -> Result<()> {
-        self.file.set_len(0).map_err(|e| Error::io("lock file", e))?;
-        self.file.rewind().map_err(|e| Error::io("lock file", e))?;
-        write!(self.file, "pid={}\n{}\n", std::process::id(), holder).map_err(|e| Error::io("lock file", e))
+        record(&mut self.file, holder)
     }
 
     /// True if some process holds the lock of the store at `dir`.
@@ -75,6 +71,17 @@ impl StoreLock {
             Err(_) => false,
         }
     }
+}
+
+/// Writes this process as the lock's holder: over the old text, then cut to length, never
+/// truncated first, so that a process waiting for the lock always reads a pid line. Read
+/// between a truncation and the write, an empty file made `mount` right after a `umount`
+/// refuse the store as held by an unknown process instead of waiting for its daemon.
+fn record(file: &mut File, holder: &str) -> Result<()> {
+    let text = format!("pid={}\n{}\n", std::process::id(), holder);
+    file.rewind().map_err(|e| Error::io("lock file", e))?;
+    file.write_all(text.as_bytes()).map_err(|e| Error::io("lock file", e))?;
+    file.set_len(text.len() as u64).map_err(|e| Error::io("lock file", e))
 }
 
 /// Takes the lock at once, or after its holder (the pid the file names) has finished exiting,
