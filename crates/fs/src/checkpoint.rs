@@ -312,6 +312,7 @@ impl Fs {
             journal_data: false,
             writeback: false,
             chunk_run: None,
+            synced_at: None,
             pieces: Default::default(),
             last_write: None,
             lost_blocks: Default::default(),
