@@ -313,6 +313,7 @@ impl Fs {
             writeback: false,
             chunk_run: None,
             synced_at: None,
+            last_attr: None,
             pieces: Default::default(),
             last_write: None,
             lost_blocks: Default::default(),

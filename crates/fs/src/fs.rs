@@ -455,6 +455,9 @@ pub struct Fs {
     /// When a caller last synced this volume (fsync, an NFS COMMIT): while callers sync,
     /// small files' tails are journaled rather than written ahead (`tail_ahead`).
     pub(crate) synced_at: Option<std::time::Instant>,
+    /// The last `SetAttr` journaled, which the next one of the same inode may replace
+    /// (`attr_merge.rs`).
+    pub(crate) last_attr: Option<crate::attr_merge::LastAttr>,
     /// Pieces of chunks long writes journaled, which a later write may complete (`pieces.rs`).
     pub(crate) pieces: crate::pieces::Pieces,
     /// The file and the offset the last write ended at: a write starting there is a stream's
@@ -1265,9 +1268,8 @@ impl Fs {
         self.writable()?;
         self.rw(ino)?;
         let now = Ts::now();
-        let target = self.target(ino);
         self.op_setattr(ino, &attr, now)?;
-        self.log(|| target.map(|ino| Record::SetAttr { ino, attr, time: now }))?;
+        self.log_setattr(ino, attr, now)?;
         self.maybe_checkpoint()?;
         self.getattr(ino)
     }

@@ -14,6 +14,7 @@
 pub mod access;
 pub mod acl;
 pub mod apply;
+mod attr_merge;
 pub mod check;
 mod checkpoint;
 pub mod clone;

@@ -46,6 +46,10 @@ enum Step {
     Symlink(String, Vec<u8>),
     SetXattr(String, Vec<u8>, Vec<u8>),
     Chmod(String, u16),
+    /// utimes(path, t, t): atime and mtime set.
+    Times(String, i64),
+    /// chown(path, uid, uid).
+    Chown(String, u32),
     Fsync,
     Checkpoint,
     /// The background's checkpoint begun: folded and written, its packs not yet synced nor
@@ -224,6 +228,15 @@ fn apply(fs: &mut Fs, held: &mut Held, step: &Step) -> scion_fs::FsResult<()> {
                     ..Default::default()
                 },
             )?;
+        }
+        Step::Times(p, t) => {
+            let ino = resolve(fs, p)?;
+            let t = Some(scion_fs::Ts { sec: *t, nsec: 0 });
+            fs.setattr(ino, SetAttr { atime: t, mtime: t, ..Default::default() })?;
+        }
+        Step::Chown(p, id) => {
+            let ino = resolve(fs, p)?;
+            fs.setattr(ino, SetAttr { uid: Some(*id), gid: Some(*id), ..Default::default() })?;
         }
         Step::Unlink(p) => {
             let (d, n) = parent_of(fs, p)?;
@@ -895,6 +908,41 @@ fn small_writes(rng: &mut StdRng) -> Vec<Step> {
     s
 }
 
+/// Changes of attributes one after another, as an untar's file gets them (the kernel's
+/// times, the owner, times, the mode): consecutive changes of one inode are journaled as one
+/// record (`attr_merge.rs`); a change of size, another file's record, a sync or a checkpoint
+/// between two keeps them apart.
+fn attrs(rng: &mut StdRng) -> Vec<Step> {
+    let mut s = vec![Step::Mkdir("t".into())];
+    for f in 0..4u32 {
+        let p = format!("t/f{f}");
+        s.push(Step::Create(p.clone()));
+        s.push(Step::Write(p.clone(), 0, bytes(rng, 100 + f as usize * 3000)));
+        s.push(Step::Times(p.clone(), 1_000 + f as i64));
+        s.push(Step::Chown(p.clone(), 1000 + f));
+        s.push(Step::Times(p.clone(), 2_000 + f as i64));
+        s.push(Step::Chmod(p.clone(), 0o600 + f as u16));
+        s.push(Step::Chmod(p.clone(), 0o620 + f as u16));
+        if f == 1 {
+            s.push(Step::Fsync);
+        }
+        s.push(Step::Times(p.clone(), 3_000 + f as i64));
+        if f == 2 {
+            s.push(Step::Truncate(p.clone(), 50));
+            s.push(Step::Chmod(p.clone(), 0o640));
+        }
+    }
+    s.push(Step::Chmod("t/f0".into(), 0o700));
+    s.push(Step::Chmod("t/f1".into(), 0o711));
+    s.push(Step::Chmod("t/f0".into(), 0o750));
+    s.push(Step::Checkpoint);
+    s.push(Step::Times("t/f3".into(), 4_000));
+    s.push(Step::Chmod("t/f3".into(), 0o444));
+    s.push(Step::Fsync);
+    s.push(Step::Chown("t/f3".into(), 7));
+    s
+}
+
 /// 4 KiB overwrites of a large committed file, shared with a clone (fio's randwrite): each
 /// checkpoint puts the pages changed since the last one in a layer beside the chunk's block
 /// (format 16); chunk 1 takes a page every round, past LAYERS_MAX layers; a truncate into a
@@ -1435,8 +1483,9 @@ fn every_crash_state_recovers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let mixes = if full { 24 } else { 3 };
-    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 18] = [
+    let workloads: [(&str, fn(&mut StdRng) -> Vec<Step>); 19] = [
         ("overwrite + fsync", overwrite),
+        ("attribute changes", attrs),
         ("rename over", rename_over),
         ("directory trees", dir_tree),
         ("clones + snapshots", clones),
