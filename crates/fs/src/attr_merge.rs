@@ -47,12 +47,11 @@ fn merged(earlier: &SetAttr, later: &SetAttr) -> SetAttr {
 impl Fs {
     /// Journals `attr`, applied to `ino` at `now`, merged with the journal's last record if
     /// that is a change of the same inode's attributes that can still be taken back.
-    pub(crate) fn log_setattr(&mut self, ino: Ino, attr: SetAttr, now: Ts) -> FsResult<()> {
+    pub(crate) fn log_setattr(&mut self, ino: Ino, mut attr: SetAttr, now: Ts) -> FsResult<()> {
         let Some(target) = self.target(ino) else {
             self.last_attr = None;
             return Ok(());
         };
-        let mut attr = attr;
         if let Some(last) = self.last_attr.take() {
             if last.ino == ino && attr.size.is_none() && last.attr.size.is_none() && self.take_back(last.at) {
                 attr = merged(&last.attr, &attr);

@@ -2566,7 +2566,9 @@ impl Fs {
         // against 0.3 ms for the journal's overwrite alone (bench/cubes, WHAT=fsync).
         // Journaled, the bytes reach the disk twice (the checkpoint writes them again), as
         // a journaling filesystem's fsync of a new small file does.
-        if data.len() < SYNCING_TAIL_MAX && self.synced_at.is_some_and(|t| t.elapsed() < SYNCING) {
+        // (A write of at least TAIL_AHEAD_MIN still goes ahead: its tail is a small part of
+        // what its fsync waits for.)
+        if data.len() < TAIL_AHEAD_MIN && self.synced_at.is_some_and(|t| t.elapsed() < SYNCING) {
             return Ok(None);
         }
         // A long write off the chunk grid (one of a stream shifted by an odd write-back):
@@ -3823,9 +3825,6 @@ const RANDOM_READ_MAX: usize = 16 << 10;
 const TAIL_AHEAD_MIN: usize = 256 << 10;
 /// How long after a caller's sync its volume counts as one whose callers sync (`tail_ahead`).
 const SYNCING: std::time::Duration = std::time::Duration::from_secs(2);
-/// Writes at least this long write their tail ahead even then: the tail is a small part of
-/// what their fsync waits for.
-const SYNCING_TAIL_MAX: usize = 256 << 10;
 /// Reads from this far into a file on are the body of a long sequential read, whose long runs
 /// go past the host's page cache (`BlockStore::read_whole_into`): the mount's readahead already
 /// streams ahead, and the host's cache only cost the daemon a second copy of every byte. Reads

@@ -18,8 +18,8 @@
 //! block not yet synced). Otherwise the block would add a sync of the packs to the fsync,
 //! on ext4 a commit of the host's journal for the pack's new block: 7 ms at the median
 //! beside another cube's bulk writer, against 0.3 ms for the journal's overwrite alone
-//! (`bench/cubes`, WHAT=fsync, 2026-12-07). The half keeps an appender that syncs often (a log) from rewriting its chunk
-//! at every sync. Small writes here and there in a buffered chunk (a random
+//! (`bench/cubes`, WHAT=fsync, 2026-12-07). The half keeps an appender that syncs often (a
+//! log) from rewriting its chunk at every sync. Small writes here and there in a buffered chunk (a random
 //! overwrite, the kernel writing a dirty page back) stay in memory and in the journal as
 //! before: writing the chunk's 64 KiB for each would multiply what they cost.
 //!
