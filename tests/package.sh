@@ -11,6 +11,8 @@ trap 'rm -rf "$root"' EXIT
 dpkg-deb -x "$deb" "$root"
 fail() { echo "tests/package.sh: $*" >&2; exit 1; }
 "$root/usr/bin/scion" --version | grep '^scion ' >/dev/null || fail "scion --version"
+# The front runs the whole binary (lib/scion of its prefix) for every other command.
+"$root/usr/bin/scion" list --help | grep -q '^Usage: scion list' || fail "scion list --help (the front finds no scion-full)"
 [ "$(readlink "$root/sbin/mount.fuse.scion")" = /usr/bin/scion ] || fail "no mount helper link"
 dpkg-deb -f "$deb" Depends | grep fuse3 >/dev/null || fail "does not depend on fuse3"
 n=0

@@ -28,6 +28,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from scion_helpers import is_mounted, pid_alive  # noqa: E402
 
 SCION_BIN = os.environ.get("SCION_BIN", "/work/main/target/release/scion")
+
+
+def copy_scion(directory):
+    """Copies scion where other users may run it: the front (`scion`) and the whole binary it
+    runs for most commands (`scion-full`, beside it). Returns the front's path."""
+    exe = os.path.join(directory, "scion")
+    for name in ("scion", "scion-full"):
+        shutil.copy(os.path.join(os.path.dirname(SCION_BIN), name), os.path.join(directory, name))
+        os.chmod(os.path.join(directory, name), 0o755)
+    return exe
 TARGET = os.environ.get("SCION_TEST_TARGET", "scion").strip().lower()
 PLAIN = TARGET == "plain"
 BASE = "/tmp/scion-tests"

@@ -574,3 +574,50 @@ def test_a_clone_or_snapshot_holds_what_open_files_below_it_hold(scion_mount):
         inside.close()
         outside.close()
     assert os.path.getsize(f"{other}/big") == 2 << 20
+
+
+def test_the_front_serves_a_clone_itself_and_runs_the_full_binary_for_the_rest(scion_mount, tmp_path):
+    """`scion` is a small front (crates/cli/src/front.rs): a plain `scion clone SRC DST` on a
+    mount is served without starting the whole binary (one execve), with the whole binary's
+    output; anything else (an option, a mistake, another command) runs `scion-full` in its
+    place, with the same arguments and argv[0]."""
+    if shutil.which("strace") is None:
+        pytest.skip("needs strace")
+    m = scion_mount
+    os.makedirs(f"{m.mnt}/src/sub")
+    open(f"{m.mnt}/src/sub/f", "w").write("x")
+
+    def execs(*args):
+        log = tmp_path / f"strace-{args[0]}-{len(list(tmp_path.iterdir()))}"
+        p = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-e", "signal=none", "-o", str(log),
+                            m.bin, *args], capture_output=True, text=True, timeout=60)
+        calls = [line for line in log.read_text().splitlines() if "execve(" in line and "= 0" in line]
+        return p, calls
+
+    p, calls = execs("clone", f"{m.mnt}/src", f"{m.mnt}/a")
+    assert p.returncode == 0 and p.stdout == "cloned /src to /a\n", (p.stdout, p.stderr)
+    assert len(calls) == 1, calls
+    assert open(f"{m.mnt}/a/sub/f").read() == "x"
+    # The whole binary says the same of the same clone.
+    full = os.path.join(os.path.dirname(m.bin), "scion-full")
+    r = subprocess.run([full, "clone", f"{m.mnt}/src", f"{m.mnt}/b"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "cloned /src to /b\n", (r.stdout, r.stderr)
+    # An option: the whole binary's parser, run in the front's place under the same name.
+    p, calls = execs("clone", f"{m.mnt}/src", f"{m.mnt}/c", "--exclude", "sub")
+    assert p.returncode == 0 and p.stdout == "cloned /src to /c\n", (p.stdout, p.stderr)
+    assert len(calls) == 2 and "scion-full" in calls[1] and f'["{m.bin}", "clone"' in calls[1], calls
+    assert os.listdir(f"{m.mnt}/c") == []
+    # A refusal the front meets before asking anything (the destination exists): the whole
+    # binary's message and exit code.
+    p, calls = execs("clone", f"{m.mnt}/src", f"{m.mnt}/a")
+    assert p.returncode == 2 and "already exists" in p.stderr and len(calls) == 2, (p.stderr, calls)
+    # A refusal of the daemon's, served by the front: the whole binary's form of it.
+    p, calls = execs("clone", f"{m.mnt}/src/sub/f", f"{m.mnt}/g")
+    r = subprocess.run([full, "clone", f"{m.mnt}/src/sub/f", f"{m.mnt}/g"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == r.returncode == 2 and "Not a directory" in p.stderr and p.stderr == r.stderr, (p.stderr,
+                                                                                                      r.stderr)
+    assert len(calls) == 1, calls
+    p, calls = execs("--version")
+    assert p.returncode == 0 and p.stdout.startswith("scion ") and len(calls) == 1, calls
+    r = subprocess.run([full, "--version"], capture_output=True, text=True, timeout=60)
+    assert r.stdout == p.stdout

@@ -6,11 +6,10 @@ clear errors and the documented exit codes; an ordinary user may not change them
 
 import json
 import os
-import shutil
 
 import pytest
 
-from conftest import PLAIN, SCION_BIN
+from conftest import PLAIN, copy_scion
 
 pytestmark = pytest.mark.skipif(PLAIN, reason="remotes need a scion store")
 
@@ -79,9 +78,7 @@ def test_an_ordinary_user_may_not_change_remotes(scion_mount):
     m = scion_mount
     ensure_user("scion-bob")
     os.chmod(m.root, 0o755)
-    exe = os.path.join(m.root, "scion")
-    shutil.copy(SCION_BIN, exe)
-    os.chmod(exe, 0o755)
+    exe = copy_scion(m.root)
     assert m.run("remote", "add", "aws", "s3://team-data", "--mount", m.mnt).returncode == 0
     for args in (["add", "mine", "s3://bobs-bucket"], ["remove", "aws"], ["list"]):
         r = as_user("scion-bob", exe, "remote", *args, "--mount", m.mnt)

@@ -179,15 +179,14 @@ def test_space_aware_retention_on_a_filling_host(small_tmpfs):
 def test_an_ordinary_user_on_their_own_store():
     """Issue 18 item 7: snapshots, schedules, versions and restore as an ordinary user on
     a store of their own, mounted through fusermount3."""
-    from conftest import SCION_BIN
+    from conftest import copy_scion
     from test_safety import as_user, ensure_user
     import shutil
     import tempfile
     ensure_user("scion-bob")
     root = tempfile.mkdtemp(prefix="user-", dir="/tmp")
     os.chmod(root, 0o755)
-    shutil.copy(SCION_BIN, os.path.join(root, "scion"))
-    os.chmod(os.path.join(root, "scion"), 0o755)
+    copy_scion(root)
     subprocess.run(["chown", "scion-bob", root], check=True)
     script = (
         "set -e; cd " + root + "; mkdir mnt; ./scion init st >/dev/null; ./scion mount st mnt >/dev/null; "

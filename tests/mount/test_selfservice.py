@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import PLAIN, SCION_BIN
+from conftest import PLAIN, copy_scion
 from test_safety import ensure_user
 
 pytestmark = pytest.mark.skipif(PLAIN or os.geteuid() != 0, reason="needs root to mount for everyone and make users")
@@ -38,9 +38,7 @@ def test_users_help_themselves_and_reach_nothing_else(scion_mount):
     m = scion_mount
     bob, mallory = ensure_user(BOB), ensure_user(MALLORY)
     os.chmod(m.root, 0o755)
-    exe = os.path.join(m.root, "scion")
-    shutil.copy(SCION_BIN, exe)
-    os.chmod(exe, 0o755)
+    exe = copy_scion(m.root)
     M = m.mnt
     # Bob's project, private; Mallory's own directory; a root-owned directory everyone reads.
     os.makedirs(f"{M}/home/bob/proj")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLAIN, SCION_BIN
+from conftest import PLAIN, copy_scion
 from test_safety import ensure_user
 from test_selfservice import refused
 
@@ -50,9 +50,7 @@ def everyone(scion_mount):
     m = scion_mount
     uids = {u: ensure_user(u) for u in (ALICE, BOB, MALLORY)}
     os.chmod(m.root, 0o755)
-    exe = os.path.join(m.root, "scion")
-    shutil.copy(SCION_BIN, exe)
-    os.chmod(exe, 0o755)
+    exe = copy_scion(m.root)
     for u, uid in uids.items():
         h = f"{m.mnt}/home/{u}"
         os.makedirs(h)
@@ -286,9 +284,7 @@ def test_self_service_can_be_turned_off(scion_mount):
     m = scion_mount
     ensure_user(ALICE)
     os.chmod(m.root, 0o755)
-    exe = os.path.join(m.root, "scion")
-    shutil.copy(SCION_BIN, exe)
-    os.chmod(exe, 0o755)
+    exe = copy_scion(m.root)
     m.umount()
     m.mount("users=off")
     os.makedirs(f"{m.mnt}/a")

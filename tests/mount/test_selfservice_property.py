@@ -41,7 +41,6 @@ import pwd
 import random
 import re
 import shlex
-import shutil
 import stat
 import struct
 import subprocess
@@ -50,7 +49,7 @@ import time
 
 import pytest
 
-from conftest import BASE, CMD_TIMEOUT, PLAIN, SCION_BIN
+from conftest import BASE, CMD_TIMEOUT, PLAIN, copy_scion
 from test_safety import ensure_user
 
 pytestmark = pytest.mark.skipif(PLAIN or os.geteuid() != 0,
@@ -242,9 +241,7 @@ class SelfService:
         self.name = {v: k for k, v in self.uid.items()}
         self.name[0] = "root"
         os.chmod(m.root, 0o755)                    # the users reach the mount point
-        self.exe = os.path.join(m.root, "scion")   # and a scion they may run
-        shutil.copy(SCION_BIN, self.exe)
-        os.chmod(self.exe, 0o755)
+        self.exe = copy_scion(m.root)              # and a scion they may run
         self.probe_py = os.path.join(m.root, "probe.py")
         with open(self.probe_py, "w") as f:
             f.write(PROBE)

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from conftest import PLAIN, SCION_BIN
+from conftest import PLAIN, copy_scion
 
 pytestmark = pytest.mark.skipif(PLAIN or os.geteuid() != 0, reason="needs root to create a user")
 
@@ -29,9 +29,7 @@ def test_ordinary_user_mounts_through_fusermount3():
     root = tempfile.mkdtemp(prefix="user-", dir="/tmp")
     os.chmod(root, 0o777)
     # The binary must be reachable by the user.
-    exe = os.path.join(root, "scion")
-    shutil.copy(SCION_BIN, exe)
-    os.chmod(exe, 0o755)
+    exe = copy_scion(root)
     store, mnt = os.path.join(root, "store"), os.path.join(root, "mnt")
     try:
         r = as_user(f"mkdir {mnt} && {exe} init {store} && {exe} mount {store} {mnt} && "

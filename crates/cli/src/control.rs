@@ -28,7 +28,7 @@ pub fn invalidate(notifier: &fuser::Notifier, inval: &[Invalidate]) {
 /// The text a reply prints; an error (with that text) for a scrub that found damage.
 pub fn render(op: &Op, reply: &Reply) -> Result<String, String> {
     Ok(match (op, reply) {
-        (Op::Clone { src, dst, .. }, _) => format!("cloned {} to {}", show(src), show(dst)),
+        (Op::Clone { src, dst, .. }, _) => scion::client::cloned(src, dst),
         (Op::Snapshot { path, name }, _) => format!(
             "snapshot {} of {} (at {}/.snapshot/{})",
             String::from_utf8_lossy(name),

@@ -1,4 +1,5 @@
 //! The parts of the `scion` command that other code reaches: what it decodes from outside.
 
+pub mod client;
 pub mod stream;
 pub mod wire;

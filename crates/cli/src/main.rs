@@ -43,6 +43,7 @@ pub(crate) fn return_freed_memory() {
     }
 }
 use std::path::PathBuf;
+use scion::client::humane;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -1229,38 +1230,4 @@ fn init(store: &std::path::Path) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", store.display()))?;
     println!("created store {}", store.display());
     Ok(())
-}
-
-/// A message for a person: the system's " (os error N)" tails dropped (the words before
-/// them say the same).
-fn humane(msg: &str) -> String {
-    let mut out = String::with_capacity(msg.len());
-    let mut rest = msg;
-    while let Some(i) = rest.find(" (os error ") {
-        let tail = &rest[i + 11..];
-        let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
-        if digits > 0 && tail[digits..].starts_with(')') {
-            out.push_str(&rest[..i]);
-            rest = &tail[digits + 1..];
-        } else {
-            out.push_str(&rest[..i + 11]);
-            rest = tail;
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn humane_drops_os_error_tails_only() {
-        assert_eq!(super::humane("m/x: No such file or directory (os error 2)"), "m/x: No such file or directory");
-        assert_eq!(
-            super::humane("a: Input/output error (os error 5); then b: Permission denied (os error 13)"),
-            "a: Input/output error; then b: Permission denied"
-        );
-        assert_eq!(super::humane("kept (os error x) and (os error )"), "kept (os error x) and (os error )");
-        assert_eq!(super::humane("nothing to drop"), "nothing to drop");
-    }
 }

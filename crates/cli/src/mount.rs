@@ -613,14 +613,7 @@ pub fn store_arg(p: &Path) -> PathBuf {
     }
 }
 
-/// The store a mount-table line names, if it is a scion mount: type `fuse.scion` (the store's
-/// path as given is its source), or an older scion's `scion:PATH` source.
-pub(crate) fn mounted_store(fstype: &str, source: &str) -> Option<String> {
-    if let Some(p) = source.strip_prefix("scion:") {
-        return fstype.starts_with("fuse").then(|| p.to_string());
-    }
-    (fstype == "fuse.scion").then(|| source.to_string())
-}
+pub(crate) use scion::client::mounted_store;
 
 /// A store mounted for one command that works through a mount (`receive --store`, a
 /// mirror's transfer to a store that is not mounted): at a private directory, by a daemon

@@ -2,91 +2,14 @@
 //! daemon (mounted) or open it directly (unmounted, with `--store`).
 
 use crate::control;
+pub(crate) use scion::client::{locate, scion_mounts, Located};
+use scion::client;
 use scion::wire::Template;
 use scion_daemon::control::{execute, Op, Target};
 use scion_daemon::server;
 use scion_fs::{Fs, MountOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-/// A path resolved to its store: the store directory, the path inside it, and the mount
-/// point when the store is mounted (then the daemon does the work).
-#[derive(Clone)]
-pub(crate) struct Located {
-    pub(crate) store: PathBuf,
-    pub(crate) rel: Vec<u8>,
-    pub(crate) mnt: Option<PathBuf>,
-    /// The mount's device (`major:minor`), which its daemon must confirm.
-    device: String,
-}
-
-/// Scion mounts: (mount point, store, device), from the kernel's mount table. The store is
-/// what the mount *claims* (any FUSE filesystem may call itself `fuse.scion`): `run` asks
-/// the store's daemon to confirm the device before trusting it.
-pub(crate) fn scion_mounts() -> Vec<(PathBuf, PathBuf, String)> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let unescape = |s: &str| s.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\");
-    let mut out = Vec::new();
-    for line in table.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = f.iter().position(|x| *x == "-") else {
-            continue;
-        };
-        let src = crate::mount::mounted_store(f.get(dash + 1).unwrap_or(&""), f.get(dash + 2).unwrap_or(&""));
-        if let (Some(mp), Some(src)) = (f.get(4), src) {
-            out.push((
-                PathBuf::from(unescape(mp)),
-                PathBuf::from(unescape(&src)),
-                f[2].to_string(),
-            ));
-        }
-    }
-    out
-}
-
-pub(crate) fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located, String> {
-    if let Some(store) = store {
-        return Ok(Located {
-            store: store.clone(),
-            rel: path.as_os_str().as_bytes().to_vec(),
-            mnt: None,
-            device: String::new(),
-        });
-    }
-    let abs = if exists {
-        std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?
-    } else {
-        let name = path
-            .file_name()
-            .ok_or_else(|| format!("{}: not a name for a new directory", path.display()))?;
-        let parent = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let parent = std::fs::canonicalize(&parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        if path.exists() || path.symlink_metadata().is_ok() {
-            return Err(format!("{} already exists", path.display()));
-        }
-        parent.join(name)
-    };
-    let best = scion_mounts()
-        .into_iter()
-        .filter(|(mp, _, _)| abs.starts_with(mp))
-        .max_by_key(|(mp, _, _)| mp.as_os_str().len());
-    let Some((mp, store, device)) = best else {
-        return Err(format!(
-            "{} is not inside a scion mount (for an unmounted store, give --store STORE and store paths)",
-            abs.display()
-        ));
-    };
-    let rel = abs.strip_prefix(&mp).unwrap();
-    Ok(Located {
-        store,
-        rel: rel.as_os_str().as_bytes().to_vec(),
-        mnt: Some(mp),
-        device,
-    })
-}
 
 /// `locate` of what `path`'s last name itself is, as `lstat` and `cp -a` take it: the
 /// directories above are resolved, a symlink at the end is not followed (nor need anything
@@ -105,17 +28,6 @@ pub(crate) fn locate_entry(path: &Path, store: &Option<PathBuf>) -> Result<Locat
     }
     l.rel.extend_from_slice(name.as_bytes());
     Ok(l)
-}
-
-impl Located {
-    /// An unmounted store (what --store names).
-    pub(crate) fn unmounted(store: PathBuf) -> Located {
-        Located { store, rel: Vec::new(), mnt: None, device: String::new() }
-    }
-    /// The root of a mount from the mount table.
-    pub(crate) fn mount_root(mnt: PathBuf, store: PathBuf, device: String) -> Located {
-        Located { store, rel: Vec::new(), mnt: Some(mnt), device }
-    }
 }
 
 fn run(at: &Located, op: Op) -> Result<(), String> {
@@ -164,86 +76,14 @@ pub(crate) fn call_parts(
     if at.mnt.is_none() {
         return Err("a scan or streamed diff is served by a mounted store's daemon: mount the store".into());
     }
-    sync_mount(at, op);
+    client::sync_mount(at, op);
     server::call_parts(&at.store, &at.device, at.mnt.as_deref(), op, parts).map_err(|e| e.message)
-}
-
-/// The kernel may hold written data the daemon has not seen yet (writeback caching, a file
-/// still open or mapped): a clone is of what processes see, and a diff or scan compares it,
-/// so it is flushed first. Only the files open below the command's directories are flushed
-/// (`Op::OpenBelow`), so that a clone beside a bulk writer elsewhere in the mount does not
-/// wait for the writer's pages; the whole mount (`syncfs`) when the daemon cannot tell them
-/// (too many, a file with several names, a caller who may not ask) or one cannot be synced.
-fn sync_mount(at: &Located, op: &Op) {
-    let Some(mnt) = &at.mnt else { return };
-    let dirs: Vec<&[u8]> = match op {
-        Op::Clone { src, .. } => vec![src],
-        Op::Snapshot { path, .. } => vec![path],
-        Op::Diff { a, b, .. } => vec![a, b],
-        Op::Scan { paths, .. } => paths.iter().map(|p| p.as_slice()).collect(),
-        _ => return,
-    };
-    if !dirs.iter().all(|d| flush_open_below(at, mnt, d)) {
-        if let Ok(d) = std::fs::File::open(mnt) {
-            use std::os::fd::AsRawFd;
-            // SAFETY: syncfs of an open descriptor.
-            unsafe { libc::syncfs(d.as_raw_fd()) };
-        }
-    }
-}
-
-/// `fsync` of each file open below `dir` (a path from the mount's root); false if the
-/// daemon did not name them or one could not be synced.
-fn flush_open_below(at: &Located, mnt: &Path, dir: &[u8]) -> bool {
-    use std::os::unix::fs::OpenOptionsExt;
-    let op = Op::OpenBelow { path: dir.to_vec() };
-    let Ok(scion_daemon::control::Reply::OpenBelow(files)) = server::call(&at.store, &at.device, Some(mnt), &op, &mut |_, _, _| {}) else {
-        return false;
-    };
-    let top = mnt.join(std::ffi::OsStr::from_bytes(dir));
-    files.iter().all(|f| {
-        // Read-only, not following a symlink put there meanwhile; an fsync of any
-        // descriptor writes the file's cached pages back.
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOATIME)
-            .open(top.join(std::ffi::OsStr::from_bytes(f)))
-            .and_then(|h| h.sync_all())
-            .is_ok()
-    })
 }
 
 /// `call`, with the errno of a refusal beside its message (0 where there is none).
 fn call_errno(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, (i32, String)> {
-    let reply = if let Some(mnt) = &at.mnt {
-        sync_mount(at, op);
-        // Progress of long operations, on a terminal.
-        let tty = unsafe { libc::isatty(2) } == 1;
-        let mut progress = |_done: u64, _total: u64, what: &str| {
-            if tty {
-                eprint!("\r{what}\x1b[K");
-            }
-        };
-        // The mount table says which store a mount is, but any FUSE filesystem can claim a
-        // name there: the request names the mount's device, and a daemon serving another
-        // mount refuses it, so a user's mount cannot steer root's command into root's store.
-        let r = server::call(&at.store, &at.device, at.mnt.as_deref(), &op, &mut progress);
-        if tty {
-            eprint!("\r\x1b[K");
-        }
-        r.map_err(|e| {
-            if e.errno == libc::ENODEV {
-                let m = format!(
-                    "{} claims to be store {} but is not that store's mount ({}); refusing",
-                    mnt.display(),
-                    at.store.display(),
-                    e.message
-                );
-                (e.errno, m)
-            } else {
-                (e.errno, e.message)
-            }
-        })?
+    let reply = if at.mnt.is_some() {
+        client::call_mounted(at, op)?
     } else {
         let mut fs = Fs::open(&at.store, MountOptions::new("scion (clone/snapshot/destroy/list)"))
             .map_err(|e| (0, e.to_string()))?;
