@@ -576,10 +576,10 @@ def test_a_clone_or_snapshot_holds_what_open_files_below_it_hold(scion_mount):
     assert os.path.getsize(f"{other}/big") == 2 << 20
 
 
-def test_the_front_serves_a_clone_itself_and_runs_the_full_binary_for_the_rest(scion_mount, tmp_path):
-    """`scion` is a small front (crates/cli/src/front.rs): a plain `scion clone SRC DST` on a
-    mount is served without starting the whole binary (one execve), with the whole binary's
-    output; anything else (an option, a mistake, another command) runs `scion-full` in its
+def test_the_front_serves_clones_and_snapshots_itself_and_runs_the_full_binary_for_the_rest(scion_mount, tmp_path):
+    """`scion` is a small front (crates/cli/src/front.rs): a plain `scion clone SRC DST` (or
+    `scion snapshot DIR`) on a mount is served without starting the whole binary (one
+    execve), with the whole binary's output; anything else (an option, a mistake, another command) runs `scion-full` in its
     place, with the same arguments and argv[0]."""
     if shutil.which("strace") is None:
         pytest.skip("needs strace")
@@ -617,6 +617,19 @@ def test_the_front_serves_a_clone_itself_and_runs_the_full_binary_for_the_rest(s
     assert p.returncode == r.returncode == 2 and "Not a directory" in p.stderr and p.stderr == r.stderr, (p.stderr,
                                                                                                       r.stderr)
     assert len(calls) == 1, calls
+    # `scion snapshot DIR [--name NAME]` too; `snapshot schedule` is the whole binary's.
+    p, calls = execs("snapshot", f"{m.mnt}/src", "--name", "v1")
+    assert p.returncode == 0 and p.stdout == "snapshot v1 of /src (at /src/.snapshot/v1)\n", (p.stdout, p.stderr)
+    assert len(calls) == 1, calls
+    p, calls = execs("snapshot", f"{m.mnt}/src")
+    assert p.returncode == 0 and p.stdout.startswith("snapshot 20") and len(calls) == 1, (p.stdout, calls)
+    assert len(os.listdir(f"{m.mnt}/src/.snapshot")) == 2
+    p, calls = execs("snapshot", f"{m.mnt}/src", "--name", "v1")
+    r = subprocess.run([full, "snapshot", f"{m.mnt}/src", "--name", "v1"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == r.returncode == 2 and "already has a snapshot named v1" in p.stderr, p.stderr
+    assert p.stderr == r.stderr and len(calls) == 1, (r.stderr, calls)
+    p, calls = execs("snapshot", "schedule", "--list", f"{m.mnt}/src")
+    assert p.returncode == 0 and "DIRECTORY" in p.stdout and len(calls) == 2, (p.stdout, p.stderr, calls)
     p, calls = execs("--version")
     assert p.returncode == 0 and p.stdout.startswith("scion ") and len(calls) == 1, calls
     r = subprocess.run([full, "--version"], capture_output=True, text=True, timeout=60)

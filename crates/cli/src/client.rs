@@ -195,6 +195,35 @@ pub fn cloned(src: &[u8], dst: &[u8]) -> String {
     format!("cloned {} to {}", show(src), show(dst))
 }
 
+/// What `scion snapshot` prints once done.
+pub fn snapshotted(path: &[u8], name: &[u8]) -> String {
+    use scion_daemon::control::show;
+    let name = String::from_utf8_lossy(name);
+    format!("snapshot {name} of {} (at {}/.snapshot/{name})", show(path), show(path).trim_end_matches('/'))
+}
+
+/// A snapshot's default name: the UTC time, as `2026-11-24T201502Z`.
+pub fn utc_now_name() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    utc_with(now, |y, mo, d, h, mi, s| format!("{y:04}-{mo:02}-{d:02}T{h:02}{mi:02}{s:02}Z"))
+}
+
+/// Seconds since the epoch as UTC, formatted as `fmt` does with
+/// (year, month, day, hour, minute, second).
+pub fn utc_with(sec: i64, fmt: fn(i32, i32, i32, i32, i32, i32) -> String) -> String {
+    let t = sec as libc::time_t;
+    // SAFETY: tm is plain data, filled by gmtime_r or left unread.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live locals.
+    if unsafe { libc::gmtime_r(&t, &mut tm) }.is_null() {
+        return sec.to_string();
+    }
+    fmt(tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
+}
+
 /// A message for a person: the system's " (os error N)" tails dropped (the words before
 /// them say the same).
 pub fn humane(msg: &str) -> String {

@@ -29,13 +29,7 @@ pub fn invalidate(notifier: &fuser::Notifier, inval: &[Invalidate]) {
 pub fn render(op: &Op, reply: &Reply) -> Result<String, String> {
     Ok(match (op, reply) {
         (Op::Clone { src, dst, .. }, _) => scion::client::cloned(src, dst),
-        (Op::Snapshot { path, name }, _) => format!(
-            "snapshot {} of {} (at {}/.snapshot/{})",
-            String::from_utf8_lossy(name),
-            show(path),
-            show(path).trim_end_matches('/'),
-            String::from_utf8_lossy(name)
-        ),
+        (Op::Snapshot { path, name }, _) => scion::client::snapshotted(path, name),
         (Op::Destroy { target: Target::Id(id), .. }, _) => format!("destroyed @{id}"),
         (Op::Destroy { target: Target::Path(p), .. }, _) => format!("destroyed {}", show(p)),
         (_, Reply::Repacked(r)) => format!(
@@ -321,23 +315,7 @@ pub fn render_deleted(ds: &[scion_fs::versions::Deleted], json: bool) -> String 
     out
 }
 
-/// Seconds since the epoch as UTC, formatted as `fmt` does with
-/// (year, month, day, hour, minute, second).
-pub fn utc_with(sec: i64, fmt: fn(i32, i32, i32, i32, i32, i32) -> String) -> String {
-    let t = sec as libc::time_t;
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    if unsafe { libc::gmtime_r(&t, &mut tm) }.is_null() {
-        return sec.to_string();
-    }
-    fmt(
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec,
-    )
-}
+pub use scion::client::utc_with;
 
 fn utc(sec: i64) -> String {
     utc_with(sec, |y, mo, d, h, mi, s| {

@@ -4,7 +4,8 @@
 //! send and destroyed after. The daemon makes the stream (`scion_daemon::send`) and hands it
 //! over in pieces; this side compresses it (zstd, in worker threads) and writes it out.
 
-use crate::tree_cmds::{call, call_streaming, locate, store_path, utc_now_name, Located};
+use crate::tree_cmds::{call, call_streaming, locate, store_path, Located};
+use scion::client::utc_now_name;
 use scion::stream::FLAG_ZSTD;
 use scion_daemon::control::{Op, Reply, SendDedup, Target};
 use std::io::Write;

@@ -40,8 +40,6 @@ fn run(at: &Located, op: Op) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs `op` on the store `at` names: through its daemon when mounted, or on the store
-/// opened here.
 /// `path` as a store path: its part below the mount point `mnt`.
 pub(crate) fn below_mount(mnt: &Path, path: &Path) -> Result<Vec<u8>, String> {
     use std::os::unix::ffi::OsStrExt;
@@ -50,6 +48,8 @@ pub(crate) fn below_mount(mnt: &Path, path: &Path) -> Result<Vec<u8>, String> {
         .map_err(|_| format!("{} is not below the mount point {}", path.display(), mnt.display()))
 }
 
+/// Runs `op` on the store `at` names: through its daemon when mounted, or on the store
+/// opened here.
 pub(crate) fn call(at: &Located, op: &Op) -> Result<scion_daemon::control::Reply, String> {
     call_errno(at, op).map_err(|(_, m)| m)
 }
@@ -206,19 +206,9 @@ fn copy_across(src: &Path, dst: &Path) -> Result<(), String> {
     }
 }
 
-pub(crate) fn utc_now_name() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    control::utc_with(now, |y, mo, d, h, mi, s| {
-        format!("{y:04}-{mo:02}-{d:02}T{h:02}{mi:02}{s:02}Z")
-    })
-}
-
 pub fn snapshot(path: PathBuf, name: Option<String>, store: Option<PathBuf>) -> Result<(), String> {
     let at = locate(&path, true, &store)?;
-    let name = name.unwrap_or_else(utc_now_name);
+    let name = name.unwrap_or_else(client::utc_now_name);
     run(
         &at,
         Op::Snapshot {
