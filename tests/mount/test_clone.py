@@ -589,8 +589,9 @@ def test_the_front_serves_clones_and_snapshots_itself_and_runs_the_full_binary_f
 
     def execs(*args):
         log = tmp_path / f"strace-{args[0]}-{len(list(tmp_path.iterdir()))}"
-        p = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-e", "signal=none", "-o", str(log),
-                            m.bin, *args], capture_output=True, text=True, timeout=60)
+        # -s 4096: argv strings whole (strace cuts them at 32 bytes; CI's paths are longer).
+        p = subprocess.run(["strace", "-f", "-qq", "-s", "4096", "-e", "trace=execve", "-e", "signal=none",
+                            "-o", str(log), m.bin, *args], capture_output=True, text=True, timeout=60)
         calls = [line for line in log.read_text().splitlines() if "execve(" in line and "= 0" in line]
         return p, calls
 
