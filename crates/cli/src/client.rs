@@ -29,8 +29,8 @@ pub struct Located {
 }
 
 /// Scion mounts: (mount point, store, device), from the kernel's mount table. The store is
-/// what the mount *claims* (any FUSE filesystem may call itself `fuse.scion`): `run` asks
-/// the store's daemon to confirm the device before trusting it.
+/// what the mount *claims* (any FUSE filesystem may call itself `fuse.scion`): a request
+/// names the device (`call_mounted`), and the store's daemon refuses one that is not its own.
 pub fn scion_mounts() -> Vec<(PathBuf, PathBuf, String)> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let unescape = |s: &str| s.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\");
