@@ -315,7 +315,7 @@ pub fn render_deleted(ds: &[scion_fs::versions::Deleted], json: bool) -> String 
     out
 }
 
-pub use scion::client::utc_with;
+use scion::client::utc_with;
 
 fn utc(sec: i64) -> String {
     utc_with(sec, |y, mo, d, h, mi, s| {

@@ -613,7 +613,7 @@ pub fn store_arg(p: &Path) -> PathBuf {
     }
 }
 
-pub(crate) use scion::client::mounted_store;
+use scion::client::mounted_store;
 
 /// A store mounted for one command that works through a mount (`receive --store`, a
 /// mirror's transfer to a store that is not mounted): at a private directory, by a daemon
