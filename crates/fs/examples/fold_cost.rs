@@ -7,9 +7,11 @@
 //!     cargo run --release --example fold_cost -- STORE FILES [BATCH] [SIZE] [ORDER]
 //!
 //! STORE is made by `scion init` first. ORDER is `random` (the default: names scattered
-//! over the directory, so each fold rewrites most of its leaves) or `seq` (names in order,
-//! as an untar's, so each fold rewrites the directory's last leaves). `FOLD_LOG=1` prints
-//! each checkpoint's own log line (fold, write, pack sync and commit times).
+//! over the directory, so each fold rewrites most of its leaves), `seq` (names in order,
+//! as an untar's, so each fold rewrites the directory's last leaves) or `clone` (`bench/latency`'s
+//! pile: FILES files in directories of 1,000, cloned, then every third file of the clone
+//! rewritten, a fold after every BATCH rewrites). `FOLD_LOG=1` prints each checkpoint's own
+//! log line (fold, write, pack sync and commit times).
 
 use scion_fs::{Fs, Kind, MountOptions};
 use std::path::Path;
@@ -46,7 +48,8 @@ fn main() {
         std::process::exit(2);
     }
     let (files, batch, size) = (num(2, 0), num(3, 1024), num(4, 1500));
-    let random = args.get(5).is_none_or(|o| o != "seq");
+    let order = args.get(5).map_or("random", |s| s.as_str());
+    let random = order == "random";
     let packs = || -> u64 {
         let dir = Path::new(&args[1]).join("packs");
         std::fs::read_dir(dir).expect("packs").map(|e| e.unwrap().metadata().unwrap().len()).sum()
@@ -58,7 +61,10 @@ fn main() {
     let root = fs.root();
     let dir = fs.mknod(root, b"w", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).expect("mkdir").ino;
     let mut times = Vec::new();
-    for i in 0..files {
+    if order == "clone" {
+        times = clone_rewrites(&mut fs, dir, files, batch, size);
+    }
+    for i in (0..files).filter(|_| order != "clone") {
         let name = if random { format!("file-{:08x}", (i as u32).wrapping_mul(2654435761)) } else { format!("file-{i:08}") };
         let f = fs.mknod(dir, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[]).expect("mknod").ino;
         let mut data = vec![b'x'; size as usize];
@@ -93,4 +99,46 @@ fn main() {
         );
     }
     fs.close().expect("close");
+}
+
+/// The `clone` order: FILES files of SIZE bytes in directories of 1,000 below `top` (folded
+/// and committed, untimed), cloned, then every third file of the clone rewritten with new
+/// bytes, a fold timed after every BATCH of them. The engine folds on its own too, as the
+/// daemon would, when the rewrites pile up past what a fold should hold (`fold_policy.rs`).
+fn clone_rewrites(fs: &mut Fs, top: u64, files: u64, batch: u64, size: u64) -> Vec<std::time::Duration> {
+    let a = fs.mknod(top, b"a", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).expect("mkdir").ino;
+    let mut dirs = Vec::new();
+    for i in 0..files {
+        if i % 1000 == 0 {
+            let name = format!("d{:03}", i / 1000);
+            dirs.push(fs.mknod(a, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).expect("mkdir").ino);
+        }
+        let name = format!("f{i}");
+        let f = fs.mknod(*dirs.last().unwrap(), name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[]).expect("mknod").ino;
+        fs.write(f, 0, &vec![b'x'; size as usize]).expect("write");
+        fs.forget(f, 1);
+    }
+    fs.checkpoint().expect("checkpoint");
+    let b = fs.clone_dir(a, top, b"b", &[], b"fold_cost").expect("clone");
+    fs.checkpoint().expect("checkpoint");
+    let mut times = Vec::new();
+    let mut done = 0;
+    for i in (0..files).step_by(3) {
+        let d = fs.lookup(b, format!("d{:03}", i / 1000).as_bytes()).expect("lookup dir").ino;
+        let f = fs.lookup(d, format!("f{i}").as_bytes()).expect("lookup file").ino;
+        fs.setattr(f, scion_fs::SetAttr { size: Some(0), ..Default::default() }).expect("truncate");
+        let data = format!("round 1 file {i}\n").repeat(60);
+        fs.write(f, 0, data.as_bytes()).expect("write");
+        fs.forget(f, 1);
+        fs.forget(d, 1);
+        done += 1;
+        if done % batch == 0 {
+            let t = Instant::now();
+            let sync = fs.checkpoint_begin().expect("fold").expect("no commit in flight");
+            times.push(t.elapsed());
+            let synced = sync.run();
+            fs.checkpoint_end(sync, synced).expect("commit");
+        }
+    }
+    times
 }
