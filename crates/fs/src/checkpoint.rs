@@ -853,7 +853,12 @@ impl Fs {
             return Ok(None);
         }
         self.room_for_checkpoint();
-        let f = match self.fold_and_write(Fold::Carry) {
+        // The nodes the fold pushes out of the cache are dropped with the packs' sync, after
+        // the lock (`PackSync::run`).
+        self.vol.forest.defer_drops();
+        let folded = self.fold_and_write(Fold::Carry);
+        let dead = self.vol.forest.take_dropped();
+        let f = match folded {
             Ok(f) => f,
             Err(e) => return self.checkpoint_done(Err(e)).map(|()| None),
         };
@@ -866,6 +871,7 @@ impl Fs {
         Ok(Some(PackSync {
             store: self.vol.forest.store.clone(),
             generation: id,
+            dead: std::sync::Mutex::new(dead),
         }))
     }
 
@@ -1597,10 +1603,14 @@ pub(crate) struct InFlight {
 pub struct PackSync {
     store: std::sync::Arc<scion_store::BlockStore>,
     generation: u64,
+    /// Tree nodes the fold pushed out of the node cache, dropped here rather than under the
+    /// lock (`Forest::defer_drops`).
+    dead: std::sync::Mutex<Vec<std::sync::Arc<scion_tree::Node>>>,
 }
 
 impl PackSync {
     pub fn run(&self) -> Result<()> {
+        drop(std::mem::take(&mut *self.dead.lock().unwrap()));
         self.store.sync()
     }
 

@@ -628,7 +628,7 @@ mod tests {
         let mut both = Patches::default();
         both.write(5, b"x");
         let mut v3 = v.clone();
-        v3.bytes = [both.encode(), v.bytes.clone()].concat();
+        v3.bytes = [both.encode(), v.bytes.to_vec()].concat().into();
         assert!(StoredChunk::from_value(&v3).is_err(), "a patch list beside layers");
     }
 

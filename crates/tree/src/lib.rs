@@ -57,6 +57,8 @@ struct NodeCache {
     lru: LruCache<u64, (Arc<Node>, usize)>,
     bytes: usize,
     limit: usize,
+    /// Nodes let go of while drops are deferred (`Forest::defer_drops`), for the taker to drop.
+    dead: Option<Vec<Arc<Node>>>,
 }
 
 impl NodeCache {
@@ -65,6 +67,7 @@ impl NodeCache {
             lru: LruCache::unbounded(),
             bytes: 0,
             limit,
+            dead: None,
         }
     }
 
@@ -83,8 +86,11 @@ impl NodeCache {
     /// Evicts least recently used nodes until the cache fits its bound.
     fn shrink(&mut self) {
         while self.bytes > self.limit {
-            let Some((_, (_, s))) = self.lru.pop_lru() else { break };
+            let Some((_, (node, s))) = self.lru.pop_lru() else { break };
             self.bytes -= s;
+            if let Some(dead) = &mut self.dead {
+                dead.push(node);
+            }
         }
     }
 }
@@ -145,6 +151,20 @@ impl Forest {
         let size = node.memory();
         self.cache.lock().unwrap().put(ptr.addr, node.clone(), size);
         Ok(node)
+    }
+
+    /// From now until `take_dropped`, the nodes the cache lets go of are kept for the caller
+    /// to drop later. A fold's new nodes push old ones out, and dropping those (their values
+    /// freed, and the allocator giving the pages back at once, issue 39) was a sixth of a
+    /// fold's hold of the engine lock (docs/benchmarks.md, "What a pile of rewrites costs to
+    /// fold"); the background drops them after the lock (`PackSync::run`).
+    pub fn defer_drops(&self) {
+        self.cache.lock().unwrap().dead.get_or_insert_with(Vec::new);
+    }
+
+    /// The nodes let go of since `defer_drops`; drops are no longer deferred.
+    pub fn take_dropped(&self) -> Vec<Arc<Node>> {
+        self.cache.lock().unwrap().dead.take().unwrap_or_default()
     }
 
     /// Bytes the node cache holds (decoded nodes' memory) and its bound.
@@ -482,5 +502,23 @@ mod tests {
         c.put(7, leaf(7), 500);
         assert_eq!(c.bytes, 0);
         assert!(c.get(7).is_none());
+    }
+
+    /// While drops are deferred (`Forest::defer_drops`), evicted nodes wait for their taker,
+    /// in the order they left; afterwards the cache drops them itself again.
+    #[test]
+    fn evicted_nodes_wait_for_their_taker_while_drops_are_deferred() {
+        let mut c = NodeCache::new(100);
+        c.dead.get_or_insert_with(Vec::new);
+        for a in 0..5u64 {
+            c.put(a, leaf(a as u8), 30);
+        }
+        let dead = c.dead.take().expect("deferred");
+        let keys: Vec<&[u8]> = dead.iter().map(|n| n.min_key()).collect();
+        assert_eq!(keys, [&[0u8][..], &[1u8][..]], "the two oldest, in order");
+        assert_eq!(c.bytes, 90);
+        c.put(9, leaf(9), 90);
+        assert!(c.dead.is_none(), "no longer deferred: dropped at once");
+        assert_eq!(c.bytes, 90);
     }
 }

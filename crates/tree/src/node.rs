@@ -2,21 +2,29 @@
 //! value bytes (u32 len + bytes), pointer count u8, pointers`. An internal node:
 //! `level u8 (>=1), count u32, then per child: key (u16 len + bytes), pointer`.
 
+use bytes::Bytes;
 use scion_store::codec::{Reader, Writer};
 use scion_store::{BlockPtr, Error, Result, PTR_LEN};
 
 pub const MAX_KEY_LEN: usize = 4096;
 
 /// A value: bytes, plus the blocks it owns a reference to.
+///
+/// The bytes are shared (`Bytes`), so that a node rewritten by a fold takes its unchanged
+/// values from the old node without copying them: a leaf holds small files' records with
+/// their bytes, and copying each unchanged one was a fifth of a fold's time under the
+/// engine lock (docs/benchmarks.md, "What a pile of rewrites costs to fold"). Each value
+/// owns its own buffer (decoding copies it out of the block), so a value kept by a new node
+/// never keeps an old node's whole block alive.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Value {
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
     pub ptrs: Vec<BlockPtr>,
 }
 
 impl Value {
     pub fn new(bytes: Vec<u8>, ptrs: Vec<BlockPtr>) -> Value {
-        Value { bytes, ptrs }
+        Value { bytes: Bytes::from(bytes), ptrs }
     }
     fn encoded_len(&self) -> usize {
         4 + self.bytes.len() + 1 + self.ptrs.len() * PTR_LEN
@@ -43,7 +51,7 @@ impl Node {
             + match self {
                 Node::Leaf(es) => es
                     .iter()
-                    .map(|(k, v)| 3 * VEC + k.capacity() + v.bytes.capacity() + v.ptrs.capacity() * PTR)
+                    .map(|(k, v)| 3 * VEC + k.capacity() + v.bytes.len() + v.ptrs.capacity() * PTR)
                     .sum::<usize>(),
                 Node::Internal { children, .. } => children.iter().map(|(k, _)| VEC + PTR + k.capacity()).sum(),
             }
@@ -100,7 +108,7 @@ impl Node {
             for _ in 0..n {
                 let kl = r.u16()? as usize;
                 let k = r.raw(kl)?.to_vec();
-                let b = r.bytes()?.to_vec();
+                let b = Bytes::copy_from_slice(r.bytes()?);
                 let np = r.u8()? as usize;
                 let mut ptrs = Vec::with_capacity(np.min(r.remaining() / PTR_LEN));
                 for _ in 0..np {

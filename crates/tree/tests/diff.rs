@@ -35,7 +35,7 @@ fn build(f: &mut Forest, root: Option<&BlockPtr>, ops: &BTreeMap<u32, Option<u8>
 fn contents(f: &Forest, root: Option<&BlockPtr>) -> Map {
     let mut out = Map::new();
     f.scan(root, &[], &mut |k, v| {
-        out.insert(k.to_vec(), v.bytes.clone());
+        out.insert(k.to_vec(), v.bytes.to_vec());
         true
     })
     .unwrap();
@@ -55,7 +55,7 @@ fn naive(a: &Map, b: &Map) -> Changes {
 fn diff(f: &Forest, a: Option<&BlockPtr>, b: Option<&BlockPtr>) -> Changes {
     let mut out = Vec::new();
     f.diff(a, b, &mut |k, x, y| {
-        out.push((k.to_vec(), x.map(|v| v.bytes.clone()), y.map(|v| v.bytes.clone())));
+        out.push((k.to_vec(), x.map(|v| v.bytes.to_vec()), y.map(|v| v.bytes.to_vec())));
         true
     })
     .unwrap();
@@ -134,7 +134,7 @@ fn one_change_in_a_million_keys_reads_a_few_nodes() {
     let mut seen = Vec::new();
     let stats = f
         .diff(Some(&a), Some(&b), &mut |key, x, y| {
-            seen.push((key.to_vec(), x.is_some(), y.map(|v| v.bytes.clone())));
+            seen.push((key.to_vec(), x.is_some(), y.map(|v| v.bytes.to_vec())));
             true
         })
         .unwrap();

@@ -18,7 +18,7 @@ fn forest(dir: &std::path::Path) -> Forest {
 fn contents(f: &Forest, root: Option<&BlockPtr>) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut out = BTreeMap::new();
     f.scan(root, &[], &mut |k, v| {
-        out.insert(k.to_vec(), v.bytes.clone());
+        out.insert(k.to_vec(), v.bytes.to_vec());
         true
     })
     .unwrap();
@@ -102,7 +102,7 @@ proptest! {
                     let (root, model) = &mut versions[i];
                     for (k, v) in &batch {
                         match v {
-                            Some(v) => { model.insert(k.clone(), v.bytes.clone()); }
+                            Some(v) => { model.insert(k.clone(), v.bytes.to_vec()); }
                             None => { model.remove(k); }
                         }
                     }

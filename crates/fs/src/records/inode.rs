@@ -546,7 +546,7 @@ pub fn summary_value(n: u64) -> Value {
 pub fn summary_count(v: &Value) -> Result<u64> {
     let a: [u8; 8] = v
         .bytes
-        .as_slice()
+        .as_ref()
         .try_into()
         .map_err(|_| Error::corrupt("subtree summary", "value", "not a count"))?;
     if !v.ptrs.is_empty() {

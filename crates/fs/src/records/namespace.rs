@@ -143,6 +143,13 @@ mod tests {
     use crate::fs::NsKind;
     use crate::inode::{Kind, Ts};
 
+    /// Changes a value's bytes in place (they are shared, `Value::bytes`).
+    fn edit(v: &mut Value, f: impl FnOnce(&mut Vec<u8>)) {
+        let mut b = v.bytes.to_vec();
+        f(&mut b);
+        v.bytes = b.into();
+    }
+
     fn record(scheduled: bool) -> NsRecord {
         let t = Ts {
             sec: 1_790_000_000,
@@ -179,14 +186,16 @@ mod tests {
         }
         // A version 2 record (format 5): no flags byte.
         let mut v = ns_to_value(&record(true));
-        v.bytes[0] = 2;
-        v.bytes.remove(1 + 8 + 8 + 1);
+        edit(&mut v, |b| {
+            b[0] = 2;
+            b.remove(1 + 8 + 8 + 1);
+        });
         let back = ns_from_value(&v).unwrap();
         assert!(!back.info.scheduled);
         assert_eq!(back.next_oid, 9);
         // Unknown flags, and a scheduled clone, are refused.
         let mut v = ns_to_value(&record(true));
-        v.bytes[1 + 8 + 8 + 1] = 0x80;
+        edit(&mut v, |b| b[1 + 8 + 8 + 1] = 0x80);
         assert!(ns_from_value(&v).is_err());
         let mut r = record(true);
         r.info.kind = NsKind::Clone;
@@ -202,16 +211,16 @@ mod tests {
         assert_eq!((back.info.masked_for, back.info.scheduled), (Some(1001), true));
         // The same bytes called version 3: the flag is unknown there.
         let mut old = v.clone();
-        old.bytes[0] = 3;
+        edit(&mut old, |b| b[0] = 3);
         assert!(ns_from_value(&old).is_err());
         // A version 3 record (format 6) without it reads as made by no one in particular.
         let mut v3 = ns_to_value(&record(true));
-        v3.bytes[0] = 3;
+        edit(&mut v3, |b| b[0] = 3);
         let back = ns_from_value(&v3).unwrap();
         assert_eq!((back.info.masked_for, back.info.scheduled), (None, true));
         // Cut before the uid: refused.
         let mut cut = v.clone();
-        cut.bytes.truncate(1 + 8 + 8 + 1 + 1 + 2);
+        edit(&mut cut, |b| b.truncate(1 + 8 + 8 + 1 + 1 + 2));
         assert!(ns_from_value(&cut).is_err());
         // The main tree is never made for a user.
         r.info.kind = NsKind::Main;
@@ -232,15 +241,15 @@ mod tests {
         // A version 4 record (format 7) has no inherited flag: made by the masked user.
         r.info.made_by = Some(1001);
         let mut v4 = ns_to_value(&r);
-        v4.bytes[0] = 4;
+        edit(&mut v4, |b| b[0] = 4);
         assert_eq!(ns_from_value(&v4).unwrap().info.made_by, Some(1001));
         // The inherited flag in a version 4 record, or without a user: refused.
         r.info.made_by = None;
         let mut v = ns_to_value(&r);
-        v.bytes[0] = 4;
+        edit(&mut v, |b| b[0] = 4);
         assert!(ns_from_value(&v).is_err());
         let mut v = ns_to_value(&record(false));
-        v.bytes[1 + 8 + 8 + 1] = FLAG_INHERITED;
+        edit(&mut v, |b| b[1 + 8 + 8 + 1] = FLAG_INHERITED);
         assert!(ns_from_value(&v).is_err());
     }
 }
