@@ -43,15 +43,19 @@ pub enum Node {
 
 impl Node {
     /// The memory the decoded node takes, roughly: its vectors' buffers and what each key
-    /// and value holds (allocator rounding not counted).
+    /// and value holds (allocator rounding not counted). A value's bytes count with the
+    /// header `Bytes` allocates once they are shared (`SHARED`), so that the node cache's
+    /// bound holds whether or not a value was handed out.
     pub fn memory(&self) -> usize {
         const VEC: usize = std::mem::size_of::<Vec<u8>>();
         const PTR: usize = std::mem::size_of::<BlockPtr>();
+        const ENTRY: usize = std::mem::size_of::<(Vec<u8>, Value)>();
+        const SHARED: usize = 32;
         std::mem::size_of::<Node>()
             + match self {
                 Node::Leaf(es) => es
                     .iter()
-                    .map(|(k, v)| 3 * VEC + k.capacity() + v.bytes.len() + v.ptrs.capacity() * PTR)
+                    .map(|(k, v)| ENTRY + k.capacity() + SHARED + v.bytes.len() + v.ptrs.capacity() * PTR)
                     .sum::<usize>(),
                 Node::Internal { children, .. } => children.iter().map(|(k, _)| VEC + PTR + k.capacity()).sum(),
             }
