@@ -15,7 +15,7 @@
 
 use scion_fs::{Fs, Kind, MountOptions};
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 // The daemon's allocator, set as the daemon sets it (freed pages given back at once,
 // `scion` `alloc.rs`): what a fold allocates and frees is part of its cost.
@@ -60,26 +60,11 @@ fn main() {
     fs.set_punch_later(true);
     let root = fs.root();
     let dir = fs.mknod(root, b"w", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).expect("mkdir").ino;
-    let mut times = Vec::new();
-    if order == "clone" {
-        times = clone_rewrites(&mut fs, dir, files, batch, size);
-    }
-    for i in (0..files).filter(|_| order != "clone") {
-        let name = if random { format!("file-{:08x}", (i as u32).wrapping_mul(2654435761)) } else { format!("file-{i:08}") };
-        let f = fs.mknod(dir, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[]).expect("mknod").ino;
-        let mut data = vec![b'x'; size as usize];
-        data[..20].copy_from_slice(format!("{i:>20}").as_bytes());
-        fs.write(f, 0, &data).expect("write");
-        fs.forget(f, 1);
-        if (i + 1) % batch == 0 {
-            // As the daemon's background: folded under the lock (timed), synced without it.
-            let t = Instant::now();
-            let sync = fs.checkpoint_begin().expect("fold").expect("no commit in flight");
-            times.push(t.elapsed());
-            let synced = sync.run();
-            fs.checkpoint_end(sync, synced).expect("commit");
-        }
-    }
+    let mut times = if order == "clone" {
+        clone_rewrites(&mut fs, dir, files, batch, size)
+    } else {
+        new_files(&mut fs, dir, files, batch, size, random)
+    };
     let n = times.len();
     times.sort();
     if n > 0 {
@@ -101,11 +86,29 @@ fn main() {
     fs.close().expect("close");
 }
 
+/// The `random` and `seq` orders: FILES new files of SIZE bytes in `dir`, a fold timed after
+/// every BATCH of them.
+fn new_files(fs: &mut Fs, dir: u64, files: u64, batch: u64, size: u64, random: bool) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for i in 0..files {
+        let name = if random { format!("file-{:08x}", (i as u32).wrapping_mul(2654435761)) } else { format!("file-{i:08}") };
+        let f = fs.mknod(dir, name.as_bytes(), Kind::File, 0o644, 0, 0, 0, 0, &[]).expect("mknod").ino;
+        let mut data = vec![b'x'; size as usize];
+        data[..20].copy_from_slice(format!("{i:>20}").as_bytes());
+        fs.write(f, 0, &data).expect("write");
+        fs.forget(f, 1);
+        if (i + 1) % batch == 0 {
+            times.push(timed_fold(fs));
+        }
+    }
+    times
+}
+
 /// The `clone` order: FILES files of SIZE bytes in directories of 1,000 below `top` (folded
 /// and committed, untimed), cloned, then every third file of the clone rewritten with new
 /// bytes, a fold timed after every BATCH of them. The engine folds on its own too, as the
 /// daemon would, when the rewrites pile up past what a fold should hold (`fold_policy.rs`).
-fn clone_rewrites(fs: &mut Fs, top: u64, files: u64, batch: u64, size: u64) -> Vec<std::time::Duration> {
+fn clone_rewrites(fs: &mut Fs, top: u64, files: u64, batch: u64, size: u64) -> Vec<Duration> {
     let a = fs.mknod(top, b"a", Kind::Dir, 0o755, 0, 0, 0, 0, &[]).expect("mkdir").ino;
     let mut dirs = Vec::new();
     for i in 0..files {
@@ -133,12 +136,19 @@ fn clone_rewrites(fs: &mut Fs, top: u64, files: u64, batch: u64, size: u64) -> V
         fs.forget(d, 1);
         done += 1;
         if done % batch == 0 {
-            let t = Instant::now();
-            let sync = fs.checkpoint_begin().expect("fold").expect("no commit in flight");
-            times.push(t.elapsed());
-            let synced = sync.run();
-            fs.checkpoint_end(sync, synced).expect("commit");
+            times.push(timed_fold(fs));
         }
     }
     times
+}
+
+/// A checkpoint as the daemon's background takes one: folded under the lock (the time
+/// returned), its packs synced without it, then committed.
+fn timed_fold(fs: &mut Fs) -> Duration {
+    let t = Instant::now();
+    let sync = fs.checkpoint_begin().expect("fold").expect("no commit in flight");
+    let took = t.elapsed();
+    let synced = sync.run();
+    fs.checkpoint_end(sync, synced).expect("commit");
+    took
 }
