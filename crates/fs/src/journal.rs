@@ -123,6 +123,9 @@ pub struct Journal {
     id: u64,
     /// Length after the records it was created with (a checkpoint's carried records).
     pub head_len: u64,
+    /// Zeros written ahead of the records so far (`prepare_sync`): bytes the host was given
+    /// that no record counts.
+    pub zeros_written: u64,
     /// While a checkpoint's packs sync without the engine lock: every record appended
     /// since it was folded (payload, `more`), which its commit copies into the next journal.
     pub window: Option<Vec<(Vec<u8>, bool)>>,
@@ -201,6 +204,7 @@ impl Journal {
             synced: 0,
             id: JOURNAL_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             head_len: 0,
+            zeros_written: 0,
             window: None,
             appended: 0,
             tail: Default::default(),
@@ -312,7 +316,10 @@ impl Journal {
                 .file
                 .write_all_at(&vec![0; (end - self.written) as usize], self.written)
             {
-                Ok(()) => self.allocated = end,
+                Ok(()) => {
+                    self.zeros_written += end - self.written;
+                    self.allocated = end;
+                }
                 Err(e) => log::debug!("journal zeros ahead: {e}"),
             }
         }
@@ -356,6 +363,11 @@ impl Journal {
             self.tail.pop_back();
         }
         true
+    }
+
+    /// Bytes appended but not yet written to the file (the buffer).
+    pub fn unwritten(&self) -> u64 {
+        self.len - self.written
     }
 
     pub fn has_unsynced(&self) -> bool {
