@@ -18,7 +18,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 // The daemon's allocator, set as the daemon sets it (freed pages given back at once,
-// `scion` `alloc.rs`): what a fold allocates and frees is part of its cost.
+// `scion` `alloc.rs`): what a fold allocates and frees is part of its cost. One difference:
+// the daemon takes blocks of 256 KiB or more from the C library, so this example's page
+// faults overstate the daemon's (docs/benchmarks.md, "The journal's zeros ahead of a burst").
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
