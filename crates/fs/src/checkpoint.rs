@@ -1516,7 +1516,7 @@ impl Fs {
         // (counted when appended, now never written), but all of the new one: header,
         // carried records, the window's records again, and zeros ahead of them.
         let unwritten = self.vol.journal.as_ref().map_or(0, |j| j.unwritten());
-        self.io.journal = self.io.journal.saturating_sub(unwritten) + journal.len + journal.zeros_written;
+        self.io.journal = self.io.journal.saturating_sub(unwritten) + journal.len + journal.zeros_written();
         // The records of the window are changes the next checkpoint folds.
         self.journal_floor = journal.head_len;
         self.vol.journal = Some(journal);

@@ -3421,9 +3421,9 @@ impl Fs {
             self.settle_run()?;
             self.synced_at = Some(std::time::Instant::now());
         }
-        let zeros = self.vol.journal.as_ref().map_or(0, |j| j.zeros_written);
+        let zeros = self.vol.journal.as_ref().map_or(0, |j| j.zeros_written());
         let prepared = self.vol.journal.as_mut().map(|j| j.prepare_sync()).transpose();
-        self.io.journal += self.vol.journal.as_ref().map_or(0, |j| j.zeros_written - zeros);
+        self.io.journal += self.vol.journal.as_ref().map_or(0, |j| j.zeros_written() - zeros);
         let journal = match prepared {
             Ok(j) => j.flatten(),
             Err(e) => {

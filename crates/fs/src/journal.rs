@@ -125,7 +125,7 @@ pub struct Journal {
     pub head_len: u64,
     /// Zeros written ahead of the records so far (`prepare_sync`): bytes the host was given
     /// that no record counts.
-    pub zeros_written: u64,
+    zeros_written: u64,
     /// While a checkpoint's packs sync without the engine lock: every record appended
     /// since it was folded (payload, `more`), which its commit copies into the next journal.
     pub window: Option<Vec<(Vec<u8>, bool)>>,
@@ -363,6 +363,11 @@ impl Journal {
             self.tail.pop_back();
         }
         true
+    }
+
+    /// Zeros written ahead of the records so far (`prepare_sync`).
+    pub fn zeros_written(&self) -> u64 {
+        self.zeros_written
     }
 
     /// Bytes appended but not yet written to the file (the buffer).
