@@ -576,6 +576,44 @@ def test_a_clone_or_snapshot_holds_what_open_files_below_it_hold(scion_mount):
     assert os.path.getsize(f"{other}/big") == 2 << 20
 
 
+def test_a_clone_asks_the_daemon_once_unless_files_are_open_below(scion_mount, tmp_path):
+    """Issue 38 item 3: the CLI asks for a clone *settled* (`wire::encode_settled_request`),
+    run only if no file is open below the source, so a clone with nothing open is one
+    connection to the daemon, not two (the open files, then the clone). With a file open
+    and written below the source, the daemon refuses it having done nothing (EBUSY), and the
+    CLI has the file written back and asks again: the clone holds the file's bytes (without
+    the daemon's check, it would not; without the CLI's second ask, the clone would fail)."""
+    if shutil.which("strace") is None:
+        pytest.skip("needs strace")
+    m = scion_mount
+    src = os.path.join(m.mnt, "src")
+    os.makedirs(f"{src}/sub")
+    open(f"{src}/sub/f", "w").write("x")
+
+    def connects(*args):
+        log = tmp_path / f"strace-{len(list(tmp_path.iterdir()))}"
+        p = subprocess.run(["strace", "-f", "-qq", "-s", "4096", "-e", "trace=connect", "-e", "signal=none",
+                            "-o", str(log), m.bin, *args], capture_output=True, text=True, timeout=60)
+        return p, [line for line in log.read_text().splitlines() if "connect(" in line and ".sock" in line]
+
+    p, calls = connects("clone", src, os.path.join(m.mnt, "a"))
+    assert p.returncode == 0 and p.stdout == "cloned /src to /a\n", (p.stdout, p.stderr)
+    assert len(calls) == 1, calls
+    fresh = os.urandom(100_000)
+    with open(f"{src}/sub/open", "wb") as h:
+        h.write(fresh)
+        h.flush()
+        p, calls = connects("clone", src, os.path.join(m.mnt, "b"))
+        assert p.returncode == 0 and p.stdout == "cloned /src to /b\n", (p.stdout, p.stderr)
+        assert len(calls) == 3, calls
+        with open(os.path.join(m.mnt, "b", "sub", "open"), "rb") as r:
+            assert r.read() == fresh
+    # Closed: nothing open below again, one ask.
+    p, calls = connects("snapshot", src, "--name", "s")
+    assert p.returncode == 0 and len(calls) == 1, (p.stderr, calls)
+    assert open(os.path.join(src, ".snapshot", "s", "sub", "open"), "rb").read() == fresh
+
+
 def test_the_front_serves_clones_and_snapshots_itself_and_runs_the_full_binary_for_the_rest(scion_mount, tmp_path):
     """`scion` is a small front (crates/cli/src/front.rs): a plain `scion clone SRC DST` (or
     `scion snapshot DIR`) on a mount is served without starting the whole binary (one

@@ -32,7 +32,15 @@ pub struct Located {
 /// what the mount *claims* (any FUSE filesystem may call itself `fuse.scion`): a request
 /// names the device (`call_mounted`), and the store's daemon refuses one that is not its own.
 pub fn scion_mounts() -> Vec<(PathBuf, PathBuf, String)> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // Read in one go: the file says its size is 0, so `fs::read_to_string` would begin with
+    // reads of 32 bytes and double them, eight reads for this machine's 23 mounts.
+    let mut table = String::with_capacity(64 << 10);
+    if let Ok(mut f) = std::fs::File::open("/proc/self/mountinfo") {
+        use std::io::Read;
+        if f.read_to_string(&mut table).is_err() {
+            table.clear();
+        }
+    }
     let unescape = |s: &str| s.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\");
     let mut out = Vec::new();
     for line in table.lines() {
@@ -55,6 +63,15 @@ pub fn scion_mounts() -> Vec<(PathBuf, PathBuf, String)> {
 /// The store behind `path` (which must exist, or with `exists` false must not while its
 /// parent does), or `store` itself with `path` taken as a store path.
 pub fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Located, String> {
+    match store {
+        Some(_) => locate_in(path, exists, store, &[]),
+        None => locate_in(path, exists, store, &scion_mounts()),
+    }
+}
+
+/// `locate` with the mount table read once for several paths (`scion_mounts`): the kernel
+/// writes it out afresh for each read.
+pub fn locate_in(path: &Path, exists: bool, store: &Option<PathBuf>, mounts: &[(PathBuf, PathBuf, String)]) -> Result<Located, String> {
     if let Some(store) = store {
         return Ok(Located {
             store: store.clone(),
@@ -74,15 +91,17 @@ pub fn locate(path: &Path, exists: bool, store: &Option<PathBuf>) -> Result<Loca
             _ => PathBuf::from("."),
         };
         let parent = std::fs::canonicalize(&parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        if path.exists() || path.symlink_metadata().is_ok() {
+        // (A dangling symlink is there too: not followed.)
+        if path.symlink_metadata().is_ok() {
             return Err(format!("{} already exists", path.display()));
         }
         parent.join(name)
     };
-    let best = scion_mounts()
-        .into_iter()
+    let best = mounts
+        .iter()
         .filter(|(mp, _, _)| abs.starts_with(mp))
-        .max_by_key(|(mp, _, _)| mp.as_os_str().len());
+        .max_by_key(|(mp, _, _)| mp.as_os_str().len())
+        .cloned();
     let Some((mp, store, device)) = best else {
         return Err(format!(
             "{} is not inside a scion mount (for an unmounted store, give --store STORE and store paths)",
@@ -117,13 +136,7 @@ impl Located {
 /// (too many, a file with several names, a caller who may not ask) or one cannot be synced.
 pub fn sync_mount(at: &Located, op: &Op) {
     let Some(mnt) = &at.mnt else { return };
-    let dirs: Vec<&[u8]> = match op {
-        Op::Clone { src, .. } => vec![src],
-        Op::Snapshot { path, .. } => vec![path],
-        Op::Diff { a, b, .. } => vec![a, b],
-        Op::Scan { paths, .. } => paths.iter().map(|p| p.as_slice()).collect(),
-        _ => return,
-    };
+    let dirs = scion_daemon::control::settle_dirs(op);
     if !dirs.iter().all(|d| flush_open_below(at, mnt, d)) {
         if let Ok(d) = std::fs::File::open(mnt) {
             use std::os::fd::AsRawFd;
@@ -159,7 +172,6 @@ fn flush_open_below(at: &Located, mnt: &Path, dir: &[u8]) -> bool {
 /// beside its message. Progress of long operations goes to stderr on a terminal.
 pub fn call_mounted(at: &Located, op: &Op) -> Result<Reply, (i32, String)> {
     let mnt = at.mnt.as_ref().expect("call_mounted of an unmounted store");
-    sync_mount(at, op);
     // SAFETY: isatty only looks at the descriptor.
     let tty = unsafe { libc::isatty(2) } == 1;
     let mut progress = |_done: u64, _total: u64, what: &str| {
@@ -170,7 +182,13 @@ pub fn call_mounted(at: &Located, op: &Op) -> Result<Reply, (i32, String)> {
     // The mount table says which store a mount is, but any FUSE filesystem can claim a
     // name there: the request names the mount's device, and a daemon serving another
     // mount refuses it, so a user's mount cannot steer root's command into root's store.
-    let r = server::call(&at.store, &at.device, Some(mnt), op, &mut progress);
+    let r = match call_settled(at, mnt, op, &mut progress) {
+        Some(r) => r,
+        None => {
+            sync_mount(at, op);
+            server::call(&at.store, &at.device, Some(mnt), op, &mut progress)
+        }
+    };
     if tty {
         eprint!("\r\x1b[K");
     }
@@ -187,6 +205,21 @@ pub fn call_mounted(at: &Located, op: &Op) -> Result<Reply, (i32, String)> {
             (e.errno, e.message)
         }
     })
+}
+
+/// `op` asked settled (`server::call_settled`): run at once if nothing is open below the
+/// directories it reads, so that nothing needs writing back first. None where it must be
+/// asked the usual way, after `sync_mount`: files are open there (EBUSY), too many to tell
+/// (E2BIG), or the caller may not ask (EPERM). The operation's own refusals with these
+/// errnos come back the same way, and are met again when it is asked the usual way.
+fn call_settled(at: &Located, mnt: &Path, op: &Op, progress: &mut dyn FnMut(u64, u64, &str)) -> Option<Result<Reply, scion_daemon::control::Failure>> {
+    if scion_daemon::control::settle_dirs(op).is_empty() {
+        return None;
+    }
+    match server::call_settled(&at.store, &at.device, Some(mnt), op, progress) {
+        Err(e) if matches!(e.errno, libc::EBUSY | libc::E2BIG | libc::EPERM) => None,
+        r => Some(r),
+    }
 }
 
 /// What `scion clone` prints once done.

@@ -73,8 +73,9 @@ fn plain(a: &[u8]) -> bool {
 /// message, or `--store`'s hint, is the full binary's), or a clone across a cube's edge
 /// (which it copies, with progress).
 fn clone(src: &Path, dst: &Path) -> Option<ExitCode> {
-    let s = client::locate(src, true, &None).ok()?;
-    let d = client::locate(dst, false, &None).ok()?;
+    let mounts = client::scion_mounts();
+    let s = client::locate_in(src, true, &None, &mounts).ok()?;
+    let d = client::locate_in(dst, false, &None, &mounts).ok()?;
     if s.store != d.store || s.mnt.is_none() {
         return None;
     }

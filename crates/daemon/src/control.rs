@@ -1137,6 +1137,19 @@ pub fn execute(fs: &mut Fs, op: &Op, user: Option<&scion_fs::access::Caller>) ->
 /// The most open files `Op::OpenBelow` names; past it the CLI flushes the whole mount.
 pub const OPEN_BELOW_MAX: usize = 1024;
 
+/// The directories whose files the kernel must have written back before `op` runs, so that
+/// it sees what processes see (the CLI's `sync_mount`, or a settled request,
+/// `wire::Request::settled`); empty for an operation that reads no files' data.
+pub fn settle_dirs(op: &Op) -> Vec<&[u8]> {
+    match op {
+        Op::Clone { src, .. } => vec![src],
+        Op::Snapshot { path, .. } => vec![path],
+        Op::Diff { a, b, .. } => vec![a, b],
+        Op::Scan { paths, .. } => paths.iter().map(|p| p.as_slice()).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The paths an operation names in the store (not a mirror's target, which is another
 /// store's), for the daemon to route it to the cube they lie in (`server::route`).
 pub fn op_paths(op: &mut Op) -> Vec<&mut Vec<u8>> {

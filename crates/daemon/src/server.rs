@@ -318,13 +318,14 @@ fn serve_client(mut s: UnixStream, serving: &Serving, who: Option<Rights>) {
     }
     let r = match wire::decode_request(&body) {
         Err(e) => Err(Failure::new(libc::EINVAL, e)),
-        Ok((_, asked)) if !asked.is_empty() && asked != *device => Err(Failure::new(
+        Ok(wire::Request { device: asked, .. }) if !asked.is_empty() && asked != *device => Err(Failure::new(
             libc::ENODEV,
             format!("this store's daemon serves the mount of device {device}, not {asked}"),
         )),
-        Ok((op, _)) => {
+        Ok(wire::Request { op, settled, .. }) => {
             let r = match who {
-                Some(who) => run_routed(&mut s, engine, cubes, &**invalidate, &op, &who),
+                Some(who) => settle(&mut s, engine, cubes, &**invalidate, &op, &who, settled)
+                    .and_then(|()| run_routed(&mut s, engine, cubes, &**invalidate, &op, &who)),
                 None => Err(Failure::new(libc::EACCES, "the kernel did not say who is asking")),
             };
             // (Test only: the command keeps the engine a while longer, as one finishing its
@@ -347,6 +348,35 @@ fn serve_client(mut s: UnixStream, serving: &Serving, who: Option<Rights>) {
 /// `run` on the volume the operation's paths lie in: a cube's (its paths made the cube's
 /// own), or the main one. Paths in two volumes: EXDEV, as between two filesystems. The
 /// cube commands themselves are answered here.
+/// For a settled request (`wire::encode_settled_request`): refuses it (EBUSY) if a file is
+/// open below a directory `op` reads, as `Op::OpenBelow` on the volume each lies in would
+/// name (E2BIG where that cannot be told, EPERM for a caller who may not ask it).
+fn settle(
+    s: &mut UnixStream,
+    main: &Engine,
+    cubes: &Cubes,
+    invalidate: &(dyn Fn(&[Inval]) + Send + Sync),
+    op: &Op,
+    who: &Rights,
+    settled: bool,
+) -> Result<(), Failure> {
+    if !settled {
+        return Ok(());
+    }
+    for dir in crate::control::settle_dirs(op) {
+        let below = Op::OpenBelow { path: dir.to_vec() };
+        match run_routed(s, main, cubes, invalidate, &below, who)? {
+            Reply::OpenBelow(files) if files.is_empty() => {}
+            Reply::OpenBelow(files) => {
+                let why = format!("{} files open below {}: write them back first", files.len(), crate::control::show(dir));
+                return Err(Failure::new(libc::EBUSY, why));
+            }
+            r => return Err(Failure::new(libc::EPROTO, format!("open files below {}: answered {r:?}", crate::control::show(dir)))),
+        }
+    }
+    Ok(())
+}
+
 fn run_routed(
     s: &mut UnixStream,
     main: &Engine,
@@ -1027,6 +1057,14 @@ pub fn call(store: &Path, device: &str, mnt: Option<&Path>, op: &Op, progress: &
     call_streaming(store, device, mnt, op, progress, None)
 }
 
+/// `call` of a settled request (`wire::encode_settled_request`): `op` runs only if no file
+/// is open below the directories it reads, else it is refused (EBUSY) having done nothing.
+/// EPERM, without asking, where only the users' socket reaches the daemon: an ordinary user
+/// may not ask which files are open.
+pub fn call_settled(store: &Path, device: &str, mnt: Option<&Path>, op: &Op, progress: &mut dyn FnMut(u64, u64, &str)) -> Result<Reply, Failure> {
+    request(store, device, mnt, op, true, progress, None, None)
+}
+
 /// `call`, with the bytes of a send stream handed to `stream` as they come.
 pub fn call_streaming(
     store: &Path,
@@ -1036,7 +1074,7 @@ pub fn call_streaming(
     progress: &mut dyn FnMut(u64, u64, &str),
     stream: Option<&mut dyn FnMut(&[u8]) -> Result<(), String>>,
 ) -> Result<Reply, Failure> {
-    request(store, device, mnt, op, progress, stream, None)
+    request(store, device, mnt, op, false, progress, stream, None)
 }
 
 /// `call` of a scan or a diff: its parts handed to `parts` as they come (a failure there
@@ -1049,7 +1087,7 @@ pub fn call_parts(
     op: &Op,
     parts: &mut dyn FnMut(wire::Part) -> Result<(), String>,
 ) -> Result<Reply, Failure> {
-    request(store, device, mnt, op, &mut |_, _, _| {}, None, Some(parts))
+    request(store, device, mnt, op, false, &mut |_, _, _| {}, None, Some(parts))
 }
 
 fn request(
@@ -1057,6 +1095,7 @@ fn request(
     device: &str,
     mnt: Option<&Path>,
     op: &Op,
+    settled: bool,
     progress: &mut dyn FnMut(u64, u64, &str),
     mut stream: Option<&mut dyn FnMut(&[u8]) -> Result<(), String>>,
     mut scan: Option<&mut dyn FnMut(wire::Part) -> Result<(), String>>,
@@ -1068,6 +1107,9 @@ fn request(
         Ok(s) => s,
         // The store is not ours to open (a mount made by root): the users' socket, if the
         // daemon keeps one, as its mount names it.
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) && mnt.is_some() && settled => {
+            return Err(Failure::new(libc::EPERM, format!("{e}: an ordinary user may not ask which files are open")));
+        }
         Err(e) if e.raw_os_error() == Some(libc::EACCES) && mnt.is_some() => {
             users_socket(mnt.expect("just checked")).map_err(|f| Failure::new(f.errno, format!("cannot reach the daemon at {} ({e}): {}", sock.display(), f.message)))?
         }
@@ -1083,7 +1125,8 @@ fn request(
         }
         Err(e) => return Err(io(&format!("cannot reach the daemon at {}", sock.display()), e)),
     };
-    write_frame(&mut s, &wire::encode_request(op, device)).map_err(|e| io("sending to the daemon", e))?;
+    let body = if settled { wire::encode_settled_request(op, device) } else { wire::encode_request(op, device) };
+    write_frame(&mut s, &body).map_err(|e| io("sending to the daemon", e))?;
     let mut parts = wire::Parts::default();
     let proto = |e| Failure::new(libc::EPROTO, e);
     let mut body = Vec::new();

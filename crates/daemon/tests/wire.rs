@@ -165,15 +165,33 @@ fn schedule() -> Schedule {
 #[test]
 fn requests_round_trip_and_cut_ones_are_refused() {
     for (op, device) in ops().into_iter().zip(["", "0:53"].into_iter().cycle()) {
-        let b = wire::encode_request(&op, device);
-        assert_eq!(wire::decode_request(&b), Ok((op.clone(), device.to_string())));
-        for cut in 0..b.len() {
-            assert!(wire::decode_request(&b[..cut]).is_err(), "{op:?} cut at {cut}");
+        let settle = !scion_daemon::control::settle_dirs(&op).is_empty();
+        for settled in [false, true] {
+            if settled && !settle {
+                continue;
+            }
+            let b = if settled { wire::encode_settled_request(&op, device) } else { wire::encode_request(&op, device) };
+            let req = wire::Request { op: op.clone(), device: device.to_string(), settled };
+            assert_eq!(wire::decode_request(&b), Ok(req));
+            for cut in 0..b.len() {
+                assert!(wire::decode_request(&b[..cut]).is_err(), "{op:?} cut at {cut}");
+            }
+            let mut long = b.clone();
+            long.push(0);
+            assert!(wire::decode_request(&long).is_err(), "trailing bytes");
         }
-        let mut long = b.clone();
-        long.push(0);
-        assert!(wire::decode_request(&long).is_err(), "trailing bytes");
     }
+    // Settled only where the operation reads directories, and only once.
+    let plain = wire::encode_request(&Op::Scrub, "");
+    let mut settled_scrub = plain.clone();
+    settled_scrub.insert(plain.len() - 1, 49);
+    let e = wire::decode_request(&settled_scrub).unwrap_err();
+    assert!(e.contains("cannot be asked settled"), "{e}");
+    let clone = Op::Clone { src: b"a".to_vec(), dst: b"b".to_vec(), excludes: Vec::new() };
+    let once = wire::encode_settled_request(&clone, "");
+    let mut twice = once.clone();
+    twice.insert(once.len() - 1 - (4 + 1) - (4 + 1) - 4 - 1, 49);
+    assert!(wire::decode_request(&twice).is_err(), "settled twice");
     let mut v1 = wire::encode_request(&Op::Scrub, "");
     v1[4] = 1;
     let e = wire::decode_request(&v1).unwrap_err();

@@ -227,9 +227,10 @@ pub fn ref_table(data: &[u8]) {
 /// A request that decodes re-encodes to one that decodes to the same operation.
 pub fn control(data: &[u8]) {
     let _ = scion_daemon::wire::read_frame(&mut std::io::Cursor::new(data));
-    if let Ok((op, device)) = scion_daemon::wire::decode_request(data) {
-        let again = scion_daemon::wire::decode_request(&scion_daemon::wire::encode_request(&op, &device));
-        assert_eq!(again, Ok((op, device)), "a request changes through encoding");
+    if let Ok(req) = scion_daemon::wire::decode_request(data) {
+        let encode = if req.settled { scion_daemon::wire::encode_settled_request } else { scion_daemon::wire::encode_request };
+        let again = scion_daemon::wire::decode_request(&encode(&req.op, &req.device));
+        assert_eq!(again, Ok(req), "a request changes through encoding");
     }
     let frame = scion_daemon::wire::decode_frame(data);
     // A stream part read borrowed is the part the full decoder reads.
