@@ -576,6 +576,15 @@ def test_a_clone_or_snapshot_holds_what_open_files_below_it_hold(scion_mount):
     assert os.path.getsize(f"{other}/big") == 2 << 20
 
 
+def traced(m, tmp_path, syscall, *args):
+    """`scion ARGS` under `strace -f -e trace=SYSCALL`: its result, and the calls made."""
+    log = tmp_path / f"strace-{syscall}-{len(list(tmp_path.iterdir()))}"
+    # -s 4096: argv strings whole (strace cuts them at 32 bytes; CI's paths are longer).
+    p = subprocess.run(["strace", "-f", "-qq", "-s", "4096", "-e", f"trace={syscall}", "-e", "signal=none",
+                        "-o", str(log), m.bin, *args], capture_output=True, text=True, timeout=60)
+    return p, [line for line in log.read_text().splitlines() if f"{syscall}(" in line]
+
+
 def test_a_clone_asks_the_daemon_once_unless_files_are_open_below(scion_mount, tmp_path):
     """Issue 38 item 3: the CLI asks for a clone *settled* (`wire::encode_settled_request`),
     run only if no file is open below the source, so a clone with nothing open is one
@@ -591,10 +600,8 @@ def test_a_clone_asks_the_daemon_once_unless_files_are_open_below(scion_mount, t
     open(f"{src}/sub/f", "w").write("x")
 
     def connects(*args):
-        log = tmp_path / f"strace-{len(list(tmp_path.iterdir()))}"
-        p = subprocess.run(["strace", "-f", "-qq", "-s", "4096", "-e", "trace=connect", "-e", "signal=none",
-                            "-o", str(log), m.bin, *args], capture_output=True, text=True, timeout=60)
-        return p, [line for line in log.read_text().splitlines() if "connect(" in line and ".sock" in line]
+        p, calls = traced(m, tmp_path, "connect", *args)
+        return p, [line for line in calls if ".sock" in line]
 
     p, calls = connects("clone", src, os.path.join(m.mnt, "a"))
     assert p.returncode == 0 and p.stdout == "cloned /src to /a\n", (p.stdout, p.stderr)
@@ -626,12 +633,8 @@ def test_the_front_serves_clones_and_snapshots_itself_and_runs_the_full_binary_f
     open(f"{m.mnt}/src/sub/f", "w").write("x")
 
     def execs(*args):
-        log = tmp_path / f"strace-{args[0]}-{len(list(tmp_path.iterdir()))}"
-        # -s 4096: argv strings whole (strace cuts them at 32 bytes; CI's paths are longer).
-        p = subprocess.run(["strace", "-f", "-qq", "-s", "4096", "-e", "trace=execve", "-e", "signal=none",
-                            "-o", str(log), m.bin, *args], capture_output=True, text=True, timeout=60)
-        calls = [line for line in log.read_text().splitlines() if "execve(" in line and "= 0" in line]
-        return p, calls
+        p, calls = traced(m, tmp_path, "execve", *args)
+        return p, [line for line in calls if "= 0" in line]
 
     p, calls = execs("clone", f"{m.mnt}/src", f"{m.mnt}/a")
     assert p.returncode == 0 and p.stdout == "cloned /src to /a\n", (p.stdout, p.stderr)

@@ -345,9 +345,6 @@ fn serve_client(mut s: UnixStream, serving: &Serving, who: Option<Rights>) {
     }
 }
 
-/// `run` on the volume the operation's paths lie in: a cube's (its paths made the cube's
-/// own), or the main one. Paths in two volumes: EXDEV, as between two filesystems. The
-/// cube commands themselves are answered here.
 /// For a settled request (`wire::encode_settled_request`): refuses it (EBUSY) if a file is
 /// open below a directory `op` reads, as `Op::OpenBelow` on the volume each lies in would
 /// name (E2BIG where that cannot be told, EPERM for a caller who may not ask it).
@@ -377,6 +374,9 @@ fn settle(
     Ok(())
 }
 
+/// `run` on the volume the operation's paths lie in: a cube's (its paths made the cube's
+/// own), or the main one. Paths in two volumes: EXDEV, as between two filesystems. The
+/// cube commands themselves are answered here.
 fn run_routed(
     s: &mut UnixStream,
     main: &Engine,
