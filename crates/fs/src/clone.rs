@@ -24,7 +24,7 @@ use crate::inode::*;
 use crate::journal::Record;
 use scion_store::{BlockKind, BlockPtr, Result};
 use scion_tree::Op;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// High bit of the inode number of a directory's virtual `.snapshot` directory.
 pub const SNAPDIR_BIT: u64 = 1 << 63;
@@ -821,6 +821,17 @@ impl Fs {
             for (name, _) in names {
                 let Some(c) = self.child(cur, &name)? else { continue };
                 let cn = self.node(c)?;
+                if cn.loc == Loc::Root && cn.ns != ns {
+                    // A clone's mount entry, seen on the way: where it hangs is noted, as a
+                    // lookup through it would (`connect`), so that naming it later needs no
+                    // search; `scion list` searched once per clone, each a walk of the
+                    // directory the clones hang in.
+                    let id = cn.ns;
+                    if let Some(m) = self.namespaces.get_mut(&id).filter(|m| m.mounted_at.is_none() && m.info.kind == NsKind::Clone && m.info.parent == ns) {
+                        m.mounted_at = Some((cur, name.clone()));
+                    }
+                }
+                let cn = self.node(c)?;
                 let here = match tag {
                     b'M' => cn.loc == Loc::Root && self.namespaces.get(&cn.ns).map(|n| n.info.anchor) == Some(oid),
                     _ => cn.ns == ns && cn.inode.oid == oid,
@@ -835,6 +846,47 @@ impl Fs {
             }
             return Err(errno::ENOENT);
         }
+    }
+
+    /// The directory snapshot `info` was taken of, found by the mark in the summaries of its
+    /// namespace (ENOENT: it is gone, the snapshot orphaned).
+    fn snapshotted_dir(&mut self, info: &NsInfo) -> FsResult<Ino> {
+        let ns = info.parent;
+        let root = self.namespaces.get(&ns).ok_or(errno::ENOENT)?.root;
+        if self.node(root)?.inode.oid == info.anchor {
+            return Ok(root);
+        }
+        let (p, name) = self.find_named(ns, &summary_snap_key(info.anchor))?;
+        self.child(p, &name)?.ok_or(errno::ENOENT)
+    }
+
+    /// Every namespace's path (`path_of_dir` of its root; None where it has none, a
+    /// snapshot orphaned). The directory of many snapshots is found once for all of them:
+    /// each search of the summaries costs ~0.2 ms under the engine lock, and `scion list`
+    /// of 3,400 snapshots of one directory held every request up 0.65-0.75 s (issue 38).
+    pub(crate) fn namespace_paths(&mut self) -> HashMap<u32, Option<Vec<u8>>> {
+        let ids: Vec<u32> = self.namespaces.keys().copied().collect();
+        let mut snapshotted: HashMap<(u32, u64), Option<Vec<u8>>> = HashMap::new();
+        let mut out = HashMap::with_capacity(ids.len());
+        for id in ids {
+            let (info, root) = {
+                let n = &self.namespaces[&id];
+                (n.info.clone(), n.root)
+            };
+            let path = match info.kind {
+                NsKind::Snapshot => {
+                    let key = (info.parent, info.anchor);
+                    if !snapshotted.contains_key(&key) {
+                        let dir = self.snapshotted_dir(&info).and_then(|d| self.path_of_dir(d)).ok();
+                        snapshotted.insert(key, dir);
+                    }
+                    snapshotted[&key].as_ref().map(|d| snapshot_path(d, &info.name))
+                }
+                _ => self.path_of_dir(root).ok(),
+            };
+            out.insert(id, path);
+        }
+        out
     }
 
     /// Path of a loaded directory from the mount root ("" for the root).
@@ -862,14 +914,7 @@ impl Fs {
                         _ => {
                             names.push(info.name.clone());
                             names.push(SNAPDIR_NAME.to_vec());
-                            let ns = info.parent;
-                            let root = self.namespaces.get(&ns).ok_or(errno::ENOENT)?.root;
-                            dir = if self.node(root)?.inode.oid == info.anchor {
-                                root
-                            } else {
-                                let (p, name) = self.find_named(ns, &summary_snap_key(info.anchor))?;
-                                self.child(p, &name)?.ok_or(errno::ENOENT)?
-                            };
+                            dir = self.snapshotted_dir(&info)?;
                         }
                     }
                 }
@@ -892,28 +937,27 @@ impl Fs {
     pub fn list_pinned(&mut self) -> FsResult<PinnedList> {
         let pinned = self.pin_committed()?;
         let ids: Vec<u32> = self.namespaces.keys().copied().filter(|i| *i != 1).collect();
+        // Small overwrites the checkpoint carried in the journal instead of the trees
+        // (copy-on-abundant-write) are the clone's own too: its files' patches.
+        let mut carried_of: HashMap<u32, u64> = HashMap::new();
+        for n in self.carried.iter().filter_map(|i| self.nodes.get(i)) {
+            *carried_of.entry(n.ns).or_default() += chunk_bytes(n);
+        }
+        let mut paths = self.namespace_paths();
         let mut rows = Vec::new();
         for id in ids {
             let n = &self.namespaces[&id];
             let info = n.info.clone();
             let root = n.root;
             let link_root = n.link_root;
-            let mut path = self.path_of_dir(root).ok();
+            let mut path = paths.remove(&id).flatten();
             let orphaned = path.is_none() && info.kind == NsKind::Snapshot;
             if orphaned {
                 path = self.orphan_path(info.parent, id);
             }
             let mut roots: Vec<BlockPtr> = self.node(root)?.inode.ptrs();
             roots.extend(link_root);
-            // Small overwrites the checkpoint carried in the journal instead of the trees
-            // (copy-on-abundant-write) are the clone's own too: its files' patches.
-            let carried: u64 = self
-                .carried
-                .iter()
-                .filter_map(|i| self.nodes.get(i))
-                .filter(|n| n.ns == id)
-                .map(|n| chunk_bytes(n))
-                .sum();
+            let carried = carried_of.get(&id).copied().unwrap_or(0);
             let listing = Listing {
                 ns: id,
                 kind: info.kind,
@@ -935,6 +979,19 @@ impl Fs {
             _pinned: pinned,
         })
     }
+}
+
+/// `DIR/.snapshot/NAME`, as `path_of_dir` names a snapshot's root (`DIR` a path from the
+/// mount's root, empty for the root itself).
+fn snapshot_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = dir.to_vec();
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(SNAPDIR_NAME);
+    p.push(b'/');
+    p.extend_from_slice(name);
+    p
 }
 
 /// The committed state `list` accounts for, pinned, with what the accounting needs.

@@ -67,12 +67,13 @@ impl Fs {
         }
         let pin = Pin::hold(&self.vol.pins);
         let ids: Vec<u32> = self.namespaces.keys().copied().collect();
+        let mut paths = self.namespace_paths();
         let mut namespaces = Vec::with_capacity(ids.len());
         for id in ids {
             let root = self.namespaces[&id].root;
-            let base = match self.path_of_dir(root) {
-                Ok(p) => format!("/{}", String::from_utf8_lossy(&p)),
-                Err(_) => format!("(namespace {id}, directory gone)"),
+            let base = match paths.remove(&id).flatten() {
+                Some(p) => format!("/{}", String::from_utf8_lossy(&p)),
+                None => format!("(namespace {id}, directory gone)"),
             };
             namespaces.push(PinnedNs {
                 base,
