@@ -1140,8 +1140,14 @@ impl Fs {
         let Some((_, path, id)) = self.snapshots_containing_named(dir, Some(name))?.into_iter().next() else {
             return self.orphan_child(dir, name, caller);
         };
+        self.snapshot_child(dir, name, &path, id, caller)
+    }
+
+    /// `snapdir_child` of snapshot `id` named `name`, found `path` above `dir` (the names
+    /// from the snapshotted directory down to `dir`).
+    fn snapshot_child(&mut self, dir: Ino, name: &[u8], path: &[Vec<u8>], id: u32, caller: Option<&Caller>) -> FsResult<Ino> {
         let mut cur = self.namespaces.get(&id).ok_or(errno::ENOENT)?.root;
-        for n in &path {
+        for n in path {
             if let Some(c) = caller {
                 if !may_search(c, &self.dir_node(cur)?.inode) {
                     return Err(errno::EACCES);
@@ -1167,11 +1173,22 @@ impl Fs {
 
     pub(crate) fn snapdir_list(&mut self, dir: Ino) -> FsResult<Vec<DirEntry>> {
         let mut out = Vec::new();
-        let mut names: Vec<Vec<u8>> = self.snapshots_containing(dir)?.into_iter().map(|(name, _, _)| name).collect();
-        if self.dir_node(dir)?.loc == Loc::Root {
-            names.extend(self.orphans_of(self.node(dir)?.ns)?.into_iter().map(orphan_name));
+        // Each snapshot resolved as found, not looked up again by name: a lookup goes
+        // through every namespace, and a `.snapshot` of 3,000 held the engine lock 150-190 ms.
+        for (name, path, id) in self.snapshots_containing(dir)? {
+            if let Ok(ino) = self.snapshot_child(dir, &name, &path, id, None) {
+                out.push(DirEntry {
+                    name,
+                    ino,
+                    kind: Kind::Dir,
+                });
+            }
         }
-        for name in names {
+        let mut orphans = Vec::new();
+        if self.dir_node(dir)?.loc == Loc::Root {
+            orphans.extend(self.orphans_of(self.node(dir)?.ns)?.into_iter().map(orphan_name));
+        }
+        for name in orphans {
             if let Ok(ino) = self.snapdir_child(dir, &name, None) {
                 out.push(DirEntry {
                     name,

@@ -4,8 +4,11 @@
 //! path each namespace's root has on its own (`path_of_dir`), over snapshots of the root,
 //! of directories at several depths, of a clone's directory and of a clone nested in a clone,
 //! and an orphaned snapshot (its directory removed), before and after a remount (when the
-//! clones' mount entries must be found again).
+//! clones' mount entries must be found again). And each `.snapshot` listing names what a
+//! lookup of each name finds (each snapshot resolved as listed, not looked up again: a
+//! `.snapshot` of 3,000 held the engine lock 150-190 ms).
 
+use scion_fs::clone::SNAPDIR_BIT;
 use scion_fs::{Fs, Ino, Kind, NsKind};
 
 mod common;
@@ -76,6 +79,21 @@ fn every_namespace_is_listed_at_its_own_path() {
     for o in orphans {
         assert_eq!(o.1, Some(format!(".snapshot/@{}", o.0)));
     }
+    for dir in [root, a, b, deep, c, cb, ndeep] {
+        let snapdir = dir | SNAPDIR_BIT;
+        let entries = fs.readdir(snapdir).unwrap();
+        assert!(!entries.is_empty());
+        for e in entries {
+            let name = String::from_utf8(e.name).unwrap();
+            assert_eq!(lookup(&mut fs, snapdir, &name).unwrap(), e.ino, "{dir:#x}/.snapshot/{name}");
+        }
+    }
+    let names = |fs: &mut Fs, dir: Ino| -> Vec<String> {
+        fs.readdir(dir | SNAPDIR_BIT).unwrap().into_iter().map(|e| String::from_utf8(e.name).unwrap()).collect()
+    };
+    // a's own forty, shadowing the root's three of the same names; the root's two orphans.
+    assert_eq!(names(&mut fs, a).len(), 40);
+    assert_eq!(names(&mut fs, root).iter().filter(|n| n.starts_with('@')).count(), 2);
     fs.close().unwrap();
     committed(&store);
     let mut fs = open(&store);
