@@ -88,7 +88,7 @@ impl Background {
                 for _ in 0..FOLD_CHECKS {
                     // Woken early when a request leaves it a commit (`Fs::take_handoff`).
                     std::thread::park_timeout(opts.period / FOLD_CHECKS);
-                    guarded(&mut || engine.checkpoint_if(scion_fs::Fs::fold_due));
+                    guarded(&mut || engine.checkpoint_if(|fs: &mut scion_fs::Fs| fs.fold_due()));
                 }
                 guarded(&mut || tick(&engine, &opts, &invalidate, first));
                 first = false;

@@ -229,20 +229,24 @@ impl Engine {
     /// included, then finds little or nothing left. Beside a bulk writer that sync is what
     /// took longest.
     pub fn commit_first(&self) {
-        self.checkpoint_if(Fs::uncommitted);
+        self.checkpoint_if(|fs: &mut Fs| fs.uncommitted());
     }
 
     /// Folds what waits with the packs synced without the lock (`Fs::checkpoint_begin`),
     /// before an operation that must fold under it (a clone, a snapshot), when that
     /// fold would hold requests up for more than a few milliseconds (`Fs::much_to_fold`):
     /// the operation then finds little left.
-    pub fn prefold(&self) {
-        self.checkpoint_if(Fs::much_to_fold);
+    /// Only when the operation would fold (`Fs::would_fold_below` of the directory it reads):
+    /// a clone beside a writer elsewhere in the mount otherwise folded the writer's files
+    /// first and waited for their pack sync.
+    pub fn prefold(&self, op: &crate::control::Op) {
+        let dirs: Vec<Vec<u8>> = crate::control::settle_dirs(op).into_iter().map(<[u8]>::to_vec).collect();
+        self.checkpoint_if(|fs: &mut Fs| fs.much_to_fold() && dirs.iter().any(|d| fs.would_fold_below(d)));
     }
 
     /// A checkpoint overlapped with requests (`Fs::checkpoint_begin`, `commit`) if `due`
     /// says one is wanted. Failures are the volume's (logged, and refused from then on).
-    pub fn checkpoint_if(&self, due: fn(&Fs) -> bool) {
+    pub fn checkpoint_if(&self, due: impl FnOnce(&mut Fs) -> bool) {
         // A commit a request began, finding the background behind: finished here first.
         let handed = self.lock().take_handoff();
         if let Some(sync) = handed {
@@ -250,7 +254,7 @@ impl Engine {
         }
         let sync = {
             let mut fs = self.lock();
-            if fs.read_only || !due(&fs) {
+            if fs.read_only || !due(&mut fs) {
                 return;
             }
             match fs.checkpoint_begin() {

@@ -839,7 +839,7 @@ fn run(
         op => {
             if matches!(op, Op::Clone { .. } | Op::Snapshot { .. }) {
                 // They fold their source under the lock; most of it is folded before.
-                engine.prefold();
+                engine.prefold(op);
             }
             let (done, owed) = engine.lock().with_sync_owed(|fs| execute(fs, op, None));
             sync_owed(engine, owed)?;
@@ -1030,7 +1030,7 @@ fn run_for_user(
         return run_on_view(engine, op, Some(who));
     }
     if matches!(op, Op::Clone { .. } | Op::Snapshot { .. }) {
-        engine.prefold();
+        engine.prefold(op);
     }
     let (done, owed) = {
         let mut fs = engine.lock();

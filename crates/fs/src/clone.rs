@@ -316,6 +316,15 @@ impl Fs {
         Ok(())
     }
 
+    /// Whether a clone or snapshot of the directory at `path` would fold first (`fold`): it
+    /// would if something below it is not committed, or cannot be told (a path that does not
+    /// resolve: the operation refuses it, or finds it by other means).
+    pub fn would_fold_below(&mut self, path: &[u8]) -> bool {
+        let Ok(dir) = self.resolve_path(path) else { return true };
+        let inside = self.namespaces_inside(dir);
+        self.in_flight_below(dir, inside.as_ref()) || self.changed_below(dir, inside.as_ref())
+    }
+
     /// True if something below `dir` (itself included) is not in the committed trees: a
     /// dirty or carried inode (`lies_under` says yes when unsure: hard-linked, removed or
     /// unloaded inodes), or staged link-table changes of `dir`'s namespace or of a clone

@@ -5,7 +5,8 @@
 //!
 //! - A change in a clone nested two deep below the source is in the new clone, and after a
 //!   crash too, while a thousand snapshots and dirty clones elsewhere sit in the store.
-//! - Changes only elsewhere (in other clones) make no checkpoint.
+//! - Changes only elsewhere (in other clones) make no checkpoint, and the daemon is told
+//!   not to fold ahead (`would_fold_below`).
 
 use scion_fs::{Fs, Ino, Kind};
 
@@ -81,6 +82,10 @@ fn changes_only_elsewhere_make_no_checkpoint() {
     let (_tmp, store, mut fs) = new_store();
     let (src, _, clones) = store_with_much_elsewhere(&mut fs);
     let before = fs.status_facts().generation;
+    // What the daemon asks before folding ahead of a clone without the lock (`prefold`).
+    assert!(!fs.would_fold_below(b"src"), "changes only elsewhere");
+    assert!(fs.would_fold_below(b"c0"), "c0 has an unfolded write");
+    assert!(fs.would_fold_below(b"no/such/dir"), "a path that does not resolve: cannot tell");
     let root = fs.root();
     for k in 0..5 {
         fs.clone_dir(src, root, format!("copy{k}").as_bytes(), &[], b"/src").unwrap();
