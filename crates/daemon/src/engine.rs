@@ -240,7 +240,7 @@ impl Engine {
     /// a clone beside a writer elsewhere in the mount otherwise folded the writer's files
     /// first and waited for their pack sync.
     pub fn prefold(&self, op: &crate::control::Op) {
-        let dirs: Vec<Vec<u8>> = crate::control::settle_dirs(op).into_iter().map(<[u8]>::to_vec).collect();
+        let dirs = crate::control::settle_dirs(op);
         self.checkpoint_if(|fs: &mut Fs| fs.much_to_fold() && dirs.iter().any(|d| fs.would_fold_below(d)));
     }
 

@@ -324,7 +324,7 @@ fn serve_client(mut s: UnixStream, serving: &Serving, who: Option<Rights>) {
         )),
         Ok(wire::Request { op, settled, .. }) => {
             let r = match who {
-                Some(who) => settle(&mut s, engine, cubes, &**invalidate, &op, &who, settled)
+                Some(who) => (if settled { settle(&mut s, serving, &op, &who) } else { Ok(()) })
                     .and_then(|()| run_routed(&mut s, engine, cubes, &**invalidate, &op, &who)),
                 None => Err(Failure::new(libc::EACCES, "the kernel did not say who is asking")),
             };
@@ -348,21 +348,11 @@ fn serve_client(mut s: UnixStream, serving: &Serving, who: Option<Rights>) {
 /// For a settled request (`wire::encode_settled_request`): refuses it (EBUSY) if a file is
 /// open below a directory `op` reads, as `Op::OpenBelow` on the volume each lies in would
 /// name (E2BIG where that cannot be told, EPERM for a caller who may not ask it).
-fn settle(
-    s: &mut UnixStream,
-    main: &Engine,
-    cubes: &Cubes,
-    invalidate: &(dyn Fn(&[Inval]) + Send + Sync),
-    op: &Op,
-    who: &Rights,
-    settled: bool,
-) -> Result<(), Failure> {
-    if !settled {
-        return Ok(());
-    }
+fn settle(s: &mut UnixStream, serving: &Serving, op: &Op, who: &Rights) -> Result<(), Failure> {
+    let Serving { engine, cubes, invalidate, .. } = serving;
     for dir in crate::control::settle_dirs(op) {
         let below = Op::OpenBelow { path: dir.to_vec() };
-        match run_routed(s, main, cubes, invalidate, &below, who)? {
+        match run_routed(s, engine, cubes, &**invalidate, &below, who)? {
             Reply::OpenBelow(files) if files.is_empty() => {}
             Reply::OpenBelow(files) => {
                 let why = format!("{} files open below {}: write them back first", files.len(), crate::control::show(dir));

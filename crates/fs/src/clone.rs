@@ -944,7 +944,7 @@ impl Fs {
     /// namespace's roots, a copy of the reference counts); `PinnedList::count` then walks
     /// the trees without the engine.
     pub fn list_pinned(&mut self) -> FsResult<PinnedList> {
-        let pinned = self.pin_committed()?;
+        let (pinned, mut paths) = self.pin_with_paths()?;
         let ids: Vec<u32> = self.namespaces.keys().copied().filter(|i| *i != 1).collect();
         // Small overwrites the checkpoint carried in the journal instead of the trees
         // (copy-on-abundant-write) are the clone's own too: its files' patches.
@@ -952,7 +952,6 @@ impl Fs {
         for n in self.carried.iter().filter_map(|i| self.nodes.get(i)) {
             *carried_of.entry(n.ns).or_default() += chunk_bytes(n);
         }
-        let mut paths = self.namespace_paths();
         let mut rows = Vec::new();
         for id in ids {
             let n = &self.namespaces[&id];
@@ -1181,31 +1180,23 @@ impl Fs {
     }
 
     pub(crate) fn snapdir_list(&mut self, dir: Ino) -> FsResult<Vec<DirEntry>> {
-        let mut out = Vec::new();
         // Each snapshot resolved as found, not looked up again by name: a lookup goes
         // through every namespace, and a `.snapshot` of 3,000 held the engine lock 150-190 ms.
+        let mut found: Vec<(Vec<u8>, FsResult<Ino>)> = Vec::new();
         for (name, path, id) in self.snapshots_containing(dir)? {
-            if let Ok(ino) = self.snapshot_child(dir, &name, &path, id, None) {
-                out.push(DirEntry {
-                    name,
-                    ino,
-                    kind: Kind::Dir,
-                });
-            }
+            let ino = self.snapshot_child(dir, &name, &path, id, None);
+            found.push((name, ino));
         }
-        let mut orphans = Vec::new();
         if self.dir_node(dir)?.loc == Loc::Root {
-            orphans.extend(self.orphans_of(self.node(dir)?.ns)?.into_iter().map(orphan_name));
-        }
-        for name in orphans {
-            if let Ok(ino) = self.snapdir_child(dir, &name, None) {
-                out.push(DirEntry {
-                    name,
-                    ino,
-                    kind: Kind::Dir,
-                });
+            for name in self.orphans_of(self.node(dir)?.ns)?.into_iter().map(orphan_name) {
+                let ino = self.snapdir_child(dir, &name, None);
+                found.push((name, ino));
             }
         }
+        let mut out: Vec<DirEntry> = found
+            .into_iter()
+            .filter_map(|(name, ino)| Some(DirEntry { name, ino: ino.ok()?, kind: Kind::Dir }))
+            .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }

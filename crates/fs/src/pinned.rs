@@ -11,7 +11,7 @@
 use crate::fs::Fs;
 use crate::inode::*;
 use scion_store::{BlockKind, BlockPtr, BlockStore};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -60,6 +60,12 @@ impl Fs {
     /// Commits what is in memory (a checkpoint, unless there is nothing to commit) and pins
     /// that state for a walk without the engine lock.
     pub fn pin_committed(&mut self) -> crate::FsResult<Pinned> {
+        self.pin_with_paths().map(|(pinned, _)| pinned)
+    }
+
+    /// `pin_committed`, with each namespace's path as `namespace_paths` gives it (for
+    /// `list`, which names them too).
+    pub(crate) fn pin_with_paths(&mut self) -> crate::FsResult<(Pinned, HashMap<u32, Option<Vec<u8>>>)> {
         // An idle volume's committed state is already its state: a `scion status` then
         // writes nothing and waits for no fsync.
         if !self.committed_is_current() {
@@ -67,12 +73,12 @@ impl Fs {
         }
         let pin = Pin::hold(&self.vol.pins);
         let ids: Vec<u32> = self.namespaces.keys().copied().collect();
-        let mut paths = self.namespace_paths();
+        let paths = self.namespace_paths();
         let mut namespaces = Vec::with_capacity(ids.len());
         for id in ids {
             let root = self.namespaces[&id].root;
-            let base = match paths.remove(&id).flatten() {
-                Some(p) => format!("/{}", String::from_utf8_lossy(&p)),
+            let base = match paths.get(&id).and_then(Option::as_ref) {
+                Some(p) => format!("/{}", String::from_utf8_lossy(p)),
                 None => format!("(namespace {id}, directory gone)"),
             };
             namespaces.push(PinnedNs {
@@ -81,11 +87,12 @@ impl Fs {
                 links: self.namespaces[&id].link_root,
             });
         }
-        Ok(Pinned {
+        let pinned = Pinned {
             store: self.vol.forest.store.clone(),
             namespaces,
             _pin: pin,
-        })
+        };
+        Ok((pinned, paths))
     }
 }
 
