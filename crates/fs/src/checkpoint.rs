@@ -920,6 +920,8 @@ impl Fs {
     fn fold_and_write(&mut self, fold: Fold) -> Result<InFlight> {
         assert!(self.committing.is_none(), "a checkpoint folded while another is in flight");
         let t0 = Instant::now();
+        let tree_bytes_before = self.vol.forest.store.written().1;
+        self.vol.forest.fold_begins();
         let data_bytes = self.dirty_bytes;
         let flushed_bytes = std::mem::take(&mut self.flushed_bytes);
         // What the pieces noted lay in is folded into blocks now.
@@ -957,15 +959,21 @@ impl Fs {
         self.vol.fresh_sums.clear();
         self.last_checkpoint = Instant::now();
         let t_files_trees = (t_files, t0.elapsed() - t_files);
-        self.fold_cost.note(n_dirty, t0.elapsed());
+        // The tree nodes the fold made (written once the packs sync): what it cost the disk.
+        let tree_bytes = self.vol.forest.store.written().1 - tree_bytes_before;
+        let (made, again) = self.vol.forest.fold_rewrites();
+        self.fold_cost.note(n_dirty, t0.elapsed(), made, again);
         let mut f = self.commit_head(carry, dirty, t0)?;
         f.log = format!(
-            "{} MiB of buffered data ({} MiB more written behind), {} inodes changed; files {:?}, trees {:?}",
+            "{} MiB of buffered data ({} MiB more written behind), {} inodes changed; files {:?}, trees {:?} ({} nodes, {} KiB, {} of them replacing the last fold's)",
             data_bytes >> 20,
             flushed_bytes >> 20,
             n_dirty,
             t_files_trees.0,
             t_files_trees.1,
+            made,
+            tree_bytes >> 10,
+            again.map_or("none".to_string(), |n| n.to_string()),
         );
         Ok(f)
     }

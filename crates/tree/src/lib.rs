@@ -107,6 +107,24 @@ pub struct Forest {
     /// Blocks whose count reached zero. They stay readable until the checkpoint that drops
     /// them is durable; then the layer above punches them.
     pub freed: Vec<BlockPtr>,
+    /// Which nodes the last fold made, and how many of them this one replaces.
+    rewrites: Rewrites,
+}
+
+/// The nodes written since the last fold began (`fresh`) and in the fold before (`last`),
+/// and how many of those `last` ones were replaced again: a fold that replaces many nodes
+/// the fold before it made (names scattered over a directory of few leaves, a directory's
+/// last leaf as files are added in order) would have written fewer had it waited for more,
+/// and one that replaces none (each change in a leaf nobody touched lately) gains nothing
+/// by waiting (`Forest::fold_begins`, `scion_fs::fold_policy`).
+#[derive(Debug, Default)]
+struct Rewrites {
+    fresh: std::collections::HashSet<u64>,
+    last: std::collections::HashSet<u64>,
+    /// Nodes made since the fold began.
+    made: u64,
+    /// Nodes of `last` replaced since.
+    again: u64,
 }
 
 impl Forest {
@@ -117,6 +135,7 @@ impl Forest {
             read_only: false,
             refs,
             freed: Vec::new(),
+            rewrites: Rewrites::default(),
         }
     }
 
@@ -130,6 +149,7 @@ impl Forest {
             read_only: true,
             refs: RefTable::default(),
             freed: Vec::new(),
+            rewrites: Rewrites::default(),
         }
     }
 
@@ -174,12 +194,30 @@ impl Forest {
     }
 
 
+    /// A fold begins: the nodes made since the last one began are its `last` now.
+    pub fn fold_begins(&mut self) {
+        let r = &mut self.rewrites;
+        r.last = std::mem::take(&mut r.fresh);
+        r.made = 0;
+        r.again = 0;
+    }
+
+    /// Nodes made and nodes of the fold before replaced, since this fold began; None for
+    /// the latter if the fold before made none (the first fold after a mount): nothing to
+    /// tell by.
+    pub fn fold_rewrites(&self) -> (u64, Option<u64>) {
+        let r = &self.rewrites;
+        (r.made, (!r.last.is_empty()).then_some(r.again))
+    }
+
     fn write_node(&mut self, node: Node) -> Result<BlockPtr> {
         // Written out by the sync before the commit, not under the fold's lock (`write_deferred`);
         // encoded where it waits.
         let ptr = self.store.write_deferred_with(BlockKind::Node, NODE_TARGET + 1024, |buf| node.encode_into(buf))?;
         let size = node.memory();
         self.cache.lock().unwrap().put(ptr.addr, Arc::new(node), size);
+        self.rewrites.made += 1;
+        self.rewrites.fresh.insert(ptr.addr);
         Ok(ptr)
     }
 
@@ -289,6 +327,9 @@ impl Forest {
     /// Returns the replacement nodes (none if it became empty) as (min key, ptr, level).
     fn apply_node(&mut self, ptr: &BlockPtr, ops: Vec<Op>) -> Result<Vec<(Vec<u8>, BlockPtr, u8)>> {
         let node = self.load(ptr)?;
+        if self.rewrites.last.contains(&ptr.addr) {
+            self.rewrites.again += 1;
+        }
         if self.refs.get(ptr.addr) > 1 {
             // Shared: the copy we are about to make also points at every child.
             for c in node.child_ptrs() {
