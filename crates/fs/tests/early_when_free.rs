@@ -18,7 +18,7 @@ fn mkdir(fs: &mut Fs, parent: Ino, name: &str) -> Ino {
     fs.mknod(parent, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino
 }
 
-/// 1,500 bytes: kept in the file's record, ten or so records to a leaf.
+/// 1,100 bytes: kept in the file's record, a dozen or so records to a leaf.
 fn body(tag: &str, n: usize) -> Vec<u8> {
     format!("{tag} {n:>6}\n").repeat(100).into_bytes()
 }
