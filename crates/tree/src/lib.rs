@@ -28,6 +28,11 @@ use std::sync::{Arc, Mutex};
 /// Target encoded size of a node; a node is split when it grows past this.
 pub const NODE_TARGET: usize = 16 << 10;
 
+/// The most node addresses a fold keeps for the next to compare with (`Rewrites`): 8 MiB or
+/// so. A larger fold (a checkpoint of a million changed files) is not compared; the folds
+/// that policy asks about are a thousand inodes or so.
+const REWRITES_KEPT: usize = 1 << 18;
+
 /// One change of a batch: `Some(value)` puts, `None` removes.
 pub type Op = (Vec<u8>, Option<Value>);
 
@@ -119,8 +124,12 @@ pub struct Forest {
 /// by waiting (`Forest::fold_begins`, `scion_fs::fold_policy`).
 #[derive(Debug, Default)]
 struct Rewrites {
+    /// At most `REWRITES_KEPT`; past that the fold is not compared (`full`).
     fresh: std::collections::HashSet<u64>,
+    full: bool,
     last: std::collections::HashSet<u64>,
+    /// `last` stopped short: the next fold cannot be told.
+    last_full: bool,
     /// Nodes made since the fold began.
     made: u64,
     /// Nodes of `last` replaced since.
@@ -198,16 +207,17 @@ impl Forest {
     pub fn fold_begins(&mut self) {
         let r = &mut self.rewrites;
         r.last = std::mem::take(&mut r.fresh);
+        r.last_full = std::mem::take(&mut r.full);
         r.made = 0;
         r.again = 0;
     }
 
     /// Nodes made and nodes of the fold before replaced, since this fold began; None for
-    /// the latter if the fold before made none (the first fold after a mount): nothing to
-    /// tell by.
+    /// the latter if the fold before made none (the first fold after a mount) or more than
+    /// `REWRITES_KEPT`: nothing to tell by.
     pub fn fold_rewrites(&self) -> (u64, Option<u64>) {
         let r = &self.rewrites;
-        (r.made, (!r.last.is_empty()).then_some(r.again))
+        (r.made, (!r.last.is_empty() && !r.last_full).then_some(r.again))
     }
 
     fn write_node(&mut self, node: Node) -> Result<BlockPtr> {
@@ -216,8 +226,13 @@ impl Forest {
         let ptr = self.store.write_deferred_with(BlockKind::Node, NODE_TARGET + 1024, |buf| node.encode_into(buf))?;
         let size = node.memory();
         self.cache.lock().unwrap().put(ptr.addr, Arc::new(node), size);
-        self.rewrites.made += 1;
-        self.rewrites.fresh.insert(ptr.addr);
+        let r = &mut self.rewrites;
+        r.made += 1;
+        if r.fresh.len() < REWRITES_KEPT {
+            r.fresh.insert(ptr.addr);
+        } else {
+            r.full = true;
+        }
         Ok(ptr)
     }
 
