@@ -197,13 +197,11 @@ impl FoldCost {
     /// `early_batch` while someone would wait on a fold, else a pile (`pile`). None with
     /// `fold_batch=0` (folds by age and size only).
     pub(crate) fn batches(&self) -> Option<(usize, usize)> {
-        match early_batch() {
+        let set = BATCH.load(Relaxed);
+        let free = (set > 0 && self.nothing_saved_by_waiting()).then_some(set);
+        match early_batch().or(free) {
             Some(n) => Some((n, fit(n, self.ns_per_inode))),
-            None if BATCH.load(Relaxed) > 0 && self.nothing_saved_by_waiting() => {
-                let n = BATCH.load(Relaxed);
-                Some((n, fit(n, self.ns_per_inode)))
-            }
-            None if BATCH.load(Relaxed) > 0 => {
+            None if set > 0 => {
                 let pile = self.pile();
                 Some((pile, pile))
             }

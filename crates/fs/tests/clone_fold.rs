@@ -8,14 +8,10 @@
 //! - Changes only elsewhere (in other clones) make no checkpoint, and the daemon is told
 //!   not to fold ahead (`would_fold_below`).
 
-use scion_fs::{Fs, Ino, Kind};
+use scion_fs::{Fs, Ino};
 
 mod common;
-use common::{committed, fsync, lookup, mkfile, new_store, open, read_all};
-
-fn mkdir(fs: &mut Fs, dir: Ino, name: &str) -> Ino {
-    fs.mknod(dir, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino
-}
+use common::{committed, fsync, lookup, mkdir, mkfile, new_store, open, read_all};
 
 /// `src/inner` cloned as `src/nested`, and `src/nested/deep` cloned as `src/nested/deeper`
 /// (a clone nested in a clone below `src`); `other` with a thousand snapshots and twenty

@@ -9,14 +9,10 @@
 
 mod common;
 use common::*;
-use scion_fs::{Fs, Ino, Kind};
+use scion_fs::{Fs, Ino};
 
 const BATCH: usize = 128;
 const FILES: usize = 600;
-
-fn mkdir(fs: &mut Fs, parent: Ino, name: &str) -> Ino {
-    fs.mknod(parent, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino
-}
 
 /// 1,100 bytes: kept in the file's record, a dozen or so records to a leaf.
 fn body(tag: &str, n: usize) -> Vec<u8> {

@@ -9,14 +9,10 @@
 //! `.snapshot` of 3,000 held the engine lock 150-190 ms).
 
 use scion_fs::clone::SNAPDIR_BIT;
-use scion_fs::{Fs, Ino, Kind, NsKind};
+use scion_fs::{Fs, Ino, NsKind};
 
 mod common;
-use common::{committed, lookup, mkfile, new_store, open};
-
-fn mkdir(fs: &mut Fs, dir: Ino, name: &str) -> Ino {
-    fs.mknod(dir, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino
-}
+use common::{committed, lookup, mkdir, mkfile, new_store, open};
 
 /// Each listed path, as `(ns, path, orphaned, snapshot)`, sorted, checked against
 /// `path_of_dir`.

@@ -13,10 +13,6 @@ fn tree(fs: &mut Fs, ino: Ino) -> Vec<String> {
     out
 }
 
-fn mkdir(fs: &mut Fs, dir: Ino, name: &str) -> Ino {
-    fs.mknod(dir, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino
-}
-
 fn data(n: usize, tag: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31) ^ tag).collect()
 }

@@ -124,12 +124,10 @@ pub struct Forest {
 /// by waiting (`Forest::fold_begins`, `scion_fs::fold_policy`).
 #[derive(Debug, Default)]
 struct Rewrites {
-    /// At most `REWRITES_KEPT`; past that the fold is not compared (`full`).
+    /// At most `REWRITES_KEPT`; past that (`full`) the next fold is not compared.
     fresh: std::collections::HashSet<u64>,
     full: bool,
     last: std::collections::HashSet<u64>,
-    /// `last` stopped short: the next fold cannot be told.
-    last_full: bool,
     /// Nodes made since the fold began.
     made: u64,
     /// Nodes of `last` replaced since.
@@ -207,7 +205,10 @@ impl Forest {
     pub fn fold_begins(&mut self) {
         let r = &mut self.rewrites;
         r.last = std::mem::take(&mut r.fresh);
-        r.last_full = std::mem::take(&mut r.full);
+        if std::mem::take(&mut r.full) {
+            // Stopped short: nothing to tell the next fold by.
+            r.last.clear();
+        }
         r.made = 0;
         r.again = 0;
     }
@@ -217,7 +218,7 @@ impl Forest {
     /// `REWRITES_KEPT`: nothing to tell by.
     pub fn fold_rewrites(&self) -> (u64, Option<u64>) {
         let r = &self.rewrites;
-        (r.made, (!r.last.is_empty() && !r.last_full).then_some(r.again))
+        (r.made, (!r.last.is_empty()).then_some(r.again))
     }
 
     fn write_node(&mut self, node: Node) -> Result<BlockPtr> {

@@ -48,6 +48,10 @@ pub fn mkfile(fs: &mut Fs, dir: Ino, name: &str, data: &[u8]) -> Ino {
     f
 }
 
+pub fn mkdir(fs: &mut Fs, dir: Ino, name: &str) -> Ino {
+    fs.mknod(dir, name.as_bytes(), Kind::Dir, 0o755, 0, 0, 0, 0, &[]).unwrap().ino
+}
+
 /// `lookup` by name, the inode number or the errno.
 pub fn lookup(fs: &mut Fs, dir: Ino, name: &str) -> scion_fs::FsResult<Ino> {
     fs.lookup(dir, name.as_bytes()).map(|a| a.ino)
