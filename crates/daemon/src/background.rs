@@ -70,6 +70,7 @@ impl Background {
         let flag = stop.clone();
         let kept = engine.clone();
         let thread = std::thread::spawn(move || {
+            BACKGROUND.set(true);
             let mut first = true;
             // A panic in the worker (a bug) must not silently end background syncs and
             // checkpoints: it is logged, the volume is marked failed (so changes get EIO and
@@ -172,5 +173,88 @@ fn tick(engine: &Engine, opts: &BackgroundOptions, invalidate: &Invalidator, fir
         if !inval.is_empty() {
             invalidate(&inval);
         }
+    }
+}
+
+/// See `requests_served_at_idle`.
+static REQUESTS_AT_IDLE: AtomicBool = AtomicBool::new(false);
+
+/// Says that this process serves requests at `SCHED_IDLE` (FUSE over io_uring), so that the
+/// background worker's unlocked work runs at that priority too (`aside`).
+pub fn requests_served_at_idle(on: bool) {
+    REQUESTS_AT_IDLE.store(on, Ordering::Relaxed);
+}
+
+thread_local! {
+    /// Set on the background worker's thread (`aside`).
+    static BACKGROUND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` at `SCHED_IDLE` when called from the background worker's thread (on a thread of
+/// its own, which the worker waits for), elsewhere as it is: work done without the engine
+/// lock that no caller is waiting on (a checkpoint's write-out of its tree nodes and its
+/// pack sync). The FUSE queue threads serve requests at `SCHED_IDLE` on their CPU
+/// (`vendor/fuser/src/uring.rs`), and a normal task on that CPU keeps them off it: at
+/// normal priority that work, copying a fold's megabytes of nodes into the host's page
+/// cache, kept requests waiting up to 36 ms for a CPU after the engine lock was free (`perf
+/// sched timehist` in `bench/latency`'s scatter row). A thread of its own, because an
+/// unprivileged thread may lower itself to `SCHED_IDLE` but not come back (RLIMIT_NICE).
+/// Work under the engine lock is never lowered: every request waits on it.
+///
+/// Only while requests are served at `SCHED_IDLE` (`requests_served_at_idle`): over
+/// `/dev/fuse` they are served at normal priority, and one waiting on the sync (an fsync whose
+/// records name its blocks, a request committing the checkpoint in flight) would then wait
+/// on a thread that any busy CPU starves.
+pub(crate) fn aside<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if !BACKGROUND.get() || !REQUESTS_AT_IDLE.load(Ordering::Relaxed) {
+        return f();
+    }
+    let work = std::sync::Mutex::new(Some(f));
+    let run = || work.lock().unwrap_or_else(|p| p.into_inner()).take().map(|f| f());
+    let done = std::thread::scope(|s| {
+        let t = std::thread::Builder::new().name("scion-sync".into()).spawn_scoped(s, || {
+            let p = libc::sched_param { sched_priority: 0 };
+            // SAFETY: changes this thread's own policy; `p` lives for the call.
+            if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) } != 0 {
+                log::debug!("background: SCHED_IDLE: {}", std::io::Error::last_os_error());
+            }
+            run()
+        });
+        // (A panic in `f` goes on in this thread, as it would have run here.)
+        t.ok().map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    });
+    // No thread to be had: the work is done here, at normal priority.
+    done.flatten().or_else(run).expect("the work ran once")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> libc::c_int {
+        // SAFETY: reads this thread's own policy.
+        unsafe { libc::sched_getscheduler(0) }
+    }
+
+    /// The background worker's unlocked work runs at SCHED_IDLE on a thread of its own; the
+    /// worker itself, and any other caller, keep their policy.
+    #[test]
+    fn only_the_workers_unlocked_work_runs_at_sched_idle() {
+        std::thread::spawn(move || {
+            let before = policy();
+            let here = std::thread::current().id();
+            assert_eq!(aside(policy), before, "a caller other than the worker: as it is");
+            assert_eq!(aside(move || std::thread::current().id()), here, "and where it is");
+            BACKGROUND.set(true);
+            requests_served_at_idle(false);
+            assert_eq!(aside(policy), before, "requests served at normal priority: as it is");
+            requests_served_at_idle(true);
+            assert_eq!(aside(policy), libc::SCHED_IDLE);
+            assert_ne!(aside(move || std::thread::current().id()), here, "a thread of its own");
+            assert_eq!(policy(), before, "the worker keeps its own policy");
+            requests_served_at_idle(false);
+        })
+        .join()
+        .unwrap();
     }
 }

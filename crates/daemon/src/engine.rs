@@ -271,7 +271,7 @@ impl Engine {
     /// without the lock, then its journal and superblock written under it. A failure fails
     /// the volume (logged here).
     pub fn commit(&self, sync: scion_fs::PackSync) {
-        let r = sync.run();
+        let r = crate::background::aside(|| sync.run());
         if let Err(e) = self.lock().checkpoint_end(sync, r) {
             log::error!("checkpoint: {e}");
         }

@@ -19,7 +19,7 @@ pub mod send;
 pub mod server;
 pub mod wire;
 
-pub use background::{Background, BackgroundOptions, SharedCompanions};
+pub use background::{requests_served_at_idle, Background, BackgroundOptions, SharedCompanions};
 pub use engine::Engine;
 pub use router::{Router, VolumeId};
 

@@ -678,7 +678,11 @@ impl Filesystem for ScionFuse {
         }
         if self.uring {
             match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
-                Ok(()) => log::info!("FUSE over io_uring: one queue per CPU"),
+                Ok(()) => {
+                    log::info!("FUSE over io_uring: one queue per CPU");
+                    // Its queue threads serve requests at SCHED_IDLE.
+                    scion_daemon::requests_served_at_idle(true);
+                }
                 Err(_) => log::info!("FUSE over io_uring not offered by the kernel (fuse module parameter enable_uring); using /dev/fuse"),
             }
         }

@@ -346,7 +346,9 @@ pub(crate) fn run_queue<FS: Filesystem>(
     // at normal priority that CPU looks busy and the caller is woken on the other CPU instead,
     // so it ping-pongs between CPUs and every round trip pays a cross-CPU wake-up (measured on
     // a 2-vCPU VM untarring 23,715 files: 227k migrations, 12.7 s; with SCHED_IDLE 3.7 s,
-    // /dev/fuse 8.6-9.8 s). Any normal task preempts this thread, the woken caller first.
+    // /dev/fuse 8.6-9.8 s). Any normal task preempts this thread, the woken caller first,
+    // and keeps it waiting while it runs: so the daemon runs its own long work without the
+    // engine lock (a checkpoint's write-out and pack sync) at SCHED_IDLE too.
     let depth = params.depth as usize;
     // The thread that created the ring is the only one to submit to it, and completions are
     // reaped only when it waits (DEFER_TASKRUN): the kernel copies requests in this thread.
