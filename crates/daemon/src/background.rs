@@ -209,8 +209,7 @@ pub(crate) fn aside<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     if !BACKGROUND.get() || !REQUESTS_AT_IDLE.load(Ordering::Relaxed) {
         return f();
     }
-    let work = std::sync::Mutex::new(Some(f));
-    let run = || work.lock().unwrap_or_else(|p| p.into_inner()).take().map(|f| f());
+    let mut f = Some(f);
     let done = std::thread::scope(|s| {
         let t = std::thread::Builder::new().name("scion-sync".into()).spawn_scoped(s, || {
             let p = libc::sched_param { sched_priority: 0 };
@@ -218,13 +217,13 @@ pub(crate) fn aside<T: Send>(f: impl FnOnce() -> T + Send) -> T {
             if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) } != 0 {
                 log::debug!("background: SCHED_IDLE: {}", std::io::Error::last_os_error());
             }
-            run()
+            f.take().map(|f| f())
         });
         // (A panic in `f` goes on in this thread, as it would have run here.)
         t.ok().map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
     });
     // No thread to be had: the work is done here, at normal priority.
-    done.flatten().or_else(run).expect("the work ran once")
+    done.flatten().or_else(|| f.take().map(|f| f())).expect("the work ran once")
 }
 
 #[cfg(test)]

@@ -124,9 +124,9 @@ pub struct Forest {
 /// by waiting (`Forest::fold_begins`, `scion_fs::fold_policy`).
 #[derive(Debug, Default)]
 struct Rewrites {
-    /// At most `REWRITES_KEPT`; past that (`full`) the next fold is not compared.
+    /// At most `REWRITES_KEPT`; past that (fewer kept than `made`) the next fold is not
+    /// compared.
     fresh: std::collections::HashSet<u64>,
-    full: bool,
     last: std::collections::HashSet<u64>,
     /// Nodes made since the fold began.
     made: u64,
@@ -204,8 +204,10 @@ impl Forest {
     /// A fold begins: the nodes made since the last one began are its `last` now.
     pub fn fold_begins(&mut self) {
         let r = &mut self.rewrites;
+        // (Each node made has an address of its own, so only a cap keeps fewer than made.)
+        let stopped_short = r.made > r.fresh.len() as u64;
         r.last = std::mem::take(&mut r.fresh);
-        if std::mem::take(&mut r.full) {
+        if stopped_short {
             // Stopped short: nothing to tell the next fold by.
             r.last.clear();
         }
@@ -231,8 +233,6 @@ impl Forest {
         r.made += 1;
         if r.fresh.len() < REWRITES_KEPT {
             r.fresh.insert(ptr.addr);
-        } else {
-            r.full = true;
         }
         Ok(ptr)
     }
