@@ -127,4 +127,4 @@ impl Deferred {
 }
 
 /// Longest run written with one call: neighbours are copied into one buffer first.
-pub(crate) const RUN_MAX: usize = 4 << 20;
+pub(crate) const RUN_MAX: usize = 1 << 20;
