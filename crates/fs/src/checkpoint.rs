@@ -1548,8 +1548,8 @@ impl Fs {
     /// what nothing holds any more leaves memory.
     fn after_commit(&mut self, dirty: Vec<Ino>, freed: Vec<BlockPtr>) {
         if !self.replaced_ns.is_empty() {
-            let live: HashSet<u32> = self.nodes.values().map(|n| n.ns).collect();
-            self.replaced_ns.retain(|id| live.contains(id));
+            let nodes = &self.nodes;
+            self.replaced_ns.retain(|id| nodes.has_ns(*id));
         }
         // (A carried file unlinked and let go of while the commit was written has left
         // memory: nothing of it is carried on. Its records follow the carried ones in the

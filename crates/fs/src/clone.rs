@@ -668,8 +668,7 @@ impl Fs {
         for child in ns.mounts.values().copied().chain(snaps) {
             self.destroy_ns(child)?;
         }
-        let inos: Vec<Ino> = self.nodes.iter().filter(|(_, n)| n.ns == id).map(|(i, _)| *i).collect();
-        for ino in inos {
+        for ino in self.nodes.in_ns(id) {
             let n = self.nodes.get_mut(&ino).unwrap();
             // The kernel must drop what it cached of the clone (names, attributes, pages):
             // a process inside it finds its directory stale instead of writing into it.

@@ -393,7 +393,7 @@ pub struct Fs {
     /// Boxed: a hash table's empty slots (up to half of them after it grows) then cost a
     /// pointer, not a whole node (~600 bytes), which had doubled the daemon's memory for a
     /// walk of a million files.
-    pub(crate) nodes: InoMap<Box<Node>>,
+    pub(crate) nodes: crate::node_table::NodeTable,
     pub(crate) namespaces: BTreeMap<u32, Namespace>,
     pub(crate) next_ns: u32,
     /// Namespace ids stay below this, so that st_ino leaves room for the volume bits of the

@@ -26,6 +26,7 @@ mod error;
 mod evict;
 pub mod failpoint;
 pub mod mirror;
+mod node_table;
 mod flush;
 mod fs;
 pub mod journal;

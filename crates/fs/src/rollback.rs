@@ -69,7 +69,7 @@ impl Fs {
         let marked = self.summary_of(new_root)?.get(&key).copied().unwrap_or(0);
         self.bump(new_root, &key, moved.len() as i64 - marked)?;
         self.destroy_ns(old)?;
-        if self.nodes.values().any(|n| n.ns == old) {
+        if self.nodes.has_ns(old) {
             self.replaced_ns.insert(old);
         }
         let p = self.namespaces.get_mut(&info.parent).ok_or(errno::EIO)?;
