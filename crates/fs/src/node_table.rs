@@ -1,6 +1,7 @@
 //! The inodes loaded in memory (`Fs::nodes`), found by number and, for clones and snapshots,
 //! by namespace: destroying or rolling back a clone visits that clone's loaded inodes, not
-//! every one (with 123,000 loaded, the walk held the engine lock 4-23 ms per destroy).
+//! every one (with 120,000 loaded, the walk held the engine lock about 4 ms per destroy;
+//! `bench/destroy`).
 //!
 //! Reads go through `Deref` to the map. Every change of membership goes through `insert`,
 //! `remove` and `retain` here, which keep the index; a node's namespace is set when it is
@@ -67,6 +68,13 @@ impl NodeTable {
         self.map.shrink_to(min);
     }
 
+    /// Bytes the index's tables take (for `Fs::memory`): a key and a control byte per slot.
+    pub(crate) fn index_bytes(&self) -> usize {
+        let slot = std::mem::size_of::<Ino>() + 1;
+        let sets: usize = self.by_ns.values().map(|s| s.capacity() * slot).sum();
+        sets + self.by_ns.capacity() * (std::mem::size_of::<(u32, InoSet)>() + 1)
+    }
+
     /// The loaded inodes of clone or snapshot `ns`, in no particular order.
     pub(crate) fn in_ns(&self, ns: u32) -> Vec<Ino> {
         assert_ne!(ns, MAIN_NS, "the main tree's inodes are not indexed");
@@ -103,6 +111,10 @@ fn unindex(by_ns: &mut HashMap<u32, InoSet>, ino: Ino, ns: u32) {
     assert!(set.remove(&ino), "inode {ino} missing from namespace {ns}'s index");
     if set.is_empty() {
         by_ns.remove(&ns);
+    } else if set.capacity() > 4 * set.len() + 1024 {
+        // Its slack given back as the table's is (`evict.rs`): a clone walked once and
+        // forgotten must not keep a table sized for every inode it had loaded.
+        set.shrink_to(2 * set.len() + 256);
     }
 }
 
@@ -137,5 +149,19 @@ mod tests {
         assert_eq!(t.in_ns(6), vec![11]);
         assert!(t.remove(&99).is_none());
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn a_clone_walked_and_forgotten_gives_its_index_slack_back() {
+        let mut t = NodeTable::default();
+        for i in 0..20_000 {
+            t.insert(100 + i, node(9));
+        }
+        let full = t.index_bytes();
+        for i in 10..20_000 {
+            t.remove(&(100 + i));
+        }
+        assert_eq!(t.in_ns(9).len(), 10);
+        assert!(t.index_bytes() * 10 < full, "{} of {full} bytes kept", t.index_bytes());
     }
 }

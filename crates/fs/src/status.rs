@@ -103,7 +103,7 @@ impl Fs {
         }
         // The map's own table: a key, a pointer and a control byte per slot.
         let slot = std::mem::size_of::<(crate::Ino, Box<crate::fs::Node>)>() + 1;
-        m.inode_bytes += (self.nodes.capacity() * slot) as u64;
+        m.inode_bytes += (self.nodes.capacity() * slot + self.nodes.index_bytes()) as u64;
         m
     }
 }
