@@ -123,13 +123,9 @@ impl Fs {
         }
     }
 
-    /// Gives back the inode table's slack once most of it is empty (a hash table never
-    /// shrinks by itself: after a walk of a million files it would keep their slots).
+    /// Gives back the inode table's slack once most of it is empty (`NodeTable::give_back_slack`).
     pub(crate) fn shrink_nodes(&mut self) {
-        let len = self.nodes.len();
-        if self.nodes.capacity() > 4 * len + 4096 {
-            self.nodes.shrink_to(2 * len + 1024);
-        }
+        self.nodes.give_back_slack();
     }
 }
 

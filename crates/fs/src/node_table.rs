@@ -64,8 +64,12 @@ impl NodeTable {
         self.map.get_mut(ino)
     }
 
-    pub(crate) fn shrink_to(&mut self, min: usize) {
-        self.map.shrink_to(min);
+    /// Gives back the table's slack once most of it is empty (a hash table never shrinks by
+    /// itself: after a walk of a million files it would keep their slots).
+    pub(crate) fn give_back_slack(&mut self) {
+        if let Some(to) = shrunk(self.map.capacity(), self.map.len(), 4096) {
+            self.map.shrink_to(to);
+        }
     }
 
     /// Bytes the index's tables take (for `Fs::memory`): a key and a control byte per slot.
@@ -111,11 +115,18 @@ fn unindex(by_ns: &mut HashMap<u32, InoSet>, ino: Ino, ns: u32) {
     assert!(set.remove(&ino), "inode {ino} missing from namespace {ns}'s index");
     if set.is_empty() {
         by_ns.remove(&ns);
-    } else if set.capacity() > 4 * set.len() + 1024 {
-        // Its slack given back as the table's is (`evict.rs`): a clone walked once and
-        // forgotten must not keep a table sized for every inode it had loaded.
-        set.shrink_to(2 * set.len() + 256);
+    } else if let Some(to) = shrunk(set.capacity(), set.len(), 1024) {
+        // As the table's own (`give_back_slack`): a clone walked once and forgotten must not
+        // keep a set sized for every inode it had loaded.
+        set.shrink_to(to);
     }
+}
+
+/// The capacity to shrink a hash table of `capacity` slots holding `len` entries to, when more
+/// than three quarters of it (and `slack` slots) are empty: half empty after, so that shrinking
+/// is rare.
+fn shrunk(capacity: usize, len: usize, slack: usize) -> Option<usize> {
+    (capacity > 4 * len + slack).then_some(2 * len + slack / 4)
 }
 
 #[cfg(test)]
